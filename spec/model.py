@@ -1,0 +1,426 @@
+"""The cell's data: resources, machines, jobs, tasks, allocs, quotas, and the cell state.
+
+Everything here is immutable and hashable, so the explorer can deduplicate states and a
+transition can never change the state it was given. No I/O, no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class FMap(Mapping[K, V], Generic[K, V]):
+    """An immutable, hashable mapping. `set` and `remove` return a new map."""
+
+    __slots__ = ("_d", "_h")
+
+    def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
+        self._d: dict[K, V] = dict(items)
+        self._h: int | None = None
+
+    def __getitem__(self, key: K) -> V:
+        return self._d[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __hash__(self) -> int:
+        if self._h is None:
+            self._h = hash(frozenset(self._d.items()))
+        return self._h
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FMap):
+            return self._d == other._d
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FMap({self._d!r})"
+
+    def set(self, key: K, value: V) -> FMap[K, V]:
+        d = dict(self._d)
+        d[key] = value
+        return FMap(d)
+
+    def update(self, items: Mapping[K, V]) -> FMap[K, V]:
+        d = dict(self._d)
+        d.update(items)
+        return FMap(d)
+
+    def remove(self, key: K) -> FMap[K, V]:
+        d = dict(self._d)
+        d.pop(key, None)
+        return FMap(d)
+
+
+# --- resources -------------------------------------------------------------------------
+
+#: Well-known resource names. Any other name (e.g. "ssd", "fpga") is allowed too.
+CPU = "cpu"  # milli-cores
+RAM = "ram"  # bytes
+DISK = "disk"  # bytes
+PORTS = "ports"  # count of ports
+GPU = "gpu"  # milli-GPUs: 1000 is one whole GPU, 460 a share of one
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """A vector of named, non-negative integer quantities. Absent names are zero."""
+
+    items: tuple[tuple[str, int], ...] = ()
+
+    @staticmethod
+    def of(mapping: Mapping[str, int] | None = None, **kw: int) -> Resources:
+        d: dict[str, int] = dict(mapping or {})
+        d.update(kw)
+        return Resources(tuple(sorted((k, int(v)) for k, v in d.items() if int(v) != 0)))
+
+    def get(self, name: str) -> int:
+        for k, v in self.items:
+            if k == name:
+                return v
+        return 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.items)
+
+    def names(self) -> set[str]:
+        return {k for k, _ in self.items}
+
+    def __add__(self, other: Resources) -> Resources:
+        d = self.as_dict()
+        for k, v in other.items:
+            d[k] = d.get(k, 0) + v
+        return Resources.of(d)
+
+    def __sub__(self, other: Resources) -> Resources:
+        d = self.as_dict()
+        for k, v in other.items:
+            d[k] = d.get(k, 0) - v
+        return Resources.of(d)
+
+    def scale(self, n: int) -> Resources:
+        return Resources.of({k: v * n for k, v in self.items})
+
+    def fits_in(self, other: Resources) -> bool:
+        """True when every quantity here is at most the same quantity in `other`."""
+        return all(v <= other.get(k) for k, v in self.items)
+
+    def shortfall(self, available: Resources) -> tuple[str, ...]:
+        """Names of the resources where this request exceeds `available`."""
+        return tuple(k for k, v in self.items if v > available.get(k))
+
+    def is_nonnegative(self) -> bool:
+        return all(v >= 0 for _, v in self.items)
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.items) or "0"
+
+
+ZERO = Resources()
+
+
+def total(rs: Iterable[Resources]) -> Resources:
+    acc: dict[str, int] = {}
+    for r in rs:
+        for k, v in r.items:
+            acc[k] = acc.get(k, 0) + v
+    return Resources.of(acc)
+
+
+# --- priorities ------------------------------------------------------------------------
+
+
+class Band(str, Enum):
+    """Borg's priority bands, from the least to the most important."""
+
+    BEST_EFFORT = "best_effort"  # also called "free" or "testing"
+    BATCH = "batch"
+    PRODUCTION = "production"
+    MONITORING = "monitoring"
+
+
+#: The lowest priority of each band; a band extends up to the next band's floor.
+BAND_FLOOR: dict[Band, int] = {
+    Band.BEST_EFFORT: 0,
+    Band.BATCH: 100,
+    Band.PRODUCTION: 200,
+    Band.MONITORING: 300,
+}
+MAX_PRIORITY = 399
+
+
+def band_of(priority: int) -> Band:
+    if priority >= BAND_FLOOR[Band.MONITORING]:
+        return Band.MONITORING
+    if priority >= BAND_FLOOR[Band.PRODUCTION]:
+        return Band.PRODUCTION
+    if priority >= BAND_FLOOR[Band.BATCH]:
+        return Band.BATCH
+    return Band.BEST_EFFORT
+
+
+def is_prod(priority: int) -> bool:
+    """Production and monitoring are the 'prod' bands: they never preempt each other."""
+    return priority >= BAND_FLOOR[Band.PRODUCTION]
+
+
+def may_preempt(preemptor: int, victim: int) -> bool:
+    """A task may preempt another of strictly lower priority, never within the prod bands."""
+    return preemptor > victim and not (is_prod(preemptor) and is_prod(victim))
+
+
+# --- machines --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    name: str
+    capacity: Resources
+    attrs: tuple[tuple[str, str], ...] = ()
+    failure_domain: str = ""
+    up: bool = True
+
+    def attr(self, key: str) -> str | None:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return None
+
+
+# --- jobs and tasks --------------------------------------------------------------------
+
+
+class ConstraintOp(str, Enum):
+    EQ = "eq"
+    NE = "ne"
+    IN = "in"
+    NOT_IN = "not_in"
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """A hard constraint on one machine attribute."""
+
+    attr: str
+    op: ConstraintOp
+    values: tuple[str, ...]
+
+    def holds(self, machine: Machine) -> bool:
+        v = machine.attr(self.attr)
+        if self.op is ConstraintOp.EQ:
+            return v == self.values[0]
+        if self.op is ConstraintOp.NE:
+            return v != self.values[0]
+        if self.op is ConstraintOp.IN:
+            return v in self.values
+        return v not in self.values
+
+    def __str__(self) -> str:
+        return f"{self.attr} {self.op.value} {'|'.join(self.values)}"
+
+
+class RestartPolicy(str, Enum):
+    NEVER = "never"
+    ON_FAILURE = "on_failure"  # restart after fail or lost, not after finish
+    ALWAYS = "always"  # restart after fail, lost or finish (a service)
+
+
+class AppClass(str, Enum):
+    LATENCY_SENSITIVE = "latency_sensitive"
+    BATCH = "batch"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    user: str
+    name: str
+    priority: int
+    task_count: int
+    request: Resources
+    constraints: tuple[Constraint, ...] = ()
+    restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
+    appclass: AppClass = AppClass.BATCH
+    alloc: str | None = None  # run inside this alloc (its machine, its resources)
+    package: str = ""  # the package (binary) the tasks run, for locality
+    version: int = 0  # bumped by every update
+
+    @property
+    def key(self) -> str:
+        return job_key(self.user, self.name)
+
+    @property
+    def band(self) -> Band:
+        return band_of(self.priority)
+
+    def total_request(self) -> Resources:
+        return self.request.scale(self.task_count)
+
+
+def job_key(user: str, name: str) -> str:
+    return f"{user}/{name}"
+
+
+class TaskState(str, Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    DEAD = "DEAD"
+
+
+class DeathCause(str, Enum):
+    """Why a task is DEAD: the action that put it there."""
+
+    FINISHED = "finished"
+    FAILED = "failed"
+    KILLED = "killed"
+    LOST = "lost"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskId:
+    job: str  # job key "user/name"
+    index: int
+    incarnation: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.job}/{self.index}#{self.incarnation}"
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    id: TaskId
+    state: TaskState = TaskState.PENDING
+    machine: str | None = None
+    priority: int = 0  # copied from the job, so invariants need not look it up
+    request: Resources = ZERO  # copied from the job at the time of the last (re)placement
+    cause: DeathCause | None = None  # set when DEAD
+
+    @property
+    def job(self) -> str:
+        return self.id.job
+
+    @property
+    def index(self) -> int:
+        return self.id.index
+
+    @property
+    def incarnation(self) -> int:
+        return self.id.incarnation
+
+
+@dataclass(frozen=True, slots=True)
+class Alloc:
+    """Resources reserved on one machine, in which tasks of jobs naming it may run."""
+
+    name: str
+    machine: str
+    resources: Resources
+    priority: int
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaKey:
+    user: str  # "*" is the default for users without an entry of their own
+    band: Band
+
+
+# --- the cell --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CellState:
+    """The whole cell. Tasks are keyed by (job, index, incarnation); old incarnations stay DEAD."""
+
+    machines: FMap[str, Machine] = field(default_factory=FMap)
+    jobs: FMap[str, Job] = field(default_factory=FMap)
+    tasks: FMap[TaskId, Task] = field(default_factory=FMap)
+    allocs: FMap[str, Alloc] = field(default_factory=FMap)
+    quotas: FMap[QuotaKey, Resources] = field(default_factory=FMap)
+
+    def with_(self, **changes: Any) -> CellState:
+        return replace(self, **changes)
+
+    # --- queries used by actions, invariants and the scheduler ---
+
+    def tasks_of(self, job: str) -> list[Task]:
+        return [t for t in self.tasks.values() if t.id.job == job]
+
+    def latest(self, job: str, index: int) -> Task | None:
+        """The newest incarnation of one task index."""
+        best: Task | None = None
+        for t in self.tasks.values():
+            if t.id.job == job and t.id.index == index:
+                if best is None or t.id.incarnation > best.id.incarnation:
+                    best = t
+        return best
+
+    def live_indices(self, job: str) -> dict[int, Task]:
+        """index -> newest incarnation, for every index of the job."""
+        out: dict[int, Task] = {}
+        for t in self.tasks.values():
+            if t.id.job == job:
+                cur = out.get(t.id.index)
+                if cur is None or t.id.incarnation > cur.id.incarnation:
+                    out[t.id.index] = t
+        return out
+
+    def running_on(self, machine: str) -> list[Task]:
+        return [
+            t for t in self.tasks.values() if t.state is TaskState.RUNNING and t.machine == machine
+        ]
+
+    def allocs_on(self, machine: str) -> list[Alloc]:
+        return [a for a in self.allocs.values() if a.machine == machine]
+
+    def machine_reserved(self, machine: str, min_priority: int | None = None) -> Resources:
+        """What RUNNING tasks outside allocs, and allocs, reserve on a machine.
+
+        With `min_priority`, count only what is held at that priority or above.
+        """
+        parts: list[Resources] = []
+        for t in self.running_on(machine):
+            job = self.jobs.get(t.id.job)
+            if job is not None and job.alloc is not None:
+                continue  # counted through its alloc
+            if min_priority is None or t.priority >= min_priority:
+                parts.append(t.request)
+        for a in self.allocs_on(machine):
+            if min_priority is None or a.priority >= min_priority:
+                parts.append(a.resources)
+        return total(parts)
+
+    def alloc_used(self, alloc: str) -> Resources:
+        parts = []
+        for t in self.tasks.values():
+            if t.state is TaskState.RUNNING:
+                job = self.jobs.get(t.id.job)
+                if job is not None and job.alloc == alloc:
+                    parts.append(t.request)
+        return total(parts)
+
+    def quota_for(self, user: str, band: Band) -> Resources | None:
+        """The quota that applies, or None: unlimited (no entry for the user nor for '*')."""
+        if band is Band.BEST_EFFORT:
+            return None  # Borg: quota at the lowest priority is effectively unlimited
+        q = self.quotas.get(QuotaKey(user, band))
+        if q is None:
+            q = self.quotas.get(QuotaKey("*", band))
+        return q
+
+    def quota_used(self, user: str, band: Band, excluding: str | None = None) -> Resources:
+        """The total request of the user's admitted jobs in a band."""
+        return total(
+            j.total_request()
+            for j in self.jobs.values()
+            if j.user == user and j.band is band and j.key != excluding
+        )
