@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
@@ -140,7 +140,7 @@ def total(rs: Iterable[Resources]) -> Resources:
 # --- priorities ------------------------------------------------------------------------
 
 
-class Band(str, Enum):
+class Band(StrEnum):
     """Borg's priority bands, from the least to the most important."""
 
     BEST_EFFORT = "best_effort"  # also called "free" or "testing"
@@ -200,7 +200,7 @@ class Machine:
 # --- jobs and tasks --------------------------------------------------------------------
 
 
-class ConstraintOp(str, Enum):
+class ConstraintOp(StrEnum):
     EQ = "eq"
     NE = "ne"
     IN = "in"
@@ -229,13 +229,13 @@ class Constraint:
         return f"{self.attr} {self.op.value} {'|'.join(self.values)}"
 
 
-class RestartPolicy(str, Enum):
+class RestartPolicy(StrEnum):
     NEVER = "never"
     ON_FAILURE = "on_failure"  # restart after fail or lost, not after finish
     ALWAYS = "always"  # restart after fail, lost or finish (a service)
 
 
-class AppClass(str, Enum):
+class AppClass(StrEnum):
     LATENCY_SENSITIVE = "latency_sensitive"
     BATCH = "batch"
 
@@ -270,13 +270,13 @@ def job_key(user: str, name: str) -> str:
     return f"{user}/{name}"
 
 
-class TaskState(str, Enum):
+class TaskState(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     DEAD = "DEAD"
 
 
-class DeathCause(str, Enum):
+class DeathCause(StrEnum):
     """Why a task is DEAD: the action that put it there."""
 
     FINISHED = "finished"

@@ -1,0 +1,404 @@
+"""The actions of the cell: pure functions `action(state, ...) -> new state | None`.
+
+Each action reads like a TLA+ action: the guard first (return None when it is false), then
+the new values; everything not named stays unchanged because states are immutable. Faults
+(evict, fail, lost, machine_down) are actions like any other. The guard and effect of each
+action are restated in its docstring's first two lines, from which docs/spec.md is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import Enum, StrEnum
+from typing import Any
+
+from .model import (
+    MAX_PRIORITY,
+    Alloc,
+    CellState,
+    DeathCause,
+    Job,
+    Machine,
+    Resources,
+    RestartPolicy,
+    Task,
+    TaskId,
+    TaskState,
+    may_preempt,
+)
+
+
+class EvictReason(StrEnum):
+    PREEMPTION = "preemption"  # a higher-priority task needs the room
+    MAINTENANCE = "maintenance"  # the machine is being drained (OS upgrade, removal)
+    RECLAMATION = "reclamation"  # the reclaimed resources a non-prod task used are needed back
+    MACHINE_FAILURE = "machine_failure"  # the machine is failing but still reachable
+
+
+# --- helpers shared by the guards --------------------------------------------------------
+
+
+def _next_incarnation(state: CellState, job: str, index: int) -> int:
+    prev = state.latest(job, index)
+    return 0 if prev is None else prev.id.incarnation + 1
+
+
+def _is_latest(state: CellState, task: Task) -> bool:
+    latest = state.latest(task.id.job, task.id.index)
+    return latest is not None and latest.id == task.id
+
+
+def job_is_valid(job: Job) -> bool:
+    return (
+        bool(job.user)
+        and bool(job.name)
+        and job.task_count >= 0
+        and 0 <= job.priority <= MAX_PRIORITY
+        and job.request.is_nonnegative()
+    )
+
+
+def fits_quota(state: CellState, job: Job) -> bool:
+    """Would the user's jobs in this band, with `job` in place of its old version, fit quota?"""
+    quota = state.quota_for(job.user, job.band)
+    if quota is None:
+        return True
+    used = state.quota_used(job.user, job.band, excluding=job.key)
+    return (used + job.total_request()).fits_in(quota)
+
+
+def machine_free(state: CellState, machine: str) -> Resources:
+    """Capacity minus every reservation on the machine (tasks outside allocs, and allocs)."""
+    return state.machines[machine].capacity - state.machine_reserved(machine)
+
+
+def task_fits(state: CellState, task: Task, job: Job, machine: Machine) -> bool:
+    """Constraints hold and the request fits in what is free (in the alloc, if the job has one)."""
+    if not all(c.holds(machine) for c in job.constraints):
+        return False
+    if job.alloc is not None:
+        alloc = state.allocs.get(job.alloc)
+        if alloc is None or alloc.machine != machine.name:
+            return False
+        return (state.alloc_used(alloc.name) + job.request).fits_in(alloc.resources)
+    return job.request.fits_in(machine_free(state, machine.name))
+
+
+def _new_task(job: Job, index: int, incarnation: int) -> Task:
+    return Task(
+        id=TaskId(job.key, index, incarnation),
+        state=TaskState.PENDING,
+        priority=job.priority,
+        request=job.request,
+    )
+
+
+def _dead(task: Task, cause: DeathCause) -> Task:
+    return replace(task, state=TaskState.DEAD, machine=None, cause=cause)
+
+
+# --- job lifecycle -----------------------------------------------------------------------
+
+
+def submit(state: CellState, job: Job) -> CellState | None:
+    """Guard: the job is valid, no job of that name exists, its alloc exists, and it fits the user's quota in its band.
+    Effect: the job is admitted and each index gets a PENDING task (a new incarnation if the index ran before)."""
+    if not job_is_valid(job) or job.key in state.jobs:
+        return None
+    if job.alloc is not None and job.alloc not in state.allocs:
+        return None
+    if not fits_quota(state, job):
+        return None
+    job = replace(job, version=0)
+    tasks = {
+        t.id: t
+        for t in (
+            _new_task(job, i, _next_incarnation(state, job.key, i)) for i in range(job.task_count)
+        )
+    }
+    return state.with_(jobs=state.jobs.set(job.key, job), tasks=state.tasks.update(tasks))
+
+
+def kill_job(state: CellState, job_key: str) -> CellState | None:
+    """Guard: the job exists.
+    Effect: every PENDING or RUNNING task of the job becomes DEAD (killed) and the job is removed."""
+    if job_key not in state.jobs:
+        return None
+    dead = {
+        t.id: _dead(t, DeathCause.KILLED)
+        for t in state.tasks_of(job_key)
+        if t.state is not TaskState.DEAD
+    }
+    return state.with_(jobs=state.jobs.remove(job_key), tasks=state.tasks.update(dead))
+
+
+def update(
+    state: CellState,
+    job_key: str,
+    task_count: int | None = None,
+    request: Resources | None = None,
+) -> CellState | None:
+    """Guard: the job exists, something changes, the new job is valid and fits quota.
+    Effect: new indices get PENDING tasks, indices beyond the new count are killed; running tasks keep their old request until rolled."""
+    old = state.jobs.get(job_key)
+    if old is None:
+        return None
+    new = replace(
+        old,
+        task_count=old.task_count if task_count is None else task_count,
+        request=old.request if request is None else request,
+        version=old.version + 1,
+    )
+    if (new.task_count, new.request) == (old.task_count, old.request):
+        return None
+    if not job_is_valid(new) or not fits_quota(state, new):
+        return None
+    changes: dict[TaskId, Task] = {}
+    live = state.live_indices(job_key)
+    for i in range(new.task_count):
+        cur = live.get(i)
+        if cur is None or (i >= old.task_count and cur.state is TaskState.DEAD):
+            changes_id = _new_task(new, i, _next_incarnation(state, job_key, i))
+            changes[changes_id.id] = changes_id
+        elif cur.state is TaskState.PENDING and cur.request != new.request:
+            changes[cur.id] = replace(cur, request=new.request)  # not placed yet: no roll needed
+    for i, cur in live.items():
+        if i >= new.task_count and cur.state is not TaskState.DEAD:
+            changes[cur.id] = _dead(cur, DeathCause.KILLED)
+    return state.with_(jobs=state.jobs.set(job_key, new), tasks=state.tasks.update(changes))
+
+
+def roll(state: CellState, task_id: TaskId) -> CellState | None:
+    """Guard: the task is RUNNING with a request older than its job's.
+    Effect: the task is killed and a new incarnation with the job's current request becomes PENDING (one step of a rolling update)."""
+    task = state.tasks.get(task_id)
+    if task is None or task.state is not TaskState.RUNNING:
+        return None
+    job = state.jobs.get(task_id.job)
+    if job is None or task.request == job.request:
+        return None
+    nxt = _new_task(job, task_id.index, task_id.incarnation + 1)
+    return state.with_(
+        tasks=state.tasks.update({task_id: _dead(task, DeathCause.KILLED), nxt.id: nxt})
+    )
+
+
+# --- task lifecycle ----------------------------------------------------------------------
+
+
+def schedule(state: CellState, task_id: TaskId, machine: str) -> CellState | None:
+    """Guard: the task is PENDING, its job exists, the machine is up, the constraints hold and the request fits what is free.
+    Effect: the task is RUNNING on the machine with its job's current request."""
+    task = state.tasks.get(task_id)
+    if task is None or task.state is not TaskState.PENDING:
+        return None
+    job = state.jobs.get(task_id.job)
+    m = state.machines.get(machine)
+    if job is None or m is None or not m.up:
+        return None
+    if not task_fits(state, task, job, m):
+        return None
+    placed = replace(task, state=TaskState.RUNNING, machine=machine, request=job.request)
+    return state.with_(tasks=state.tasks.set(task_id, placed))
+
+
+def evict(
+    state: CellState,
+    task_id: TaskId,
+    reason: EvictReason,
+    preemptor: TaskId | None = None,
+) -> CellState | None:
+    """Guard: the task is RUNNING; for preemption, the preemptor is PENDING and may preempt it (higher priority, not both prod).
+    Effect: the task goes back to PENDING, same incarnation, with no machine."""
+    task = state.tasks.get(task_id)
+    if task is None or task.state is not TaskState.RUNNING:
+        return None
+    if reason is EvictReason.PREEMPTION:
+        p = state.tasks.get(preemptor) if preemptor is not None else None
+        if p is None or p.state is not TaskState.PENDING:
+            return None
+        if not may_preempt(p.priority, task.priority):
+            return None
+    elif preemptor is not None:
+        return None
+    return state.with_(
+        tasks=state.tasks.set(task_id, replace(task, state=TaskState.PENDING, machine=None))
+    )
+
+
+def _running_to_dead(state: CellState, task_id: TaskId, cause: DeathCause) -> CellState | None:
+    task = state.tasks.get(task_id)
+    if task is None or task.state is not TaskState.RUNNING:
+        return None
+    return state.with_(tasks=state.tasks.set(task_id, _dead(task, cause)))
+
+
+def finish(state: CellState, task_id: TaskId) -> CellState | None:
+    """Guard: the task is RUNNING.
+    Effect: the task is DEAD (finished: its program exited 0)."""
+    return _running_to_dead(state, task_id, DeathCause.FINISHED)
+
+
+def fail(state: CellState, task_id: TaskId) -> CellState | None:
+    """Guard: the task is RUNNING.
+    Effect: the task is DEAD (failed: its program exited non-zero and its borglet gave up restarting it in place)."""
+    return _running_to_dead(state, task_id, DeathCause.FAILED)
+
+
+def lost(state: CellState, task_id: TaskId) -> CellState | None:
+    """Guard: the task is RUNNING.
+    Effect: the task is DEAD (lost: its borglet no longer knows it, or its machine went down)."""
+    return _running_to_dead(state, task_id, DeathCause.LOST)
+
+
+def kill(state: CellState, task_id: TaskId) -> CellState | None:
+    """Guard: the task is PENDING or RUNNING.
+    Effect: the task is DEAD (killed by a user or the master)."""
+    task = state.tasks.get(task_id)
+    if task is None or task.state is TaskState.DEAD:
+        return None
+    return state.with_(tasks=state.tasks.set(task_id, _dead(task, DeathCause.KILLED)))
+
+
+def restart_allowed(policy: RestartPolicy, cause: DeathCause | None) -> bool:
+    if cause in (DeathCause.FAILED, DeathCause.LOST):
+        return policy in (RestartPolicy.ON_FAILURE, RestartPolicy.ALWAYS)
+    if cause is DeathCause.FINISHED:
+        return policy is RestartPolicy.ALWAYS
+    return False  # killed tasks stay dead
+
+
+def restart(state: CellState, task_id: TaskId) -> CellState | None:
+    """Guard: the task is the newest incarnation of its index, DEAD, its job still wants the index, and the job's restart policy allows it after that cause.
+    Effect: a new incarnation of the index becomes PENDING; the old one stays DEAD."""
+    task = state.tasks.get(task_id)
+    if task is None or task.state is not TaskState.DEAD or not _is_latest(state, task):
+        return None
+    job = state.jobs.get(task_id.job)
+    if job is None or task_id.index >= job.task_count:
+        return None
+    if not restart_allowed(job.restart_policy, task.cause):
+        return None
+    nxt = _new_task(job, task_id.index, task_id.incarnation + 1)
+    return state.with_(tasks=state.tasks.set(nxt.id, nxt))
+
+
+# --- machines ----------------------------------------------------------------------------
+
+
+def machine_add(state: CellState, machine: Machine) -> CellState | None:
+    """Guard: no machine of that name is in the cell.
+    Effect: the machine joins the cell, up."""
+    if machine.name in state.machines:
+        return None
+    return state.with_(machines=state.machines.set(machine.name, replace(machine, up=True)))
+
+
+def machine_remove(state: CellState, name: str) -> CellState | None:
+    """Guard: the machine exists, runs no task and holds no alloc (drain it first).
+    Effect: the machine leaves the cell."""
+    if name not in state.machines or state.running_on(name) or state.allocs_on(name):
+        return None
+    return state.with_(machines=state.machines.remove(name))
+
+
+def machine_down(state: CellState, name: str) -> CellState | None:
+    """Guard: the machine is up.
+    Effect: the machine is down and every task RUNNING on it is DEAD (lost)."""
+    m = state.machines.get(name)
+    if m is None or not m.up:
+        return None
+    lost_tasks = {t.id: _dead(t, DeathCause.LOST) for t in state.running_on(name)}
+    return state.with_(
+        machines=state.machines.set(name, replace(m, up=False)),
+        tasks=state.tasks.update(lost_tasks),
+    )
+
+
+def machine_up(state: CellState, name: str) -> CellState | None:
+    """Guard: the machine is down.
+    Effect: the machine is up again, running nothing."""
+    m = state.machines.get(name)
+    if m is None or m.up:
+        return None
+    return state.with_(machines=state.machines.set(name, replace(m, up=True)))
+
+
+# --- allocs ------------------------------------------------------------------------------
+
+
+def alloc_create(state: CellState, alloc: Alloc) -> CellState | None:
+    """Guard: the name is new, the machine is up and the alloc's resources fit what is free there.
+    Effect: the resources are reserved on the machine."""
+    if alloc.name in state.allocs or not 0 <= alloc.priority <= MAX_PRIORITY:
+        return None
+    m = state.machines.get(alloc.machine)
+    if m is None or not m.up or not alloc.resources.is_nonnegative():
+        return None
+    if not alloc.resources.fits_in(machine_free(state, alloc.machine)):
+        return None
+    return state.with_(allocs=state.allocs.set(alloc.name, alloc))
+
+
+def alloc_delete(state: CellState, name: str) -> CellState | None:
+    """Guard: the alloc exists and no job runs in it.
+    Effect: its reservation is released."""
+    if name not in state.allocs or any(j.alloc == name for j in state.jobs.values()):
+        return None
+    return state.with_(allocs=state.allocs.remove(name))
+
+
+# --- the action table --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action applied with its arguments: the unit of a trace."""
+
+    action: str
+    args: tuple[Any, ...]
+
+    def __str__(self) -> str:
+        return f"{self.action}({', '.join(_short(a) for a in self.args)})"
+
+
+def _short(a: Any) -> str:
+    if isinstance(a, Job):
+        return f"Job({a.key}, prio={a.priority}, n={a.task_count}, req={a.request})"
+    if isinstance(a, Machine):
+        return f"Machine({a.name})"
+    if isinstance(a, Alloc):
+        return f"Alloc({a.name}@{a.machine}, {a.resources})"
+    if isinstance(a, Enum):
+        return str(a.value)
+    return str(a)
+
+
+ACTIONS: dict[str, Callable[..., CellState | None]] = {
+    "submit": submit,
+    "kill_job": kill_job,
+    "update": update,
+    "roll": roll,
+    "schedule": schedule,
+    "evict": evict,
+    "finish": finish,
+    "fail": fail,
+    "lost": lost,
+    "kill": kill,
+    "restart": restart,
+    "machine_add": machine_add,
+    "machine_remove": machine_remove,
+    "machine_down": machine_down,
+    "machine_up": machine_up,
+    "alloc_create": alloc_create,
+    "alloc_delete": alloc_delete,
+}
+
+
+def apply(
+    state: CellState, step: Step, actions: dict[str, Callable[..., Any]] | None = None
+) -> CellState | None:
+    """Apply one step; None when its guard is false."""
+    table = ACTIONS if actions is None else actions
+    return table[step.action](state, *step.args)
