@@ -1,0 +1,1 @@
+"""The borglet: runs, isolates, restarts and reports the tasks of one machine."""

@@ -1,0 +1,1 @@
+"""Example task programs run by Minborg jobs."""

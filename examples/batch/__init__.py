@@ -1,0 +1,1 @@
+"""A batch task that computes for a while and exits."""

@@ -1,0 +1,1 @@
+"""A small HTTP service task: hello, health, metrics and an optional CPU cost per request."""

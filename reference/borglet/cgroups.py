@@ -1,0 +1,166 @@
+"""Per-task cgroup v1 groups under the borglet's own group: limits, usage, OOM counts, cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+# memory: the limit and OOM kills; cpu: the CFS quota; cpuacct: CPU usage; pids: the member list.
+CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
+CFS_PERIOD_US = 100_000
+MIN_CFS_QUOTA_US = 1_000  # the kernel refuses quotas below 1 ms
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """/proc/<pid>/cgroup of v1 hierarchies -> {controller: path inside its hierarchy}."""
+    groups: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3 or not parts[1]:
+            continue  # the v2 line "0::/" has no controllers
+        for controller in parts[1].split(","):
+            groups[controller] = parts[2]
+    return groups
+
+
+def cfs_quota_us(cpu_milli: int, period_us: int = CFS_PERIOD_US) -> int:
+    """CFS quota for a milli-CPU request; -1 (unlimited) for a request of 0."""
+    if cpu_milli <= 0:
+        return -1
+    return max(MIN_CFS_QUOTA_US, cpu_milli * period_us // 1000)
+
+
+def parse_oom_kills(oom_control: str) -> int | None:
+    """The 'oom_kill N' counter of memory.oom_control, or None on kernels without it."""
+    for line in oom_control.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill":
+            return int(value)
+    return None
+
+
+class CgroupTree:
+    """The borglet's subtree `<own group>/minborg-<machine>` in each v1 hierarchy it uses."""
+
+    def __init__(self, machine: str, root: str = "/sys/fs/cgroup", self_cgroup: str | None = None):
+        own = parse_proc_cgroup(self_cgroup or Path("/proc/self/cgroup").read_text())
+        self.bases: dict[str, Path] = {}
+        for controller in CONTROLLERS:
+            mount = Path(root) / controller
+            if controller in own and mount.is_dir():
+                # Where cpu and cpuacct share a hierarchy both names reach the same directory;
+                # creating it twice is harmless (exist_ok) and removing it twice is ignored.
+                self.bases[controller] = mount / own[controller].lstrip("/") / f"minborg-{machine}"
+
+    def usable(self) -> str | None:
+        """None when every needed hierarchy is writable, else why not."""
+        for needed in ("memory", "cpu", "cpuacct"):
+            if needed not in self.bases:
+                return f"cgroup v1 hierarchy {needed!r} is not mounted"
+        probe = f"probe-{os.getpid()}"
+        try:
+            group = self.create(probe, cpu_milli=100, ram_bytes=64 * 1024 * 1024)
+        except OSError as err:
+            return f"cannot create cgroups: {err}"
+        remove_group(group)
+        return None
+
+    def create(self, name: str, cpu_milli: int, ram_bytes: int) -> dict[str, str]:
+        """Create the task's groups and set its limits; returns {controller: absolute path}."""
+        group: dict[str, str] = {}
+        for controller, base in self.bases.items():
+            path = base / name
+            path.mkdir(parents=True, exist_ok=True)
+            group[controller] = str(path)
+        if ram_bytes > 0:
+            _write(group["memory"], "memory.limit_in_bytes", str(ram_bytes))
+        _write(group["cpu"], "cpu.cfs_period_us", str(CFS_PERIOD_US))
+        _write(group["cpu"], "cpu.cfs_quota_us", str(cfs_quota_us(cpu_milli)))
+        return group
+
+    def remove_bases(self) -> None:
+        """Remove the borglet's own subtree where empty (at exit); busy ones stay."""
+        for base in self.bases.values():
+            try:
+                base.rmdir()
+            except OSError:
+                pass
+
+
+def _write(directory: str, name: str, value: str) -> None:
+    with open(os.path.join(directory, name), "w") as handle:
+        handle.write(value)
+
+
+def _read(directory: str, name: str) -> str | None:
+    try:
+        with open(os.path.join(directory, name)) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def join_preexec(group: dict[str, str]) -> Callable[[], None]:
+    """A Popen preexec_fn that moves the child into the group before it execs the task.
+
+    Runs between fork and exec, so it only uses raw os calls on precomputed byte paths.
+    """
+    paths = [os.path.join(p, "cgroup.procs").encode() for p in dict.fromkeys(group.values())]
+
+    def join() -> None:
+        pid = str(os.getpid()).encode()
+        for path in paths:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+
+    return join
+
+
+def members(group: dict[str, str]) -> list[int]:
+    """Pids in the task's group (the memory hierarchy holds every process of the task)."""
+    directory = group.get("memory") or next(iter(group.values()), None)
+    text = _read(directory, "cgroup.procs") if directory else None
+    return [int(line) for line in (text or "").split()]
+
+
+def cpu_ns(group: dict[str, str]) -> int | None:
+    text = _read(group.get("cpuacct", ""), "cpuacct.usage")
+    return int(text) if text and text.strip() else None
+
+
+def ram_bytes(group: dict[str, str]) -> int | None:
+    text = _read(group.get("memory", ""), "memory.usage_in_bytes")
+    return int(text) if text and text.strip() else None
+
+
+def oom_kills(group: dict[str, str]) -> int:
+    """OOM kills in the group so far; falls back to the limit-hit count on older kernels."""
+    text = _read(group.get("memory", ""), "memory.oom_control") or ""
+    kills = parse_oom_kills(text)
+    if kills is not None:
+        return kills
+    failcnt = _read(group.get("memory", ""), "memory.failcnt")
+    return int(failcnt) if failcnt and failcnt.strip() else 0
+
+
+def remove_group(group: dict[str, str]) -> bool:
+    """Kill what is left in the group and remove its directories; False if some remain."""
+    for pid in members(group):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    removed = True
+    for path in dict.fromkeys(group.values()):
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            removed = False
+    return removed

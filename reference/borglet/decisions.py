@@ -1,0 +1,110 @@
+"""Pure borglet decisions: reconcile desired vs actual, restarts and backoff, memory-pressure victims."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+BACKOFF_INITIAL_S = 0.1
+BACKOFF_CAP_S = 10.0
+# A run at least this long counts as healthy: the next failure starts the backoff from scratch.
+BACKOFF_RESET_AFTER_S = 10.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a sync asks of the supervisor. Lists keep the order of the inputs for determinism."""
+
+    start: tuple[str, ...] = ()
+    kill: tuple[str, ...] = ()
+    forget: tuple[str, ...] = ()
+    restore: tuple[str, ...] = ()
+
+
+def reconcile(
+    desired: Iterable[str], active: Mapping[str, bool], ended_before: Iterable[str] = ()
+) -> Plan:
+    """Decide what to start, kill and forget.
+
+    desired: task ids the master lists; active: every known task id -> whether its process is
+    still wanted alive by us (False once it ended or is being killed); ended_before: ids this
+    borglet ran and forgot. A task id is started at most once, so a forgotten id that is listed
+    again is restored as ended instead of started.
+    """
+    desired_list = list(dict.fromkeys(desired))
+    wanted = set(desired_list)
+    gone = set(ended_before)
+    start = tuple(t for t in desired_list if t not in active and t not in gone)
+    restore = tuple(t for t in desired_list if t not in active and t in gone)
+    kill = tuple(t for t, alive in active.items() if t not in wanted and alive)
+    forget = tuple(t for t, alive in active.items() if t not in wanted and not alive)
+    return Plan(start=start, kill=kill, forget=forget, restore=restore)
+
+
+def should_restart(policy: str, exit_code: int | None, killed_by_borglet: bool) -> bool:
+    """Restart in place by policy. A kill the borglet made itself is never undone by a restart."""
+    if killed_by_borglet:
+        return False
+    if policy == "always":
+        return True
+    if policy == "on_failure":
+        return exit_code != 0
+    return False
+
+
+def backoff_delay(attempt: int) -> float:
+    """Seconds to wait before restart number `attempt` (0-based): 0.1 s doubling, capped at 10 s."""
+    if attempt < 0:
+        raise ValueError("attempt must be >= 0")
+    # Cap the exponent first so huge attempt counts cannot overflow the float.
+    return min(BACKOFF_INITIAL_S * (2 ** min(attempt, 20)), BACKOFF_CAP_S)
+
+
+def next_attempt(previous_attempt: int, ran_for_s: float) -> int:
+    """The backoff attempt number after a run of `ran_for_s`: a long run resets it."""
+    return 0 if ran_for_s >= BACKOFF_RESET_AFTER_S else previous_attempt + 1
+
+
+def ended_state(
+    exit_code: int | None, oom: bool, kill_reason: str | None
+) -> tuple[str, str | None]:
+    """(state, reason) of a task whose process is gone and will not be restarted."""
+    if kill_reason is not None:
+        return "KILLED", kill_reason
+    if oom:
+        return "FAILED", "oom"
+    if exit_code == 0:
+        return "FINISHED", None
+    if exit_code is None:
+        return "FAILED", "exit_unobserved"
+    if exit_code < 0:
+        return "FAILED", f"signal {-exit_code}"
+    return "FAILED", f"exit {exit_code}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A running task as memory-pressure victim selection sees it."""
+
+    task_id: str
+    priority: int
+    ram_bytes: int
+    started_at: float
+
+
+def memory_pressure_victims(candidates: Iterable[Candidate], capacity_ram: int) -> list[str]:
+    """Tasks to kill, lowest priority first, until summed RAM usage is within capacity.
+
+    Within one priority the youngest task goes first: it has done the least work, and the
+    oldest tasks are the ones users expect to be stable. Ties fall back to task id.
+    """
+    tasks = list(candidates)
+    total = sum(c.ram_bytes for c in tasks)
+    victims: list[str] = []
+    order = sorted(tasks, key=lambda c: (c.priority, -c.started_at, c.task_id))
+    for candidate in order:
+        if total <= capacity_ram:
+            break
+        victims.append(candidate.task_id)
+        total -= candidate.ram_bytes
+    return victims

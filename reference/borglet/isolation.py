@@ -1,0 +1,129 @@
+"""Task isolation strategies: cgroup v1 groups where writable, else rlimits; chosen at startup."""
+
+from __future__ import annotations
+
+import logging
+import resource
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+
+from reference.borglet import cgroups
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Cumulative CPU time (ns) and current RAM (bytes) of one task."""
+
+    cpu_ns: int
+    ram_bytes: int
+
+
+class Isolation:
+    """What the supervisor needs from an isolation strategy."""
+
+    name = "none"
+
+    def prepare(self, key: str, cpu_milli: int, ram_bytes: int) -> dict[str, str]:
+        """Set up the task's container; returns what `preexec`/`sample`/`release` need later."""
+        return {}
+
+    def preexec(self, group: dict[str, str], ram_bytes: int) -> Callable[[], None] | None:
+        return None
+
+    def sample(self, group: dict[str, str], pid: int | None) -> Sample:
+        return tree_sample(pid)
+
+    def oom_kills(self, group: dict[str, str]) -> int:
+        return 0
+
+    def release(self, group: dict[str, str]) -> bool:
+        """Tear down the container after the task ended; False to retry later."""
+        return True
+
+    def close(self) -> None:
+        """Called at borglet exit."""
+
+
+class RlimitIsolation(Isolation):
+    """No containers: an address-space rlimit from the RAM request, usage from psutil."""
+
+    name = "rlimit"
+
+    def preexec(self, group: dict[str, str], ram_bytes: int) -> Callable[[], None] | None:
+        if ram_bytes <= 0:
+            return None
+
+        def limit() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (ram_bytes, ram_bytes))
+
+        return limit
+
+
+class CgroupIsolation(Isolation):
+    """One cgroup per task in each v1 hierarchy: memory limit, CFS quota, cpuacct usage."""
+
+    name = "cgroup"
+
+    def __init__(self, tree: cgroups.CgroupTree):
+        self.tree = tree
+
+    def prepare(self, key: str, cpu_milli: int, ram_bytes: int) -> dict[str, str]:
+        return self.tree.create(key, cpu_milli, ram_bytes)
+
+    def preexec(self, group: dict[str, str], ram_bytes: int) -> Callable[[], None] | None:
+        return cgroups.join_preexec(group)
+
+    def sample(self, group: dict[str, str], pid: int | None) -> Sample:
+        cpu = cgroups.cpu_ns(group)
+        ram = cgroups.ram_bytes(group)
+        if cpu is None or ram is None:
+            return tree_sample(pid)
+        return Sample(cpu_ns=cpu, ram_bytes=ram)
+
+    def oom_kills(self, group: dict[str, str]) -> int:
+        return cgroups.oom_kills(group) if group else 0
+
+    def release(self, group: dict[str, str]) -> bool:
+        return cgroups.remove_group(group) if group else True
+
+    def close(self) -> None:
+        self.tree.remove_bases()
+
+
+def choose(mode: str, machine: str) -> Isolation:
+    """'cgroup', 'rlimit', or 'auto' (cgroup when the hierarchies are writable)."""
+    if mode == "rlimit":
+        return RlimitIsolation()
+    tree = cgroups.CgroupTree(machine)
+    problem = tree.usable()
+    if problem is None:
+        return CgroupIsolation(tree)
+    if mode == "cgroup":
+        raise SystemExit(f"--isolation cgroup: {problem}; use --isolation rlimit or auto")
+    log.warning("falling back to rlimit isolation: %s", problem)
+    return RlimitIsolation()
+
+
+def tree_sample(pid: int | None) -> Sample:
+    """CPU and RSS summed over a process and its descendants (the rlimit-mode usage)."""
+    if pid is None:
+        return Sample(0, 0)
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return Sample(0, 0)
+    cpu = 0.0
+    ram = 0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+            cpu += times.user + times.system
+            ram += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return Sample(cpu_ns=int(cpu * 1e9), ram_bytes=ram)

@@ -1,0 +1,84 @@
+"""Thin wrappers over OS processes: spawn a task, find a free port, check identity, signal a session."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+from collections.abc import Callable, Mapping
+from hashlib import sha1
+
+import psutil
+
+# Process start times agree to within this many seconds between two psutil reads.
+CREATE_TIME_TOLERANCE_S = 0.05
+
+
+def sanitize(task_id: str) -> str:
+    """A file-system-safe, collision-free name for a task id: 'alice/web/3#0' -> 'alice_web_3_0-1a2b3c4d'."""
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "_", task_id).strip("._") or "task"
+    return f"{clean[:80]}-{sha1(task_id.encode()).hexdigest()[:8]}"
+
+
+def free_port(taken: frozenset[int] | set[int] = frozenset()) -> int:
+    """A port on 127.0.0.1 nothing listens on now, avoiding ports already given to tasks."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in taken:
+            return port
+    raise OSError("no free port found on 127.0.0.1")
+
+
+def spawn(
+    command: list[str],
+    env: Mapping[str, str],
+    cwd: str | None,
+    log_path: str,
+    preexec: Callable[[], None] | None,
+) -> subprocess.Popen:
+    """Start a task in its own session with stdout and stderr appended to its log file."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            command,
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=preexec,
+            close_fds=True,
+        )
+
+
+def create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def is_same_process(pid: int, started: float | None) -> bool:
+    """True when pid is alive (not a zombie) and is the process that started at `started`."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or abs(proc.create_time() - started) <= CREATE_TIME_TOLERANCE_S
+    except psutil.Error:
+        return False
+
+
+def signal_session(pid: int, sig: int) -> None:
+    """Signal the task's whole process group (its session leader's pgid is its pid)."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass

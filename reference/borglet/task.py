@@ -1,0 +1,90 @@
+"""The borglet's record of one task: runtime state, its report form and its persisted form."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference.borglet.protocol import ENDED_STATES, TaskSpec
+
+# Fields written to tasks.json; everything else is rebuilt after a borglet restart.
+_PERSISTED = (
+    "key", "state", "pid", "port", "exit_code", "restarts", "healthy", "started_at", "reason",
+    "group", "create_time", "kill_reason", "restart_at", "attempt", "oom_base", "ever_healthy",
+)  # fmt: skip
+
+
+@dataclass
+class Task:
+    """Mutable runtime state of one task id on this machine; guarded by the borglet's lock."""
+
+    spec: TaskSpec
+    key: str  # file-system-safe name for its log directory and cgroups
+    state: str = "STARTING"
+    pid: int | None = None
+    port: int = 0
+    exit_code: int | None = None
+    restarts: int = 0
+    healthy: bool | None = None
+    started_at: float = 0.0
+    reason: str | None = None
+    group: dict[str, str] = field(default_factory=dict)  # cgroup paths; empty in rlimit mode
+    create_time: float | None = None  # the process's start time, its identity across restarts
+    kill_reason: str | None = None  # set once the borglet decided to kill it
+    kill_deadline: float | None = None  # when SIGTERM escalates to SIGKILL
+    restart_at: float | None = None  # set while waiting out the restart backoff
+    attempt: int = 0  # backoff attempt of the next restart
+    oom_base: int = 0  # the group's OOM-kill count when the current process started
+    ever_healthy: bool = False
+    cpu_milli: int = 0
+    ram_bytes: int = 0
+    proc: subprocess.Popen | None = None  # None for processes adopted after a borglet restart
+    cpu_sample: tuple[float, int] | None = None  # (clock, cumulative CPU ns) of the last rate
+    next_probe_at: float = 0.0
+    probing: bool = False
+    release_pending: bool = False  # a cgroup that could not be removed yet
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+    def report(self) -> dict[str, Any]:
+        """The task's entry in the sync reply."""
+        return {
+            "task_id": self.spec.task_id,
+            "state": self.state,
+            "pid": self.pid,
+            "port": self.port,
+            "exit_code": self.exit_code,
+            "restarts": self.restarts,
+            "healthy": self.healthy,
+            "started_at": self.started_at,
+            "usage": {"cpu_milli": self.cpu_milli, "ram_bytes": self.ram_bytes},
+            "reason": self.reason,
+        }
+
+    def to_record(self) -> dict[str, Any]:
+        record = {name: getattr(self, name) for name in _PERSISTED}
+        record["spec"] = self.spec.model_dump(mode="json")
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Task:
+        values = {name: record[name] for name in _PERSISTED if name in record}
+        return cls(spec=TaskSpec.model_validate(record["spec"]), **values)
+
+    def tombstone(self) -> dict[str, Any]:
+        """What is kept after the task is forgotten, so its id is never started again."""
+        return {
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "restarts": self.restarts,
+            "started_at": self.started_at,
+            "port": self.port,
+        }
+
+    @classmethod
+    def from_tombstone(cls, spec: TaskSpec, key: str, stone: dict[str, Any]) -> Task:
+        return cls(spec=spec, key=key, **stone)
