@@ -1,0 +1,109 @@
+"""Tests of the borglet's small pure helpers: cgroup parsing, CFS quota, names, records, CLI."""
+
+import pytest
+
+from reference.borglet import cgroups, store
+from reference.borglet.cli import parse_listen
+from reference.borglet.processes import sanitize
+from reference.borglet.protocol import SyncRequest, TaskSpec
+from reference.borglet.task import Task
+
+PROC_CGROUP = """\
+9:name=systemd:/
+4:memory:/process_api/af91
+3:cpu,cpuacct:/user.slice
+8:pids:/
+0::/
+"""
+
+
+def test_parse_proc_cgroup_splits_joined_controllers_and_skips_v2():
+    assert cgroups.parse_proc_cgroup(PROC_CGROUP) == {
+        "name=systemd": "/",
+        "memory": "/process_api/af91",
+        "cpu": "/user.slice",
+        "cpuacct": "/user.slice",
+        "pids": "/",
+    }
+
+
+@pytest.mark.parametrize(
+    ("milli", "quota"),
+    [
+        (500, 50_000),  # half a core: 50 ms per 100 ms period
+        (2000, 200_000),  # two cores
+        (1, 1_000),  # below the kernel's 1 ms minimum: clamped up
+        (0, -1),  # no request: unlimited
+    ],
+)
+def test_cfs_quota(milli, quota):
+    assert cgroups.cfs_quota_us(milli) == quota
+
+
+def test_parse_oom_kills():
+    assert cgroups.parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n") == 2
+    assert cgroups.parse_oom_kills("oom_kill_disable 0\nunder_oom 0\n") is None
+
+
+def test_sanitize_is_safe_and_collision_free():
+    a, b = sanitize("alice/web/3#0"), sanitize("alice_web_3_0")
+    assert a.startswith("alice_web_3_0-") and "/" not in a
+    assert a != b
+    assert sanitize("../..").startswith("task-")
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("127.0.0.1:7001", ("127.0.0.1", 7001)),
+        (":0", ("127.0.0.1", 0)),
+        ("[::1]:80", ("[::1]", 80)),
+    ],
+)
+def test_parse_listen(text, address):
+    assert parse_listen(text) == address
+
+
+def test_parse_listen_rejects():
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_listen("localhost")
+
+
+SPEC = {
+    "task_id": "alice/web/3#0",
+    "job": "alice/web",
+    "index": 3,
+    "incarnation": 0,
+    "bns": "3.web.alice.local.minborg",
+    "command": ["python", "-m", "examples.hello_world.server"],
+    "env": {"K": "V"},
+    "cwd": None,
+    "port": 0,
+    "request": {"cpu": 500, "ram": 268435456},
+    "priority": 200,
+    "restart_policy": "on_failure",
+    "health_check": {"path": "/healthz", "interval_s": 1.0},
+}
+
+
+def test_sync_request_parses_the_protocol_example():
+    request = SyncRequest.model_validate({"master": "m1", "epoch": 17, "tasks": [SPEC]})
+    spec = request.tasks[0]
+    assert (spec.request.cpu, spec.request.ram, spec.health_check.interval_s) == (500, 2**28, 1.0)
+
+
+def test_task_record_round_trips_through_the_table(tmp_path):
+    task = Task(spec=TaskSpec.model_validate(SPEC), key=sanitize(SPEC["task_id"]))
+    task.pid, task.port, task.create_time, task.restarts = 1234, 4000, 1.5, 2
+    task.group = {"memory": "/sys/fs/cgroup/memory/x"}
+    path = str(tmp_path / "tasks.json")
+    store.save(path, {"epoch": 3, "tasks": {SPEC["task_id"]: task.to_record()}})
+    table = store.load(path)
+    again = Task.from_record(table["tasks"][SPEC["task_id"]])
+    assert table["epoch"] == 3
+    assert again.report() == task.report()
+    assert (again.group, again.create_time, again.spec) == (task.group, 1.5, task.spec)
+
+
+def test_store_load_of_a_missing_table_is_empty(tmp_path):
+    assert store.load(str(tmp_path / "none.json")) == {}
