@@ -1,0 +1,316 @@
+"""Read, write, lease and watch etcd keys through etcd3gw, failing over across endpoints.
+
+The wrapper adds to etcd3gw what a cell needs: a list of endpoints tried in turn, a timeout on
+every request, typed results with revisions, readable transactions (see `ops`), and a watch
+that survives member failures (see `watch`). Where etcd3gw drops what we need, the call goes
+straight to the same JSON gateway through etcd3gw's own request helper (`Etcd3Client.post`):
+
+- `get_prefix` and `revision`: etcd3gw's range helpers drop the response header, so the
+  revision a read reflects is lost; they post to `/v3/kv/range` instead.
+- `txn`: etcd3gw takes the raw request dict, so `ops` builds it; the response is parsed here.
+- `watch_prefix`: etcd3gw's watcher ignores compaction and cancellation, has no read timeout
+  and cannot resume, so `watch.PrefixWatch` speaks to `/v3/watch` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import etcd3gw
+import requests
+import urllib3
+from etcd3gw import exceptions as gw_exceptions
+from etcd3gw.lease import Lease as GwLease
+
+from reference.store import ops
+from reference.store.watch import PrefixWatch, WatchCallback
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 5.0
+# A refused or unanswered connect on loopback is immediate; a long connect timeout would
+# only delay the failover to the next member.
+DEFAULT_CONNECT_TIMEOUT_S = 1.0
+
+
+class StoreError(Exception):
+    """etcd refused a request (bad request, too many ops, ...); retrying will not help."""
+
+
+class StoreUnavailable(StoreError):
+    """No endpoint answered; the request was not applied (or, for a write, may be retried)."""
+
+
+class StoreOutcomeUnknown(StoreError):
+    """A transaction reached etcd but no answer came back: it may or may not have committed.
+
+    The caller must read the state again before deciding to retry.
+    """
+
+
+@dataclass(frozen=True)
+class Lease:
+    """An etcd lease: keys attached to it are deleted when it expires or is revoked."""
+
+    id: int
+    ttl: int
+
+
+def normalize_endpoint(endpoint: str) -> tuple[str, int]:
+    """'http://127.0.0.1:2379', '127.0.0.1:2379' -> ('127.0.0.1', 2379)."""
+    if "://" not in endpoint:
+        endpoint = "http://" + endpoint
+    parts = urlsplit(endpoint)
+    if parts.scheme != "http" or parts.hostname is None or parts.port is None:
+        raise ValueError(f"etcd endpoint must look like http://HOST:PORT, got {endpoint!r}")
+    return parts.hostname, parts.port
+
+
+def never_reached_server(exc: BaseException) -> bool:
+    """Whether a failed request provably never reached etcd (so a write may be retried).
+
+    True only for a connection that could not be opened (refused, connect timeout). A reset
+    or a read timeout after the request was sent leaves the outcome unknown.
+    """
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, requests.exceptions.ConnectTimeout):
+        return True
+    if isinstance(cause, requests.exceptions.ConnectionError) and cause.args:
+        reason = getattr(cause.args[0], "reason", None)
+        return isinstance(reason, urllib3.exceptions.NewConnectionError)
+    return False
+
+
+_RETRYABLE = (
+    gw_exceptions.ConnectionFailedError,
+    gw_exceptions.ConnectionTimeoutError,
+    gw_exceptions.InternalServerError,
+)
+
+
+class StoreClient:
+    """A client for one etcd cluster, given the client URLs of some or all of its members.
+
+    Each request goes to the endpoint that last answered; on a connection failure, a timeout
+    or a 5xx it moves to the next endpoint, at most once round the list. Reads, puts, deletes
+    and lease calls are safe to repeat; a transaction is repeated only if it never reached
+    etcd, otherwise `StoreOutcomeUnknown` is raised. Thread safe.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str] | str,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+    ) -> None:
+        if isinstance(endpoints, str):
+            endpoints = endpoints.split(",")
+        if not endpoints:
+            raise ValueError("at least one etcd endpoint is needed")
+        self.endpoints = [f"http://{h}:{p}" for h, p in map(normalize_endpoint, endpoints)]
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._gateways = [
+            etcd3gw.Etcd3Client(
+                host=host,
+                port=port,
+                # (connect, read): requests applies the read timeout to each socket read.
+                timeout=(connect_timeout, timeout),  # type: ignore[arg-type]
+                # etcd >= 3.4 serves /v3/; naming it saves a /version round trip.
+                api_path="/v3/",
+            )
+            for host, port in map(normalize_endpoint, self.endpoints)
+        ]
+        self._current = 0
+        self._lock = threading.Lock()
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def get(self, key: ops.Key) -> tuple[bytes, int] | None:
+        """The key's value and mod_revision, or None if it does not exist."""
+        kv = self.get_kv(key)
+        return None if kv is None else (kv.value, kv.mod_revision)
+
+    def get_kv(self, key: ops.Key) -> ops.KeyValue | None:
+        """The key with all its metadata (create_revision, lease, ...), or None."""
+        result = self._post("kv/range", {"key": ops.b64(key)})
+        kvs = result.get("kvs", [])
+        return ops.parse_kv(kvs[0]) if kvs else None
+
+    def get_prefix(self, prefix: ops.Key) -> tuple[list[tuple[bytes, bytes, int]], int]:
+        """Every (key, value, mod_revision) under `prefix`, sorted by key, and the revision
+        of the store the read reflects (start a watch at that revision + 1 to follow on)."""
+        result = self._post(
+            "kv/range",
+            {"key": ops.b64(prefix), "range_end": ops.b64(ops.prefix_range_end(prefix))},
+        )
+        kvs = [ops.parse_kv(kv) for kv in result.get("kvs", [])]
+        return [(kv.key, kv.value, kv.mod_revision) for kv in kvs], ops.header_revision(result)
+
+    def revision(self) -> int:
+        """The current revision of the store (a linearizable read)."""
+        return ops.header_revision(self._post("kv/range", {"key": ops.b64(b"\0"), "limit": 1}))
+
+    def put(self, key: ops.Key, value: ops.Key, lease: Lease | None = None) -> int:
+        """Write the key; returns the revision of the write."""
+        payload: dict[str, Any] = {"key": ops.b64(key), "value": ops.b64(value)}
+        if lease is not None:
+            payload["lease"] = str(lease.id)
+        return ops.header_revision(self._post("kv/put", payload))
+
+    def delete(self, key: ops.Key) -> bool:
+        """Delete the key; returns whether it existed."""
+        return bool(self._call(lambda gw: gw.delete(ops.to_bytes(key))))
+
+    def delete_prefix(self, prefix: ops.Key) -> int:
+        """Delete every key under `prefix`; returns how many there were."""
+        payload = {"key": ops.b64(prefix), "range_end": ops.b64(ops.prefix_range_end(prefix))}
+        return int(self._post("kv/deleterange", payload).get("deleted", 0))
+
+    def txn(
+        self,
+        compare: Sequence[ops.Compare],
+        success: Sequence[ops.Op],
+        failure: Sequence[ops.Op] = (),
+    ) -> tuple[bool, int]:
+        """Apply `success` if every compare holds, else `failure`, atomically.
+
+        Returns (succeeded, revision of the store after the transaction). Build the
+        arguments with `reference.store.ops`. Raises `StoreOutcomeUnknown` if the request
+        may have been applied but no answer came back.
+        """
+        result = self.txn_result(compare, success, failure)
+        return result.succeeded, result.revision
+
+    def txn_result(
+        self,
+        compare: Sequence[ops.Compare],
+        success: Sequence[ops.Op],
+        failure: Sequence[ops.Op] = (),
+    ) -> ops.TxnResult:
+        """`txn`, also returning the responses of the ops that ran (e.g. `ops.get` results)."""
+        request = ops.txn_request(list(compare), list(success), list(failure))
+        return ops.parse_txn(self._call(lambda gw: gw.transaction(request), idempotent=False))
+
+    # -- JSON values -------------------------------------------------------------------------
+
+    def put_json(self, key: ops.Key, document: Any, lease: Lease | None = None) -> int:
+        """Write `document` as compact, key-sorted JSON; returns the revision of the write."""
+        return self.put(key, dumps(document), lease)
+
+    def get_json(self, key: ops.Key) -> tuple[Any, int] | None:
+        """The key's value parsed as JSON and its mod_revision, or None if it does not exist."""
+        found = self.get(key)
+        return None if found is None else (json.loads(found[0]), found[1])
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def lease(self, ttl: int) -> Lease:
+        """Grant a lease of `ttl` seconds (etcd may raise it to its minimum TTL)."""
+        result = self._post("lease/grant", {"TTL": int(ttl), "ID": 0})
+        return Lease(id=int(result["ID"]), ttl=int(result["TTL"]))
+
+    def refresh(self, lease: Lease) -> int:
+        """Keep the lease alive; returns its new TTL in seconds, or -1 if it has expired."""
+        return self._call(lambda gw: GwLease(lease.id, gw).refresh())
+
+    def revoke(self, lease: Lease) -> None:
+        """Revoke the lease now, deleting its keys. Revoking an expired lease is not an error."""
+        try:
+            self._call(lambda gw: GwLease(lease.id, gw).revoke())
+        except StoreError as exc:
+            if "lease not found" not in str(exc):
+                raise
+
+    def time_to_live(self, lease: Lease) -> int:
+        """Seconds left on the lease as etcd sees it, or -1 if it has expired."""
+        result = self._post("kv/lease/timetolive", {"ID": str(lease.id)})
+        return int(result.get("TTL", -1))
+
+    # -- watches -----------------------------------------------------------------------------
+
+    def watch_prefix(
+        self,
+        prefix: ops.Key,
+        start_revision: int,
+        callback: WatchCallback,
+        *,
+        on_compacted: Callable[[int], None] | None = None,
+        idle_timeout: float = 5.0,
+    ) -> PrefixWatch:
+        """Follow every change under `prefix` from `start_revision` in a background thread.
+
+        `callback(events, revision)` gets the events of each revision in order; `events` is
+        empty for a progress notification (nothing changed up to `revision`). On a member
+        failure the watch reconnects to the next endpoint from the last delivered revision
+        + 1, so no event is lost or repeated. If that revision was compacted away,
+        `on_compacted(compact_revision)` is called and the watch ends: the caller must read
+        the prefix again and start a new watch. Call `.stop()` on the result.
+        """
+        return PrefixWatch(
+            self.endpoints,
+            prefix,
+            start_revision,
+            callback,
+            on_compacted=on_compacted,
+            connect_timeout=self.connect_timeout,
+            idle_timeout=idle_timeout,
+            first_endpoint=self._current,
+        )
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST to the gateway through etcd3gw's request helper (idempotent requests only)."""
+        return self._call(lambda gw: gw.post(gw.get_url(path), json=payload))
+
+    def _call(self, request: Callable[[etcd3gw.Etcd3Client], T], idempotent: bool = True) -> T:
+        """Run `request` against each endpoint in turn until one answers."""
+        failures = []
+        start = self._current
+        for attempt in range(len(self._gateways)):
+            index = (start + attempt) % len(self._gateways)
+            gateway = self._gateways[index]
+            try:
+                result = request(gateway)
+            except _RETRYABLE as exc:
+                detail = f"{self.endpoints[index]}: {type(exc).__name__} {_detail(exc)}"
+                if not idempotent and not never_reached_server(exc):
+                    raise StoreOutcomeUnknown(detail) from exc
+                failures.append(detail)
+                continue
+            except gw_exceptions.Etcd3Exception as exc:
+                raise StoreError(f"{self.endpoints[index]}: {_detail(exc)}") from exc
+            with self._lock:
+                self._current = index
+            return result
+        raise StoreUnavailable("no etcd endpoint answered: " + "; ".join(failures))
+
+    def close(self) -> None:
+        for gateway in self._gateways:
+            gateway.session.close()
+
+    def __enter__(self) -> StoreClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def dumps(document: Any) -> bytes:
+    """The stored form of a JSON value: compact and key-sorted, so equal documents are equal bytes."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def _detail(exc: gw_exceptions.Etcd3Exception) -> str:
+    text = exc.detail_text or ""
+    try:
+        # The gateway answers errors as {"error": ..., "code": ..., "message": ...}.
+        return str(json.loads(text).get("message", text))
+    except (ValueError, AttributeError):
+        return text or str(exc)

@@ -1,0 +1,283 @@
+"""Elect one leader among candidates with a leased etcd key (the Chubby lock) and fence its writes.
+
+The leader key holds the winner's name and is attached to the winner's lease, so it vanishes
+when the winner stops refreshing. The key's create_revision is the fencing token: it is
+unique to one term of one leader, and `fenced_txn` commits only while the key still has it.
+
+Two clocks matter. etcd decides when the lease expires; the leader only knows when it last
+*sent* a successful refresh. etcd restarts the TTL when it *receives* the refresh, which is
+later, so "last successful refresh sent + ttl" on the local monotonic clock is a moment at
+which the lease is surely still alive. `is_leader` turns false at that moment even if the
+keepalive thread is stuck in a request: a leader cut off from etcd stops believing it leads
+before any other candidate can win. Writes do not rely on this: they are fenced in etcd.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from reference.store import ops
+from reference.store.client import Lease, StoreClient, StoreError, StoreOutcomeUnknown
+
+log = logging.getLogger(__name__)
+
+
+class Election:
+    """One candidate in the election for `key`.
+
+    `campaign()` makes one attempt; `start()` campaigns in the background until elected and
+    again whenever deposed. While leader, a thread refreshes the lease every ttl/3 and checks
+    that the key is still ours. `on_elected(token)` and `on_deposed(reason)` are called from
+    that thread (or the caller's, for `campaign`, `fenced_txn` and `resign`), once per term.
+    """
+
+    def __init__(
+        self,
+        client: StoreClient,
+        key: str,
+        candidate_name: str,
+        ttl_s: float = 2.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,
+        on_elected: Callable[[int], None] | None = None,
+        on_deposed: Callable[[str], None] | None = None,
+    ) -> None:
+        if not candidate_name:
+            raise ValueError("candidate_name must not be empty")
+        if ttl_s <= 0:
+            raise ValueError("ttl_s must be positive")
+        self.client = client
+        self.key = key
+        self.candidate_name = candidate_name
+        self.ttl_s = ttl_s
+        self.interval_s = ttl_s / 3
+        # Keepalive requests get a third of the TTL each, so a hung member cannot hold the
+        # keepalive thread past the lease; the default client timeout is longer than a TTL.
+        self._keepalive_client = StoreClient(
+            client.endpoints,
+            timeout=min(client.timeout, self.interval_s),
+            connect_timeout=min(client.connect_timeout, self.interval_s / 2),
+        )
+        self._clock = clock
+        self._wakeup = threading.Event()
+        self._sleep = sleep if sleep is not None else self._wakeup.wait
+        self._on_elected = on_elected
+        self._on_deposed = on_deposed
+        self._lock = threading.Lock()
+        self._token: int | None = None
+        self._lease: Lease | None = None
+        self._deadline = 0.0
+        self._campaigning = False
+        self._closing = threading.Event()
+        self._elected = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- what this candidate believes -----------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this candidate leads now: it won, and its lease is surely still alive."""
+        with self._lock:
+            return self._token is not None and self._clock() < self._deadline
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The leader key's create_revision while this candidate leads, else None."""
+        with self._lock:
+            alive = self._token is not None and self._clock() < self._deadline
+            return self._token if alive else None
+
+    def leader(self) -> str | None:
+        """The name of the current leader as etcd records it, or None if there is none."""
+        found = self.client.get(self.key)
+        return None if found is None else found[0].decode("utf-8")
+
+    def wait_elected(self, timeout: float) -> bool:
+        """Block until this candidate leads or `timeout` seconds pass (real time)."""
+        return self._elected.wait(timeout) and self.is_leader
+
+    # -- campaigning --------------------------------------------------------------------------
+
+    def campaign(self) -> bool:
+        """Try once to become leader; returns whether this candidate leads now."""
+        if self.is_leader:
+            return True
+        if self._closing.is_set():
+            return False
+        held = self.client.get(self.key)
+        if held is not None:
+            return False  # someone leads; reading is cheaper than a doomed lease and txn
+        sent = self._clock()
+        lease = self.client.lease(math.ceil(self.ttl_s))
+        try:
+            result = self.client.txn_result(
+                [ops.create_revision(self.key, "==", 0)],
+                [ops.put(self.key, self.candidate_name, lease.id)],
+            )
+            token = result.revision if result.succeeded else None
+        except StoreOutcomeUnknown:
+            token = self._token_if_ours(lease)
+        if token is None:
+            self._revoke_quietly(lease)
+            return False
+        with self._lock:
+            self._token, self._lease, self._deadline = token, lease, sent + self.ttl_s
+            self._elected.set()
+        log.info("%s elected for %s (fencing token %d)", self.candidate_name, self.key, token)
+        self._ensure_thread()
+        if self._on_elected is not None:
+            self._on_elected(token)
+        return True
+
+    def start(self) -> Election:
+        """Campaign in a background thread until `resign()`: now, and whenever deposed."""
+        self._campaigning = True
+        self._ensure_thread()
+        return self
+
+    def resign(self) -> None:
+        """Leave the race for good: stop campaigning and, if leading, delete the key by revoking
+        the lease. The Election cannot campaign again; make a new one."""
+        self._campaigning = False
+        self._closing.set()
+        self._wakeup.set()
+        with self._lock:
+            token = self._token
+        if token is not None:
+            self._step_down(token, "resigned", revoke=True)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self.ttl_s + 2 * self._keepalive_client.timeout)
+        self._keepalive_client.close()
+
+    # -- fenced writes ------------------------------------------------------------------------
+
+    def fenced_txn(
+        self,
+        ops_success: Sequence[ops.Op],
+        extra_compares: Sequence[ops.Compare] = (),
+        ops_failure: Sequence[ops.Op] = (),
+    ) -> bool:
+        """Commit `ops_success` only if this candidate still holds the leader key (same
+        create_revision and value) and `extra_compares` hold.
+
+        Returns False if a compare failed; when the fence itself failed, this candidate is
+        deposed (check `is_leader`). Raises `StoreOutcomeUnknown` if no answer came back.
+        """
+        token = self.fencing_token
+        if token is None:
+            return False
+        fence = [
+            ops.create_revision(self.key, "==", token),
+            ops.value(self.key, "==", self.candidate_name),
+        ]
+        result = self.client.txn_result(
+            fence + list(extra_compares), ops_success, [ops.get(self.key), *ops_failure]
+        )
+        if result.succeeded:
+            return True
+        leader_key = result.responses[0]
+        if not self._holds(leader_key, token):
+            self._step_down(token, "fence failed: the leader key is no longer ours", revoke=True)
+        return False
+
+    # -- the background thread ------------------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return  # the running thread sees the new term on its next turn
+            self._thread = threading.Thread(
+                target=self._run, name=f"election {self.key} {self.candidate_name}", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._closing.is_set():
+            with self._lock:
+                token = self._token
+                if token is None and not self._campaigning:
+                    # Elected by a manual campaign() and since deposed: nothing to do. Deciding
+                    # under the lock means a new campaign() either sees no thread and starts
+                    # one, or is seen by this one.
+                    self._thread = None
+                    return
+            if token is not None:
+                self._keepalive(token)
+            else:
+                try:
+                    self.campaign()
+                except StoreError as exc:
+                    log.info("%s: campaign failed: %s", self.candidate_name, exc)
+            self._sleep(self._next_wait())
+
+    def _next_wait(self) -> float:
+        # Wake up no later than the local deadline so the step-down is on time.
+        with self._lock:
+            if self._token is None:
+                return self.interval_s
+            return max(0.0, min(self.interval_s, self._deadline - self._clock()))
+
+    def _keepalive(self, token: int) -> None:
+        with self._lock:
+            lease = self._lease
+        assert lease is not None
+        sent = self._clock()
+        try:
+            if self._keepalive_client.refresh(lease) <= 0:
+                self._step_down(token, "lease expired in etcd", revoke=False)
+                return
+            kv = self._keepalive_client.get_kv(self.key)
+            if not self._holds((kv,) if kv is not None else (), token):
+                self._step_down(token, "the leader key is no longer ours", revoke=True)
+                return
+            with self._lock:
+                if self._token == token:
+                    self._deadline = sent + self.ttl_s
+        except StoreError as exc:
+            log.warning("%s: lease refresh failed: %s", self.candidate_name, exc)
+        with self._lock:
+            expired = self._token == token and self._clock() >= self._deadline
+        if expired:
+            self._step_down(token, f"lease not refreshed within {self.ttl_s}s", revoke=False)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _holds(self, leader_key: tuple[ops.KeyValue, ...], token: int) -> bool:
+        return (
+            len(leader_key) == 1
+            and leader_key[0].create_revision == token
+            and leader_key[0].value == self.candidate_name.encode("utf-8")
+        )
+
+    def _token_if_ours(self, lease: Lease) -> int | None:
+        """After an unanswered campaign txn: did it commit? Ours if the key is on our lease."""
+        try:
+            kv = self.client.get_kv(self.key)
+        except StoreError:
+            return None
+        return kv.create_revision if kv is not None and kv.lease == lease.id else None
+
+    def _step_down(self, token: int, reason: str, revoke: bool) -> None:
+        with self._lock:
+            if self._token != token:
+                return  # this term already ended
+            lease, self._token, self._lease = self._lease, None, None
+            self._elected.clear()
+        log.warning("%s deposed from %s: %s", self.candidate_name, self.key, reason)
+        if revoke and lease is not None:
+            # Deleting the key at once lets another candidate win without waiting a TTL.
+            self._revoke_quietly(lease)
+        if self._on_deposed is not None:
+            self._on_deposed(reason)
+
+    def _revoke_quietly(self, lease: Lease) -> None:
+        try:
+            self._keepalive_client.revoke(lease)
+        except StoreError as exc:
+            log.info("%s: revoking lease %d failed (it will expire): %s", self.candidate_name, lease.id, exc)

