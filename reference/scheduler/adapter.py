@@ -1,0 +1,88 @@
+"""The bridge to the spec: a CellState in, a Plan out, and the plan applied through the spec's transitions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from spec.actions import EvictReason, Step, apply
+from spec.model import CellState, TaskState
+
+from .config import SchedulerConfig
+from .engine import plan_pass
+from .plan import Plan
+from .snapshot import AllocView, PendingTask, RunningTask, Snapshot
+
+
+class PlanRejected(ValueError):
+    """A step of the plan is not allowed by the spec in the state it meets (the plan is stale)."""
+
+    def __init__(self, step: Step) -> None:
+        super().__init__(f"the spec refuses {step}")
+        self.step = step
+
+
+def snapshot_from_state(state: CellState) -> Snapshot:
+    """What the scheduler reads from a cell: up machines, running and pending tasks, allocs, packages."""
+    running: list[RunningTask] = []
+    pending: list[PendingTask] = []
+    packages: dict[str, set[str]] = {}
+    for t in state.tasks.values():
+        job = state.jobs.get(t.id.job)
+        if t.state is TaskState.RUNNING and t.machine is not None:
+            in_alloc = job is not None and job.alloc is not None
+            running.append(RunningTask(t.id, t.machine, t.priority, t.request, in_alloc))
+            if job is not None and job.package:
+                packages.setdefault(t.machine, set()).add(job.package)
+        elif t.state is TaskState.PENDING and job is not None:
+            pending.append(
+                PendingTask(
+                    t.id,
+                    job.user,
+                    job.priority,
+                    job.request,  # the spec places a task with its job's current request
+                    job.constraints,
+                    job.package,
+                    job.alloc,
+                )
+            )
+    pending.sort(key=lambda p: (p.id.job, p.id.index, p.id.incarnation))
+    allocs = tuple(
+        AllocView(a.name, a.machine, a.resources, a.priority, state.alloc_used(a.name))
+        for a in state.allocs.values()
+    )
+    return Snapshot(
+        machines=tuple(state.machines[name] for name in sorted(state.machines)),
+        running=tuple(running),
+        pending=tuple(pending),
+        allocs=allocs,
+        packages={m: frozenset(p) for m, p in packages.items()},
+    )
+
+
+def plan_for(
+    state: CellState,
+    config: SchedulerConfig | None = None,
+    seed: int = 0,
+    recent_disruptions: Mapping[str, int] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> Plan:
+    """One scheduling pass over the cell's pending tasks."""
+    return plan_pass(snapshot_from_state(state), config, seed, recent_disruptions, clock)
+
+
+def plan_steps(plan: Plan) -> Iterator[Step]:
+    """The spec steps of a plan: each placement's evictions (preemption by it), then its schedule."""
+    for p in plan.placements:
+        for victim in p.victims:
+            yield Step("evict", (victim, EvictReason.PREEMPTION, p.task))
+        yield Step("schedule", (p.task, p.machine))
+
+
+def apply_plan(state: CellState, plan: Plan) -> CellState:
+    """Apply the plan through the spec's transitions; PlanRejected if any guard is false."""
+    for step in plan_steps(plan):
+        nxt = apply(state, step)
+        if nxt is None:
+            raise PlanRejected(step)
+        state = nxt
+    return state

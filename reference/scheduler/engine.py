@@ -1,0 +1,327 @@
+"""One scheduling pass over a snapshot: the pending queue in, a plan out (the pure core).
+
+The pipeline for each task, in Nomad's terms: a seeded random source of machines ->
+feasibility (constraints, free resources, GPUs, preemptible victims) -> policy score plus
+the built-in terms -> limit (relaxed randomization) -> max score. Equivalence classes share
+the feasible sample and its scores between tasks with the same needs; the score cache
+reuses a (class, machine) score until that machine's version moves.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from .cellview import CellView, Victim, gpu_take
+from .classes import TaskClass, class_key, make_class
+from .config import SchedulerConfig
+from .feasibility import choose_victims, constraints_hold, fits_free
+from .plan import Placement, Plan, Preemption, Reason, Unschedulable
+from .policies import policy_named
+from .queue import ordered
+from .reasons import amount, diagnose
+from .snapshot import PendingTask, Snapshot
+
+
+class _Sample:
+    """One class's feasible machines found so far, with cached scores and the versions they saw."""
+
+    __slots__ = ("machines", "scores", "versions", "size", "holes", "valid", "cursor", "offset")
+
+    def __init__(self, capacity: int, offset: int) -> None:
+        self.machines = np.zeros(capacity, dtype=np.int64)
+        self.scores = np.full(capacity, -np.inf)
+        self.versions = [0] * capacity
+        self.size = 0  # slots in use, holes included
+        self.holes: list[int] = []  # slots of machines that stopped fitting
+        self.valid = 0
+        self.cursor = 0  # how far along the random machine order this class has looked
+        self.offset = offset  # where in that order it started
+
+
+class Pass:
+    """The state of one pass: the working cell, the plan so far, per-class samples."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        config: SchedulerConfig,
+        seed: int,
+        recent_disruptions: Mapping[str, int] | None,
+    ) -> None:
+        self.cfg = config
+        self.policy = policy_named(config.policy)
+        self.cell = CellView(snapshot, seed ^ 0x5A17)
+        self.n = len(self.cell.names)
+        self.k = config.sample_size(self.n)
+        self.rng = random.Random(seed)
+        self.order = list(range(self.n))
+        self.rng.shuffle(self.order)
+        self.dom = np.array(self.cell.dom, dtype=np.int64)
+        self.disrupted: dict[str, int] = dict(recent_disruptions or {})
+        self.job_dom: dict[str, np.ndarray] = {}
+        self.running_doms: dict[str, list[int]] = {}
+        for t in snapshot.running:
+            mi = self.cell.index.get(t.machine)
+            if mi is not None:
+                self.running_doms.setdefault(t.id.job, []).append(self.cell.dom[mi])
+        self.pkg_has: dict[str, np.ndarray] = {}
+        self.plan = Plan()
+        self.stats = self.plan.stats
+
+    # --- scoring of one (class, machine) pair ---------------------------------------------
+
+    def _victims(self, cls: TaskClass, mi: int) -> list[Victim] | None:
+        """[] when the request fits as is, the victims to evict when it fits only so, else None."""
+        cell = self.cell
+        if not cell.up[mi] or not constraints_hold(cls, cell, mi):
+            return None
+        if fits_free(cls, cell, mi):
+            return []
+        if not self.cfg.preemption or cls.priority <= cell.vmin[mi]:
+            return None
+        return choose_victims(cls, cell, mi, self.disrupted, self.cfg.max_disruptions_per_job)
+
+    def evaluate(self, cls: TaskClass, mi: int) -> float | None:
+        """The machine's score for the class, or None when it is not feasible."""
+        self.stats.evaluations += 1
+        victims = self._victims(cls, mi)
+        if victims is None:
+            return None
+        cell = self.cell
+        free = cell.free[mi]
+        penalty = 0.0
+        if victims:
+            free = list(free)
+            for v in victims:
+                for i, a in enumerate(v.req):
+                    free[i] += a
+                penalty += self.cfg.preemption_per_victim + self.cfg.preemption_per_priority * (
+                    v.priority + 1
+                )
+        return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi]) - penalty
+
+    # --- the sample of feasible machines of a class ---------------------------------------
+
+    def _set(self, s: _Sample, slot: int, mi: int, score: float | None) -> None:
+        if score is None:
+            if s.scores[slot] != -np.inf:
+                s.scores[slot] = -np.inf
+                s.holes.append(slot)
+                s.valid -= 1
+            return
+        s.scores[slot] = score
+        s.versions[slot] = self.cell.version[mi]
+
+    def _rescore(self, cls: TaskClass, s: _Sample, slot: int) -> None:
+        mi = int(s.machines[slot])
+        self._set(s, slot, mi, self.evaluate(cls, mi))
+
+    def _refill(self, cls: TaskClass, s: _Sample) -> None:
+        """Relaxed randomization: walk the random order until the sample holds k feasible machines."""
+        n, order = self.n, self.order
+        while s.valid < self.k and s.cursor < n:
+            mi = order[(s.offset + s.cursor) % n]
+            s.cursor += 1
+            score = self.evaluate(cls, mi)
+            if score is None:
+                continue
+            slot = s.holes.pop() if s.holes else s.size
+            if slot == s.size:
+                s.size += 1
+            s.machines[slot] = mi
+            s.scores[slot] = score
+            s.versions[slot] = self.cell.version[mi]
+            s.valid += 1
+
+    def _totals(self, s: _Sample, task: PendingTask) -> np.ndarray:
+        """Cached class scores plus the job's own terms: spreading and package locality."""
+        total = s.scores[: s.size]
+        machines = s.machines[: s.size]
+        cfg = self.cfg
+        if cfg.spread_weight:
+            counts = self._job_domains(task.job)
+            placed = int(counts.sum())
+            if placed:
+                total = total - cfg.spread_weight * counts[self.dom[machines]] / (placed + 1)
+        if cfg.locality_weight and task.package:
+            has = self._package_on(task.package)
+            total = total + cfg.locality_weight * has[machines]
+        return total
+
+    def _job_domains(self, job: str) -> np.ndarray:
+        counts = self.job_dom.get(job)
+        if counts is None:
+            counts = np.zeros(self.cell.domains, dtype=np.int64)
+            for d in self.running_doms.get(job, ()):
+                counts[d] += 1
+            self.job_dom[job] = counts
+        return counts
+
+    def _package_on(self, package: str) -> np.ndarray:
+        has = self.pkg_has.get(package)
+        if has is None:
+            has = np.array([package in p for p in self.cell.pkgs], dtype=bool)
+            self.pkg_has[package] = has
+        return has
+
+    def pick(self, cls: TaskClass, s: _Sample, task: PendingTask) -> tuple[int, int, list[Victim], float] | None:
+        """(slot, machine, victims, score) of the best machine in the sample, or None: fits nowhere."""
+        cache = self.cfg.score_cache
+        while True:
+            if s.valid < self.k and s.cursor < self.n:
+                self._refill(cls, s)
+            if s.valid == 0:
+                return None
+            if not cache:
+                # Without the cache every task scores its class's sample afresh.
+                for slot in range(s.size):
+                    if s.scores[slot] != -np.inf:
+                        self._rescore(cls, s, slot)
+                if s.valid == 0:
+                    continue
+            total = self._totals(s, task)
+            slot = int(total.argmax())
+            mi = int(s.machines[slot])
+            if not cache or s.versions[slot] == self.cell.version[mi]:
+                if cache:
+                    self.stats.cache_hits += 1
+                # A cached score may be slightly stale; feasibility is always checked exactly.
+                victims = self._victims(cls, mi)
+                if victims is not None:
+                    return slot, mi, victims, float(total[slot])
+            self._rescore(cls, s, slot)
+
+    # --- committing a placement -----------------------------------------------------------
+
+    def commit(self, task: PendingTask, cls: TaskClass, mi: int, victims: list[Victim], score: float) -> None:
+        cell = self.cell
+        free, gfree = cell.free[mi], cell.gfree[mi]
+        name = cell.names[mi]
+        for v in victims:
+            cell.victims[mi].remove(v)
+            for i, a in enumerate(v.req):
+                free[i] += a
+            for g, a in v.gpu_shares:
+                gfree[g] += a
+            self.disrupted[v.job] = self.disrupted.get(v.job, 0) + 1
+            self.plan.preemptions.append(
+                Preemption(v.id, task.id, name, f"priority {task.priority} preempts {v.priority} on {name}")
+            )
+        if victims:
+            cell.vmin[mi] = min((v.priority for v in cell.victims[mi]), default=1 << 30)
+        if cls.gpu_whole or cls.gpu_share:
+            picks = gpu_take(gfree, cell.gcap[mi], cls.gpu_whole, cls.gpu_share)
+            assert picks is not None, "checked by pick"
+            for g, a in picks:
+                gfree[g] -= a
+        for d, a in cls.nz:
+            free[d] -= a
+        cell.touch(mi, self.cfg.cache_threshold if self.cfg.score_cache else 0.0)
+        self.plan.placements.append(Placement(task.id, name, tuple(v.id for v in victims), score))
+        if self.cfg.spread_weight:
+            self._job_domains(task.job)[cell.dom[mi]] += 1
+        if task.package:
+            cell.pkgs[mi].add(task.package)
+            if task.package in self.pkg_has:
+                self.pkg_has[task.package][mi] = True
+
+    def place_in_alloc(self, task: PendingTask) -> None:
+        cell = self.cell
+        a = cell.allocs.get(task.alloc or "")
+        subject = f"alloc {task.alloc}"
+        if a is None:
+            self._unschedulable(task, (Reason(subject, "no such alloc in the cell"),))
+            return
+        mi = a.machine
+        req = cell.vec(task.request.as_dict())
+        short = [cell.dims[i] for i, r in enumerate(req) if r > a.free[i]]
+        cls = make_class(task, cell, class_key(task))
+        if not cell.up[mi]:
+            self._unschedulable(task, (Reason(subject, f"its machine {cell.names[mi]} is down"),))
+        elif not constraints_hold(cls, cell, mi):
+            self._unschedulable(task, (Reason(subject, f"constraints do not hold on {cell.names[mi]}"),))
+        elif short:
+            need = ", ".join(f"{d} {amount(d, req[cell.dim_index[d]])} > {amount(d, a.free[cell.dim_index[d]])} free" for d in short)
+            self._unschedulable(task, (Reason(subject, need),))
+        else:
+            for i, r in enumerate(req):
+                a.free[i] -= r
+            self.plan.placements.append(Placement(task.id, cell.names[mi]))
+
+    def _unschedulable(self, task: PendingTask, reasons: tuple[Reason, ...]) -> None:
+        self.plan.unschedulable.append(Unschedulable(task.id, reasons))
+
+    # --- the pass -------------------------------------------------------------------------
+
+    def run(self, pending: list[PendingTask], clock: Callable[[], float] | None) -> Plan:
+        cfg = self.cfg
+        classes: dict[tuple, TaskClass] = {}
+        samples: dict[tuple, _Sample] = {}
+        dead: dict[tuple, tuple[Reason, ...]] = {}
+        left: dict[tuple, int] = {}
+        keys = [class_key(t) for t in pending]
+        for key in keys:
+            left[key] = left.get(key, 0) + 1
+        capacity = min(self.n, self.k) if cfg.relaxed_randomization else self.n
+        for task, key in zip(pending, keys, strict=True):
+            start = clock() if clock else 0.0
+            self.stats.processed += 1
+            left[key] -= 1
+            if task.alloc is not None:
+                self.place_in_alloc(task)
+            elif cfg.equivalence_classes and key in dead:
+                self.stats.skipped_by_dead_class += 1
+                self._unschedulable(task, dead[key])
+            else:
+                cls = classes.get(key) if cfg.equivalence_classes else None
+                if cls is None:
+                    cls = make_class(task, self.cell, key)
+                    self.stats.classes += 1
+                    if cfg.equivalence_classes:
+                        classes[key] = cls
+                s = samples.get(key) if cfg.equivalence_classes else None
+                if s is None:
+                    s = _Sample(max(capacity, 1), self.rng.randrange(max(self.n, 1)))
+                    if cfg.equivalence_classes:
+                        samples[key] = s
+                got = self.pick(cls, s, task)
+                if got is None:
+                    reasons = diagnose(cls, self.cell, cfg.preemption)
+                    if cfg.equivalence_classes:
+                        dead[key] = reasons  # fits nowhere: skipped for the rest of the pass
+                        samples.pop(key, None)
+                    self._unschedulable(task, reasons)
+                else:
+                    slot, mi, victims, score = got
+                    self.commit(task, cls, mi, victims, score)
+                    if cfg.score_cache and cfg.equivalence_classes and left[key]:
+                        self._rescore(cls, s, slot)  # the class's next task sees this machine's new state
+                if cfg.equivalence_classes and not left[key]:
+                    samples.pop(key, None)
+            if clock:
+                self.stats.latencies.append(clock() - start)
+        return self.plan
+
+
+def plan_pass(
+    snapshot: Snapshot,
+    config: SchedulerConfig | None = None,
+    seed: int = 0,
+    recent_disruptions: Mapping[str, int] | None = None,
+    clock: Callable[[], float] | None = None,
+    limit: int | None = None,
+) -> Plan:
+    """Schedule the snapshot's pending queue once: placements, preemptions, unschedulable tasks.
+
+    `recent_disruptions` counts each job's tasks disrupted in the caller's window, for
+    `max_disruptions_per_job`. `clock`, if given, only times each task for the stats.
+    `limit` stops after that many tasks of the ordered queue (the rest stay pending, unreported).
+    """
+    cfg = config or SchedulerConfig()
+    queue = ordered(snapshot.pending, cfg.queue_order)
+    if limit is not None:
+        queue = queue[:limit]
+    return Pass(snapshot, cfg, seed, recent_disruptions).run(queue, clock)
