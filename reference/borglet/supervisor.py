@@ -313,6 +313,9 @@ class Borglet:
                     else min(check.interval_s, STARTUP_PROBE_INTERVAL_S)
                 )
                 task.next_probe_at = self.clock() + interval
+            # A task turning RUNNING is persisted now, not on the next tick, so a borglet
+            # killed right after reporting it re-adopts it as RUNNING.
+            self._save_if_dirty()
 
         self.prober.submit(task.port, check.path, min(check.interval_s, 1.0), done)
 
@@ -357,7 +360,8 @@ class Borglet:
         task.proc, task.pid = proc, proc.pid
         task.create_time = processes.create_time(proc.pid)
         task.started_at = now
-        task.exit_code = None
+        # exit_code and reason describe the current process; the previous run's are gone.
+        task.exit_code, task.reason = None, None
         task.cpu_sample = None
         task.ever_healthy = False
         if spec.health_check is None:
