@@ -56,12 +56,14 @@ class Election:
         self.candidate_name = candidate_name
         self.ttl_s = ttl_s
         self.interval_s = ttl_s / 3
-        # Keepalive requests get a third of the TTL each, so a hung member cannot hold the
-        # keepalive thread past the lease; the default client timeout is longer than a TTL.
+        # One keepalive turn tries every endpoint and should fit in one refresh interval, so
+        # hung members cannot hold the keepalive thread past the lease (the default client
+        # timeout is longer than a TTL). The floor avoids false step-downs on a busy host.
+        per_request = max(0.25, self.interval_s / len(client.endpoints))
         self._keepalive_client = StoreClient(
             client.endpoints,
-            timeout=min(client.timeout, self.interval_s),
-            connect_timeout=min(client.connect_timeout, self.interval_s / 2),
+            timeout=min(client.timeout, per_request),
+            connect_timeout=min(client.connect_timeout, per_request),
         )
         self._clock = clock
         self._wakeup = threading.Event()
@@ -146,13 +148,14 @@ class Election:
         self._campaigning = False
         self._closing.set()
         self._wakeup.set()
+        # Join first: the thread may be finishing a campaign that is about to win.
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self.ttl_s + 2 * self._keepalive_client.timeout)
         with self._lock:
             token = self._token
         if token is not None:
             self._step_down(token, "resigned", revoke=True)
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=self.ttl_s + 2 * self._keepalive_client.timeout)
         self._keepalive_client.close()
 
     # -- fenced writes ------------------------------------------------------------------------
@@ -198,6 +201,8 @@ class Election:
             self._thread.start()
 
     def _run(self) -> None:
+        if self._token is not None:
+            self._sleep(self._next_wait())  # just elected: the lease is fresh
         while not self._closing.is_set():
             with self._lock:
                 token = self._token
@@ -227,6 +232,8 @@ class Election:
         with self._lock:
             lease = self._lease
         assert lease is not None
+        if self._expire_if_late(token):
+            return
         sent = self._clock()
         try:
             if self._keepalive_client.refresh(lease) <= 0:
@@ -241,10 +248,15 @@ class Election:
                     self._deadline = sent + self.ttl_s
         except StoreError as exc:
             log.warning("%s: lease refresh failed: %s", self.candidate_name, exc)
+        self._expire_if_late(token)
+
+    def _expire_if_late(self, token: int) -> bool:
+        """Step down if the lease may have expired in etcd by now; returns whether it did."""
         with self._lock:
-            expired = self._token == token and self._clock() >= self._deadline
-        if expired:
+            late = self._token == token and self._clock() >= self._deadline
+        if late:
             self._step_down(token, f"lease not refreshed within {self.ttl_s}s", revoke=False)
+        return late
 
     # -- helpers ---------------------------------------------------------------------------------
 

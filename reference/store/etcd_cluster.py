@@ -168,6 +168,7 @@ class EtcdCluster:
         for proc in procs:
             if proc is not None:
                 _signal_group(proc.pid, signal.SIGTERM)
+                _signal_group(proc.pid, signal.SIGCONT)  # a paused member must run to exit
         live = [p for p in procs if p is not None]
         _, alive = psutil.wait_procs(live, timeout=timeout)
         for proc in alive:
@@ -190,6 +191,20 @@ class EtcdCluster:
         self._reap(i)
         self.members[i].pid = self.members[i].create_time = None
         self._save()
+
+    def pause_member(self, i: int) -> None:
+        """Freeze member `i` (SIGSTOP): it keeps its sockets but answers nothing, like a hung
+        or partitioned host. `resume_member` undoes it."""
+        proc = self._process(i)
+        if proc is None:
+            raise EtcdClusterError(f"member {i} is not running")
+        _signal_group(proc.pid, signal.SIGSTOP)
+
+    def resume_member(self, i: int) -> None:
+        """Let a paused member run again (SIGCONT)."""
+        proc = self._process(i)
+        if proc is not None:
+            _signal_group(proc.pid, signal.SIGCONT)
 
     def restart_member(self, i: int, timeout: float = 20.0) -> None:
         """Start member `i` again on its data dir and ports; wait until it is healthy."""

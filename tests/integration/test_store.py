@@ -1,0 +1,278 @@
+"""The store against a real 3-member etcd: keys, transactions, watches, election, member loss."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from reference.store import ops
+from reference.store.client import StoreClient
+from reference.store.election import Election
+from reference.store.etcd_cluster import EtcdCluster
+
+pytestmark = pytest.mark.integration
+
+LEADER_KEY = "/test/leader"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    # One cluster for the module: starting three members costs seconds on a small machine.
+    # Tests that kill a member restart it before they end.
+    with EtcdCluster(tmp_path_factory.mktemp("etcd"), members=3).start(timeout=30) as c:
+        yield c
+
+
+@pytest.fixture
+def client(cluster: EtcdCluster) -> Iterator[StoreClient]:
+    with StoreClient(cluster.client_urls, timeout=3.0) as c:
+        yield c
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return condition()
+
+
+def test_put_get_delete_and_json(client: StoreClient) -> None:
+    revision = client.put("/test/kv/a", b"1")
+    assert client.get("/test/kv/a") == (b"1", revision)
+    assert client.get("/test/kv/missing") is None
+    client.put_json("/test/kv/doc", {"b": 2, "a": [1]})
+    document, _ = client.get_json("/test/kv/doc")
+    assert document == {"a": [1], "b": 2}
+    assert client.delete("/test/kv/a") is True
+    assert client.delete("/test/kv/a") is False
+
+
+def test_get_prefix_returns_sorted_keys_and_the_revision_read(client: StoreClient) -> None:
+    client.put("/test/prefix/b", "2")
+    last = client.put("/test/prefix/a", "1")
+    client.put("/test/prefixed", "not under /test/prefix/")
+    items, revision = client.get_prefix("/test/prefix/")
+    assert [(k, v) for k, v, _ in items] == [(b"/test/prefix/a", b"1"), (b"/test/prefix/b", b"2")]
+    assert items[0][2] == last
+    assert revision >= last + 1
+    assert client.delete_prefix("/test/prefix/") == 2
+
+
+def test_txn_create_if_absent_then_compare_and_swap(client: StoreClient) -> None:
+    absent = [ops.create_revision("/test/txn", "==", 0)]
+    created, revision = client.txn(absent, [ops.put("/test/txn", "v1")])
+    assert created
+    again, _ = client.txn(absent, [ops.put("/test/txn", "v2")])
+    assert not again
+    assert client.get("/test/txn") == (b"v1", revision)
+    stale = client.txn([ops.mod_revision("/test/txn", "==", revision - 1)], [ops.delete("/test/txn")])
+    assert stale[0] is False
+    swapped = client.txn_result(
+        [ops.mod_revision("/test/txn", "==", revision), ops.value("/test/txn", "==", "v1")],
+        [ops.put("/test/txn", "v3"), ops.get("/test/txn")],
+    )
+    assert swapped.succeeded
+    assert swapped.responses[1][0].value == b"v3"
+
+
+def test_lease_keys_vanish_when_revoked(client: StoreClient) -> None:
+    lease = client.lease(5)
+    client.put("/test/leased", "x", lease=lease)
+    assert client.refresh(lease) == 5
+    client.revoke(lease)
+    assert client.get("/test/leased") is None
+    assert client.refresh(lease) == -1
+    client.revoke(lease)  # revoking twice is not an error
+
+
+def test_watch_sees_changes_in_order_and_resumes_after_member_kill(
+    cluster: EtcdCluster, client: StoreClient
+) -> None:
+    _, start = client.get_prefix("/test/watch/")
+    seen: list[ops.WatchEvent] = []
+    lock = threading.Lock()
+
+    def record(events: list[ops.WatchEvent], _revision: int) -> None:
+        with lock:
+            seen.extend(events)
+
+    # Put the watch on member 0 so killing member 0 breaks it.
+    watch = StoreClient(cluster.client_urls).watch_prefix("/test/watch/", start + 1, record)
+    try:
+        written = [client.put(f"/test/watch/{i}", str(i)) for i in range(5)]
+        client.delete("/test/watch/0")
+        assert wait_for(lambda: len(seen) == 6, 5.0)
+        assert [e.mod_revision for e in seen][:5] == written
+        assert seen[5].kind == "DELETE" and seen[5].key == b"/test/watch/0"
+
+        cluster.kill_member(0)
+        written += [client.put(f"/test/watch/{i}", f"after-{i}") for i in range(5, 10)]
+        assert wait_for(lambda: len(seen) == 11, 10.0), f"saw {len(seen)} events"
+        revisions = [e.mod_revision for e in seen]
+        assert revisions == sorted(revisions) and len(set(revisions)) == 11  # no gap, no repeat
+        assert watch.reconnects >= 1
+        assert [e.value for e in seen[6:]] == [f"after-{i}".encode() for i in range(5, 10)]
+    finally:
+        watch.stop()
+        if cluster.pids()[0] is None:
+            cluster.restart_member(0)
+    assert not watch.running
+
+
+def test_watch_reports_compaction(client: StoreClient) -> None:
+    first = client.put("/test/compact/a", "1")
+    latest = client.put("/test/compact/a", "2")
+    client._post("kv/compaction", {"revision": str(latest)})
+    compacted: list[int] = []
+    watch = client.watch_prefix("/test/compact/", first, lambda _e, _r: None, on_compacted=compacted.append)
+    assert wait_for(lambda: not watch.running, 5.0)
+    assert compacted == [latest] and watch.compacted_at == latest
+
+
+def test_one_of_two_candidates_wins_and_the_other_takes_over_after_a_kill(
+    client: StoreClient,
+) -> None:
+    ttl = 2.0
+    crashed, thawed = threading.Event(), threading.Event()
+
+    def sleep_unless_crashed(seconds: float) -> None:
+        # A crashed leader does nothing at all: no refresh, no revoke, no step-down.
+        if crashed.is_set():
+            thawed.wait(30.0)
+        else:
+            time.sleep(seconds)
+
+    deposed: list[str] = []
+    a = Election(client, LEADER_KEY, "a", ttl_s=ttl, sleep=sleep_unless_crashed, on_deposed=deposed.append)
+    b = Election(client, LEADER_KEY, "b", ttl_s=ttl)
+    try:
+        a.start()
+        assert a.wait_elected(5.0)
+        b.start()
+        time.sleep(ttl / 2)
+        assert a.is_leader and not b.is_leader
+        assert b.leader() == "a"
+        token_a = a.fencing_token
+        assert token_a is not None
+        assert a.fenced_txn([ops.put("/test/fenced", "from a")])
+
+        crashed.set()
+        crashed_at = time.monotonic()
+        assert b.wait_elected(ttl + 3.0), "b did not take over"
+        takeover = time.monotonic() - crashed_at
+        assert takeover < ttl + 1.5, f"takeover took {takeover:.2f}s"
+        assert b.leader() == "b"
+        assert b.fencing_token is not None and b.fencing_token > token_a
+
+        # `a`'s own clock deposed it before `b` could win, and its old token is refused.
+        assert not a.is_leader
+        assert not a.fenced_txn([ops.put("/test/fenced", "stale")])
+        assert not _fenced_put_with_token(client, token_a, "a")
+        assert b.fenced_txn([ops.put("/test/fenced", "from b")])
+        assert client.get("/test/fenced")[0] == b"from b"
+
+        thawed.set()  # `a` wakes up, finds its lease gone and reports it
+        assert wait_for(lambda: bool(deposed), 3.0)
+    finally:
+        thawed.set()
+        b.resign()
+        a.resign()
+    assert client.get(LEADER_KEY) is None
+
+
+def test_a_deposed_leader_fenced_txn_fails_and_marks_it_lost(client: StoreClient) -> None:
+    deposed: list[str] = []
+    # A long TTL keeps the keepalive thread (first turn after ttl/3) from noticing first.
+    a = Election(client, LEADER_KEY, "a", ttl_s=6.0, on_deposed=deposed.append)
+    try:
+        assert a.campaign()
+        # The key is taken from under `a` (an operator, or a lease lost during a partition
+        # while `a` still thinks it leads): its next fenced write must fail.
+        client.delete(LEADER_KEY)
+        client.put(LEADER_KEY, "usurper")
+        assert not a.fenced_txn([ops.put("/test/fenced", "stale")])
+        assert not a.is_leader and a.fencing_token is None
+        assert len(deposed) == 1 and "fence failed" in deposed[0]
+        assert client.get("/test/fenced") is None or client.get("/test/fenced")[0] != b"stale"
+    finally:
+        a.resign()
+        client.delete(LEADER_KEY)
+
+
+def test_a_leader_cut_off_from_etcd_steps_down_within_its_ttl(
+    cluster: EtcdCluster, client: StoreClient
+) -> None:
+    ttl = 2.0
+    deposed = threading.Event()
+    a = Election(client, LEADER_KEY, "a", ttl_s=ttl, on_deposed=lambda _r: deposed.set())
+    try:
+        assert a.campaign()
+        time.sleep(a.interval_s * 1.5)  # let one refresh succeed
+        # Every member hangs: requests connect but get no answer, as in a partition.
+        for i in range(3):
+            cluster.pause_member(i)
+        cut_at = time.monotonic()
+        assert wait_for(lambda: not a.is_leader, ttl + 0.1)
+        assert time.monotonic() - cut_at <= ttl
+        assert deposed.wait(1.5), "on_deposed came late"
+    finally:
+        for i in range(3):
+            cluster.resume_member(i)
+        cluster.wait_healthy(15.0)
+        a.resign()
+        client.delete(LEADER_KEY)
+
+
+def test_losing_one_of_three_members_keeps_reads_and_writes_working(
+    cluster: EtcdCluster, client: StoreClient
+) -> None:
+    cluster.kill_member(1)
+    try:
+        for i in range(5):
+            client.put(f"/test/minority/{i}", str(i))
+        items, _ = client.get_prefix("/test/minority/")
+        assert len(items) == 5
+        assert client.txn([ops.create_revision("/test/minority/x", "==", 0)], [ops.put("/test/minority/x", "1")])[0]
+    finally:
+        cluster.restart_member(1)
+    assert cluster.is_healthy(1)
+
+
+def test_stop_leaves_no_process_and_another_process_can_stop_it(tmp_path: Path) -> None:
+    c = EtcdCluster(tmp_path, members=1).start()
+    pids = [p for p in c.pids() if p is not None]
+    assert pids and all(psutil.pid_exists(p) for p in pids)
+    EtcdCluster.load(tmp_path).stop()  # as a launcher's `cell down` would
+    c.stop()  # reaps the children this process started
+    assert not any(_alive(p) for p in pids)
+
+
+def test_module_cluster_stops_cleanly(cluster: EtcdCluster) -> None:
+    # Last in the file: stop the shared cluster and check every member is gone.
+    pids = [p for p in cluster.pids() if p is not None]
+    assert len(pids) == 3
+    cluster.stop()
+    assert not any(_alive(p) for p in pids)
+    assert cluster.pids() == [None, None, None]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _fenced_put_with_token(client: StoreClient, token: int, name: str) -> bool:
+    succeeded, _ = client.txn(
+        [ops.create_revision(LEADER_KEY, "==", token), ops.value(LEADER_KEY, "==", name)],
+        [ops.put("/test/fenced", f"from {name}")],
+    )
+    return succeeded
