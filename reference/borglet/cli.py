@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 
 from reference.borglet import quantity
 from reference.borglet.isolation import choose
@@ -77,4 +78,11 @@ def main(argv: list[str] | None = None) -> None:
         "machine %s isolation=%s capacity=%s", args.name, borglet.isolation.name, capacity
     )
     app = make_app(borglet, kill_tasks_on_exit=args.kill_tasks_on_exit)
+    # uvicorn shuts down gracefully on SIGTERM and then re-raises it to the handler that was
+    # there before; making that handler exit 0 reports the requested stop as a clean exit.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)

@@ -72,6 +72,8 @@ class Borglet:
         self._lock = threading.RLock()
         self._save_lock = threading.Lock()
         self._dirty = False
+        self._snapshots = 0  # snapshots taken of the table
+        self._saved = 0  # the newest snapshot written
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -425,16 +427,23 @@ class Borglet:
         }
 
     def _save_if_dirty(self) -> None:
+        # Snapshot under the state lock, write under the save lock, never holding the save lock
+        # while waiting for the state lock: callers may already hold the state lock.
+        with self._lock:
+            if not self._dirty:
+                return
+            self._dirty = False
+            self._snapshots += 1
+            seq = self._snapshots
+            table = {
+                "machine": self.config.name,
+                "epoch": self.epoch,
+                "master": self.master,
+                "tasks": {tid: t.to_record() for tid, t in self.tasks.items()},
+                "tombstones": dict(self.tombstones),
+            }
         with self._save_lock:
-            with self._lock:
-                if not self._dirty:
-                    return
-                self._dirty = False
-                table = {
-                    "machine": self.config.name,
-                    "epoch": self.epoch,
-                    "master": self.master,
-                    "tasks": {tid: t.to_record() for tid, t in self.tasks.items()},
-                    "tombstones": dict(self.tombstones),
-                }
+            if seq <= self._saved:
+                return  # a newer snapshot is already on disk
             store.save(self.table_path, table)
+            self._saved = seq
