@@ -1,0 +1,59 @@
+"""The supervisor shell on an injected clock: restart backoff timing with real, short processes."""
+
+import shutil
+import time
+
+import pytest
+
+from reference.borglet.isolation import RlimitIsolation
+from reference.borglet.protocol import SyncRequest
+from reference.borglet.supervisor import Borglet, MachineConfig
+
+FALSE = shutil.which("false")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def wait_for_exit(borglet: Borglet, task_id: str) -> None:
+    """Tick (without moving the fake clock) until the real process has exited."""
+    deadline = time.monotonic() + 5
+    while borglet.tasks[task_id].pid is not None:
+        assert time.monotonic() < deadline, "process did not exit"
+        time.sleep(0.01)
+        borglet.tick()
+
+
+@pytest.mark.skipif(FALSE is None, reason="needs the `false` program")
+def test_restart_backoff_follows_the_injected_clock(tmp_path):
+    clock = FakeClock()
+    config = MachineConfig(name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path))
+    borglet = Borglet(config, RlimitIsolation(), clock=clock)
+    spec = {"task_id": "t#0", "command": [FALSE], "restart_policy": "on_failure"}
+    try:
+        borglet.sync(SyncRequest.model_validate({"epoch": 1, "tasks": [spec]}))
+        for restarts, delay in [(0, 0.1), (1, 0.2), (2, 0.4)]:
+            wait_for_exit(borglet, "t#0")
+            task = borglet.tasks["t#0"]
+            assert (task.state, task.exit_code, task.restarts) == ("STARTING", 1, restarts)
+            assert task.restart_at == pytest.approx(clock.now + delay)
+            clock.now += delay * 0.9  # not yet
+            borglet.tick()
+            assert task.pid is None
+            clock.now += delay * 0.2  # now past the backoff
+            borglet.tick()
+            assert task.pid is not None and task.restarts == restarts + 1
+        # The sync that drops it kills it for good: no restart after that.
+        borglet.sync(SyncRequest.model_validate({"epoch": 1, "tasks": []}))
+        wait_for_exit(borglet, "t#0")
+        clock.now += 60
+        borglet.tick()
+        assert borglet.tasks["t#0"].state == "KILLED"
+        assert borglet.sync(SyncRequest.model_validate({"epoch": 1, "tasks": []}))["tasks"] == []
+    finally:
+        borglet.stop(kill_tasks=True, timeout_s=2)
