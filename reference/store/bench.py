@@ -1,0 +1,139 @@
+"""Measure put and fenced-transaction throughput and latency through StoreClient against etcd.
+
+    python -m reference.store.bench --members 3 --seconds 5 [--clients 4] [--endpoints URL,...]
+
+Without --endpoints it starts a throwaway local cluster of --members members. The txn case
+is the shape of every master write: compare the leader key's create_revision and value, then
+put one JSON document; so it is the ceiling for the master's write throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reference.store import ops
+from reference.store.client import StoreClient, dumps
+from reference.store.etcd_cluster import EtcdCluster
+
+LEADER_KEY = "/bench/leader"
+# About the size of a task record in the cell state.
+DOCUMENT = {"job": "web", "index": 0, "state": "RUNNING", "machine": "m-017", "padding": "x" * 160}
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    operations: int
+    seconds: float
+    latencies_s: list[float]
+
+    @property
+    def per_second(self) -> float:
+        return self.operations / self.seconds
+
+    def percentile_ms(self, p: float) -> float:
+        ordered = sorted(self.latencies_s)
+        return 1000 * ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+    def line(self) -> str:
+        return (
+            f"{self.name:<6} {self.per_second:9.1f} ops/s  "
+            f"p50 {self.percentile_ms(50):6.2f} ms  p99 {self.percentile_ms(99):7.2f} ms  "
+            f"mean {1000 * statistics.fmean(self.latencies_s):6.2f} ms  ({self.operations} ops)"
+        )
+
+
+def run_for(
+    name: str, seconds: float, clients: list[StoreClient], operation: Callable[[StoreClient, int, int], None]
+) -> Result:
+    """Call `operation(client, worker, i)` in a loop from one thread per client for `seconds`."""
+    latencies: list[list[float]] = [[] for _ in clients]
+    start = time.perf_counter()
+    deadline = start + seconds
+
+    def worker(w: int) -> None:
+        i = 0
+        while (now := time.perf_counter()) < deadline:
+            operation(clients[w], w, i)
+            latencies[w].append(time.perf_counter() - now)
+            i += 1
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 30)
+    elapsed = time.perf_counter() - start
+    merged = [x for per_worker in latencies for x in per_worker]
+    return Result(name, len(merged), elapsed, merged)
+
+
+def bench(endpoints: list[str], seconds: float, n_clients: int) -> list[Result]:
+    clients = [StoreClient(endpoints) for _ in range(n_clients)]
+    try:
+        setup = clients[0]
+        setup.delete_prefix("/bench/")
+        succeeded, token = setup.txn(
+            [ops.create_revision(LEADER_KEY, "==", 0)], [ops.put(LEADER_KEY, "bench")]
+        )
+        assert succeeded, "could not create the bench leader key"
+        value = dumps(DOCUMENT)
+
+        def put(client: StoreClient, w: int, i: int) -> None:
+            client.put(f"/bench/put/{w}/{i % 1000}", value)
+
+        fence = [ops.create_revision(LEADER_KEY, "==", token), ops.value(LEADER_KEY, "==", "bench")]
+
+        def txn(client: StoreClient, w: int, i: int) -> None:
+            ok, _ = client.txn(fence, [ops.put(f"/bench/txn/{w}/{i % 1000}", value)])
+            assert ok, "fence failed"
+
+        results = [run_for("put", seconds, clients, put), run_for("txn", seconds, clients, txn)]
+        setup.delete_prefix("/bench/")
+        return results
+    finally:
+        for c in clients:
+            c.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--members", type=int, default=1, choices=(1, 3, 5))
+    parser.add_argument("--seconds", type=float, default=5.0, help="per case")
+    parser.add_argument("--clients", type=int, default=1, help="concurrent clients (threads)")
+    parser.add_argument("--endpoints", help="comma-separated client URLs of a running etcd")
+    parser.add_argument("--unsafe-no-fsync", action="store_true", help="start etcd without fsync")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    args = parser.parse_args(argv)
+
+    def report(results: list[Result], where: str) -> None:
+        if args.json:
+            print(json.dumps({
+                "where": where, "clients": args.clients, "seconds": args.seconds,
+                **{r.name: {"ops_per_s": round(r.per_second, 1), "p50_ms": round(r.percentile_ms(50), 3),
+                            "p99_ms": round(r.percentile_ms(99), 3), "ops": r.operations} for r in results},
+            }))  # fmt: skip
+            return
+        print(f"etcd: {where}; clients: {args.clients}; {args.seconds:g} s per case")
+        for r in results:
+            print(r.line())
+
+    if args.endpoints:
+        report(bench(args.endpoints.split(","), args.seconds, args.clients), args.endpoints)
+        return
+    with tempfile.TemporaryDirectory(prefix="minborg-bench-") as state_dir:
+        cluster = EtcdCluster(state_dir, members=args.members, unsafe_no_fsync=args.unsafe_no_fsync)
+        with cluster.start():
+            where = f"local cluster of {args.members} member(s)" + (", no fsync" if args.unsafe_no_fsync else "")
+            report(bench(cluster.client_urls, args.seconds, args.clients), where)
+
+
+if __name__ == "__main__":
+    main()
