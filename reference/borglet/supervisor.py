@@ -165,8 +165,8 @@ class Borglet:
         self._dirty = True
         self._save_if_dirty()
         self.prober.close()
-        if kill_tasks:
-            self.isolation.close()
+        # Removes only the borglet's empty cgroup subtrees; groups of running tasks stay.
+        self.isolation.close()
 
     def kill_all(self, reason: str, timeout_s: float) -> None:
         """Kill every task and wait (bounded) until their processes are gone."""
