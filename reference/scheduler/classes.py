@@ -9,8 +9,8 @@ from spec.model import Constraint, ConstraintOp
 from .cellview import CellView, split_gpu
 from .snapshot import PendingTask
 
-# A constraint compiled for the hot path: (attribute, op, values as a frozenset).
-Compiled = tuple[str, ConstraintOp, frozenset[str]]
+# A constraint compiled for the hot path: (attribute, whether it must be among the values, values).
+Compiled = tuple[str, bool, frozenset[str]]
 
 
 @dataclass(slots=True)
@@ -27,6 +27,7 @@ class TaskClass:
     nz: tuple[tuple[int, int], ...]  # (dimension, amount) for the non-zero parts of req
     gpu_whole: int
     gpu_share: int
+    gpu: bool  # asks for any GPU: the per-GPU check applies
     priority: int
     constraints: tuple[Constraint, ...]
     compiled: tuple[Compiled, ...]
@@ -46,15 +47,17 @@ def make_class(task: PendingTask, cell: CellView, key: tuple) -> TaskClass:
         nz=tuple((i, a) for i, a in enumerate(req) if a),
         gpu_whole=whole,
         gpu_share=share,
+        gpu=bool(whole or share),
         priority=task.priority,
         constraints=task.constraints,
-        compiled=tuple((c.attr, c.op, frozenset(c.values)) for c in task.constraints),
+        compiled=tuple(
+            (c.attr, c.op in (ConstraintOp.EQ, ConstraintOp.IN), frozenset(c.values))
+            for c in task.constraints
+        ),
     )
 
 
 def constraint_holds(c: Compiled, attrs: dict[str, str]) -> bool:
-    attr, op, values = c
-    v = attrs.get(attr)
-    if op is ConstraintOp.EQ or op is ConstraintOp.IN:
-        return v in values
-    return v not in values  # NE, NOT_IN: an absent attribute differs from every value
+    attr, positive, values = c
+    # NE and NOT_IN hold on a machine without the attribute: it differs from every value.
+    return (attrs.get(attr) in values) is positive

@@ -28,10 +28,11 @@ from .snapshot import PendingTask, Snapshot
 class _Sample:
     """One class's feasible machines found so far, with cached scores and the versions they saw."""
 
-    __slots__ = ("machines", "scores", "versions", "size", "holes", "valid", "cursor", "offset")
+    __slots__ = ("machines", "doms", "scores", "versions", "size", "holes", "valid", "cursor", "offset")
 
     def __init__(self, capacity: int, offset: int) -> None:
         self.machines = np.zeros(capacity, dtype=np.int64)
+        self.doms = np.zeros(capacity, dtype=np.int64)  # failure domain of each slot's machine
         self.scores = np.full(capacity, -np.inf)
         self.versions = [0] * capacity
         self.size = 0  # slots in use, holes included
@@ -61,13 +62,15 @@ class Pass:
         self.rng.shuffle(self.order)
         self.dom = np.array(self.cell.dom, dtype=np.int64)
         self.disrupted: dict[str, int] = dict(recent_disruptions or {})
-        self.job_dom: dict[str, np.ndarray] = {}
+        self.job_dom: dict[str, np.ndarray] = {}  # a job's tasks per failure domain
+        self.job_placed: dict[str, int] = {}
         self.running_doms: dict[str, list[int]] = {}
         for t in snapshot.running:
             mi = self.cell.index.get(t.machine)
             if mi is not None:
                 self.running_doms.setdefault(t.id.job, []).append(self.cell.dom[mi])
         self.pkg_has: dict[str, np.ndarray] = {}
+        self.pkg_machines: dict[str, list[int]] | None = None
         self.plan = Plan()
         self.stats = self.plan.stats
 
@@ -85,22 +88,38 @@ class Pass:
         return choose_victims(cls, cell, mi, self.disrupted, self.cfg.max_disruptions_per_job)
 
     def evaluate(self, cls: TaskClass, mi: int) -> float | None:
-        """The machine's score for the class, or None when it is not feasible."""
+        """The machine's score for the class, or None when it is not feasible.
+
+        The common case (constraints hold, the request fits what is free) is inlined: this is
+        the unit of work the scalability techniques save, so it is kept as cheap as it can be.
+        """
         self.stats.evaluations += 1
-        victims = self._victims(cls, mi)
+        cell = self.cell
+        if not cell.up[mi]:
+            return None
+        if cls.compiled:
+            attrs = cell.attrs[mi]
+            for attr, positive, values in cls.compiled:
+                if (attrs.get(attr) in values) is not positive:
+                    return None
+        free = cell.free[mi]
+        for d, a in cls.nz:
+            if free[d] < a:
+                break
+        else:
+            if not cls.gpu or gpu_take(cell.gfree[mi], cell.gcap[mi], cls.gpu_whole, cls.gpu_share) is not None:
+                return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi])
+        if not self.cfg.preemption or cls.priority <= cell.vmin[mi]:
+            return None
+        victims = choose_victims(cls, cell, mi, self.disrupted, self.cfg.max_disruptions_per_job)
         if victims is None:
             return None
-        cell = self.cell
-        free = cell.free[mi]
+        free = list(free)
         penalty = 0.0
-        if victims:
-            free = list(free)
-            for v in victims:
-                for i, a in enumerate(v.req):
-                    free[i] += a
-                penalty += self.cfg.preemption_per_victim + self.cfg.preemption_per_priority * (
-                    v.priority + 1
-                )
+        for v in victims:
+            for i, a in enumerate(v.req):
+                free[i] += a
+            penalty += self.cfg.preemption_per_victim + self.cfg.preemption_per_priority * (v.priority + 1)
         return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi]) - penalty
 
     # --- the sample of feasible machines of a class ---------------------------------------
@@ -132,23 +151,23 @@ class Pass:
             if slot == s.size:
                 s.size += 1
             s.machines[slot] = mi
+            s.doms[slot] = self.cell.dom[mi]
             s.scores[slot] = score
             s.versions[slot] = self.cell.version[mi]
             s.valid += 1
 
     def _totals(self, s: _Sample, task: PendingTask) -> np.ndarray:
         """Cached class scores plus the job's own terms: spreading and package locality."""
-        total = s.scores[: s.size]
-        machines = s.machines[: s.size]
+        size = s.size
+        total = s.scores[:size]
         cfg = self.cfg
         if cfg.spread_weight:
             counts = self._job_domains(task.job)
-            placed = int(counts.sum())
+            placed = self.job_placed.get(task.job, 0)
             if placed:
-                total = total - cfg.spread_weight * counts[self.dom[machines]] / (placed + 1)
+                total = total - (cfg.spread_weight / (placed + 1)) * counts[s.doms[:size]]
         if cfg.locality_weight and task.package:
-            has = self._package_on(task.package)
-            total = total + cfg.locality_weight * has[machines]
+            total = total + cfg.locality_weight * self._package_on(task.package)[s.machines[:size]]
         return total
 
     def _job_domains(self, job: str) -> np.ndarray:
@@ -157,31 +176,36 @@ class Pass:
             counts = np.zeros(self.cell.domains, dtype=np.int64)
             for d in self.running_doms.get(job, ()):
                 counts[d] += 1
+            self.job_placed[job] = len(self.running_doms.get(job, ()))
             self.job_dom[job] = counts
         return counts
 
     def _package_on(self, package: str) -> np.ndarray:
         has = self.pkg_has.get(package)
         if has is None:
-            has = np.array([package in p for p in self.cell.pkgs], dtype=bool)
+            if self.pkg_machines is None:  # one inverted index instead of a scan per package
+                self.pkg_machines = {}
+                for mi, pkgs in enumerate(self.cell.pkgs):
+                    for p in pkgs:
+                        self.pkg_machines.setdefault(p, []).append(mi)
+            has = np.zeros(self.n, dtype=bool)
+            has[self.pkg_machines.get(package, [])] = True
             self.pkg_has[package] = has
         return has
 
     def pick(self, cls: TaskClass, s: _Sample, task: PendingTask) -> tuple[int, int, list[Victim], float] | None:
         """(slot, machine, victims, score) of the best machine in the sample, or None: fits nowhere."""
         cache = self.cfg.score_cache
+        if not cache:
+            # Without the cache every task scores its class's sample afresh.
+            for slot in range(s.size):
+                if s.scores[slot] != -np.inf:
+                    self._rescore(cls, s, slot)
         while True:
             if s.valid < self.k and s.cursor < self.n:
                 self._refill(cls, s)
             if s.valid == 0:
                 return None
-            if not cache:
-                # Without the cache every task scores its class's sample afresh.
-                for slot in range(s.size):
-                    if s.scores[slot] != -np.inf:
-                        self._rescore(cls, s, slot)
-                if s.valid == 0:
-                    continue
             total = self._totals(s, task)
             slot = int(total.argmax())
             mi = int(s.machines[slot])
@@ -212,7 +236,7 @@ class Pass:
             )
         if victims:
             cell.vmin[mi] = min((v.priority for v in cell.victims[mi]), default=1 << 30)
-        if cls.gpu_whole or cls.gpu_share:
+        if cls.gpu:
             picks = gpu_take(gfree, cell.gcap[mi], cls.gpu_whole, cls.gpu_share)
             assert picks is not None, "checked by pick"
             for g, a in picks:
@@ -223,8 +247,11 @@ class Pass:
         self.plan.placements.append(Placement(task.id, name, tuple(v.id for v in victims), score))
         if self.cfg.spread_weight:
             self._job_domains(task.job)[cell.dom[mi]] += 1
-        if task.package:
+            self.job_placed[task.job] += 1
+        if task.package and task.package not in cell.pkgs[mi]:
             cell.pkgs[mi].add(task.package)
+            if self.pkg_machines is not None:
+                self.pkg_machines.setdefault(task.package, []).append(mi)
             if task.package in self.pkg_has:
                 self.pkg_has[task.package][mi] = True
 

@@ -18,7 +18,7 @@ MAX_SCORE = 100
 
 def _leftovers(req: Vec, free: Vec, cap: Vec) -> list[float]:
     """Fraction of each resource left free after the placement."""
-    return [(free[i] - req[i]) / cap[i] for i in range(len(cap)) if cap[i] > 0]
+    return [(f - r) / c for r, f, c in zip(req, free, cap, strict=True) if c > 0]
 
 
 def best_fit(req: Vec, free: Vec, cap: Vec, salt: float = 0.0) -> float:
@@ -44,7 +44,7 @@ def borg_hybrid(req: Vec, free: Vec, cap: Vec, salt: float = 0.0) -> float:
     """
     left = _leftovers(req, free, cap)
     lmin = min(left)
-    stranded = sum(x - lmin for x in left) / len(left)
+    stranded = sum(left) / len(left) - lmin  # the mean of (x - lmin) over the resources
     return MAX_SCORE * (1.0 - lmin) - 2 * MAX_SCORE * stranded
 
 
