@@ -1,0 +1,35 @@
+"""The benchmark shell and the trace reader, on small inputs."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reference.scheduler import bench
+from reference.scheduler.study import busiest_moment, lower_bound
+from reference.scheduler.trace import pod_gpu_milli, read_trace
+
+TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "alibaba-openb-2023"
+
+
+def test_synthetic_bench_with_ablation(capsys):
+    assert bench.main(["--machines", "200", "--tasks", "600", "--ablation", "--ablation-sample", "50", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["run"]["tasks"] == 600 and out["run"]["placed"] > 0
+    assert set(out["ablation"]["sample"]) >= {"all on", "all off"}
+    assert out["ablation"]["speedup_on_vs_off_same_sample"] > 0
+
+
+def test_gpu_share_mapping():
+    assert pod_gpu_milli(1, 460) == 460
+    assert pod_gpu_milli(1, 1000) == 1000
+    assert pod_gpu_milli(8, 1000) == 8000
+    assert pod_gpu_milli(0, 0) == 0
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason="the openb trace is not checked out beside the project")
+def test_trace_reads_and_bounds():
+    machines, pods = read_trace(TRACE)
+    assert len(machines) == 1523 and len(pods) == 8152
+    _, live = busiest_moment(pods)
+    assert 0 < lower_bound(machines, live) <= len(machines)

@@ -1,0 +1,85 @@
+"""Preemption: never inside the production bands, fewest and lowest victims first, disruption limits."""
+
+from reference.scheduler import (
+    PendingTask,
+    SchedulerConfig,
+    Snapshot,
+    apply_plan,
+    plan_for,
+    plan_pass,
+)
+from reference.scheduler.snapshot import RunningTask
+from spec.actions import submit
+from spec.invariants import check_state
+from spec.model import CellState, Job, Machine, Resources, TaskId
+
+GiB = 2**30
+
+
+def m(name, cpu=4000):
+    return Machine(name, Resources.of(cpu=cpu, ram=8 * GiB))
+
+
+def run(job, prio, cpu, machine, i=0):
+    return RunningTask(TaskId(job, i), machine, prio, Resources.of(cpu=cpu))
+
+
+def pend(job, prio, cpu, i=0):
+    return PendingTask(TaskId(job, i), job.split("/")[0], prio, Resources.of(cpu=cpu))
+
+
+def test_prod_never_preempts_prod():
+    snap = Snapshot((m("a"),), (run("p/old", 200, 4000, "a"),), (pend("q/new", 399, 1000),))
+    plan = plan_pass(snap)
+    assert not plan.placements and not plan.preemptions
+    assert "counting preemptible" in str(plan.unschedulable[0])
+
+
+def test_equal_priority_never_preempts():
+    snap = Snapshot((m("a"),), (run("b/old", 100, 4000, "a"),), (pend("b/new", 100, 1000),))
+    assert not plan_pass(snap).placements
+
+
+def test_fewest_and_lowest_victims_preferred():
+    # a: four small best-effort tasks; b: one big batch task; c: one big best-effort task.
+    running = (
+        *(run("be/small", 0, 1000, "a", i) for i in range(4)),
+        run("batch/big", 150, 4000, "b"),
+        run("be/big", 10, 4000, "c"),
+    )
+    snap = Snapshot((m("a"), m("b"), m("c")), running, (pend("prod/x", 200, 3000),))
+    plan = plan_pass(snap, SchedulerConfig(policy="best_fit"))
+    (p,) = plan.placements
+    # c needs one victim of priority 10; a would need three, b one of priority 150.
+    assert p.machine == "c" and p.victims == (TaskId("be/big", 0),)
+
+
+def test_reprieve_keeps_unneeded_victims():
+    running = (run("be/a", 0, 1000, "a"), run("be/b", 5, 3000, "a"))
+    snap = Snapshot((m("a"),), running, (pend("prod/x", 200, 3000),))
+    (p,) = plan_pass(snap).placements
+    assert p.victims == (TaskId("be/b", 0),)  # evicting the 3000m task alone is enough
+
+
+def test_disruption_limit_per_job():
+    running = tuple(run("be/svc", 0, 4000, f"m{i}", i) for i in range(3))
+    snap = Snapshot(tuple(m(f"m{i}") for i in range(3)), running, tuple(pend("prod/x", 200, 4000, i) for i in range(3)))
+    cfg = SchedulerConfig(max_disruptions_per_job=2)
+    assert len(plan_pass(snap, cfg).preemptions) == 2
+    assert len(plan_pass(snap, cfg, recent_disruptions={"be/svc": 1}).preemptions) == 1
+    assert len(plan_pass(snap, cfg, recent_disruptions={"be/svc": 2}).preemptions) == 0
+    assert len(plan_pass(snap, SchedulerConfig()).preemptions) == 3
+
+
+def test_preemption_through_the_spec_sends_victims_back_to_pending():
+    s = CellState()
+    s = s.with_(machines=s.machines.set("a", m("a")))
+    s = submit(s, Job("bob", "be", 0, 2, Resources.of(cpu=2000)))
+    s = apply_plan(s, plan_for(s))
+    s = submit(s, Job("alice", "web", 200, 1, Resources.of(cpu=3000)))
+    plan = plan_for(s)
+    assert len(plan.preemptions) == 2
+    after = apply_plan(s, plan)
+    assert not check_state(after)
+    states = {t.id.job: t.state.value for t in after.tasks.values() if t.id.job == "bob/be"}
+    assert states == {"bob/be": "PENDING"}
