@@ -164,16 +164,22 @@ class EtcdCluster:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every member (SIGTERM, then SIGKILL after `timeout`) and forget the pids."""
-        procs = [self._process(i) for i in range(len(self.members))]
-        for proc in procs:
-            if proc is not None:
-                _signal_group(proc.pid, signal.SIGTERM)
+        procs = {i: p for i in range(len(self.members)) if (p := self._process(i)) is not None}
+        deadline = time.monotonic() + timeout
+        # Followers first, then the leader: a leader stopping while its peers stop too waits
+        # seconds for a leadership transfer that cannot finish; a leader with no live peer
+        # skips the transfer.
+        leader = self.leader_index()
+        waves = [[p for i, p in procs.items() if i != leader], [p for i, p in procs.items() if i == leader]]
+        for wave in waves:
+            for proc in wave:
                 _signal_group(proc.pid, signal.SIGCONT)  # a paused member must run to exit
-        live = [p for p in procs if p is not None]
-        _, alive = psutil.wait_procs(live, timeout=timeout)
+                _signal_group(proc.pid, signal.SIGTERM)
+            _wait_gone(wave, max(0.0, deadline - time.monotonic()))
+        alive = _wait_gone(list(procs.values()), 0.0)
         for proc in alive:
             _signal_group(proc.pid, signal.SIGKILL)
-        psutil.wait_procs(alive, timeout=5.0)
+        _wait_gone(alive, 5.0)
         self._reap_all()
         for m in self.members:
             m.pid = m.create_time = None
@@ -185,8 +191,7 @@ class EtcdCluster:
         if proc is None:
             return
         _signal_group(proc.pid, sig)
-        psutil.wait_procs([proc], timeout=timeout)
-        if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+        if _wait_gone([proc], timeout):
             raise EtcdClusterError(f"member {i} (pid {proc.pid}) ignored signal {sig}")
         self._reap(i)
         self.members[i].pid = self.members[i].create_time = None
@@ -226,6 +231,21 @@ class EtcdCluster:
             return resp.status_code == 200 and resp.json().get("health") == "true"
         except (requests.RequestException, ValueError):
             return False
+
+    def leader_index(self, timeout: float = 0.5) -> int | None:
+        """Which member is the Raft leader now, or None if no running member knows."""
+        index_of: dict[str, int] = {}
+        leader_id = None
+        for i, url in enumerate(self.client_urls):
+            if self._process(i) is None:
+                continue
+            try:
+                status = requests.post(f"{url}/v3/maintenance/status", json={}, timeout=timeout).json()
+            except (requests.RequestException, ValueError):
+                continue
+            index_of[status.get("header", {}).get("member_id", "")] = i
+            leader_id = leader_id or status.get("leader")
+        return index_of.get(leader_id) if leader_id else None
 
     def wait_healthy(self, timeout: float, members: list[int] | None = None) -> None:
         """Wait until the given members (default all) are healthy, or raise with their logs."""
@@ -376,3 +396,24 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until every process has exited; returns those still running after `timeout`.
+
+    A zombie counts as gone: when another process stops the cluster, the members are not
+    its children and it cannot reap them (psutil.wait_procs would wait for the reaper).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in procs if _running(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

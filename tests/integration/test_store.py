@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +21,7 @@ from reference.store.etcd_cluster import EtcdCluster
 pytestmark = pytest.mark.integration
 
 LEADER_KEY = "/test/leader"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +253,11 @@ def test_stop_leaves_no_process_and_another_process_can_stop_it(tmp_path: Path) 
     c = EtcdCluster(tmp_path, members=1).start()
     pids = [p for p in c.pids() if p is not None]
     assert pids and all(psutil.pid_exists(p) for p in pids)
-    EtcdCluster.load(tmp_path).stop()  # as a launcher's `cell down` would
+    # Stopped from another process, as a launcher's `cell down` would.
+    stopper = f"from reference.store.etcd_cluster import EtcdCluster; EtcdCluster.load({str(tmp_path)!r}).stop()"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    subprocess.run([sys.executable, "-c", stopper], check=True, timeout=30, env=env)
+    assert wait_for(lambda: not any(_alive(p) for p in pids), 5.0)
     c.stop()  # reaps the children this process started
     assert not any(_alive(p) for p in pids)
 
