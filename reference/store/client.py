@@ -2,12 +2,14 @@
 
 The wrapper adds to etcd3gw what a cell needs: a list of endpoints tried in turn, a timeout on
 every request, typed results with revisions, readable transactions (see `ops`), and a watch
-that survives member failures (see `watch`). Where etcd3gw drops what we need, the call goes
-straight to the same JSON gateway through etcd3gw's own request helper (`Etcd3Client.post`):
+that survives member failures (see `watch`). etcd3gw supplies the HTTP session, URLs, error
+mapping and the delete, transaction and lease keepalive/revoke calls. Where its helpers drop
+what we need, the request goes to the same JSON gateway through etcd3gw's own `post`:
 
-- `get_prefix` and `revision`: etcd3gw's range helpers drop the response header, so the
-  revision a read reflects is lost; they post to `/v3/kv/range` instead.
-- `txn`: etcd3gw takes the raw request dict, so `ops` builds it; the response is parsed here.
+- reads (`get`, `get_kv`, `get_prefix`, `revision`) post to `/v3/kv/range`: etcd3gw's range
+  helpers drop the response header, so the revision a read reflects would be lost;
+- `put` and `delete_prefix`: etcd3gw returns True, not the revision or the count;
+- `lease` and `time_to_live`: to return the TTL etcd granted, and -1 for an expired lease;
 - `watch_prefix`: etcd3gw's watcher ignores compaction and cancellation, has no read timeout
   and cannot resume, so `watch.PrefixWatch` speaks to `/v3/watch` itself.
 """

@@ -10,6 +10,11 @@ later, so "last successful refresh sent + ttl" on the local monotonic clock is a
 which the lease is surely still alive. `is_leader` turns false at that moment even if the
 keepalive thread is stuck in a request: a leader cut off from etcd stops believing it leads
 before any other candidate can win. Writes do not rely on this: they are fenced in etcd.
+
+Choosing the TTL: while etcd itself elects a new Raft leader (1 to 2 election timeouts,
+1-2 s with our clusters' 1000 ms) no refresh succeeds. With ttl_s=2 a master leader
+sometimes steps down when the etcd leader dies; with ttl_s=3 it rides through. Failover
+after a master crash takes about ttl_s + ttl_s/3.
 """
 
 from __future__ import annotations
