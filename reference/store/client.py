@@ -34,6 +34,10 @@ from reference.store.watch import PrefixWatch, WatchCallback
 
 T = TypeVar("T")
 
+# Requests take milliseconds; the timeout bounds the stalls. Right after the etcd leader dies,
+# a write sent to a follower that has not noticed yet is forwarded to the dead leader and hangs
+# until etcd's own request timeout (5 s + 2 election timeouts = 7 s); ours ends it sooner and
+# a repeatable request moves on to the next member.
 DEFAULT_TIMEOUT_S = 5.0
 # A refused or unanswered connect on loopback is immediate; a long connect timeout would
 # only delay the failover to the next member.
