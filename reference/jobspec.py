@@ -1,0 +1,323 @@
+"""The job file (Borg's BCL, written in YAML): a strict pydantic model, its loader and its errors.
+
+A job file names a job, its user, priority, task count, per-task request and the command its
+tasks run. Quantities follow the borglet's parsers: CPU as cores (`0.25`, `2`) or milli-CPU
+(`"250m"`), RAM and disk as bytes with an optional unit (`"128MiB"`), other resources as
+counts. A number for CPU means cores, as in Kubernetes, so `cpu: 1` asks for a whole core.
+Unknown fields are refused, so a typo is an error rather than a silently ignored line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from reference.borglet import quantity
+from spec.model import (
+    BAND_FLOOR,
+    MAX_PRIORITY,
+    AppClass,
+    Band,
+    Constraint,
+    ConstraintOp,
+    Job,
+    Resources,
+    RestartPolicy,
+)
+
+# Names become parts of etcd keys and BNS names (<index>.<job>.<user>.<cell>.minborg), so
+# they may hold neither '/' nor '.'.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+NAME_RULE = "must be 1-63 letters, digits, '-' or '_', starting with a letter or digit"
+
+
+class JobFileError(ValueError):
+    """A job file that cannot be read or is invalid; `errors` holds one {field, error} each."""
+
+    def __init__(self, message: str, errors: list[dict[str, str]] | None = None) -> None:
+        self.errors = errors or [{"field": "", "error": message}]
+        detail = "; ".join(f"{e['field'] or '(file)'}: {e['error']}" for e in self.errors)
+        super().__init__(f"{message}: {detail}" if errors else message)
+
+    def body(self) -> dict[str, Any]:
+        """The API's error body for this error."""
+        return {"detail": self.errors}
+
+
+class ConstraintSpec(BaseModel):
+    """A hard constraint on a machine attribute: `{attr, op, value}` or `{attr, op, values}`."""
+
+    model_config = ConfigDict(extra="forbid")
+    attr: str = Field(min_length=1)
+    op: ConstraintOp = ConstraintOp.EQ
+    value: str | None = None
+    values: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one_value_form(self) -> ConstraintSpec:
+        if (self.value is None) == (self.values is None):
+            raise ValueError("give exactly one of value (a string) or values (a list)")
+        vals = self.all_values()
+        if not vals:
+            raise ValueError("values must not be empty")
+        if self.op in (ConstraintOp.EQ, ConstraintOp.NE) and len(vals) != 1:
+            raise ValueError(f"op {self.op.value} takes exactly one value")
+        return self
+
+    def all_values(self) -> tuple[str, ...]:
+        return (self.value,) if self.value is not None else tuple(self.values or ())
+
+    def to_spec(self) -> Constraint:
+        return Constraint(self.attr, self.op, self.all_values())
+
+
+class HealthCheckSpec(BaseModel):
+    """An HTTP probe of each task: GET http://127.0.0.1:<port><path> every interval_s."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(default="/healthz", pattern=r"^/")
+    interval_s: float = Field(default=1.0, gt=0, le=3600)
+
+
+def parse_priority(value: Any) -> int:
+    """0..399, or a band name meaning that band's floor (production -> 200)."""
+    if isinstance(value, bool):
+        raise ValueError("must be an integer 0..399 or a band name")
+    if isinstance(value, str) and not value.strip().isdigit():
+        try:
+            return BAND_FLOOR[Band(value.strip().lower())]
+        except ValueError:
+            bands = ", ".join(b.value for b in Band)
+            raise ValueError(f"unknown band {value!r}: use 0..399 or one of {bands}") from None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ValueError("must be an integer 0..399 or a band name") from None
+    if isinstance(value, float) and value != number:
+        raise ValueError("must be a whole number")
+    if not 0 <= number <= MAX_PRIORITY:
+        raise ValueError(f"must be between 0 and {MAX_PRIORITY}, got {number}")
+    return number
+
+
+def parse_request_value(name: str, value: Any) -> int:
+    """One resource of a task's request in its canonical unit (milli-CPU, bytes, count)."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError("must be a quantity like 500m or 2")
+    if name == "cpu" and isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("must not be negative")
+        return round(value * 1000)  # a number is cores; "250m" is milli-CPU
+    if name == "cpu":
+        if isinstance(value, str) and value.strip().endswith("m"):
+            return quantity.parse_cpu(value)
+        try:
+            return round(float(value) * 1000)
+        except (TypeError, ValueError):
+            raise ValueError("must be a quantity like 500m or 2") from None
+    if isinstance(value, float):
+        if value != int(value):
+            raise ValueError("must be a whole number or a quantity like 128MiB")
+        value = int(value)
+    if isinstance(value, int) and value < 0:
+        raise ValueError("must not be negative")
+    try:
+        return quantity.parse_resource(name, value)
+    except ValueError as err:
+        if name in quantity.BYTE_RESOURCES:
+            raise ValueError("must be a byte quantity like 128MiB or 2GiB") from err
+        raise ValueError("must be a whole number") from err
+
+
+class JobSpec(BaseModel):
+    """A job file. After validation `priority` is an int and `request` holds canonical units."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=NAME_PATTERN)
+    user: str = Field(pattern=NAME_PATTERN)
+    priority: int = 0
+    task_count: int = Field(default=1, ge=0, le=10000)
+    request: dict[str, int] = Field(default_factory=dict)
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    constraints: list[ConstraintSpec] = Field(default_factory=list)
+    restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
+    appclass: AppClass = AppClass.BATCH
+    health_check: HealthCheckSpec | None = None
+    package: str = ""
+    alloc: str | None = None
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _priority(cls, value: Any) -> int:
+        return parse_priority(value)
+
+    @field_validator("request", mode="before")
+    @classmethod
+    def _request(cls, value: Any) -> dict[str, int]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ValueError("must be a mapping such as {cpu: 250m, ram: 128MiB}")
+        out: dict[str, int] = {}
+        errors = []
+        for name, amount in value.items():
+            if not isinstance(name, str) or not re.match(r"^[a-z][a-z0-9_]*$", name):
+                errors.append(f"resource name {name!r} must be lower-case letters, digits, '_'")
+                continue
+            try:
+                out[name] = parse_request_value(name, amount)
+            except ValueError as err:
+                errors.append(f"{name}: {err}")
+        if errors:
+            raise ValueError("; ".join(errors))
+        return out
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("the program (first item) must not be empty")
+        return value
+
+    @property
+    def key(self) -> str:
+        return f"{self.user}/{self.name}"
+
+    def resources(self) -> Resources:
+        return Resources.of(self.request)
+
+    def to_spec_job(self, version: int = 0) -> Job:
+        """The spec's view of this job: what admission, scheduling and invariants look at."""
+        return Job(
+            user=self.user,
+            name=self.name,
+            priority=self.priority,
+            task_count=self.task_count,
+            request=self.resources(),
+            constraints=tuple(c.to_spec() for c in self.constraints),
+            restart_policy=self.restart_policy,
+            appclass=self.appclass,
+            alloc=self.alloc,
+            package=self.package,
+            version=version,
+        )
+
+    def canonical(self) -> dict[str, Any]:
+        """The job as JSON with canonical quantities: CPU as "NNNm", bytes and counts as ints.
+
+        Parsing this again gives the same JobSpec (CPU is written as a string so it is not
+        mistaken for cores)."""
+        doc = self.model_dump(mode="json", exclude_none=False)
+        doc["request"] = {
+            k: (f"{v}m" if k == "cpu" else v) for k, v in sorted(self.request.items())
+        }
+        doc["constraints"] = [
+            {k: v for k, v in c.items() if v is not None} for c in doc["constraints"]
+        ]
+        return doc
+
+
+# --- errors in the API's shape -------------------------------------------------------------
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """('request', 'cpu') -> 'request.cpu'; ('constraints', 0, 'op') -> 'constraints.0.op'."""
+    return ".".join(str(part) for part in loc if part not in ("body",))
+
+
+def validation_errors(exc: ValidationError) -> list[dict[str, str]]:
+    """One {field, error} per problem, with the field as a dotted path into the job file."""
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err.get("loc", ()))
+        message = str(err.get("msg", "invalid"))
+        message = message.removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            message = "unknown field (check the spelling; extra fields are not allowed)"
+        elif err.get("type") == "missing":
+            message = "required field is missing"
+        elif err.get("type") == "string_pattern_mismatch" and loc and loc[-1] in ("name", "user"):
+            message = NAME_RULE
+        # A request error names the resource in its message; point the path at it.
+        if loc and loc[-1] == "request" and ":" in message:
+            resource, _, rest = message.partition(":")
+            if "; " not in message and re.match(r"^[a-z][a-z0-9_]*$", resource):
+                loc, message = (*loc, resource), rest.strip()
+        out.append({"field": field_path(loc), "error": message})
+    return out
+
+
+def error_body(exc: ValidationError) -> dict[str, Any]:
+    """The `{"detail": [{"field", "error"}]}` body of docs/api.md for a validation error."""
+    return {"detail": validation_errors(exc)}
+
+
+def parse_job(document: Any) -> JobSpec:
+    """Validate a parsed job file (a mapping); JobFileError names every bad field."""
+    if not isinstance(document, dict):
+        raise JobFileError(
+            "invalid job file",
+            [{"field": "", "error": "a job file must be a mapping of fields (name, user, ...)"}],
+        )
+    try:
+        return JobSpec.model_validate(document)
+    except ValidationError as exc:
+        raise JobFileError("invalid job file", validation_errors(exc)) from None
+
+
+def load_job_file(path: str | Path) -> JobSpec:
+    """Read and validate a YAML (or JSON) job file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as err:
+        raise JobFileError(f"cannot read job file {p}: {err.strerror or err}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise JobFileError(f"{p} is not valid YAML: {err}") from None
+    try:
+        return parse_job(document)
+    except JobFileError as err:
+        raise JobFileError(f"invalid job file {p}", err.errors) from None
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a job file (for editors and the CLI's `job schema`)."""
+    return JobSpec.model_json_schema()
+
+
+def is_valid_name(text: str) -> bool:
+    return bool(_NAME_RE.match(text))
+
+
+def dumps(spec: JobSpec) -> str:
+    return json.dumps(spec.canonical(), sort_keys=True)
+
+
+__all__ = [
+    "ConstraintSpec",
+    "HealthCheckSpec",
+    "JobFileError",
+    "JobSpec",
+    "error_body",
+    "json_schema",
+    "load_job_file",
+    "parse_job",
+    "validation_errors",
+]
