@@ -1,0 +1,361 @@
+"""HTTP client of the master's API v1: finds the cell, fails over between replicas, retries 503."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+CELL_FILE = "cell.json"
+DEFAULT_STATE_DIR = ".minborg"
+STATE_DIR_ENV = "MINBORG_STATE_DIR"
+MASTER_ENV = "MINBORG_MASTER"
+
+# Status used by ClientError when no replica answered at all (there is no HTTP status).
+NO_ANSWER = 0
+
+# Failover takes about one lease TTL (3 s by default) plus an election; retrying 503 for a
+# bit longer than that lets a write issued during failover succeed instead of failing.
+DEFAULT_RETRY_S = 12.0
+# A Retry-After larger than this is not honoured as is: the client would look hung.
+MAX_RETRY_AFTER_S = 3.0
+
+
+class ClientError(Exception):
+    """A request the cell refused (status >= 400) or that no replica answered (status 0)."""
+
+    def __init__(self, status: int, detail: Any, url: str | None = None) -> None:
+        super().__init__(status, detail)
+        self.status = status
+        self.detail = detail
+        self.url = url
+
+    def __str__(self) -> str:
+        head = "no answer from the cell" if self.status == NO_ANSWER else f"HTTP {self.status}"
+        return f"{head}: {format_detail(self.detail)}"
+
+
+def format_detail(detail: Any) -> str:
+    """An API error body's `detail` as readable text: one `field: error` line per problem."""
+    if isinstance(detail, list):
+        lines = [_format_item(item) for item in detail]
+        return lines[0] if len(lines) == 1 else "\n" + "\n".join(f"  {line}" for line in lines)
+    if isinstance(detail, dict):
+        return _format_item(detail)
+    return str(detail)
+
+
+def _format_item(item: Any) -> str:
+    if not isinstance(item, dict):
+        return str(item)
+    # The API's own shape is {"field", "error"}; FastAPI's default is {"loc", "msg"}.
+    field = item.get("field")
+    if field is None and "loc" in item:
+        field = ".".join(str(part) for part in item["loc"] if part != "body")
+    error = item.get("error", item.get("msg", item.get("message")))
+    if error is None:
+        return json.dumps(item, sort_keys=True)
+    return f"{field}: {error}" if field else str(error)
+
+
+# --- finding the cell ------------------------------------------------------------------
+
+
+def state_dir_path(state_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The local cell's state dir: the argument, else $MINBORG_STATE_DIR, else ./.minborg."""
+    chosen = state_dir or os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR
+    return Path(chosen).expanduser().resolve()
+
+
+def read_cell_file(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The cell file written by `minborg cell up`, as a dict; ClientError when absent."""
+    path = state_dir_path(state_dir) / CELL_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ClientError(
+            NO_ANSWER,
+            f"no cell found: {path} does not exist. Start one with `minborg cell up`, "
+            f"or point at a running cell with --master URL or ${MASTER_ENV}",
+        ) from None
+    except ValueError as err:
+        raise ClientError(NO_ANSWER, f"unreadable cell file {path}: {err}") from None
+
+
+def split_urls(text: str) -> list[str]:
+    """'http://a:1, b:2' -> ['http://a:1', 'http://b:2'] (a bare host:port means http)."""
+    urls = []
+    for part in text.split(","):
+        part = part.strip().rstrip("/")
+        if part:
+            urls.append(part if "://" in part else f"http://{part}")
+    return urls
+
+
+def master_urls(
+    master: str | None = None, state_dir: str | os.PathLike[str] | None = None
+) -> list[str]:
+    """Master URLs from --master, else $MINBORG_MASTER, else the local cell file."""
+    for source in (master, os.environ.get(MASTER_ENV)):
+        if source and (urls := split_urls(source)):
+            return urls
+    urls = list(read_cell_file(state_dir).get("master_urls") or [])
+    if not urls:
+        raise ClientError(
+            NO_ANSWER, f"the cell file in {state_dir_path(state_dir)} lists no master"
+        )
+    return urls
+
+
+# --- the client ------------------------------------------------------------------------
+
+
+def retry_after_s(response: httpx.Response, default: float = 0.5) -> float:
+    """Seconds to wait from a Retry-After header (seconds form), bounded."""
+    try:
+        value = float(response.headers.get("Retry-After", default))
+    except ValueError:
+        value = default
+    return min(max(value, 0.1), MAX_RETRY_AFTER_S)
+
+
+class CellClient:
+    """Talks to any master replica; moves to the next one when a replica does not answer.
+
+    A replica that answered last is tried first next time. `503` (no leader yet) is retried
+    for at most `retry_s` seconds, honouring Retry-After; other errors raise ClientError.
+    """
+
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        timeout: float = 5.0,
+        retry_s: float = DEFAULT_RETRY_S,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not urls:
+            raise ValueError("CellClient needs at least one master URL")
+        self.urls = list(urls)
+        self.retry_s = retry_s
+        self._sleep, self._clock = sleep, clock
+        self._http = httpx.Client(timeout=timeout, transport=transport)
+
+    @classmethod
+    def discover(
+        cls, master: str | None = None, state_dir: str | os.PathLike[str] | None = None, **kw: Any
+    ) -> CellClient:
+        return cls(master_urls(master, state_dir), **kw)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> CellClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(
+        self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """One API call; returns the decoded JSON body of a 2xx answer."""
+        deadline = self._clock() + self.retry_s
+        idempotent = method.upper() in ("GET", "HEAD")
+        while True:
+            failures: list[str] = []
+            wait = 0.5
+            for url in list(self.urls):
+                try:
+                    response = self._http.request(method, url + path, json=json, params=params)
+                except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+                    failures.append(f"{url}: {_reason(err)}")  # never reached the replica
+                    continue
+                except httpx.TransportError as err:
+                    if not idempotent:
+                        # The write may have been applied; retrying could apply it twice.
+                        raise ClientError(
+                            NO_ANSWER,
+                            f"{url} did not answer {method} {path} ({_reason(err)}); "
+                            "the change may or may not have been made: check before retrying",
+                            url,
+                        ) from None
+                    failures.append(f"{url}: {_reason(err)}")
+                    continue
+                if response.status_code == 503:
+                    wait = retry_after_s(response)
+                    failures.append(f"{url}: 503 {format_detail(_detail(response))}")
+                    continue
+                self._prefer(url)
+                if response.status_code >= 400:
+                    raise ClientError(response.status_code, _detail(response), url)
+                return _body(response)
+            if self._clock() + wait > deadline:
+                raise ClientError(
+                    503 if any(": 503" in f for f in failures) else NO_ANSWER,
+                    "no master replica could serve the request: " + "; ".join(failures),
+                )
+            self._sleep(wait)
+
+    def _prefer(self, url: str) -> None:
+        self.urls.remove(url)
+        self.urls.insert(0, url)
+
+    # --- API v1, one method per route ------------------------------------------------------
+
+    def cell(self) -> dict[str, Any]:
+        return self.request("GET", "/v1/cell")
+
+    def jobs(self, user: str | None = None) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/jobs", params={"user": user} if user else None)["jobs"]
+
+    def job(self, key: str) -> dict[str, Any]:
+        return self.request("GET", f"/v1/jobs/{_key(key)}")
+
+    def submit(self, job: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", "/v1/jobs", json=job)
+
+    def update(self, key: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return self.request("PATCH", f"/v1/jobs/{_key(key)}", json=changes)
+
+    def kill(self, key: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/v1/jobs/{_key(key)}")
+
+    def tasks(self, key: str) -> list[dict[str, Any]]:
+        return self.request("GET", f"/v1/jobs/{_key(key)}/tasks")["tasks"]
+
+    def kill_task(self, key: str, index: int) -> dict[str, Any]:
+        return self.request("DELETE", f"/v1/jobs/{_key(key)}/tasks/{index}")
+
+    def endpoints(self, key: str) -> list[Endpoint]:
+        body = self.request("GET", f"/v1/jobs/{_key(key)}/endpoints")
+        return [Endpoint.from_json(e) for e in body.get("endpoints", [])]
+
+    def machines(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/machines")["machines"]
+
+    def add_machine(self, machine: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", "/v1/machines", json=machine)
+
+    def resolve(self, bns_name: str) -> dict[str, Any]:
+        return self.request("GET", f"/v1/bns/{bns_name}")
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """'alice/web' -> ('alice', 'web'); ValueError with what to type otherwise."""
+    user, sep, name = key.strip().partition("/")
+    if not sep or not user or not name or "/" in name:
+        raise ValueError(f"invalid job {key!r}: expected USER/NAME such as demo/hello_world")
+    return user, name
+
+
+def _key(key: str) -> str:
+    user, name = split_key(key)
+    return f"{user}/{name}"
+
+
+def _reason(err: Exception) -> str:
+    return str(err) or type(err).__name__
+
+
+def _detail(response: httpx.Response) -> Any:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip() or response.reason_phrase
+    return body.get("detail", body) if isinstance(body, dict) else body
+
+
+def _body(response: httpx.Response) -> dict[str, Any]:
+    if not response.content:
+        return {}
+    try:
+        body = response.json()
+    except ValueError:
+        raise ClientError(response.status_code, f"not JSON: {response.text[:200]!r}") from None
+    return body if isinstance(body, dict) else {"result": body}
+
+
+# --- client-side load balancing ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One healthy running task of a job, as the master's endpoints route lists it."""
+
+    index: int
+    bns: str
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Endpoint:
+        return cls(
+            int(data["index"]), str(data.get("bns", "")), str(data["host"]), int(data["port"])
+        )
+
+
+class RoundRobin:
+    """Spreads requests over a job's healthy tasks, as Borg clients do: no proxy in the path.
+
+    The endpoint list is refetched every `refresh_s` seconds; an endpoint that refuses a
+    connection is skipped until the next refresh.
+    """
+
+    def __init__(
+        self,
+        client: CellClient,
+        job: str,
+        *,
+        refresh_s: float = 2.0,
+        timeout: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client, self.job, self.refresh_s, self._clock = client, job, refresh_s, clock
+        self._http = httpx.Client(timeout=timeout)
+        self._endpoints: list[Endpoint] = []
+        self._fetched_at = float("-inf")
+        self._next = 0
+
+    def endpoints(self) -> list[Endpoint]:
+        if not self._endpoints or self._clock() - self._fetched_at >= self.refresh_s:
+            self._endpoints = sorted(self.client.endpoints(self.job), key=lambda e: e.index)
+            self._fetched_at = self._clock()
+        return self._endpoints
+
+    def next(self) -> Endpoint:
+        endpoints = self.endpoints()
+        if not endpoints:
+            raise ClientError(503, f"job {self.job} has no healthy endpoint")
+        endpoint = endpoints[self._next % len(endpoints)]
+        self._next += 1
+        return endpoint
+
+    def get(self, path: str = "/") -> tuple[Endpoint, httpx.Response]:
+        """GET `path` from the next endpoint; on a refused connection, from the one after."""
+        tried: list[str] = []
+        for _ in range(max(1, len(self.endpoints()))):
+            endpoint = self.next()
+            try:
+                return endpoint, self._http.get(endpoint.url + path)
+            except httpx.TransportError as err:
+                tried.append(f"{endpoint.url}: {_reason(err)}")
+                self._endpoints = [e for e in self._endpoints if e != endpoint]
+                if not self._endpoints:
+                    break
+        raise ClientError(NO_ANSWER, f"no endpoint of {self.job} answered: " + "; ".join(tried))
+
+    def close(self) -> None:
+        self._http.close()

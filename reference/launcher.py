@@ -1,0 +1,570 @@
+"""Start, inspect and stop a local cell on 127.0.0.1: etcd members, master replicas, borglets."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+import reference
+from reference.borglet.quantity import parse_capacity, parse_pairs
+from reference.client import CELL_FILE, CellClient, ClientError, state_dir_path
+from reference.store.etcd_cluster import EtcdCluster, EtcdClusterError, free_ports
+
+HOST = "127.0.0.1"
+CLUSTER_SIZES = (1, 3, 5)
+DEFAULT_CAPACITY = "cpu=4000m,ram=8GiB"
+# Subdirectories a cell owns inside its state dir; `up` replaces them when the previous
+# cell there is stopped, so a fresh etcd never meets an old member's data dir.
+OWNED_DIRS = ("etcd", "machines", "logs")
+
+# Bounds on every wait. Python processes importing FastAPI take about a second each on a
+# loaded two-core host; an election needs one lease TTL at most after the masters are up.
+READY_TIMEOUT_S = 30.0
+LEADER_TIMEOUT_S = 45.0
+# A borglet stopping with --kill-tasks-on-exit gives each task its kill grace (3 s) first.
+STOP_TIMEOUT_S = 15.0
+
+Progress = Callable[[str], None]
+
+
+class LauncherError(RuntimeError):
+    """The local cell could not be started, found or stopped as asked."""
+
+
+class Role(StrEnum):
+    ETCD = "etcd"
+    MASTER = "master"
+    BORGLET = "borglet"
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """One process of the cell. The start time tells it apart from a later process that
+    reuses its pid, so `down` never signals an unrelated process."""
+
+    role: Role
+    name: str
+    pid: int
+    create_time: float
+    url: str
+    log: str
+
+
+@dataclass(frozen=True)
+class CellInfo:
+    """What the cell file says: where every process of a local cell listens and runs."""
+
+    cell: str
+    state_dir: str
+    workdir: str
+    started_at: float
+    master_urls: tuple[str, ...]
+    etcd_urls: tuple[str, ...]
+    borglet_urls: dict[str, str]
+    processes: tuple[ProcessRecord, ...] = ()
+    stopped_at: float | None = None
+    version: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["master_urls"], data["etcd_urls"] = list(self.master_urls), list(self.etcd_urls)
+        data["processes"] = [asdict(p) for p in self.processes]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CellInfo:
+        procs = tuple(
+            ProcessRecord(**{**p, "role": Role(p["role"])}) for p in data.get("processes", [])
+        )
+        return cls(
+            cell=data["cell"],
+            state_dir=data["state_dir"],
+            workdir=data["workdir"],
+            started_at=data["started_at"],
+            master_urls=tuple(data["master_urls"]),
+            etcd_urls=tuple(data["etcd_urls"]),
+            borglet_urls=dict(data["borglet_urls"]),
+            processes=procs,
+            stopped_at=data.get("stopped_at"),
+            version=data.get("version", 1),
+        )
+
+    def save(self) -> None:
+        path = Path(self.state_dir) / CELL_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        tmp.replace(path)  # atomic: a client never reads half a cell file
+
+    @classmethod
+    def load(cls, state_dir: str | os.PathLike[str] | None = None) -> CellInfo:
+        path = state_dir_path(state_dir) / CELL_FILE
+        try:
+            return cls.from_json(json.loads(path.read_text()))
+        except FileNotFoundError:
+            raise LauncherError(f"no cell in {path.parent}: {path} does not exist") from None
+        except (ValueError, KeyError, TypeError) as err:
+            raise LauncherError(f"unreadable cell file {path}: {err}") from None
+
+    def of_role(self, role: Role) -> list[ProcessRecord]:
+        return [p for p in self.processes if p.role is role]
+
+    def running(self) -> list[ProcessRecord]:
+        return [p for p in self.processes if is_alive(p)]
+
+
+# --- processes -----------------------------------------------------------------------------
+
+
+def is_alive(record: ProcessRecord) -> bool:
+    """Whether the recorded process still runs (a zombie or a reused pid does not count)."""
+    return _process(record.pid, record.create_time) is not None
+
+
+def _process(pid: int, create_time: float) -> psutil.Process | None:
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - create_time) > 0.05 or proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except psutil.NoSuchProcess:
+        return None
+
+
+def child_env(workdir: str) -> dict[str, str]:
+    """Environment of masters and borglets, inherited by tasks.
+
+    The package root and the start directory go on PYTHONPATH so `python -m reference.master`
+    and a task's `python -m examples.hello_world.server` import without an install; this
+    interpreter's directory goes first on PATH so a task's `python` is the same Python.
+    """
+    env = dict(os.environ)
+    package_root = str(Path(reference.__file__).resolve().parent.parent)
+    paths = [package_root, workdir, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("MINBORG_MASTER", None)  # a master must not take a stray client setting as its own
+    return env
+
+
+def spawn(
+    role: Role, name: str, command: list[str], url: str, log: Path, cwd: str, env: dict[str, str]
+) -> ProcessRecord:
+    """Start one process in its own session (a terminal's ^C or hang-up does not reach it)."""
+    with open(log, "ab") as out:
+        popen = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            cwd=cwd, env=env, start_new_session=True,
+        )  # fmt: skip
+    _children[popen.pid] = popen
+    return ProcessRecord(
+        role, name, popen.pid, psutil.Process(popen.pid).create_time(), url, str(log)
+    )
+
+
+# Popen handles of processes this Python process started, so stopping them in the same
+# process (tests, the demo) reaps them instead of leaving zombies behind.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+_clusters: dict[str, EtcdCluster] = {}
+
+
+def stop_processes(
+    records: Sequence[ProcessRecord], timeout: float = STOP_TIMEOUT_S
+) -> list[ProcessRecord]:
+    """SIGTERM each live process's group, SIGKILL what is left after `timeout`; returns the
+    records still alive after that (none, unless the kernel refuses)."""
+    live = [r for r in records if is_alive(r)]
+    for record in live:
+        _signal_group(record.pid, signal.SIGCONT)  # a paused process must run to exit
+        _signal_group(record.pid, signal.SIGTERM)
+    left = _wait_gone(live, timeout)
+    for record in left:
+        _signal_group(record.pid, signal.SIGKILL)
+    left = _wait_gone(left, 5.0)
+    _reap(records)
+    return left
+
+
+def kill_process(record: ProcessRecord, sig: int = signal.SIGKILL, timeout: float = 5.0) -> None:
+    """Send `sig` to one recorded process (only if it is still the same process)."""
+    if not is_alive(record):
+        raise LauncherError(f"{record.role} {record.name} (pid {record.pid}) is not running")
+    os.kill(record.pid, sig)
+    if sig in (signal.SIGKILL, signal.SIGTERM) and _wait_gone([record], timeout):
+        raise LauncherError(f"{record.role} {record.name} (pid {record.pid}) survived signal {sig}")
+    _reap([record])
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_gone(records: Sequence[ProcessRecord], timeout: float) -> list[ProcessRecord]:
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [r for r in records if is_alive(r)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def _reap(records: Iterable[ProcessRecord]) -> None:
+    for record in records:
+        popen = _children.get(record.pid)
+        if popen is not None and popen.poll() is not None:
+            del _children[record.pid]
+
+
+def _descendants(records: Iterable[ProcessRecord]) -> list[ProcessRecord]:
+    """The live descendants (tasks) of the given processes, as records to check later."""
+    found = []
+    for record in records:
+        proc = _process(record.pid, record.create_time)
+        if proc is None:
+            continue
+        try:
+            children = proc.children(recursive=True)
+        except psutil.NoSuchProcess:
+            continue
+        for child in children:
+            try:
+                found.append(
+                    ProcessRecord(Role.BORGLET, f"task of {record.name}", child.pid,
+                                  child.create_time(), "", "")
+                )  # fmt: skip
+            except psutil.NoSuchProcess:
+                pass
+    return found
+
+
+def _log_tail(path: str, lines: int = 15) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# --- up --------------------------------------------------------------------------------------
+
+
+def up(
+    state_dir: str | os.PathLike[str] | None = None,
+    cell: str = "local",
+    replicas: int = 1,
+    machines: int = 3,
+    machine_capacity: str = DEFAULT_CAPACITY,
+    etcd_members: int | None = None,
+    toxiproxy: bool = False,
+    base_port: int | None = None,
+    *,
+    master_args: Sequence[str] = (),
+    progress: Progress | None = None,
+) -> CellInfo:
+    """Start a local cell and return its cell file's contents once a leader exists and every
+    machine is registered. On any failure everything started so far is stopped again."""
+    say = progress or (lambda _msg: None)
+    etcd_members = replicas if etcd_members is None else etcd_members
+    _check_arguments(cell, replicas, machines, machine_capacity, etcd_members)
+    if toxiproxy:
+        raise LauncherError(
+            "--toxiproxy is not available yet: the cell can only be started with direct links; "
+            "start it without --toxiproxy"
+        )
+    root = state_dir_path(state_dir)
+    _prepare_state_dir(root)
+    workdir = os.getcwd()
+    env = child_env(workdir)
+    info = CellInfo(cell, str(root), workdir, time.time(), (), (), {})
+    try:
+        say(f"etcd: starting {etcd_members} member(s)")
+        cluster = EtcdCluster(root / "etcd", members=etcd_members, host=HOST, base_port=base_port)
+        _clusters[str(root)] = cluster
+        cluster.start()
+        info = replace(info, etcd_urls=tuple(cluster.client_urls), processes=_etcd_records(cluster))
+        info.save()
+
+        count = replicas + machines
+        ports = (
+            free_ports(count, HOST)
+            if base_port is None
+            else list(range(base_port + 2 * etcd_members, base_port + 2 * etcd_members + count))
+        )
+        master_ports, borglet_ports = ports[:replicas], ports[replicas:]
+        say(f"masters: starting {replicas} replica(s)")
+        masters = [
+            _start_master(
+                root, cell, f"master{i}", port, cluster.client_urls, master_args, workdir, env
+            )
+            for i, port in enumerate(master_ports)
+        ]
+        say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
+        borglets = [
+            _start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env)
+            for i, port in enumerate(borglet_ports)
+        ]
+        info = replace(
+            info,
+            master_urls=tuple(m.url for m in masters),
+            borglet_urls={b.name: b.url for b in borglets},
+            processes=info.processes + tuple(masters) + tuple(borglets),
+        )
+        info.save()
+
+        _wait_ready(borglets, "/healthz", READY_TIMEOUT_S)
+        leader = wait_for_leader(info, LEADER_TIMEOUT_S)
+        say(f"masters: {leader} is the leader")
+        _register_machines(info, machine_capacity)
+        say(f"machines: {machines} registered")
+    except BaseException:
+        _stop_cell(info)
+        info.save()
+        raise
+    return info
+
+
+def _check_arguments(
+    cell: str, replicas: int, machines: int, capacity: str, etcd_members: int
+) -> None:
+    if replicas not in CLUSTER_SIZES:
+        raise LauncherError(f"--replicas must be one of {CLUSTER_SIZES}, got {replicas}")
+    if etcd_members not in CLUSTER_SIZES:
+        raise LauncherError(f"etcd members must be one of {CLUSTER_SIZES}, got {etcd_members}")
+    if machines < 0:
+        raise LauncherError(f"--machines must be 0 or more, got {machines}")
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", cell):
+        raise LauncherError(f"invalid cell name {cell!r}: use lowercase letters, digits and '-'")
+    try:
+        parse_capacity(capacity)
+    except ValueError as err:
+        raise LauncherError(f"invalid --machine-capacity: {err}") from None
+
+
+def _prepare_state_dir(root: Path) -> None:
+    """Refuse a running cell; clear a stopped one's data so the new cell starts empty."""
+    if (root / CELL_FILE).exists():
+        previous = CellInfo.load(root)
+        if previous.running():
+            raise LauncherError(
+                f"a cell is already running in {root} (masters {', '.join(previous.master_urls)}); "
+                "stop it with `minborg cell down` or choose another --state-dir"
+            )
+        for name in OWNED_DIRS:
+            shutil.rmtree(root / name, ignore_errors=True)
+    else:
+        leftovers = [name for name in OWNED_DIRS if (root / name).exists()]
+        if leftovers:
+            raise LauncherError(
+                f"{root} holds {', '.join(leftovers)} but no {CELL_FILE}: it does not look like "
+                "a minborg state dir; choose another --state-dir"
+            )
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    (root / "machines").mkdir(parents=True, exist_ok=True)
+
+
+def _etcd_records(cluster: EtcdCluster) -> tuple[ProcessRecord, ...]:
+    return tuple(
+        ProcessRecord(Role.ETCD, m.name, m.pid, m.create_time, url, str(cluster.log_path(i)))
+        for i, (m, url) in enumerate(zip(cluster.members, cluster.client_urls, strict=True))
+        if m.pid is not None and m.create_time is not None
+    )
+
+
+def _start_master(
+    root: Path, cell: str, name: str, port: int, etcd_urls: list[str],
+    extra: Sequence[str], workdir: str, env: dict[str, str],
+) -> ProcessRecord:  # fmt: skip
+    command = [
+        sys.executable, "-m", "reference.master", "--name", name, "--listen", f"{HOST}:{port}",
+        "--etcd", ",".join(etcd_urls), "--cell", cell, *extra,
+    ]  # fmt: skip
+    log = root / "logs" / f"{name}.log"
+    return spawn(Role.MASTER, name, command, f"http://{HOST}:{port}", log, workdir, env)
+
+
+def rack_of(i: int) -> str:
+    """Machines alternate between two racks so a job can spread over failure domains."""
+    return f"r{i % 2}"
+
+
+def _start_borglet(
+    root: Path, name: str, port: int, capacity: str, i: int, workdir: str, env: dict[str, str]
+) -> ProcessRecord:
+    command = [
+        sys.executable, "-m", "reference.borglet", "--name", name, "--listen", f"{HOST}:{port}",
+        "--capacity", capacity, "--attrs", f"rack={rack_of(i)}", "--failure-domain", rack_of(i),
+        "--state-dir", str(root / "machines" / name), "--kill-tasks-on-exit",
+    ]  # fmt: skip
+    log = root / "logs" / f"{name}.log"
+    # The borglet's cwd is where `cell up` ran: tasks inherit it, so relative paths and
+    # `python -m examples...` resolve from there.
+    return spawn(Role.BORGLET, name, command, f"http://{HOST}:{port}", log, workdir, env)
+
+
+def _wait_ready(records: Sequence[ProcessRecord], path: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    pending = list(records)
+    with httpx.Client(timeout=1.0) as http:
+        while pending:
+            for record in list(pending):
+                _check_running(record)
+                try:
+                    if http.get(record.url + path).status_code == 200:
+                        pending.remove(record)
+                except httpx.TransportError:
+                    pass
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(r.name for r in pending)
+                raise LauncherError(
+                    f"{names} not answering {path} after {timeout:.0f}s; "
+                    f"log of {pending[0].name}:\n{_log_tail(pending[0].log)}"
+                )
+            if pending:
+                time.sleep(0.1)
+
+
+def _check_running(record: ProcessRecord) -> None:
+    if not is_alive(record):
+        raise LauncherError(
+            f"{record.role} {record.name} exited at startup; end of {record.log}:\n{_log_tail(record.log)}"
+        )
+
+
+def wait_for_leader(
+    info: CellInfo, timeout: float = LEADER_TIMEOUT_S, not_named: str | None = None
+) -> str:
+    """Poll /v1/cell on every live master until one names a leader (other than `not_named`)."""
+    deadline = time.monotonic() + timeout
+    masters = info.of_role(Role.MASTER)
+    last = "no master answered"
+    with httpx.Client(timeout=1.0) as http:
+        while True:
+            live = [m for m in masters if is_alive(m)]
+            if not live:
+                _check_running(masters[0])
+            for master in live:
+                try:
+                    response = http.get(master.url + "/v1/cell")
+                    leader = response.json().get("leader") if response.status_code == 200 else None
+                    last = f"{master.name}: HTTP {response.status_code}"
+                except (httpx.TransportError, ValueError) as err:
+                    last = f"{master.name}: {err}"
+                    continue
+                if leader and leader != not_named:
+                    return str(leader)
+            if time.monotonic() > deadline:
+                tail = _log_tail(masters[0].log)
+                raise LauncherError(
+                    f"no leader elected after {timeout:.0f}s ({last}); end of {masters[0].log}:\n{tail}"
+                )
+            time.sleep(0.1)
+
+
+def _register_machines(info: CellInfo, capacity: str) -> None:
+    # Quantities go as the user wrote them ("4000m", "8GiB"): the API parses them itself.
+    declared = parse_pairs(capacity)
+    with CellClient(list(info.master_urls)) as client:
+        for i, (name, url) in enumerate(info.borglet_urls.items()):
+            machine = {
+                "name": name,
+                "address": url,
+                "capacity": declared,
+                "attrs": {"rack": rack_of(i)},
+                "failure_domain": rack_of(i),
+            }
+            try:
+                client.add_machine(machine)
+            except ClientError as err:
+                if err.status != 409:  # already registered: fine on a retried registration
+                    raise LauncherError(f"could not register machine {name}: {err}") from None
+
+
+# --- down and status ---------------------------------------------------------------------------
+
+
+def down(
+    state_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None
+) -> CellInfo:
+    """Stop every process of the local cell (borglets first so their tasks die with them, then
+    masters, then etcd) and check that none is left. Files stay where they are."""
+    info = CellInfo.load(state_dir)
+    survivors = _stop_cell(info, progress or (lambda _msg: None))
+    stopped = replace(info, stopped_at=time.time())
+    stopped.save()
+    if survivors:
+        listing = ", ".join(f"{r.name} (pid {r.pid})" for r in survivors)
+        raise LauncherError(f"processes still running after cell down: {listing}")
+    return stopped
+
+
+def _stop_cell(info: CellInfo, say: Progress = lambda _msg: None) -> list[ProcessRecord]:
+    """Stop everything in the cell file; returns the processes that would not die."""
+    borglets, masters = info.of_role(Role.BORGLET), info.of_role(Role.MASTER)
+    tasks = _descendants(borglets)
+    say(
+        f"borglets: stopping {sum(map(is_alive, borglets))} and their {len(tasks)} task process(es)"
+    )
+    stop_processes(borglets)
+    # A task that outlived its borglet (SIGKILLed borglet, ignored SIGTERM) leads its own session.
+    stop_processes(tasks, timeout=2.0)
+    say(f"masters: stopping {sum(map(is_alive, masters))}")
+    stop_processes(masters)
+    etcd = info.of_role(Role.ETCD)
+    say(f"etcd: stopping {sum(map(is_alive, etcd))} member(s)")
+    cluster = _clusters.pop(info.state_dir, None)
+    try:
+        (cluster or EtcdCluster.load(Path(info.state_dir) / "etcd")).stop()
+    except EtcdClusterError:
+        pass  # no etcd state file: the records below still get stopped
+    stop_processes(etcd, timeout=5.0)
+    return [r for r in (*info.processes, *tasks) if is_alive(r)]
+
+
+def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The local cell's processes (alive or not) and, when a master answers, its /v1/cell."""
+    info = CellInfo.load(state_dir)
+    processes = [
+        {
+            "role": str(p.role),
+            "name": p.name,
+            "pid": p.pid,
+            "alive": is_alive(p),
+            "url": p.url,
+            "log": p.log,
+        }
+        for p in info.processes
+    ]
+    result: dict[str, Any] = {
+        "cell": info.cell,
+        "state_dir": info.state_dir,
+        "running": any(p["alive"] for p in processes),
+        "stopped_at": info.stopped_at,
+        "master_urls": list(info.master_urls),
+        "etcd_urls": list(info.etcd_urls),
+        "processes": processes,
+        "api": None,
+        "api_error": None,
+    }
+    if result["running"] and info.master_urls:
+        try:
+            with CellClient(list(info.master_urls), timeout=2.0, retry_s=3.0) as client:
+                result["api"] = client.cell()
+        except ClientError as err:
+            result["api_error"] = str(err)
+    return result
