@@ -1,0 +1,257 @@
+"""The `minborg` command line: the local cell, jobs, tasks, machines, BNS, and the tools around them."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from reference import launcher
+from reference.cli_common import (
+    JsonOpt,
+    MasterOpt,
+    StateDirOpt,
+    client,
+    fail,
+    handles_errors,
+)
+from reference.cli_demo import demo
+from reference.cli_jobs import bns_app, job_app, machine_app, task_app
+from reference.cli_render import (
+    console,
+    errors,
+    key_values,
+    print_json,
+    processes_table,
+    replicas_table,
+    state_counts,
+)
+from reference.client import MASTER_ENV, ClientError, state_dir_path
+
+app = typer.Typer(
+    name="minborg",
+    help="Minborg: a reference implementation of Google's Borg cluster manager.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+cell_app = typer.Typer(
+    help="Start, inspect and stop a local cell on this machine.", no_args_is_help=True
+)
+bench_app = typer.Typer(
+    help="Benchmarks of the scheduler and of a live cell.", no_args_is_help=True
+)
+report_app = typer.Typer(help="Regenerate measured reports.", no_args_is_help=True)
+spec_app = typer.Typer(help="The executable specification.", no_args_is_help=True)
+
+app.add_typer(cell_app, name="cell")
+app.add_typer(job_app, name="job")
+app.add_typer(task_app, name="task")
+app.add_typer(machine_app, name="machine")
+app.add_typer(bns_app, name="bns")
+app.add_typer(bench_app, name="bench")
+app.add_typer(report_app, name="report")
+app.add_typer(spec_app, name="spec")
+app.command("demo")(demo)
+
+# Commands that hand their arguments, --help included, to another program's own parser.
+PASS_THROUGH: dict[str, Any] = {
+    "context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
+    "add_help_option": False,
+}
+
+
+# --- cell ------------------------------------------------------------------------------------
+
+
+@cell_app.command("up")
+@handles_errors
+def cell_up(
+    replicas: Annotated[int, typer.Option("--replicas", help="Master replicas: 1, 3 or 5.")] = 1,
+    machines: Annotated[int, typer.Option("--machines", min=0, help="Machines (borglets).")] = 3,
+    machine_capacity: Annotated[
+        str, typer.Option("--machine-capacity", help="Capacity of each machine.")
+    ] = launcher.DEFAULT_CAPACITY,
+    cell: Annotated[
+        str, typer.Option("--cell", help="Cell name, the last part of BNS names.")
+    ] = "local",
+    etcd_members: Annotated[
+        int | None,
+        typer.Option(
+            "--etcd-members", help="etcd members: 1, 3 or 5. Default: as many as replicas."
+        ),
+    ] = None,
+    state_dir: StateDirOpt = None,
+    toxiproxy: Annotated[
+        bool, typer.Option("--toxiproxy", help="Put Toxiproxy on every link (not available yet).")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start etcd, the master replicas and the borglets, and register every machine."""
+    out = errors if as_json else console
+    info = launcher.up(
+        state_dir,
+        cell=cell,
+        replicas=replicas,
+        machines=machines,
+        machine_capacity=machine_capacity,
+        etcd_members=etcd_members,
+        toxiproxy=toxiproxy,
+        progress=lambda msg: out.print(f"[dim]{msg}[/dim]"),
+    )
+    if as_json:
+        print_json(info.to_json())
+        return
+    console.print(
+        key_values(
+            f"cell {info.cell} is up",
+            [
+                ("state dir", info.state_dir),
+                ("masters", ", ".join(info.master_urls)),
+                ("etcd", ", ".join(info.etcd_urls)),
+                ("machines", ", ".join(info.borglet_urls)),
+                ("logs", os.path.join(info.state_dir, "logs")),
+            ],
+        )
+    )
+    if state_dir_path(None) != state_dir_path(state_dir):
+        console.print(f"\nuse it with:  export MINBORG_STATE_DIR={info.state_dir}")
+    console.print("next:  minborg job submit examples/hello_world.yaml")
+
+
+@cell_app.command("down")
+@handles_errors
+def cell_down(state_dir: StateDirOpt = None) -> None:
+    """Stop every process of the local cell (tasks, borglets, masters, etcd); keep its files."""
+    info = launcher.down(state_dir, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    console.print(
+        f"cell {info.cell} is down: {len(info.processes)} process(es) stopped, none left running "
+        f"(files kept in {info.state_dir})"
+    )
+
+
+@cell_app.command("status")
+@handles_errors
+def cell_status(
+    master: MasterOpt = None, state_dir: StateDirOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Leader, replicas, etcd revision, machines up/down and tasks by state."""
+    local = None
+    if not (master or os.environ.get(MASTER_ENV)):
+        local = launcher.status(state_dir)
+        if not local["running"]:
+            if as_json:
+                print_json({"local": local, "cell": None, "machines": None})
+                return
+            raise fail(
+                f"cell {local['cell']} in {local['state_dir']} is not running; start it with `minborg cell up`"
+            )
+    with client(master, state_dir, retry_s=3.0) as cell:
+        try:
+            overview = cell.cell()
+            machines = cell.machines()
+        except ClientError as err:
+            if local is None:
+                raise
+            overview, machines = None, None
+            local["api_error"] = str(err)
+    counts = None
+    if machines is not None:
+        counts = {"up": sum(m.get("state") == "up" for m in machines)}
+        counts["down"] = len(machines) - counts["up"]
+    if as_json:
+        print_json({"local": local, "cell": overview, "machines": counts})
+        return
+    _print_status(local, overview, counts)
+
+
+def _print_status(
+    local: dict[str, Any] | None, overview: dict[str, Any] | None, counts: dict[str, int] | None
+) -> None:
+    if overview is None:
+        errors.print(
+            f"[yellow]the masters did not answer:[/yellow] {local and local.get('api_error')}"
+        )
+    else:
+        console.print(
+            key_values(
+                f"cell {overview.get('cell')}",
+                [
+                    ("leader", overview.get("leader") or "[red]none[/red]"),
+                    ("etcd revision", str(overview.get("revision"))),
+                    ("machines", f"{counts['up']} up, {counts['down']} down" if counts else "-"),
+                    ("jobs", str(_count(overview.get("jobs")))),
+                    ("tasks", state_counts(overview.get("tasks"))),
+                ],
+            )
+        )
+        alive = None
+        if local is not None:
+            alive = {p["name"]: p["alive"] for p in local["processes"] if p["role"] == "master"}
+        console.print(replicas_table(overview.get("replicas") or [], alive))
+    if local is not None:
+        console.print(processes_table(local["processes"]))
+
+
+def _count(value: Any) -> Any:
+    return len(value) if isinstance(value, list | dict) else value
+
+
+# --- commands that run another program's main ------------------------------------------------
+
+
+def _run_main(module: str, what: str, args: list[str], attr: str = "main") -> None:
+    """Import `module` only now (heavy or optional), run its main(args), exit with its code."""
+    try:
+        entry: Callable[[list[str]], Any] = getattr(importlib.import_module(module), attr)
+    except ImportError as err:
+        raise fail(f"{what} is not available: cannot import {module} ({err})") from None
+    result = entry(list(args))
+    raise typer.Exit(result if isinstance(result, int) else 0)
+
+
+@app.command("master", **PASS_THROUGH)
+def master(ctx: typer.Context) -> None:
+    """Run one master replica (arguments as `python -m reference.master`; try --help)."""
+    _run_main("reference.master.__main__", "the master", ctx.args)
+
+
+@app.command("borglet", **PASS_THROUGH)
+def borglet(ctx: typer.Context) -> None:
+    """Run the borglet of one machine (arguments as `python -m reference.borglet`; try --help)."""
+    _run_main("reference.borglet.cli", "the borglet", ctx.args)
+
+
+@bench_app.command("scheduler", **PASS_THROUGH)
+def bench_scheduler(ctx: typer.Context) -> None:
+    """Benchmark the scheduler on a synthetic workload or a trace (try --help)."""
+    _run_main("reference.scheduler.bench", "the scheduler benchmark", ctx.args)
+
+
+@bench_app.command("cell", **PASS_THROUGH)
+def bench_cell(ctx: typer.Context) -> None:
+    """Benchmark a live cell through its API (try --help)."""
+    _run_main("reference.master.bench", "the cell benchmark", ctx.args)
+
+
+@report_app.command("scheduler", **PASS_THROUGH)
+def report_scheduler(ctx: typer.Context) -> None:
+    """Regenerate the scheduler report under reports/ (try --help)."""
+    _run_main("reference.scheduler.report", "the scheduler report", ctx.args)
+
+
+@spec_app.command("explore", **PASS_THROUGH)
+def spec_explore(ctx: typer.Context) -> None:
+    """Explore the spec's reachable states and check every invariant (try --help)."""
+    _run_main("spec.explore", "the spec explorer", ctx.args)
+
+
+def main() -> None:
+    """Entry point of the `minborg` console script."""
+    app(prog_name="minborg")
+
+
+if __name__ == "__main__":
+    main()

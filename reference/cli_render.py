@@ -1,0 +1,216 @@
+"""Rich tables and text for the `minborg` command line: how cells, jobs, tasks and machines read."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from reference.borglet.quantity import BYTE_RESOURCES, format_bytes
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+STATE_STYLE = {
+    "RUNNING": "green",
+    "PENDING": "yellow",
+    "DEAD": "red",
+    "up": "green",
+    "down": "red",
+    "leader": "bold green",
+}
+
+
+def print_json(data: Any) -> None:
+    """Machine-readable output: plain JSON on stdout, nothing else (no colours, no wrapping)."""
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def styled(value: Any) -> str:
+    text = "" if value is None else str(value)
+    style = STATE_STYLE.get(text)
+    return f"[{style}]{text}[/{style}]" if style else text
+
+
+def quantity(name: str, value: Any) -> str:
+    """One resource as a person reads it: milli-CPU with 'm', bytes with a binary unit."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if name == "cpu":
+        return f"{int(value)}m"
+    if name in BYTE_RESOURCES:
+        return _bytes(int(value))
+    return str(value)
+
+
+def _bytes(value: int) -> str:
+    exact = format_bytes(value)
+    if not exact.isdigit() or value < 1024:
+        return exact
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}"
+    return exact
+
+
+def resources(values: Mapping[str, Any] | None) -> str:
+    """{'cpu': 4000, 'ram': 8589934592} -> 'cpu=4000m ram=8GiB'."""
+    if not values:
+        return "-"
+    if not isinstance(values, Mapping):
+        return str(values)
+    return " ".join(f"{k}={quantity(k, v)}" for k, v in sorted(values.items()))
+
+
+def state_counts(counts: Mapping[str, Any] | None) -> str:
+    """{'RUNNING': 3, 'PENDING': 1} -> 'RUNNING 3, PENDING 1' (in state-machine order)."""
+    if not counts:
+        return "none"
+    order = {"PENDING": 0, "RUNNING": 1, "DEAD": 2}
+    items = sorted(counts.items(), key=lambda kv: (order.get(kv[0], 9), kv[0]))
+    return ", ".join(f"{styled(k)} {v}" for k, v in items)
+
+
+def ago(timestamp: Any) -> str:
+    if not isinstance(timestamp, int | float):
+        return str(timestamp or "-")
+    seconds = max(0.0, time.time() - timestamp)
+    if seconds < 120:
+        return f"{seconds:.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def health(value: Any) -> str:
+    return {True: "[green]healthy[/green]", False: "[red]unhealthy[/red]"}.get(value, "-")
+
+
+def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
+    out = Table(title=title, title_justify="left", header_style="bold")
+    for column in columns:
+        out.add_column(column)
+    for row in rows:
+        out.add_row(*(styled(cell) if not isinstance(cell, str) else cell for cell in row))
+    return out
+
+
+def key_values(title: str | None, pairs: Iterable[tuple[str, Any]]) -> Table:
+    out = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 2))
+    out.add_column(style="bold")
+    out.add_column()
+    for key, value in pairs:
+        out.add_row(key, value if isinstance(value, str) else styled(value))
+    return out
+
+
+# --- one table per listing -------------------------------------------------------------------
+
+
+def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    rows = [
+        (
+            j.get("key") or f"{j.get('user')}/{j.get('name')}",
+            str(j.get("priority", "")),
+            str(j.get("task_count", "")),
+            resources(j.get("request")),
+            str(j.get("restart_policy", "")),
+            str(j.get("appclass", "")),
+            str(j.get("version", "")),
+            ago(j.get("submitted_at")),
+        )
+        for j in jobs
+    ]
+    columns = ("job", "priority", "tasks", "request", "restart", "appclass", "version", "submitted")
+    return table(None, columns, rows)
+
+
+def tasks_table(tasks: list[dict[str, Any]], title: str | None = None) -> Table:
+    rows = []
+    for t in sorted(tasks, key=lambda t: (t.get("index", 0), t.get("incarnation", 0))):
+        address = f"{t['host']}:{t['port']}" if t.get("host") and t.get("port") else "-"
+        rows.append(
+            (
+                str(t.get("index", "")),
+                str(t.get("incarnation", "")),
+                styled(t.get("state")),
+                t.get("machine") or "-",
+                address,
+                str(t.get("restarts", 0)),
+                health(t.get("healthy")),
+                str(t.get("cause") or ""),
+            )
+        )
+    columns = (
+        "index",
+        "incarnation",
+        "state",
+        "machine",
+        "host:port",
+        "restarts",
+        "health",
+        "cause",
+    )
+    return table(title, columns, rows)
+
+
+def machines_table(machines: list[dict[str, Any]]) -> Table:
+    rows = []
+    for m in sorted(machines, key=lambda m: m.get("name", "")):
+        tasks = m.get("tasks")
+        rows.append(
+            (
+                m.get("name", ""),
+                styled(m.get("state")),
+                resources(m.get("capacity")),
+                resources(m.get("reserved")),
+                resources(m.get("usage")),
+                str(m.get("isolation") or "-"),
+                str(len(tasks) if isinstance(tasks, list | dict) else tasks or 0),
+                m.get("failure_domain") or "-",
+                m.get("address", ""),
+            )
+        )
+    columns = (
+        "machine",
+        "state",
+        "capacity",
+        "reserved",
+        "usage",
+        "isolation",
+        "tasks",
+        "domain",
+        "address",
+    )
+    return table(None, columns, rows)
+
+
+def replicas_table(
+    replicas: list[dict[str, Any]], alive: Mapping[str, bool] | None = None
+) -> Table:
+    rows = []
+    for r in replicas:
+        row = [r.get("name", ""), styled(r.get("role")), r.get("url", "")]
+        if alive is not None:
+            row.append("yes" if alive.get(r.get("name", ""), True) else "[red]no[/red]")
+        rows.append(row)
+    columns = ["replica", "role", "url"] + (["process"] if alive is not None else [])
+    return table("master replicas", columns, rows)
+
+
+def processes_table(processes: list[dict[str, Any]]) -> Table:
+    rows = [
+        (
+            p["role"],
+            p["name"],
+            str(p["pid"]),
+            "[green]running[/green]" if p["alive"] else "[red]stopped[/red]",
+            p.get("url") or "-",
+        )
+        for p in processes
+    ]
+    return table("processes", ("role", "name", "pid", "process", "url"), rows)
