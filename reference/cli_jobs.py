@@ -102,14 +102,15 @@ def show(
     job: JobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, as_json: JsonOpt = False
 ) -> None:
     """Show one job and how many of its tasks are in each state."""
+    key = job_key(job)
     with client(master, state_dir) as cell:
-        answer = cell.job(job_key(job))
+        answer = cell.job(key)
     if as_json:
         print_json(answer)
         return
     spec = answer.get("job", {})
     pairs: list[tuple[str, Any]] = [
-        ("job", spec.get("key", job)),
+        ("job", spec.get("key", key)),
         ("priority", str(spec.get("priority"))),
         ("tasks wanted", str(spec.get("task_count"))),
         ("tasks", state_counts(answer.get("tasks"))),

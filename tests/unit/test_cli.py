@@ -1,0 +1,380 @@
+"""The `minborg` command line without a cell: help, job schema, local job-file validation,
+error formatting, finding the cell, and the client's retries, failover and balancing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from reference import cli_jobs, launcher
+from reference.cli import app
+from reference.cli_common import client_error_message
+from reference.client import (
+    MASTER_ENV,
+    STATE_DIR_ENV,
+    CellClient,
+    ClientError,
+    RoundRobin,
+    format_detail,
+    master_urls,
+    split_key,
+    split_urls,
+)
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def no_cell_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each test starts with no cell in sight: no env settings, an empty working directory."""
+    monkeypatch.delenv(MASTER_ENV, raising=False)
+    monkeypatch.delenv(STATE_DIR_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def write_cell_file(state_dir: Path, urls: list[str]) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    info = launcher.CellInfo("local", str(state_dir), str(state_dir), 0.0, tuple(urls), (), {})
+    info.save()
+
+
+# --- help ------------------------------------------------------------------------------------
+
+
+def test_top_level_help_lists_every_command_group() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in (
+        "cell",
+        "job",
+        "task",
+        "machine",
+        "bns",
+        "master",
+        "borglet",
+        "bench",
+        "report",
+        "spec",
+        "demo",
+    ):
+        assert command in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["cell", "up", "--help"], "--replicas"),
+        (["cell", "up", "--help"], "--toxiproxy"),
+        (["job", "submit", "--help"], "--master"),
+        (["job", "update", "--help"], "--tasks"),
+        (["task", "list", "--help"], "USER/NAME"),
+        (["machine", "list", "--help"], "--json"),
+        (["bns", "resolve", "--help"], "minborg"),
+        (["demo", "--help"], "--replicas"),
+    ],
+)
+def test_command_help(args: list[str], expected: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert expected in result.output
+
+
+def test_pass_through_help_reaches_the_borglet_parser() -> None:
+    result = runner.invoke(app, ["borglet", "--help"])
+    assert result.exit_code == 0
+    assert "--kill-tasks-on-exit" in result.output  # argparse's help, not Typer's
+
+
+def test_pass_through_arguments_reach_the_spec_explorer() -> None:
+    result = runner.invoke(app, ["spec", "explore", "--help"])
+    assert result.exit_code == 0
+    assert "--machines" in result.output
+
+
+# --- job files ------------------------------------------------------------------------------
+
+
+def test_job_schema_prints_the_json_schema() -> None:
+    result = runner.invoke(app, ["job", "schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    assert {"name", "user", "command", "request", "priority"} <= set(schema["properties"])
+
+
+def test_submit_of_an_invalid_file_exits_2_naming_each_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: web\nuser: alice\ncommand: [sleep, '60']\nrequest: {cpu: lots}\npriorty: 200\n"
+    )
+    # No cell exists: the file must be refused before any cell is looked for.
+    result = runner.invoke(app, ["job", "submit", str(bad)])
+    assert result.exit_code == 2
+    assert "request.cpu" in result.output
+    assert "quantity" in result.output
+    assert "priorty" in result.output
+
+
+def test_submit_of_a_missing_file_exits_2(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["job", "submit", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2
+    assert "cannot read job file" in result.output
+
+
+@pytest.mark.parametrize("name", ["hello_world.yaml", "batch.yaml"])
+def test_example_job_files_are_valid(name: str) -> None:
+    from reference.jobspec import load_job_file
+
+    spec = load_job_file(REPO / "examples" / name)
+    assert spec.user == "demo"
+    assert spec.command[:2] == ["python", "-m"]
+
+
+def test_submit_sends_the_canonical_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(201, json={"job": seen[-1], "revision": 7})
+
+    fake = CellClient(["http://m0"], transport=httpx.MockTransport(handler))
+    monkeypatch.setattr(cli_jobs, "client", lambda *a, **kw: fake)
+    result = runner.invoke(app, ["job", "submit", str(REPO / "examples" / "hello_world.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "revision 7" in result.output
+    assert seen[0]["request"] == {"cpu": "100m", "ram": 64 * 1024 * 1024}
+    assert seen[0]["priority"] == 200
+
+
+def test_bad_job_key_is_a_usage_error() -> None:
+    result = runner.invoke(app, ["job", "show", "no-slash"])
+    assert result.exit_code == 2
+    assert "USER/NAME" in result.output
+
+
+# --- error formatting ---------------------------------------------------------------------
+
+
+def test_format_detail_of_field_errors() -> None:
+    detail = [
+        {"field": "request.cpu", "error": "must be a quantity like 500m or 2"},
+        {"field": "task_count", "error": "must be >= 0"},
+    ]
+    text = format_detail(detail)
+    assert "request.cpu: must be a quantity like 500m or 2" in text
+    assert "task_count: must be >= 0" in text
+    assert format_detail([detail[0]]) == "request.cpu: must be a quantity like 500m or 2"
+    assert format_detail("job demo/x not found") == "job demo/x not found"
+    # FastAPI's own shape reads the same way.
+    assert (
+        format_detail([{"loc": ["body", "name"], "msg": "field required"}])
+        == "name: field required"
+    )
+
+
+def test_client_error_messages() -> None:
+    assert str(ClientError(404, "no job demo/x")) == "HTTP 404: no job demo/x"
+    assert (
+        client_error_message(ClientError(404, "no job demo/x"))
+        == "HTTP 404 (not found): no job demo/x"
+    )
+    assert client_error_message(ClientError(0, "nobody home")).startswith("no answer from the cell")
+
+
+def test_cli_prints_an_api_error_and_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"detail": "no job demo/ghost"})
+
+    fake = CellClient(["http://m0"], transport=httpx.MockTransport(handler))
+    monkeypatch.setattr(cli_jobs, "client", lambda *a, **kw: fake)
+    result = runner.invoke(app, ["job", "show", "demo/ghost"])
+    assert result.exit_code == 1
+    assert "HTTP 404 (not found): no job demo/ghost" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_exits_2_on_a_422_with_field_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            422, json={"detail": [{"field": "task_count", "error": "must be >= 0"}]}
+        )
+
+    fake = CellClient(["http://m0"], transport=httpx.MockTransport(handler))
+    monkeypatch.setattr(cli_jobs, "client", lambda *a, **kw: fake)
+    result = runner.invoke(app, ["job", "update", "demo/web", "--tasks", "3"])
+    assert result.exit_code == 2
+    assert "task_count: must be >= 0" in result.output
+
+
+def test_job_update_needs_a_change() -> None:
+    result = runner.invoke(app, ["job", "update", "demo/web", "--master", "http://127.0.0.1:1"])
+    assert result.exit_code == 2
+    assert "nothing to change" in result.output
+
+
+# --- finding the cell ----------------------------------------------------------------------
+
+
+def test_cell_file_is_found_in_the_default_state_dir(tmp_path: Path) -> None:
+    write_cell_file(tmp_path / ".minborg", ["http://127.0.0.1:1", "http://127.0.0.1:2"])
+    assert master_urls() == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+
+
+def test_state_dir_env_then_master_env_then_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_cell_file(tmp_path / "elsewhere", ["http://127.0.0.1:3"])
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "elsewhere"))
+    assert master_urls() == ["http://127.0.0.1:3"]
+    monkeypatch.setenv(MASTER_ENV, "127.0.0.1:4, http://127.0.0.1:5/")
+    assert master_urls() == ["http://127.0.0.1:4", "http://127.0.0.1:5"]
+    assert master_urls("http://127.0.0.1:6") == ["http://127.0.0.1:6"]
+
+
+def test_no_cell_gives_a_hint() -> None:
+    with pytest.raises(ClientError, match="minborg cell up"):
+        master_urls()
+    result = runner.invoke(app, ["job", "list"])
+    assert result.exit_code == 1
+    assert "no cell found" in result.output
+
+
+def test_cell_status_without_a_cell() -> None:
+    result = runner.invoke(app, ["cell", "status"])
+    assert result.exit_code == 1
+    assert "no cell" in result.output
+
+
+def test_cell_info_round_trips(tmp_path: Path) -> None:
+    record = launcher.ProcessRecord(launcher.Role.MASTER, "master0", 123, 1.5, "http://x", "/log")
+    info = launcher.CellInfo(
+        "local",
+        str(tmp_path),
+        "/w",
+        1.0,
+        ("http://x",),
+        ("http://e",),
+        {"m0": "http://b"},
+        (record,),
+    )
+    info.save()
+    assert launcher.CellInfo.load(tmp_path) == info
+
+
+def test_split_helpers() -> None:
+    assert split_key("demo/hello_world") == ("demo", "hello_world")
+    for bad in ("demo", "/x", "a/b/c", "a/"):
+        with pytest.raises(ValueError, match="USER/NAME"):
+            split_key(bad)
+    assert split_urls(" a:1 ,, http://b:2/ ") == ["http://a:1", "http://b:2"]
+
+
+# --- launcher arguments (nothing is started) -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"replicas": 2}, "--replicas must be one of"),
+        ({"machines": -1}, "--machines"),
+        ({"machine_capacity": "cpu=lots"}, "--machine-capacity"),
+        ({"cell": "Not_Valid"}, "invalid cell name"),
+        ({"toxiproxy": True}, "not available yet"),
+    ],
+)
+def test_launcher_refuses_bad_arguments(tmp_path: Path, kwargs: dict, message: str) -> None:
+    with pytest.raises(launcher.LauncherError, match=message):
+        launcher.up(tmp_path / "cell", **kwargs)
+    assert not (tmp_path / "cell").exists()
+
+
+def test_cell_up_toxiproxy_is_a_clear_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["cell", "up", "--toxiproxy", "--state-dir", str(tmp_path / "c")])
+    assert result.exit_code == 1
+    assert "not available yet" in result.output
+
+
+def test_launcher_refuses_a_foreign_state_dir(tmp_path: Path) -> None:
+    (tmp_path / "etcd").mkdir()
+    with pytest.raises(launcher.LauncherError, match="does not look like a minborg state dir"):
+        launcher.up(tmp_path)
+
+
+# --- the client: retries, failover, balancing ---------------------------------------------
+
+
+def test_client_retries_503_then_succeeds() -> None:
+    answers = [
+        httpx.Response(503, headers={"Retry-After": "1"}, json={"detail": "no leader"}),
+        httpx.Response(200, json={"leader": "master1"}),
+    ]
+    slept: list[float] = []
+    client = CellClient(
+        ["http://m0"], transport=httpx.MockTransport(lambda r: answers.pop(0)), sleep=slept.append
+    )
+    assert client.cell() == {"leader": "master1"}
+    assert slept == [1.0]
+
+
+def test_client_gives_up_on_503_after_its_bound() -> None:
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    client = CellClient(
+        ["http://m0"],
+        transport=httpx.MockTransport(lambda r: httpx.Response(503, json={"detail": "no leader"})),
+        sleep=sleep,
+        clock=lambda: now[0],
+        retry_s=5.0,
+    )
+    with pytest.raises(ClientError) as caught:
+        client.cell()
+    assert caught.value.status == 503
+    assert now[0] <= 5.0
+
+
+def test_client_moves_to_the_next_replica_and_remembers_it() -> None:
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.host)
+        if request.url.host == "m0":
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200, json={"jobs": [], "revision": 3})
+
+    client = CellClient(["http://m0", "http://m1"], transport=httpx.MockTransport(handler))
+    assert client.jobs() == []
+    assert client.jobs() == []
+    assert calls == ["m0", "m1", "m1"]
+
+
+def test_client_does_not_retry_an_uncertain_write() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    client = CellClient(["http://m0", "http://m1"], transport=httpx.MockTransport(handler))
+    with pytest.raises(ClientError, match="may or may not"):
+        client.submit({"name": "x"})
+
+
+def test_round_robin_over_endpoints() -> None:
+    endpoints = [
+        {"index": i, "bns": f"{i}.web.demo.local.minborg", "host": "127.0.0.1", "port": 9000 + i}
+        for i in (2, 0, 1)
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/jobs/demo/web/endpoints"
+        return httpx.Response(200, json={"endpoints": endpoints, "revision": 1})
+
+    client = CellClient(["http://m0"], transport=httpx.MockTransport(handler))
+    balancer = RoundRobin(client, "demo/web")
+    picked = [balancer.next().port for _ in range(6)]
+    assert picked == [9000, 9001, 9002, 9000, 9001, 9002]
+    balancer.close()
