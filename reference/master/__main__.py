@@ -1,0 +1,5 @@
+"""`python -m reference.master`: run one master replica."""
+
+from reference.master.cli import main
+
+main()

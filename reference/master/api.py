@@ -1,0 +1,271 @@
+"""The HTTP API v1 of docs/api.md: reads from the watch cache on any replica, writes on the leader (forwarded there from followers)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import Body, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
+
+from reference.jobspec import validation_errors
+from reference.master import views
+from reference.master.cell import Draft
+from reference.master.forward import Forwarder
+from reference.master.machines import MachineBody, machine_from_body
+from reference.master.mutations import ApiError, kill_job, kill_task, submit_job, update_job
+from reference.master.replica import Replica
+from reference.master.writer import NotLeader, WriteFailed
+from spec.actions import EvictReason
+
+RETRY_AFTER_S = "1"
+
+
+def detail(field: str, error: str) -> dict[str, Any]:
+    return {"detail": [{"field": field, "error": error}]}
+
+
+def make_app(replica: Replica) -> FastAPI:
+    app = FastAPI(title=f"minborg master {replica.name}", version="1")
+    cell_name = replica.config.cell_name
+    forwarder = Forwarder(replica)
+    metrics = replica.metrics
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Callable[..., Any]) -> Any:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.requests.labels(path, request.method, str(response.status_code)).inc()
+        metrics.latency.labels(path, request.method).observe(time.perf_counter() - started)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        for err in exc.errors():
+            loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
+            errors.append({"field": ".".join(loc), "error": str(err.get("msg", "invalid"))})
+        return JSONResponse(status_code=422, content={"detail": errors})
+
+    def stamped(body: dict[str, Any], revision: int, status: int = 200) -> JSONResponse:
+        body["revision"] = revision
+        return JSONResponse(status_code=status, content=body, headers={"X-Minborg-Revision": str(revision)})
+
+    def write(
+        request: Request, payload: Any, change: Callable[[Draft], Any], render: Callable[[Any, int], JSONResponse]
+    ) -> Response:
+        """Run a write here if leading, else forward it; errors become 4xx/503, never a 500."""
+        if not replica.is_leader:
+            return forwarder.forward(request, payload)
+        try:
+            result, revision = replica.writer.mutate(change)
+        except ApiError as err:
+            return JSONResponse(status_code=err.status, content={"detail": err.errors})
+        except NotLeader:
+            return JSONResponse(
+                status_code=503,
+                content=detail("", "this replica lost the leadership; retry"),
+                headers={"Retry-After": RETRY_AFTER_S},
+            )
+        except WriteFailed as err:
+            return JSONResponse(
+                status_code=503,
+                content=detail("", f"the store did not confirm the write: {err}"),
+                headers={"Retry-After": RETRY_AFTER_S},
+            )
+        return render(result, revision)
+
+    # --- health, metrics, cell ---------------------------------------------------------------
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"ok": True, "name": replica.name, "role": "leader" if replica.is_leader else "follower"}
+
+    @app.get("/metrics")
+    def metrics_text() -> Response:
+        return Response(content=metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/cell")
+    def cell_status() -> JSONResponse:
+        cell = replica.cache.cell()
+        leader = replica.leader()
+        known = {**replica.peers, **cell.replicas, replica.name: replica.url}
+        replicas = [
+            {"name": n, "url": u, "role": "leader" if leader and leader.name == n else "follower",
+             "live": n in cell.replicas}
+            for n, u in sorted(known.items())
+        ]  # fmt: skip
+        return stamped(
+            {
+                "cell": cell_name,
+                "leader": leader.name if leader else None,
+                "leader_url": leader.url if leader else None,
+                "replicas": replicas,
+                "machines": {
+                    "up": sum(1 for m in cell.state.machines.values() if m.up),
+                    "down": sum(1 for m in cell.state.machines.values() if not m.up),
+                },
+                "jobs": len(cell.state.jobs),
+                "tasks": views.task_counts(cell),
+            },
+            cell.revision,
+        )
+
+    # --- jobs ----------------------------------------------------------------------------------
+
+    @app.post("/v1/jobs", status_code=201)
+    def post_job(request: Request, payload: Any = Body(None)) -> Response:
+        return write(
+            request,
+            payload,
+            lambda d: submit_job(d, payload),
+            lambda key, rev: stamped(
+                {"job": views.job_view(replica.cache.cell(), replica.cache.cell().state.jobs[key])}
+                if key in replica.cache.cell().state.jobs
+                else {"job": {"key": key}},
+                rev,
+                201,
+            ),
+        )
+
+    @app.get("/v1/jobs")
+    def list_jobs(user: str | None = None) -> JSONResponse:
+        cell = replica.cache.cell()
+        jobs = [
+            views.job_view(cell, j)
+            for k, j in sorted(cell.state.jobs.items())
+            if user is None or j.user == user
+        ]
+        return stamped({"jobs": jobs}, cell.revision)
+
+    @app.get("/v1/jobs/{user}/{name}")
+    def get_job(user: str, name: str) -> JSONResponse:
+        cell = replica.cache.cell()
+        job = cell.state.jobs.get(f"{user}/{name}")
+        if job is None:
+            return JSONResponse(status_code=404, content=detail("job", f"no job {user}/{name}"))
+        return stamped(
+            {"job": views.job_view(cell, job), "tasks": views.task_counts(cell, job.key)}, cell.revision
+        )
+
+    @app.patch("/v1/jobs/{user}/{name}")
+    def patch_job(user: str, name: str, request: Request, payload: Any = Body(None)) -> Response:
+        key = f"{user}/{name}"
+        return write(
+            request,
+            payload,
+            lambda d: update_job(d, key, payload),
+            lambda _, rev: stamped(
+                {"job": views.job_view(replica.cache.cell(), replica.cache.cell().state.jobs[key])}, rev
+            ),
+        )
+
+    @app.delete("/v1/jobs/{user}/{name}")
+    def delete_job(user: str, name: str, request: Request) -> Response:
+        key = f"{user}/{name}"
+        return write(request, None, lambda d: kill_job(d, key), lambda n, rev: stamped({"killed": n}, rev))
+
+    @app.get("/v1/jobs/{user}/{name}/tasks")
+    def get_tasks(user: str, name: str) -> JSONResponse:
+        cell = replica.cache.cell()
+        key = f"{user}/{name}"
+        tasks = views.job_tasks(cell, key)
+        if key not in cell.state.jobs and not tasks:
+            return JSONResponse(status_code=404, content=detail("job", f"no job {key}"))
+        return stamped({"tasks": [views.task_view(cell, t, cell_name) for t in tasks]}, cell.revision)
+
+    @app.delete("/v1/jobs/{user}/{name}/tasks/{index}")
+    def delete_task(user: str, name: str, index: int, request: Request) -> Response:
+        key = f"{user}/{name}"
+        return write(
+            request,
+            None,
+            lambda d: kill_task(d, key, index),
+            lambda tid, rev: stamped(
+                {"task": views.task_view(replica.cache.cell(), replica.cache.cell().state.tasks[tid], cell_name)},
+                rev,
+            ),
+        )
+
+    @app.get("/v1/jobs/{user}/{name}/endpoints")
+    def get_endpoints(user: str, name: str) -> JSONResponse:
+        cell = replica.cache.cell()
+        key = f"{user}/{name}"
+        if key not in cell.state.jobs:
+            return JSONResponse(status_code=404, content=detail("job", f"no job {key}"))
+        return stamped({"endpoints": views.endpoints(cell, key, cell_name)}, cell.revision)
+
+    # --- machines ------------------------------------------------------------------------------
+
+    @app.get("/v1/machines")
+    def list_machines() -> JSONResponse:
+        cell = replica.cache.cell()
+        return stamped(
+            {"machines": [views.machine_view(cell, n) for n in sorted(cell.state.machines)]},
+            cell.revision,
+        )
+
+    @app.post("/v1/machines", status_code=201)
+    def post_machine(request: Request, payload: Any = Body(None)) -> Response:
+        if not isinstance(payload, dict):
+            return JSONResponse(status_code=422, content=detail("", "the body must be a JSON object"))
+        try:
+            body = MachineBody.model_validate(payload)
+            machine, info = machine_from_body(body)
+        except ValidationError as exc:
+            return JSONResponse(status_code=422, content={"detail": validation_errors(exc)})
+        except ValueError as err:
+            return JSONResponse(status_code=422, content=detail("capacity", str(err)))
+
+        def change(d: Draft) -> str:
+            if machine.name in d.state.machines:
+                raise ApiError(409, "name", f"machine {machine.name} is already in the cell")
+            d.machines[machine.name] = info
+            d.step("machine_add", machine, reason="machine added")
+            return machine.name
+
+        return write(
+            request,
+            payload,
+            change,
+            lambda n, rev: stamped({"machine": views.machine_view(replica.cache.cell(), n)}, rev, 201),
+        )
+
+    @app.delete("/v1/machines/{name}")
+    def delete_machine(name: str, request: Request) -> Response:
+        def change(d: Draft) -> int:
+            if name not in d.state.machines:
+                raise ApiError(404, "name", f"no machine {name}")
+            running = d.state.running_on(name)
+            for t in running:
+                d.step("evict", t.id, EvictReason.MAINTENANCE, reason=f"drain of {name}")
+            if not d.step("machine_remove", name, reason="machine removed"):
+                raise ApiError(409, "name", f"machine {name} still holds allocs; delete them first")
+            d.machines.pop(name, None)
+            return len(running)
+
+        return write(
+            request, None, change, lambda n, rev: stamped({"removed": name, "evicted": n}, rev)
+        )
+
+    # --- BNS -------------------------------------------------------------------------------------
+
+    @app.get("/v1/bns/{bns_name}")
+    def bns(bns_name: str) -> JSONResponse:
+        cell = replica.cache.cell()
+        found = views.resolve(cell, bns_name, cell_name)
+        if found is None:
+            if views.parse_bns(bns_name, cell_name) is None:
+                error = f"not a BNS name of this cell: want <index>.<job>.<user>.{cell_name}.minborg"
+            else:
+                error = f"{bns_name} has no running, healthy task"
+            return JSONResponse(status_code=404, content=detail("bns_name", error))
+        return stamped(found, cell.revision)
+
+    return app

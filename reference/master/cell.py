@@ -1,0 +1,142 @@
+"""The cell as the master sees it: the spec's CellState plus runtime facts, and a Draft that changes it only through spec actions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from reference.jobspec import JobSpec
+from spec.actions import ACTIONS
+from spec.model import CellState, QuotaKey, Resources, TaskId
+
+HISTORY_LIMIT = 20  # task history entries kept in each task record
+
+
+@dataclass(frozen=True)
+class MachineInfo:
+    """What the spec does not model about a machine: where its borglet is and what it reports."""
+
+    address: str = ""
+    isolation: str = ""
+    usage: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """The job file behind a spec Job (command, env, health check...) and when it was submitted."""
+
+    spec: JobSpec
+    submitted_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """Runtime facts of one task incarnation, reported by its borglet and kept for BNS and history."""
+
+    port: int = 0
+    healthy: bool | None = None
+    restarts: int = 0
+    borglet_state: str = ""  # STARTING, RUNNING, ... as the borglet last reported
+    started_at: float = 0.0  # when the borglet started its process (wall clock)
+    seen: bool = False  # the borglet has reported it at least once
+    # Bumped on every placement: an evicted task placed again is a new process on the
+    # borglet, which never starts one task id twice.
+    placement: int = 0
+    reason: str = ""
+    usage: tuple[tuple[str, int], ...] = ()
+    history: tuple[tuple[str, float, str], ...] = ()  # (state, at, reason), oldest first
+
+    def with_history(self, state: str, at: float, reason: str) -> TaskInfo:
+        entries = (*self.history, (state, at, reason))[-HISTORY_LIMIT:]
+        return replace(self, history=entries)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One consistent view of the cell at an etcd revision."""
+
+    state: CellState = field(default_factory=CellState)
+    machines: dict[str, MachineInfo] = field(default_factory=dict)
+    jobs: dict[str, JobInfo] = field(default_factory=dict)
+    tasks: dict[TaskId, TaskInfo] = field(default_factory=dict)
+    revision: int = 0
+    leader: str = ""  # the leader key's value: "name=url", empty with no leader
+    replicas: dict[str, str] = field(default_factory=dict)  # name -> url
+
+    def task_info(self, tid: TaskId) -> TaskInfo:
+        return self.tasks.get(tid) or TaskInfo()
+
+
+def borglet_task_id(tid: TaskId, info: TaskInfo) -> str:
+    """The id a borglet knows one placement of a task incarnation by."""
+    return f"{tid}@{info.placement}"
+
+
+class Draft:
+    """A cell being changed by one writer: spec actions change the state, nothing else does.
+
+    Every task whose state a step changes gets a history entry with the step's reason.
+    """
+
+    def __init__(self, base: Cell, now: float) -> None:
+        self.base = base
+        self.now = now
+        self.state = base.state
+        self.machines = dict(base.machines)
+        self.jobs = dict(base.jobs)
+        self.tasks = dict(base.tasks)
+        self.quotas: dict[QuotaKey, Resources] = {}  # configuration written beside the state
+        self.steps: list[str] = []
+
+    def step(self, action: str, *args: Any, reason: str = "") -> bool:
+        """Apply one spec action; False (and no change) when its guard is false."""
+        nxt = ACTIONS[action](self.state, *args)
+        if nxt is None:
+            return False
+        self._record(self.state, nxt, reason or action)
+        self.state = nxt
+        self.steps.append(action)
+        return True
+
+    def _record(self, before: CellState, after: CellState, reason: str) -> None:
+        old, new = before.tasks, after.tasks
+        for tid, task in new.items():
+            prev = old.get(tid)
+            if prev is task:
+                continue
+            if prev is None or prev.state is not task.state:
+                info = self.tasks.get(tid) or TaskInfo()
+                if prev is not None and prev.machine != task.machine:
+                    # A new placement (or none): the old process's facts no longer apply.
+                    info = replace(
+                        info, port=0, healthy=None, borglet_state="", seen=False, usage=(),
+                        started_at=0.0, placement=info.placement + (task.machine is not None),
+                    )
+                self.tasks[tid] = info.with_history(task.state.value, self.now, reason)
+        for tid in old:
+            if tid not in new:
+                self.tasks.pop(tid, None)
+
+    def task_info(self, tid: TaskId) -> TaskInfo:
+        return self.tasks.get(tid) or TaskInfo()
+
+    def machine_info(self, name: str) -> MachineInfo:
+        return self.machines.get(name) or MachineInfo()
+
+    def set_task_info(self, tid: TaskId, info: TaskInfo) -> None:
+        if tid in self.state.tasks:
+            self.tasks[tid] = info
+
+    @property
+    def changed(self) -> bool:
+        b = self.base
+        return (
+            self.state is not b.state
+            or self.quotas != {}
+            or any(b.machines.get(k) is not v for k, v in self.machines.items())
+            or any(b.jobs.get(k) is not v for k, v in self.jobs.items())
+            or any(b.tasks.get(k) is not v for k, v in self.tasks.items())
+            or len(self.machines) != len(b.machines)
+            or len(self.jobs) != len(b.jobs)
+            or len(self.tasks) != len(b.tasks)
+        )

@@ -1,0 +1,103 @@
+"""Command line of a master replica: `python -m reference.master` / `minborg master`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+
+from reference.borglet import quantity
+from reference.master.leader import LeaderConfig
+from spec.model import Resources
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"invalid --listen {text!r}: expected HOST:PORT such as 127.0.0.1:7000")
+    return host or "127.0.0.1", int(port)
+
+
+def parse_peers(text: str) -> dict[str, str]:
+    """'m1=http://127.0.0.1:7001,m2=...' -> {'m1': 'http://127.0.0.1:7001', ...}."""
+    return quantity.parse_pairs(text)
+
+
+def parse_quota(text: str) -> Resources:
+    """'cpu=100,ram=1TiB' (CPU in cores or 500m) -> Resources."""
+    from reference.jobspec import parse_request_value
+
+    pairs = quantity.parse_pairs(text)
+    if not pairs:
+        raise ValueError("--default-quota needs at least one resource, e.g. cpu=100,ram=1TiB")
+    return Resources.of({k: parse_request_value(k, v) for k, v in pairs.items()})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="minborg master", description="Run one Borgmaster replica.")
+    p.add_argument("--name", required=True, help="replica name, unique in the cell")
+    p.add_argument("--listen", required=True, help="HOST:PORT to serve the API on")
+    p.add_argument("--etcd", required=True, help="etcd client URLs, comma separated")
+    p.add_argument("--cell", required=True, help="cell name (part of every BNS name)")
+    p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between borglet polls")
+    p.add_argument("--down-after", type=int, default=3, help="missed polls before a machine is down")
+    p.add_argument("--lease-ttl", type=float, default=3.0, help="leader lease TTL in seconds")
+    p.add_argument("--advertise", default=None, help="URL other replicas reach this one at")
+    p.add_argument("--peers", default="", help="name=url,... of the other replicas (for /v1/cell)")
+    p.add_argument("--default-quota", default=None, help="quota of user '*' per band, e.g. cpu=100,ram=1TiB")
+    p.add_argument("--restart-rate", type=float, default=20.0, help="task restarts per second")
+    p.add_argument("--roll-rate", type=float, default=2.0, help="tasks rolled per second in an update")
+    p.add_argument("--log-level", default="info")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse arguments and serve until SIGTERM/SIGINT."""
+    import uvicorn
+
+    from reference.master.api import make_app
+    from reference.master.replica import Replica
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        host, port = parse_listen(args.listen)
+        peers = parse_peers(args.peers)
+        quota = parse_quota(args.default_quota) if args.default_quota else None
+    except ValueError as err:
+        parser.error(str(err))
+    if args.poll_interval <= 0 or args.down_after < 1 or args.lease_ttl < 1:
+        parser.error("--poll-interval must be > 0, --down-after >= 1, --lease-ttl >= 1")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format=f"%(asctime)s master[{args.name}] %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll drowns the log
+    url = args.advertise or f"http://{host}:{port}"
+    config = LeaderConfig(
+        cell_name=args.cell,
+        master_name=args.name,
+        poll_interval=args.poll_interval,
+        down_after=args.down_after,
+        restart_rate=args.restart_rate,
+        roll_rate=args.roll_rate,
+        default_quota=quota,
+    )
+    replica = Replica(
+        name=args.name,
+        url=url,
+        etcd=args.etcd.split(","),
+        config=config,
+        lease_ttl=args.lease_ttl,
+        peers=peers,
+    )
+    replica.start()
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    try:
+        uvicorn.run(make_app(replica), host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        replica.stop()
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)

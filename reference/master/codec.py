@@ -1,0 +1,242 @@
+"""The etcd key layout of a cell and the JSON records of its machines, jobs, tasks and quotas (schema 1).
+
+Under `/minborg/<cell>/`:
+
+    leader                                  the election key: "name=url" of the leader, on its lease
+    replicas/<name>                         {"name","url"} of each live replica, on its own lease
+    state/machines/<name>                   a machine: spec fields + address, isolation, usage
+    state/jobs/<user>/<name>                a job: spec fields + the job file + submitted_at
+    state/tasks/<user>/<name>/<index>/<inc> a task incarnation: spec fields + runtime facts + history
+    state/quotas/<user>/<band>              a quota: resource -> amount
+
+Every record carries "schema": 1; a record of another schema is refused loudly rather than
+misread. Keys are written only by the leader's fenced transactions (replicas/ excepted).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from reference.jobspec import JobSpec
+from reference.master.cell import JobInfo, MachineInfo, TaskInfo
+from spec.model import (
+    AppClass,
+    Band,
+    Constraint,
+    ConstraintOp,
+    DeathCause,
+    Job,
+    Machine,
+    QuotaKey,
+    Resources,
+    RestartPolicy,
+    Task,
+    TaskId,
+    TaskState,
+)
+
+SCHEMA = 1
+
+
+class SchemaError(ValueError):
+    """A stored record this master cannot read (another schema version, or corrupt)."""
+
+
+class Keys:
+    """The key names of one cell."""
+
+    def __init__(self, cell: str) -> None:
+        self.root = f"/minborg/{cell}/"
+        self.leader = self.root + "leader"
+        self.replicas = self.root + "replicas/"
+        self.state = self.root + "state/"
+        self.machines = self.state + "machines/"
+        self.jobs = self.state + "jobs/"
+        self.tasks = self.state + "tasks/"
+        self.quotas = self.state + "quotas/"
+
+    def machine(self, name: str) -> str:
+        return self.machines + name
+
+    def job(self, job_key: str) -> str:
+        return self.jobs + job_key
+
+    def task(self, tid: TaskId) -> str:
+        return f"{self.tasks}{tid.job}/{tid.index}/{tid.incarnation}"
+
+    def quota(self, key: QuotaKey) -> str:
+        return f"{self.quotas}{key.user}/{key.band.value}"
+
+    def replica(self, name: str) -> str:
+        return self.replicas + name
+
+
+def dumps(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def loads(raw: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw)
+    except ValueError as err:
+        raise SchemaError(f"not JSON: {err}") from err
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise SchemaError(f"record of schema {doc.get('schema') if isinstance(doc, dict) else '?'}, want {SCHEMA}")
+    return doc
+
+
+# --- machines ------------------------------------------------------------------------------
+
+
+def encode_machine(m: Machine, info: MachineInfo) -> bytes:
+    return dumps(
+        {
+            "schema": SCHEMA,
+            "name": m.name,
+            "capacity": m.capacity.as_dict(),
+            "attrs": dict(m.attrs),
+            "failure_domain": m.failure_domain,
+            "up": m.up,
+            "address": info.address,
+            "isolation": info.isolation,
+            "usage": dict(info.usage),
+        }
+    )
+
+
+def decode_machine(raw: bytes) -> tuple[Machine, MachineInfo]:
+    d = loads(raw)
+    m = Machine(
+        name=d["name"],
+        capacity=Resources.of(d["capacity"]),
+        attrs=tuple(sorted(d.get("attrs", {}).items())),
+        failure_domain=d.get("failure_domain", ""),
+        up=bool(d.get("up", True)),
+    )
+    info = MachineInfo(
+        address=d.get("address", ""),
+        isolation=d.get("isolation", ""),
+        usage=tuple(sorted(d.get("usage", {}).items())),
+    )
+    return m, info
+
+
+# --- jobs ------------------------------------------------------------------------------------
+
+
+def encode_job(job: Job, info: JobInfo) -> bytes:
+    return dumps(
+        {
+            "schema": SCHEMA,
+            "job": {
+                "user": job.user,
+                "name": job.name,
+                "priority": job.priority,
+                "task_count": job.task_count,
+                "request": job.request.as_dict(),
+                "constraints": [
+                    {"attr": c.attr, "op": c.op.value, "values": list(c.values)}
+                    for c in job.constraints
+                ],
+                "restart_policy": job.restart_policy.value,
+                "appclass": job.appclass.value,
+                "alloc": job.alloc,
+                "package": job.package,
+                "version": job.version,
+            },
+            "file": info.spec.canonical(),
+            "submitted_at": info.submitted_at,
+        }
+    )
+
+
+def decode_job(raw: bytes) -> tuple[Job, JobInfo]:
+    d = loads(raw)
+    j = d["job"]
+    job = Job(
+        user=j["user"],
+        name=j["name"],
+        priority=int(j["priority"]),
+        task_count=int(j["task_count"]),
+        request=Resources.of(j["request"]),
+        constraints=tuple(
+            Constraint(c["attr"], ConstraintOp(c["op"]), tuple(c["values"]))
+            for c in j.get("constraints", [])
+        ),
+        restart_policy=RestartPolicy(j["restart_policy"]),
+        appclass=AppClass(j["appclass"]),
+        alloc=j.get("alloc"),
+        package=j.get("package", ""),
+        version=int(j.get("version", 0)),
+    )
+    return job, JobInfo(JobSpec.model_validate(d["file"]), float(d.get("submitted_at", 0.0)))
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+def encode_task(t: Task, info: TaskInfo) -> bytes:
+    return dumps(
+        {
+            "schema": SCHEMA,
+            "job": t.id.job,
+            "index": t.id.index,
+            "incarnation": t.id.incarnation,
+            "state": t.state.value,
+            "machine": t.machine,
+            "priority": t.priority,
+            "request": t.request.as_dict(),
+            "cause": t.cause.value if t.cause is not None else None,
+            "port": info.port,
+            "healthy": info.healthy,
+            "restarts": info.restarts,
+            "borglet_state": info.borglet_state,
+            "started_at": info.started_at,
+            "seen": info.seen,
+            "placement": info.placement,
+            "reason": info.reason,
+            "usage": dict(info.usage),
+            "history": [list(h) for h in info.history],
+        }
+    )
+
+
+def decode_task(raw: bytes) -> tuple[Task, TaskInfo]:
+    d = loads(raw)
+    tid = TaskId(d["job"], int(d["index"]), int(d["incarnation"]))
+    task = Task(
+        id=tid,
+        state=TaskState(d["state"]),
+        machine=d.get("machine"),
+        priority=int(d.get("priority", 0)),
+        request=Resources.of(d.get("request", {})),
+        cause=DeathCause(d["cause"]) if d.get("cause") else None,
+    )
+    info = TaskInfo(
+        port=int(d.get("port", 0)),
+        healthy=d.get("healthy"),
+        restarts=int(d.get("restarts", 0)),
+        borglet_state=d.get("borglet_state", ""),
+        started_at=float(d.get("started_at", 0.0)),
+        seen=bool(d.get("seen", False)),
+        placement=int(d.get("placement", 0)),
+        reason=d.get("reason", ""),
+        usage=tuple(sorted(d.get("usage", {}).items())),
+        history=tuple((h[0], float(h[1]), h[2]) for h in d.get("history", [])),
+    )
+    return task, info
+
+
+# --- quotas ----------------------------------------------------------------------------------
+
+
+def encode_quota(key: QuotaKey, amount: Resources) -> bytes:
+    return dumps(
+        {"schema": SCHEMA, "user": key.user, "band": key.band.value, "resources": amount.as_dict()}
+    )
+
+
+def decode_quota(raw: bytes) -> tuple[QuotaKey, Resources]:
+    d = loads(raw)
+    return QuotaKey(d["user"], Band(d["band"])), Resources.of(d["resources"])

@@ -1,0 +1,210 @@
+"""The leader's work, started on election and stopped on deposition: scheduling, restarts, rolling updates, polling.
+
+One term of leadership runs, in order: catch the watch cache up with etcd (the new leader
+already holds the cell in memory, so this is a short wait, not a rebuild), write the
+configured default quotas, then loop. Each pass, in one fenced write: restart DEAD tasks
+that their job's policy restarts, roll tasks whose request is older than their job's (both
+at a limited rate), then schedule the pending tasks with the scheduler's plan applied
+through the spec's actions.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reference.master.cache import WatchCache
+from reference.master.cell import Draft
+from reference.master.poller import Poller
+from reference.master.writer import NotLeader, WriteFailed, Writer
+from reference.scheduler import SchedulerConfig, plan_for, plan_steps
+from spec.actions import restart_allowed
+from spec.model import Band, QuotaKey, Resources, TaskState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LeaderConfig:
+    cell_name: str
+    master_name: str
+    poll_interval: float = 1.0
+    down_after: int = 3
+    restart_rate: float = 20.0  # new incarnations per second, cell-wide
+    roll_rate: float = 2.0  # tasks rolled per second during a rolling update
+    default_quota: Resources | None = None  # for user "*" in every band but best effort
+    pass_interval: float = 0.5  # the longest the scheduler sleeps without a change
+
+
+class TokenBucket:
+    """At most `rate` events a second, in bursts of at most max(rate, 1)."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self.clock = rate, clock
+        self.burst = max(rate, 1.0)
+        self.tokens = self.burst
+        self.at = clock()
+
+    def take(self, want: int) -> int:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        got = min(want, int(self.tokens))
+        self.tokens -= got
+        return got
+
+
+class Term:
+    """One term of leadership: its threads stop when the term ends."""
+
+    def __init__(
+        self,
+        token: int,
+        cache: WatchCache,
+        writer: Writer,
+        config: LeaderConfig,
+        on_pass: Callable[[float, int], None] | None = None,
+        on_poll: Callable[[str], None] | None = None,
+    ) -> None:
+        self.token = token
+        self.cache = cache
+        self.writer = writer
+        self.config = config
+        self.scheduler = SchedulerConfig()
+        self._on_pass = on_pass
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.ready = threading.Event()
+        self.restarts = TokenBucket(config.restart_rate)
+        self.rolls = TokenBucket(config.roll_rate)
+        self.passes = 0
+        self.poller = Poller(
+            cache,
+            writer,
+            cell_name=config.cell_name,
+            master_name=config.master_name,
+            epoch=token,
+            interval=config.poll_interval,
+            down_after=config.down_after,
+            on_poll=on_poll,
+        )
+        self._thread = threading.Thread(target=self._run, name=f"leader-{token}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.poller.stop()
+
+    def nudge(self) -> None:
+        self._wake.set()
+        self.poller.nudge()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.cache.catch_up(5.0):
+                    break
+            except Exception as err:
+                log.warning("leader: cannot catch up with etcd yet: %s", err)
+            self._stop.wait(0.2)
+        if self._stop.is_set():
+            return
+        try:
+            self._write_default_quotas()
+        except (NotLeader, WriteFailed) as err:
+            log.warning("leader: default quotas not written: %s", err)
+        self.poller.start()
+        self.ready.set()
+        log.info("leader term %d: scheduling", self.token)
+        while not self._stop.is_set():
+            try:
+                self._pass()
+            except (NotLeader, WriteFailed) as err:
+                log.warning("scheduling pass not written: %s", err)
+                self._stop.wait(0.2)
+            except Exception:
+                log.exception("scheduling pass failed")
+                self._stop.wait(0.5)
+            self._wake.wait(self.config.pass_interval)
+            self._wake.clear()
+
+    def _write_default_quotas(self) -> None:
+        quota = self.config.default_quota
+        if quota is None:
+            return
+
+        def change(d: Draft) -> None:
+            for band in (Band.BATCH, Band.PRODUCTION, Band.MONITORING):
+                key = QuotaKey("*", band)
+                if d.state.quotas.get(key) != quota:
+                    d.quotas[key] = quota
+
+        self.writer.mutate(change)
+
+    def _pass(self) -> None:
+        cell = self.cache.cell()
+        state = cell.state
+        if not any(t.state is not TaskState.RUNNING for t in state.tasks.values()) and not any(
+            t.request != state.jobs[t.job].request for t in state.tasks.values() if t.job in state.jobs
+        ):
+            return  # nothing pending, dead or stale: the common quiet case
+        started = time.perf_counter()
+        placed = self.writer.mutate(self._change)[0]
+        self.passes += 1
+        if self._on_pass is not None:
+            self._on_pass(time.perf_counter() - started, placed)
+
+    def _change(self, d: Draft) -> int:
+        self._restart_dead(d)
+        self._roll(d)
+        state = d.state
+        if not any(t.state is TaskState.PENDING for t in state.tasks.values()):
+            return 0
+        plan = plan_for(state, self.scheduler, seed=self.passes)
+        placed = 0
+        for step in plan_steps(plan):
+            reason = "scheduled" if step.action == "schedule" else "preempted"
+            if d.step(step.action, *step.args, reason=reason) and step.action == "schedule":
+                placed += 1
+        return placed
+
+    def _restart_dead(self, d: Draft) -> None:
+        latest: dict[tuple[str, int], int] = {}
+        for tid in d.state.tasks:
+            k = (tid.job, tid.index)
+            latest[k] = max(latest.get(k, -1), tid.incarnation)
+        candidates = []
+        for tid, t in d.state.tasks.items():
+            job = d.state.jobs.get(tid.job)
+            if (
+                t.state is TaskState.DEAD
+                and job is not None
+                and latest[(tid.job, tid.index)] == tid.incarnation
+                and tid.index < job.task_count
+                and restart_allowed(job.restart_policy, t.cause)
+            ):
+                candidates.append(tid)
+        if not candidates:
+            return
+        for tid in sorted(candidates, key=str)[: self.restarts.take(len(candidates))]:
+            cause = d.state.tasks[tid].cause
+            d.step("restart", tid, reason=f"restart after {cause.value if cause else '?'}")
+
+    def _roll(self, d: Draft) -> None:
+        stale = [
+            tid
+            for tid, t in d.state.tasks.items()
+            if t.state is TaskState.RUNNING
+            and t.job in d.state.jobs
+            and t.request != d.state.jobs[t.job].request
+        ]
+        if not stale:
+            return
+        for tid in sorted(stale, key=str)[: self.rolls.take(len(stale))]:
+            d.step("roll", tid, reason="rolling update")

@@ -1,0 +1,80 @@
+"""The master's Prometheus metrics, in a registry of its own (several replicas may share a process in tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from reference.master.cell import Cell
+
+
+class _CellCollector(Collector):
+    """Tasks by state and machines by state, computed from the watch cache at scrape time."""
+
+    def __init__(self, cell: Callable[[], Cell]) -> None:
+        self._cell = cell
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        cell = self._cell()
+        tasks = GaugeMetricFamily("minborg_tasks", "Tasks by state.", labels=["state"])
+        counts: dict[str, int] = {"PENDING": 0, "RUNNING": 0, "DEAD": 0}
+        for t in cell.state.tasks.values():
+            counts[t.state.value] += 1
+        for state, n in counts.items():
+            tasks.add_metric([state], n)
+        yield tasks
+        machines = GaugeMetricFamily("minborg_machines", "Machines by state.", labels=["state"])
+        up = sum(1 for m in cell.state.machines.values() if m.up)
+        machines.add_metric(["up"], up)
+        machines.add_metric(["down"], len(cell.state.machines) - up)
+        yield machines
+        yield GaugeMetricFamily("minborg_jobs", "Jobs in the cell.", value=len(cell.state.jobs))
+        yield GaugeMetricFamily(
+            "minborg_cache_revision", "etcd revision the watch cache reflects.", value=cell.revision
+        )
+
+
+class MasterMetrics:
+    def __init__(self, cell: Callable[[], Cell]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "minborg_api_requests", "API requests by route, method and status.",
+            ["route", "method", "status"], registry=r,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "minborg_api_request_seconds", "API request latency by route and method.",
+            ["route", "method"], registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )  # fmt: skip
+        self.leader = Gauge("minborg_leader", "1 while this replica leads the cell.", registry=r)
+        self.pass_seconds = Histogram(
+            "minborg_scheduling_pass_seconds", "Duration of one scheduling pass (plan and write).",
+            registry=r, buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        )  # fmt: skip
+        self.placed = Counter("minborg_placements", "Tasks placed by the scheduler.", registry=r)
+        self.txns = Counter(
+            "minborg_txns", "Leader txns by outcome (committed, fenced, unknown, ...).",
+            ["outcome"], registry=r,
+        )  # fmt: skip
+        self.txn_ops = Counter("minborg_txn_ops", "Ops in committed leader txns.", registry=r)
+        self.polls = Counter("minborg_borglet_polls", "Borglet syncs sent.", registry=r)
+        r.register(_CellCollector(cell))
+
+    def on_txn(self, outcome: str, n: int) -> None:
+        self.txns.labels(outcome).inc()
+        if outcome == "committed":
+            self.txn_ops.inc(n)
+
+    def on_pass(self, seconds: float, placed: int) -> None:
+        self.pass_seconds.observe(seconds)
+        self.placed.inc(placed)
+
+    def on_poll(self, _: str) -> None:
+        self.polls.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,164 @@
+"""One master replica: its etcd client, watch cache, election, writer, metrics and the leader's term."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from reference.master import codec
+from reference.master.cache import WatchCache
+from reference.master.leader import LeaderConfig, Term
+from reference.master.metrics import MasterMetrics
+from reference.master.writer import Writer
+from reference.store.client import Lease, StoreClient, StoreError
+from reference.store.election import Election
+
+log = logging.getLogger(__name__)
+
+REGISTRATION_TTL_S = 5
+
+
+@dataclass(frozen=True)
+class LeaderRef:
+    name: str
+    url: str
+
+
+def parse_leader_value(value: str) -> LeaderRef | None:
+    """The leader key holds "name=url"."""
+    name, sep, url = value.partition("=")
+    return LeaderRef(name, url) if sep and name else None
+
+
+class Replica:
+    def __init__(
+        self,
+        *,
+        name: str,
+        url: str,
+        etcd: list[str],
+        config: LeaderConfig,
+        lease_ttl: float = 3.0,
+        peers: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.url = url
+        self.config = config
+        self.peers = dict(peers or {})
+        self.keys = codec.Keys(config.cell_name)
+        self.client = StoreClient(etcd, timeout=2.0)
+        self.cache = WatchCache(self.client, self.keys)
+        self.metrics = MasterMetrics(self.cache.cell)
+        self.election = Election(
+            self.client,
+            self.keys.leader,
+            f"{name}={url}",
+            ttl_s=lease_ttl,
+            on_elected=self._elected,
+            on_deposed=self._deposed,
+        )
+        self.writer = Writer(self.cache, self.election, self.keys, on_txn=self.metrics.on_txn)
+        self._term: Term | None = None
+        self._term_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._campaigning = threading.Lock()
+        self._registration = threading.Thread(target=self._register, name="register", daemon=True)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.cache.start()
+        self.cache.on_change(self._changed)
+        self.election.start()
+        self._registration.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            self.election.resign()
+        except StoreError as err:
+            log.info("resign failed: %s", err)
+        with self._term_lock:
+            if self._term is not None:
+                self._term.stop()
+                self._term = None
+        self.cache.stop()
+        self.client.close()
+
+    # --- leadership ------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.election.is_leader
+
+    @property
+    def term(self) -> Term | None:
+        return self._term
+
+    def leader(self) -> LeaderRef | None:
+        return parse_leader_value(self.cache.cell().leader)
+
+    def _elected(self, token: int) -> None:
+        log.info("%s leads the cell (epoch %d)", self.name, token)
+        with self._term_lock:
+            if self._term is not None:
+                self._term.stop()
+            self._term = Term(
+                token,
+                self.cache,
+                self.writer,
+                self.config,
+                on_pass=self.metrics.on_pass,
+                on_poll=self.metrics.on_poll,
+            )
+            self._term.start()
+        self.metrics.leader.set(1)
+
+    def _deposed(self, reason: str) -> None:
+        log.warning("%s no longer leads: %s", self.name, reason)
+        self.metrics.leader.set(0)
+        with self._term_lock:
+            term, self._term = self._term, None
+        if term is not None:
+            term.stop()
+
+    def _changed(self, revision: int) -> None:
+        term = self._term
+        if term is not None:
+            term.nudge()
+        elif not self.cache.cell().leader and not self._stop.is_set():
+            # The leader key is gone (its lease expired or was revoked): campaign now rather
+            # than at the election thread's next turn, which shortens failover by up to ttl/3.
+            threading.Thread(target=self._campaign_now, name="campaign", daemon=True).start()
+
+    def _campaign_now(self) -> None:
+        if not self._campaigning.acquire(blocking=False):
+            return
+        try:
+            self.election.campaign()
+        except StoreError as err:
+            log.info("campaign failed: %s", err)
+        finally:
+            self._campaigning.release()
+
+    # --- membership --------------------------------------------------------------------------------
+
+    def _register(self) -> None:
+        """Keep replicas/<name> on a lease of our own, so /v1/cell lists the live replicas."""
+        lease: Lease | None = None
+        doc = codec.dumps({"schema": codec.SCHEMA, "name": self.name, "url": self.url})
+        while not self._stop.is_set():
+            try:
+                if lease is None or self.client.refresh(lease) <= 0:
+                    lease = self.client.lease(REGISTRATION_TTL_S)
+                    self.client.put(self.keys.replica(self.name), doc, lease)
+            except StoreError as err:
+                log.debug("registration: %s", err)
+                lease = None
+            self._stop.wait(REGISTRATION_TTL_S / 3)
+        if lease is not None:
+            try:
+                self.client.revoke(lease)
+            except StoreError:
+                pass

@@ -1,0 +1,138 @@
+"""The API's JSON for jobs, tasks and machines, and BNS name resolution, read from one Cell."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from reference.master.cell import Cell
+from reference.master.reports import bns_name
+from spec.model import Job, Task, TaskState
+
+
+def host_of(address: str) -> str:
+    return urlsplit(address if "://" in address else f"http://{address}").hostname or ""
+
+
+def job_view(cell: Cell, job: Job) -> dict[str, Any]:
+    info = cell.jobs.get(job.key)
+    doc: dict[str, Any] = info.spec.canonical() if info is not None else {}
+    doc.update(
+        name=job.name,
+        user=job.user,
+        priority=job.priority,
+        task_count=job.task_count,
+        request={k: (f"{v}m" if k == "cpu" else v) for k, v in job.request.items},
+        key=job.key,
+        version=job.version,
+        submitted_at=info.submitted_at if info is not None else 0.0,
+    )
+    return doc
+
+
+def task_counts(cell: Cell, job_key: str | None = None) -> dict[str, int]:
+    counts = {s.value: 0 for s in TaskState}
+    for t in cell.state.tasks.values():
+        if job_key is None or t.id.job == job_key:
+            counts[t.state.value] += 1
+    return counts
+
+
+def is_serving(cell: Cell, task: Task) -> bool:
+    """RUNNING, started by its borglet, with a port, and healthy (or without a health check)."""
+    info = cell.task_info(task.id)
+    if task.state is not TaskState.RUNNING or not info.port or not info.seen:
+        return False
+    job = cell.jobs.get(task.id.job)
+    has_check = job is not None and job.spec.health_check is not None
+    return info.healthy is True if has_check else info.borglet_state in ("RUNNING", "STARTING")
+
+
+def task_view(cell: Cell, task: Task, cell_name: str) -> dict[str, Any]:
+    info = cell.task_info(task.id)
+    address = cell.machines[task.machine].address if task.machine in cell.machines else ""
+    return {
+        "job": task.id.job,
+        "index": task.id.index,
+        "incarnation": task.id.incarnation,
+        "state": task.state.value,
+        "machine": task.machine,
+        "host": host_of(address) if task.machine else None,
+        "port": info.port or None,
+        "bns": bns_name(task.id, cell_name),
+        "cause": task.cause.value if task.cause else None,
+        "healthy": info.healthy,
+        "restarts": info.restarts,
+        "borglet_state": info.borglet_state or None,
+        "started_at": info.started_at or None,
+        "usage": dict(info.usage),
+        "history": [{"state": s, "at": at, "reason": r} for s, at, r in info.history],
+    }
+
+
+def machine_view(cell: Cell, name: str) -> dict[str, Any]:
+    m = cell.state.machines[name]
+    info = cell.machines.get(name)
+    running = cell.state.running_on(name)
+    return {
+        "name": m.name,
+        "address": info.address if info else "",
+        "capacity": m.capacity.as_dict(),
+        "attrs": dict(m.attrs),
+        "failure_domain": m.failure_domain,
+        "state": "up" if m.up else "down",
+        "reserved": cell.state.machine_reserved(name).as_dict(),
+        "usage": dict(info.usage) if info else {},
+        "isolation": info.isolation if info else "",
+        "tasks": sorted(str(t.id) for t in running),
+    }
+
+
+def job_tasks(cell: Cell, job_key: str) -> list[Task]:
+    return sorted(cell.state.tasks_of(job_key), key=lambda t: (t.id.index, t.id.incarnation))
+
+
+def latest_task(cell: Cell, job_key: str, index: int) -> Task | None:
+    return cell.state.latest(job_key, index)
+
+
+def parse_bns(name: str, cell_name: str) -> tuple[str, int] | None:
+    """'<index>.<job>.<user>.<cell>.minborg' -> (job key, index), or None if it is not one."""
+    parts = name.split(".")
+    if len(parts) != 5 or parts[4] != "minborg" or parts[3] != cell_name or not parts[0].isdigit():
+        return None
+    return f"{parts[2]}/{parts[1]}", int(parts[0])
+
+
+def resolve(cell: Cell, name: str, cell_name: str) -> dict[str, Any] | None:
+    parsed = parse_bns(name, cell_name)
+    if parsed is None:
+        return None
+    task = latest_task(cell, *parsed)
+    if task is None or not is_serving(cell, task):
+        return None
+    info = cell.task_info(task.id)
+    return {
+        "name": name,
+        "host": host_of(cell.machines[task.machine].address) if task.machine else "",
+        "port": info.port,
+        "task": str(task.id),
+        "healthy": info.healthy,
+    }
+
+
+def endpoints(cell: Cell, job_key: str, cell_name: str) -> list[dict[str, Any]]:
+    out = []
+    for index, task in sorted(cell.state.live_indices(job_key).items()):
+        if is_serving(cell, task):
+            out.append(
+                {
+                    "index": index,
+                    "bns": bns_name(task.id, cell_name),
+                    "host": host_of(cell.machines[task.machine].address) if task.machine else "",
+                    "port": cell.task_info(task.id).port,
+                }
+            )
+    return out
+
+
