@@ -248,8 +248,10 @@ class LocalCell:
         r.raise_for_status()
         return r.json()
 
-    def leader(self) -> Proc | None:
+    def leader(self, skip: Proc | None = None) -> Proc | None:
         for m in self.live_masters():
+            if m is skip:
+                continue
             try:
                 if self.http.get(m.url + "/healthz", timeout=2).json().get("role") == "leader":
                     return m
