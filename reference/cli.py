@@ -215,7 +215,7 @@ def _run_main(module: str, what: str, args: list[str], attr: str = "main") -> No
 @app.command("master", **PASS_THROUGH)
 def master(ctx: typer.Context) -> None:
     """Run one master replica (arguments as `python -m reference.master`; try --help)."""
-    _run_main("reference.master.__main__", "the master", ctx.args)
+    _run_main("reference.master.cli", "the master", ctx.args)
 
 
 @app.command("borglet", **PASS_THROUGH)

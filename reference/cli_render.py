@@ -7,10 +7,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from reference.borglet.quantity import BYTE_RESOURCES, format_bytes
+from reference.borglet.quantity import BYTE_RESOURCES
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
@@ -48,13 +49,15 @@ def quantity(name: str, value: Any) -> str:
 
 
 def _bytes(value: int) -> str:
-    exact = format_bytes(value)
-    if not exact.isdigit() or value < 1024:
-        return exact
+    """Bytes in the largest binary unit that fits: 8GiB, 64MiB, 11.0MiB."""
     for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if value >= size:
-            return f"{value / size:.1f}{unit}"
-    return exact
+            return f"{value // size}{unit}" if value % size == 0 else f"{value / size:.1f}{unit}"
+    return str(value)
+
+
+# The borglet reports usage under unit-suffixed names; they read as the resource they measure.
+ALIASES = {"cpu_milli": "cpu", "ram_bytes": "ram", "disk_bytes": "disk"}
 
 
 def resources(values: Mapping[str, Any] | None) -> str:
@@ -63,7 +66,14 @@ def resources(values: Mapping[str, Any] | None) -> str:
         return "-"
     if not isinstance(values, Mapping):
         return str(values)
-    return " ".join(f"{k}={quantity(k, v)}" for k, v in sorted(values.items()))
+    named = {ALIASES.get(k, k): v for k, v in values.items()}
+    return " ".join(f"{k}={quantity(k, v)}" for k, v in sorted(named.items()))
+
+
+def share(name: str, used: Mapping[str, Any] | None, capacity: Mapping[str, Any] | None) -> str:
+    """'300m/4000m': how much of one resource is taken out of the machine's capacity."""
+    taken = {ALIASES.get(k, k): v for k, v in (used or {}).items()}
+    return f"{quantity(name, taken.get(name, 0))}/{quantity(name, (capacity or {}).get(name, 0))}"
 
 
 def state_counts(counts: Mapping[str, Any] | None) -> str:
@@ -72,6 +82,7 @@ def state_counts(counts: Mapping[str, Any] | None) -> str:
         return "none"
     order = {"PENDING": 0, "RUNNING": 1, "DEAD": 2}
     items = sorted(counts.items(), key=lambda kv: (order.get(kv[0], 9), kv[0]))
+    items = [kv for kv in items if kv[1]] or items[:1]  # zero counts are noise
     return ", ".join(f"{styled(k)} {v}" for k, v in items)
 
 
@@ -91,7 +102,16 @@ def health(value: Any) -> str:
 
 
 def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
-    out = Table(title=title, title_justify="left", header_style="bold")
+    # A light box leaves the width to the values: listings must read in an 80-column terminal.
+    out = Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for column in columns:
         out.add_column(column)
     for row in rows:
@@ -134,7 +154,7 @@ def tasks_table(tasks: list[dict[str, Any]], title: str | None = None) -> Table:
     for t in sorted(tasks, key=lambda t: (t.get("index", 0), t.get("incarnation", 0))):
         address = f"{t['host']}:{t['port']}" if t.get("host") and t.get("port") else "-"
         rows.append(
-            (
+            [
                 str(t.get("index", "")),
                 str(t.get("incarnation", "")),
                 styled(t.get("state")),
@@ -143,18 +163,13 @@ def tasks_table(tasks: list[dict[str, Any]], title: str | None = None) -> Table:
                 str(t.get("restarts", 0)),
                 health(t.get("healthy")),
                 str(t.get("cause") or ""),
-            )
+            ]
         )
-    columns = (
-        "index",
-        "incarnation",
-        "state",
-        "machine",
-        "host:port",
-        "restarts",
-        "health",
-        "cause",
-    )
+    columns = ["index", "incarnation", "state", "machine", "host:port", "restarts", "health"]
+    if any(row[-1] for row in rows):
+        columns.append("cause")
+    else:
+        rows = [row[:-1] for row in rows]  # no task has died: no cause to show
     return table(title, columns, rows)
 
 
@@ -162,30 +177,37 @@ def machines_table(machines: list[dict[str, Any]]) -> Table:
     rows = []
     for m in sorted(machines, key=lambda m: m.get("name", "")):
         tasks = m.get("tasks")
+        capacity, reserved, usage = m.get("capacity"), m.get("reserved"), m.get("usage") or {}
+        others = {k: v for k, v in (capacity or {}).items() if k not in ("cpu", "ram")}
         rows.append(
-            (
+            [
                 m.get("name", ""),
                 styled(m.get("state")),
-                resources(m.get("capacity")),
-                resources(m.get("reserved")),
-                resources(m.get("usage")),
+                m.get("failure_domain") or "-",
+                share("cpu", reserved, capacity),
+                share("ram", reserved, capacity),
+                quantity("cpu", usage.get("cpu_milli", usage.get("cpu", "-"))),
+                quantity("ram", usage.get("ram_bytes", usage.get("ram", "-"))),
                 str(m.get("isolation") or "-"),
                 str(len(tasks) if isinstance(tasks, list | dict) else tasks or 0),
-                m.get("failure_domain") or "-",
-                m.get("address", ""),
-            )
+                resources(others) if others else "",
+            ]
         )
-    columns = (
+    columns = [
         "machine",
         "state",
-        "capacity",
-        "reserved",
-        "usage",
+        "domain",
+        "cpu resv",
+        "ram resv",
+        "cpu used",
+        "ram used",
         "isolation",
         "tasks",
-        "domain",
-        "address",
-    )
+    ]
+    if any(row[-1] for row in rows):
+        columns.append("other capacity")  # GPUs, disks, ports
+    else:
+        rows = [row[:-1] for row in rows]
     return table(None, columns, rows)
 
 

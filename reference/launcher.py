@@ -308,11 +308,13 @@ def up(
         )
         master_ports, borglet_ports = ports[:replicas], ports[replicas:]
         say(f"masters: starting {replicas} replica(s)")
+        names = [f"master{i}" for i in range(replicas)]
+        urls = {
+            name: f"http://{HOST}:{port}" for name, port in zip(names, master_ports, strict=True)
+        }
         masters = [
-            _start_master(
-                root, cell, f"master{i}", port, cluster.client_urls, master_args, workdir, env
-            )
-            for i, port in enumerate(master_ports)
+            _start_master(root, cell, name, urls, cluster.client_urls, master_args, workdir, env)
+            for name in names
         ]
         say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
         borglets = [
@@ -387,15 +389,19 @@ def _etcd_records(cluster: EtcdCluster) -> tuple[ProcessRecord, ...]:
 
 
 def _start_master(
-    root: Path, cell: str, name: str, port: int, etcd_urls: list[str],
+    root: Path, cell: str, name: str, urls: dict[str, str], etcd_urls: list[str],
     extra: Sequence[str], workdir: str, env: dict[str, str],
 ) -> ProcessRecord:  # fmt: skip
+    # Every replica is told of the others so any of them can list all replicas in /v1/cell.
+    peers = ",".join(f"{peer}={url}" for peer, url in urls.items() if peer != name)
+    port = urls[name].rsplit(":", 1)[1]
     command = [
         sys.executable, "-m", "reference.master", "--name", name, "--listen", f"{HOST}:{port}",
-        "--etcd", ",".join(etcd_urls), "--cell", cell, *extra,
+        "--etcd", ",".join(etcd_urls), "--cell", cell, "--advertise", urls[name],
+        *(["--peers", peers] if peers else []), *extra,
     ]  # fmt: skip
     log = root / "logs" / f"{name}.log"
-    return spawn(Role.MASTER, name, command, f"http://{HOST}:{port}", log, workdir, env)
+    return spawn(Role.MASTER, name, command, urls[name], log, workdir, env)
 
 
 def rack_of(i: int) -> str:
