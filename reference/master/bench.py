@@ -1,0 +1,205 @@
+"""`python -m reference.master.bench`: start a local cell and measure task start latency, failover, lost writes, API latency and master RSS.
+
+Task start: a 100-task job is submitted; each task's latency is the borglet's start time of
+its process minus the moment the submit was sent. Failover: the leader is SIGKILLed N
+times (restarted in between); each time, from the kill to the first write the cell accepts.
+Lost writes: a writer submits jobs all along; every acknowledged one must be present after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from reference.master.localcell import LocalCell, wait_for
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
+
+
+def job(name: str, count: int) -> dict[str, Any]:
+    return {
+        "name": name, "user": "bench", "priority": 100, "task_count": count,
+        "request": {"cpu": "10m", "ram": "8MiB"},
+        "command": [sys.executable, "-c", "import time; time.sleep(3600)"],
+        "restart_policy": "on_failure",
+    }  # fmt: skip
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, cell: LocalCell) -> None:
+        super().__init__(daemon=True)
+        self.cell, self.peak, self.stop_flag = cell, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_flag.wait(0.5):
+            for m in self.cell.live_masters():
+                try:
+                    assert m.popen is not None
+                    self.peak = max(self.peak, psutil.Process(m.popen.pid).memory_info().rss)
+                except (psutil.Error, AssertionError):
+                    pass
+
+
+def task_start(cell: LocalCell, count: int) -> dict[str, float]:
+    sent = time.time()
+    r = cell.submit(job("start", count))
+    r.raise_for_status()
+
+    def started() -> list[dict[str, Any]] | None:
+        ts = [t for t in cell.tasks("bench", "start") if t["state"] == "RUNNING" and t.get("started_at")]
+        return ts if len(ts) >= count else None
+
+    tasks = wait_for(started, 120, f"{count} tasks started", every=0.2)
+    lat = [t["started_at"] - sent for t in tasks]
+    cell.request("DELETE", "/v1/jobs/bench/start")
+    return {"tasks": count, "p50_s": pct(lat, 50), "p99_s": pct(lat, 99), "max_s": max(lat)}
+
+
+def api_latency(cell: LocalCell, reads: int = 300, writes: int = 60) -> dict[str, float]:
+    leader = cell.wait_leader()
+    follower = next((m for m in cell.live_masters() if m is not leader), leader)
+    rl, wl = [], []
+    for i in range(reads):
+        t = time.perf_counter()
+        cell.request("GET", "/v1/jobs", master=(leader, follower)[i % 2]).raise_for_status()
+        rl.append(time.perf_counter() - t)
+    for i in range(writes):
+        t = time.perf_counter()
+        r = cell.request("POST", "/v1/jobs", master=(leader, follower)[i % 2], json=job(f"lat{i}", 0))
+        wl.append(time.perf_counter() - t)
+        assert r.status_code == 201, r.text
+    return {
+        "read_p50_ms": pct(rl, 50) * 1e3, "read_p99_ms": pct(rl, 99) * 1e3,
+        "write_p50_ms": pct(wl, 50) * 1e3, "write_p99_ms": pct(wl, 99) * 1e3,
+    }  # fmt: skip
+
+
+class Writer(threading.Thread):
+    """Submits jobs one after another through any live master; remembers the acknowledged."""
+
+    def __init__(self, cell: LocalCell) -> None:
+        super().__init__(daemon=True)
+        self.cell, self.acked, self.stop_flag, self.n = cell, [], threading.Event(), 0
+        self.http = httpx.Client(timeout=5.0)
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            name = f"w{self.n}"
+            for m in self.cell.live_masters():
+                try:
+                    r = self.http.post(m.url + "/v1/jobs", json=job(name, 0))
+                except httpx.HTTPError:
+                    continue
+                if r.status_code == 201:
+                    self.acked.append(f"bench/{name}")
+                    self.n += 1
+                    break
+                if r.status_code == 409:  # committed by an earlier try whose answer was lost
+                    self.n += 1
+                    break
+            self.stop_flag.wait(0.05)
+
+
+def failover(cell: LocalCell, kills: int) -> dict[str, Any]:
+    writer = Writer(cell)
+    writer.start()
+    times = []
+    for k in range(kills):
+        leader = cell.wait_leader(30)
+        time.sleep(0.5)
+        killed = time.monotonic()
+        leader.kill(signal.SIGKILL)
+        i = 0
+        while True:
+            i += 1
+            ok = False
+            for m in cell.live_masters():
+                try:
+                    r = cell.http.post(m.url + "/v1/jobs", json=job(f"probe{k}-{i}", 0), timeout=5)
+                    ok = r.status_code == 201
+                except httpx.HTTPError:
+                    pass
+                if ok:
+                    break
+            if ok:
+                times.append(time.monotonic() - killed)
+                break
+            if time.monotonic() - killed > 60:
+                raise AssertionError("no write accepted within 60 s of the kill")
+            time.sleep(0.02)
+        cell.restart(leader)
+        wait_for(lambda m=leader: cell.http.get(m.url + "/healthz", timeout=1).status_code == 200, 30, "replica back")
+        print(f"  kill {k + 1}/{kills}: first accepted write after {times[-1]:.2f}s", file=sys.stderr)
+    writer.stop_flag.set()
+    writer.join(10)
+    time.sleep(1.0)
+    missing: set[str] = set()
+    for m in cell.live_masters():
+        present = {j["key"] for j in cell.get("/v1/jobs", master=m)["jobs"]}
+        missing |= set(writer.acked) - present
+    return {
+        "kills": kills, "p50_s": pct(times, 50), "p99_s": pct(times, 99), "max_s": max(times),
+        "mean_s": statistics.mean(times), "acked_writes": len(writer.acked), "lost_writes": len(missing),
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="minborg bench cell", description=__doc__)
+    p.add_argument("--replicas", type=int, default=3, choices=(1, 3, 5))
+    p.add_argument("--machines", type=int, default=4)
+    p.add_argument("--tasks", type=int, default=100)
+    p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--lease-ttl", type=float, default=3.0)
+    p.add_argument("--poll-interval", type=float, default=1.0)
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    p.add_argument("--workdir", default=None, help="keep logs here (default: a temporary directory)")
+    args = p.parse_args(argv)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="minborg-bench-"))
+    cell = LocalCell(
+        workdir, masters=args.replicas, borglets=args.machines, capacity="cpu=64000m,ram=64GiB",
+        cell="bench", poll_interval=args.poll_interval, lease_ttl=args.lease_ttl,
+    )  # fmt: skip
+    results: dict[str, Any] = {"replicas": args.replicas, "machines": args.machines, "workdir": str(workdir)}
+    with cell:
+        rss = RssSampler(cell)
+        rss.start()
+        results["task_start"] = task_start(cell, args.tasks)
+        results["api"] = api_latency(cell)
+        if args.kills > 0 and args.replicas > 1:
+            results["failover"] = failover(cell, args.kills)
+        rss.stop_flag.set()
+        results["master_peak_rss_mib"] = round(rss.peak / 2**20, 1)
+    results["leftover_processes"] = len(cell.leftovers())
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        ts, api = results["task_start"], results["api"]
+        print(f"task start ({ts['tasks']} tasks): p50 {ts['p50_s']:.3f}s p99 {ts['p99_s']:.3f}s max {ts['max_s']:.3f}s")
+        print(f"API reads p50 {api['read_p50_ms']:.1f}ms p99 {api['read_p99_ms']:.1f}ms; "
+              f"writes p50 {api['write_p50_ms']:.1f}ms p99 {api['write_p99_ms']:.1f}ms")  # fmt: skip
+        if "failover" in results:
+            f = results["failover"]
+            print(f"failover ({f['kills']} leader kills): p50 {f['p50_s']:.2f}s p99 {f['p99_s']:.2f}s "
+                  f"max {f['max_s']:.2f}s; acknowledged writes {f['acked_writes']}, lost {f['lost_writes']}")  # fmt: skip
+        print(f"master peak RSS {results['master_peak_rss_mib']} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
