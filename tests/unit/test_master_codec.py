@@ -1,0 +1,60 @@
+"""Records of machines, jobs, tasks and quotas survive a round trip through their etcd form."""
+
+from __future__ import annotations
+
+import pytest
+
+from reference.jobspec import parse_job
+from reference.master import codec
+from reference.master.cell import JobInfo, MachineInfo, TaskInfo
+from spec.model import Band, DeathCause, Machine, QuotaKey, Resources, Task, TaskId, TaskState
+
+
+def test_machine_round_trip() -> None:
+    m = Machine("m1", Resources.of(cpu=4000, ram=2**33), (("rack", "r1"),), "fd1", up=False)
+    info = MachineInfo("http://127.0.0.1:7001", "rlimit", (("cpu_milli", 12),))
+    assert codec.decode_machine(codec.encode_machine(m, info)) == (m, info)
+
+
+def test_job_round_trip_keeps_spec_fields_and_file() -> None:
+    spec = parse_job({"name": "web", "user": "alice", "priority": 210, "task_count": 2,
+                      "request": {"cpu": "250m", "ram": "64MiB"}, "command": ["sleep", "1"],
+                      "constraints": [{"attr": "rack", "op": "ne", "value": "r9"}]})  # fmt: skip
+    job = spec.to_spec_job(version=4)
+    info = JobInfo(spec, 1234.5)
+    assert codec.decode_job(codec.encode_job(job, info)) == (job, info)
+
+
+@pytest.mark.parametrize("state", list(TaskState))
+def test_task_round_trip(state: TaskState) -> None:
+    t = Task(
+        TaskId("alice/web", 3, 7),
+        state,
+        machine="m1" if state is TaskState.RUNNING else None,
+        priority=200,
+        request=Resources.of(cpu=250),
+        cause=DeathCause.LOST if state is TaskState.DEAD else None,
+    )
+    info = TaskInfo(port=8080, healthy=True, restarts=2, borglet_state="RUNNING", started_at=1.5,
+                    seen=True, placement=3, usage=(("cpu_milli", 5),),
+                    history=(("PENDING", 1.0, "submitted"), ("RUNNING", 2.0, "scheduled")))  # fmt: skip
+    assert codec.decode_task(codec.encode_task(t, info)) == (t, info)
+
+
+def test_quota_round_trip() -> None:
+    key, amount = QuotaKey("*", Band.PRODUCTION), Resources.of(cpu=10_000)
+    assert codec.decode_quota(codec.encode_quota(key, amount)) == (key, amount)
+
+
+def test_other_schema_is_refused() -> None:
+    with pytest.raises(codec.SchemaError):
+        codec.decode_quota(b'{"schema": 2}')
+    with pytest.raises(codec.SchemaError):
+        codec.loads(b"not json")
+
+
+def test_key_layout() -> None:
+    keys = codec.Keys("c1")
+    assert keys.task(TaskId("alice/web", 3, 1)) == "/minborg/c1/state/tasks/alice/web/3/1"
+    assert keys.job("alice/web") == "/minborg/c1/state/jobs/alice/web"
+    assert keys.leader == "/minborg/c1/leader"

@@ -1,0 +1,99 @@
+"""A borglet's reply mapped to spec steps; the Draft records history; the writer's diff and batching."""
+
+from __future__ import annotations
+
+from reference.jobspec import parse_job
+from reference.master import codec
+from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo, borglet_task_id
+from reference.master.reports import desired_set, map_reply
+from reference.master.writer import chunks, diff_ops
+from spec.actions import EvictReason, machine_add, schedule, submit
+from spec.model import CellState, Machine, Resources, TaskId, TaskState
+
+SPEC = parse_job({"name": "web", "user": "alice", "task_count": 2, "request": {"cpu": "100m"},
+                  "command": ["sleep", "100"], "restart_policy": "never"})  # fmt: skip
+
+
+def placed_cell(seen: bool = False) -> Cell:
+    state = machine_add(CellState(), Machine("m1", Resources.of(cpu=4000, ram=2**30)))
+    assert state is not None
+    state = submit(state, SPEC.to_spec_job())
+    for i in range(2):
+        state = schedule(state, TaskId("alice/web", i, 0), "m1")
+    assert state is not None
+    tasks = {tid: TaskInfo(seen=seen, borglet_state="RUNNING" if seen else "") for tid in state.tasks}
+    return Cell(state, {"m1": MachineInfo("http://127.0.0.1:1")}, {"alice/web": JobInfo(SPEC)}, tasks)
+
+
+T0, T1 = TaskId("alice/web", 0, 0), TaskId("alice/web", 1, 0)
+
+
+def reply(*entries: tuple[TaskId, str, str | None], cell: Cell) -> dict:
+    return {"tasks": [{"task_id": borglet_task_id(t, cell.task_info(t)), "state": s, "reason": r,
+                       "port": 9000, "restarts": 0, "started_at": 5.0} for t, s, r in entries]}  # fmt: skip
+
+
+def test_desired_set_lists_running_tasks_with_their_job_file() -> None:
+    cell = placed_cell()
+    desired, ids = desired_set(cell, "m1", "c1")
+    assert ids == {T0, T1}
+    assert desired[0]["bns"] == "0.web.alice.c1.minborg"
+    assert desired[0]["command"] == ["sleep", "100"] and desired[0]["request"]["cpu"] == 100
+
+
+def test_ended_states_map_to_spec_actions() -> None:
+    cell = placed_cell(seen=True)
+    cases = {
+        ("FINISHED", None): ("finish", (T0,)),
+        ("FAILED", "exit 3"): ("fail", (T0,)),
+        ("FAILED", "lost_on_restart"): ("lost", (T0,)),
+        ("KILLED", "memory_pressure"): ("evict", (T0, EvictReason.RECLAMATION)),
+        ("KILLED", "borglet_exit"): ("lost", (T0,)),
+    }
+    for (state, reason), (action, args) in cases.items():
+        out = map_reply(cell, "m1", reply((T0, state, reason), (T1, "RUNNING", None), cell=cell), {T0, T1})
+        assert [(a, ar) for a, ar, _ in out.steps] == [(action, args)], (state, reason)
+
+
+def test_unknown_after_seen_is_lost_but_not_before() -> None:
+    seen = placed_cell(seen=True)
+    out = map_reply(seen, "m1", {"tasks": []}, {T0})
+    assert [(a, ar) for a, ar, _ in out.steps] == [("lost", (T0,))]
+    fresh = placed_cell(seen=False)
+    assert map_reply(fresh, "m1", {"tasks": []}, {T0}).steps == []
+
+
+def test_running_report_records_port_without_a_step() -> None:
+    cell = placed_cell()
+    out = map_reply(cell, "m1", reply((T0, "RUNNING", None), cell=cell), {T0})
+    assert out.steps == []
+    assert out.infos[T0].port == 9000 and out.infos[T0].seen
+
+
+def test_tasks_placed_after_the_sync_are_left_alone() -> None:
+    cell = placed_cell(seen=True)
+    assert map_reply(cell, "m1", {"tasks": []}, set()).steps == []
+
+
+def test_draft_records_history_and_a_new_placement_id() -> None:
+    cell = placed_cell(seen=True)
+    d = Draft(cell, now=10.0)
+    assert d.step("evict", T0, EvictReason.RECLAMATION, reason="memory_pressure")
+    assert d.tasks[T0].history[-1] == ("PENDING", 10.0, "memory_pressure")
+    assert d.step("schedule", T0, "m1", reason="scheduled")
+    assert d.tasks[T0].placement == 1 and not d.tasks[T0].seen
+    assert not d.step("finish", TaskId("alice/web", 9, 0))  # guard false: nothing changes
+
+
+def test_diff_writes_only_what_changed_and_batches() -> None:
+    cell = placed_cell(seen=True)
+    d = Draft(cell, now=1.0)
+    assert diff_ops(cell, d, codec.Keys("c1")) == []
+    d.step("finish", T1, reason="exit 0")
+    ops = diff_ops(cell, d, codec.Keys("c1"))
+    assert len(ops) == 1 and "request_put" in ops[0]
+    d.step("kill_job", "alice/web")
+    d.jobs.pop("alice/web")
+    assert any("request_delete_range" in op for op in diff_ops(cell, d, codec.Keys("c1")))
+    assert [len(c) for c in chunks(list(range(250)), 120)] == [120, 120, 10]  # type: ignore[arg-type]
+    assert cell.state.tasks[T1].state is TaskState.RUNNING  # the base is never changed
