@@ -125,9 +125,13 @@ def cell_up(
 @handles_errors
 def cell_down(state_dir: StateDirOpt = None) -> None:
     """Stop every process of the local cell (tasks, borglets, masters, etcd); keep its files."""
+    running = len(launcher.CellInfo.load(state_dir).running())
     info = launcher.down(state_dir, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    if running == 0:
+        console.print(f"cell {info.cell} was not running; nothing to stop")
+        return
     console.print(
-        f"cell {info.cell} is down: {len(info.processes)} process(es) stopped, none left running "
+        f"cell {info.cell} is down: {running} process(es) stopped, none left running "
         f"(files kept in {info.state_dir})"
     )
 
