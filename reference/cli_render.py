@@ -82,7 +82,9 @@ def state_counts(counts: Mapping[str, Any] | None) -> str:
         return "none"
     order = {"PENDING": 0, "RUNNING": 1, "DEAD": 2}
     items = sorted(counts.items(), key=lambda kv: (order.get(kv[0], 9), kv[0]))
-    items = [kv for kv in items if kv[1]] or items[:1]  # zero counts are noise
+    items = [kv for kv in items if kv[1]]  # zero counts are noise
+    if not items:
+        return "none"
     return ", ".join(f"{styled(k)} {v}" for k, v in items)
 
 

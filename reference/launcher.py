@@ -128,6 +128,11 @@ class CellInfo:
 
 # --- processes -----------------------------------------------------------------------------
 
+# Popen handles of processes this Python process started, so stopping them in the same
+# process (tests, the demo) reaps them instead of leaving zombies behind.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+_clusters: dict[str, EtcdCluster] = {}
+
 
 def is_alive(record: ProcessRecord) -> bool:
     """Whether the recorded process still runs (a zombie or a reused pid does not count)."""
@@ -174,12 +179,6 @@ def spawn(
     return ProcessRecord(
         role, name, popen.pid, psutil.Process(popen.pid).create_time(), url, str(log)
     )
-
-
-# Popen handles of processes this Python process started, so stopping them in the same
-# process (tests, the demo) reaps them instead of leaving zombies behind.
-_children: dict[int, subprocess.Popen[bytes]] = {}
-_clusters: dict[str, EtcdCluster] = {}
 
 
 def stop_processes(
