@@ -15,9 +15,11 @@ from typing import Any
 
 from .model import (
     MAX_PRIORITY,
+    ZERO,
     Alloc,
     CellState,
     DeathCause,
+    FMap,
     Job,
     Machine,
     Resources,
@@ -95,7 +97,32 @@ def _new_task(job: Job, index: int, incarnation: int) -> Task:
 
 
 def _dead(task: Task, cause: DeathCause) -> Task:
-    return replace(task, state=TaskState.DEAD, machine=None, cause=cause)
+    """A DEAD task holds no machine and reserves nothing; only why it died still matters."""
+    return Task(task.id, TaskState.DEAD, None, task.priority, ZERO, cause)
+
+
+def _with_tasks(state: CellState, changes: dict[TaskId, Task]) -> CellState:
+    """Apply task changes; a new incarnation replaces the DEAD older ones of its index.
+
+    The state keeps only the newest incarnation of each index (older ones are history,
+    which lives in the store's log, not in the state), unless an older one is still live:
+    that is an invariant violation the checker must be able to see, so it is never dropped.
+    """
+    new_ids: dict[tuple[str, int], int] = {}
+    for t in changes:
+        k = (t.job, t.index)
+        new_ids[k] = max(new_ids.get(k, -1), t.incarnation)
+    d = dict(state.tasks.items())
+    d.update(changes)
+    for tid in [
+        tid
+        for tid, t in d.items()
+        if (tid.job, tid.index) in new_ids
+        and tid.incarnation < new_ids[(tid.job, tid.index)]
+        and t.state is TaskState.DEAD
+    ]:
+        del d[tid]
+    return state.with_(tasks=FMap(d))
 
 
 # --- job lifecycle -----------------------------------------------------------------------
@@ -117,19 +144,17 @@ def submit(state: CellState, job: Job) -> CellState | None:
             _new_task(job, i, _next_incarnation(state, job.key, i)) for i in range(job.task_count)
         )
     }
-    return state.with_(jobs=state.jobs.set(job.key, job), tasks=state.tasks.update(tasks))
+    return _with_tasks(state.with_(jobs=state.jobs.set(job.key, job)), tasks)
 
 
 def kill_job(state: CellState, job_key: str) -> CellState | None:
     """Guard: the job exists.
-    Effect: every PENDING or RUNNING task of the job becomes DEAD (killed) and the job is removed."""
+    Effect: every task of the job becomes DEAD (killed) and the job is removed."""
     if job_key not in state.jobs:
         return None
-    dead = {
-        t.id: _dead(t, DeathCause.KILLED)
-        for t in state.tasks_of(job_key)
-        if t.state is not TaskState.DEAD
-    }
+    # Already-dead tasks are marked killed too: with the job gone, why they died no longer
+    # decides anything (no restart), and one cause keeps equivalent states equal.
+    dead = {t.id: _dead(t, DeathCause.KILLED) for t in state.tasks_of(job_key)}
     return state.with_(jobs=state.jobs.remove(job_key), tasks=state.tasks.update(dead))
 
 
@@ -166,7 +191,7 @@ def update(
     for i, cur in live.items():
         if i >= new.task_count and cur.state is not TaskState.DEAD:
             changes[cur.id] = _dead(cur, DeathCause.KILLED)
-    return state.with_(jobs=state.jobs.set(job_key, new), tasks=state.tasks.update(changes))
+    return _with_tasks(state.with_(jobs=state.jobs.set(job_key, new)), changes)
 
 
 def roll(state: CellState, task_id: TaskId) -> CellState | None:
@@ -179,9 +204,7 @@ def roll(state: CellState, task_id: TaskId) -> CellState | None:
     if job is None or task.request == job.request:
         return None
     nxt = _new_task(job, task_id.index, task_id.incarnation + 1)
-    return state.with_(
-        tasks=state.tasks.update({task_id: _dead(task, DeathCause.KILLED), nxt.id: nxt})
-    )
+    return _with_tasks(state, {task_id: _dead(task, DeathCause.KILLED), nxt.id: nxt})
 
 
 # --- task lifecycle ----------------------------------------------------------------------
@@ -199,7 +222,7 @@ def schedule(state: CellState, task_id: TaskId, machine: str) -> CellState | Non
         return None
     if not task_fits(state, task, job, m):
         return None
-    placed = replace(task, state=TaskState.RUNNING, machine=machine, request=job.request)
+    placed = Task(task.id, TaskState.RUNNING, machine, task.priority, job.request, None)
     return state.with_(tasks=state.tasks.set(task_id, placed))
 
 
@@ -223,7 +246,7 @@ def evict(
     elif preemptor is not None:
         return None
     return state.with_(
-        tasks=state.tasks.set(task_id, replace(task, state=TaskState.PENDING, machine=None))
+        tasks=state.tasks.set(task_id, Task(task_id, TaskState.PENDING, None, task.priority, task.request))
     )
 
 
@@ -281,7 +304,7 @@ def restart(state: CellState, task_id: TaskId) -> CellState | None:
     if not restart_allowed(job.restart_policy, task.cause):
         return None
     nxt = _new_task(job, task_id.index, task_id.incarnation + 1)
-    return state.with_(tasks=state.tasks.set(nxt.id, nxt))
+    return _with_tasks(state, {nxt.id: nxt})
 
 
 # --- machines ----------------------------------------------------------------------------

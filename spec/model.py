@@ -33,6 +33,23 @@ class FMap(Mapping[K, V], Generic[K, V]):
     def __len__(self) -> int:
         return len(self._d)
 
+    # Direct dict views: the Mapping defaults go through __getitem__ per key, and the
+    # explorer spends most of its time iterating these maps.
+    def __contains__(self, key: object) -> bool:
+        return key in self._d
+
+    def get(self, key: K, default: Any = None) -> Any:
+        return self._d.get(key, default)
+
+    def keys(self):  # type: ignore[override]
+        return self._d.keys()
+
+    def values(self):  # type: ignore[override]
+        return self._d.values()
+
+    def items(self):  # type: ignore[override]
+        return self._d.items()
+
     def __hash__(self) -> int:
         if self._h is None:
             self._h = hash(frozenset(self._d.items()))
@@ -82,7 +99,7 @@ class Resources:
     def of(mapping: Mapping[str, int] | None = None, **kw: int) -> Resources:
         d: dict[str, int] = dict(mapping or {})
         d.update(kw)
-        return Resources(tuple(sorted((k, int(v)) for k, v in d.items() if int(v) != 0)))
+        return Resources(tuple(sorted((k, int(v)) for k, v in d.items() if v)))
 
     def get(self, name: str) -> int:
         for k, v in self.items:
@@ -109,6 +126,8 @@ class Resources:
         return Resources.of(d)
 
     def scale(self, n: int) -> Resources:
+        if n == 1:
+            return self
         return Resources.of({k: v * n for k, v in self.items})
 
     def fits_in(self, other: Resources) -> bool:
