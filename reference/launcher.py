@@ -49,6 +49,7 @@ class Role(StrEnum):
     ETCD = "etcd"
     MASTER = "master"
     BORGLET = "borglet"
+    TOXIPROXY = "toxiproxy"
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,15 @@ class ProcessRecord:
 
 
 @dataclass(frozen=True)
+class ProxyRecord:
+    """One Toxiproxy proxy of the cell: `listen` forwards to `upstream` (both host:port)."""
+
+    name: str
+    listen: str
+    upstream: str
+
+
+@dataclass(frozen=True)
 class CellInfo:
     """What the cell file says: where every process of a local cell listens and runs."""
 
@@ -78,11 +88,19 @@ class CellInfo:
     processes: tuple[ProcessRecord, ...] = ()
     stopped_at: float | None = None
     version: int = 1
+    # Set only for a cell started with --toxiproxy: the server's API and every named proxy.
+    toxiproxy_url: str | None = None
+    proxies: tuple[ProxyRecord, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["master_urls"], data["etcd_urls"] = list(self.master_urls), list(self.etcd_urls)
         data["processes"] = [asdict(p) for p in self.processes]
+        if self.toxiproxy_url is None:
+            # A cell without Toxiproxy keeps the cell file it always had.
+            del data["toxiproxy_url"], data["proxies"]
+        else:
+            data["proxies"] = [asdict(p) for p in self.proxies]
         return data
 
     @classmethod
@@ -101,6 +119,8 @@ class CellInfo:
             processes=procs,
             stopped_at=data.get("stopped_at"),
             version=data.get("version", 1),
+            toxiproxy_url=data.get("toxiproxy_url"),
+            proxies=tuple(ProxyRecord(**p) for p in data.get("proxies") or []),
         )
 
     def save(self) -> None:
@@ -281,11 +301,7 @@ def up(
     say = progress or (lambda _msg: None)
     etcd_members = replicas if etcd_members is None else etcd_members
     _check_arguments(cell, replicas, machines, machine_capacity, etcd_members)
-    if toxiproxy:
-        raise LauncherError(
-            "--toxiproxy is not available yet: the cell can only be started with direct links; "
-            "start it without --toxiproxy"
-        )
+    server = find_toxiproxy_server() if toxiproxy else None
     root = state_dir_path(state_dir)
     _prepare_state_dir(root)
     workdir = os.getcwd()
@@ -306,13 +322,21 @@ def up(
             else list(range(base_port + 2 * etcd_members, base_port + 2 * etcd_members + count))
         )
         master_ports, borglet_ports = ports[:replicas], ports[replicas:]
-        say(f"masters: starting {replicas} replica(s)")
         names = [f"master{i}" for i in range(replicas)]
         urls = {
             name: f"http://{HOST}:{port}" for name, port in zip(names, master_ports, strict=True)
         }
+        etcd_of = {name: list(cluster.client_urls) for name in names}
+        if server is not None:
+            say("toxiproxy: starting the server and a proxy on every link")
+            info = _start_toxiproxy(info, root, server, workdir, env)
+            plan = plan_proxies(names, urls, cluster.client_urls, borglet_ports)
+            info = replace(info, proxies=tuple(create_proxies(info.toxiproxy_url or "", plan)))
+            info.save()
+            etcd_of = {name: proxied_etcd_urls(info.proxies, name) for name in names}
+        say(f"masters: starting {replicas} replica(s)")
         masters = [
-            _start_master(root, cell, name, urls, cluster.client_urls, master_args, workdir, env)
+            _start_master(root, cell, name, urls, etcd_of[name], master_args, workdir, env)
             for name in names
         ]
         say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
@@ -322,7 +346,8 @@ def up(
         ]
         info = replace(
             info,
-            master_urls=tuple(m.url for m in masters),
+            # Clients reach the masters through their proxies when there are any.
+            master_urls=tuple(client_url(info.proxies, m.name, m.url) for m in masters),
             borglet_urls={b.name: b.url for b in borglets},
             processes=info.processes + tuple(masters) + tuple(borglets),
         )
@@ -488,7 +513,8 @@ def _register_machines(info: CellInfo, capacity: str) -> None:
         for i, (name, url) in enumerate(info.borglet_urls.items()):
             machine = {
                 "name": name,
-                "address": url,
+                # The masters reach a machine at the address it is registered with.
+                "address": borglet_address(info.proxies, i, url),
                 "capacity": declared,
                 "attrs": {"rack": rack_of(i)},
                 "failure_domain": rack_of(i),
@@ -498,6 +524,100 @@ def _register_machines(info: CellInfo, capacity: str) -> None:
             except ClientError as err:
                 if err.status != 409:  # already registered: fine on a retried registration
                     raise LauncherError(f"could not register machine {name}: {err}") from None
+
+
+# --- toxiproxy ---------------------------------------------------------------------------------
+
+TOXIPROXY_ENV = "MINBORG_TOXIPROXY_SERVER"
+TOXIPROXY_INSTALL = "chaos/install_toxiproxy.sh"
+
+
+def find_toxiproxy_server() -> str:
+    """The Toxiproxy server binary: $MINBORG_TOXIPROXY_SERVER, else the project's
+    tools/bin/toxiproxy-server (where chaos/install_toxiproxy.sh puts it), else PATH."""
+    project = Path(reference.__file__).resolve().parent.parent
+    candidates = [
+        os.environ.get(TOXIPROXY_ENV),
+        str(project / "tools" / "bin" / "toxiproxy-server"),
+    ]
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("toxiproxy-server")
+    if found:
+        return found
+    raise LauncherError(
+        f"--toxiproxy needs the Toxiproxy server: no toxiproxy-server in {project / 'tools/bin'}, "
+        f"${TOXIPROXY_ENV} or PATH; install it with `bash {TOXIPROXY_INSTALL}`"
+    )
+
+
+def plan_proxies(
+    masters: Sequence[str], master_urls: dict[str, str], etcd_urls: Sequence[str],
+    borglet_ports: Sequence[int],
+) -> list[tuple[str, str]]:  # fmt: skip
+    """(name, upstream host:port) of every link: client to each master, each master to each
+    etcd member, the masters to each borglet."""
+    plan = [(f"client-{name}", _hostport(master_urls[name])) for name in masters]
+    plan += [
+        (f"{name}-etcd{j}", _hostport(url)) for name in masters for j, url in enumerate(etcd_urls)
+    ]
+    plan += [(f"master-borglet{k}", f"{HOST}:{port}") for k, port in enumerate(borglet_ports)]
+    return plan
+
+
+def create_proxies(api: str, plan: Sequence[tuple[str, str]]) -> list[ProxyRecord]:
+    """Create each planned proxy on a free port (retrying a port taken meanwhile)."""
+    records = []
+    with httpx.Client(timeout=5.0) as http:
+        for name, upstream in plan:
+            for _attempt in range(5):
+                listen = f"{HOST}:{free_ports(1, HOST)[0]}"
+                body = {"name": name, "listen": listen, "upstream": upstream, "enabled": True}
+                response = http.post(api + "/proxies", json=body)
+                if response.status_code == 201:
+                    records.append(ProxyRecord(name, listen, upstream))
+                    break
+            else:
+                raise LauncherError(f"toxiproxy refused proxy {name}: {response.text}")
+    return records
+
+
+def proxied_etcd_urls(proxies: Sequence[ProxyRecord], master: str) -> list[str]:
+    """The etcd URLs one master is given: its own master<i>-etcd<j> proxies, in member order."""
+    mine = sorted(
+        (p for p in proxies if p.name.startswith(f"{master}-etcd")),
+        key=lambda p: int(p.name.rsplit("etcd", 1)[1]),
+    )
+    return [f"http://{p.listen}" for p in mine]
+
+
+def client_url(proxies: Sequence[ProxyRecord], master: str, direct: str) -> str:
+    found = [p for p in proxies if p.name == f"client-{master}"]
+    return f"http://{found[0].listen}" if found else direct
+
+
+def borglet_address(proxies: Sequence[ProxyRecord], k: int, direct: str) -> str:
+    found = [p for p in proxies if p.name == f"master-borglet{k}"]
+    return f"http://{found[0].listen}" if found else direct
+
+
+def _hostport(url: str) -> str:
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+def _start_toxiproxy(
+    info: CellInfo, root: Path, server: str, workdir: str, env: dict[str, str]
+) -> CellInfo:
+    port = free_ports(1, HOST)[0]
+    url = f"http://{HOST}:{port}"
+    command = [server, "-host", HOST, "-port", str(port)]
+    record = spawn(Role.TOXIPROXY, "toxiproxy", command, url, root / "logs" / "toxiproxy.log",
+                   workdir, env)  # fmt: skip
+    info = replace(info, toxiproxy_url=url, processes=info.processes + (record,))
+    info.save()
+    _wait_ready([record], "/version", READY_TIMEOUT_S)
+    return info
 
 
 # --- down and status ---------------------------------------------------------------------------
@@ -530,6 +650,10 @@ def _stop_cell(info: CellInfo, say: Progress = lambda _msg: None) -> list[Proces
     stop_processes(tasks, timeout=2.0)
     say(f"masters: stopping {sum(map(is_alive, masters))}")
     stop_processes(masters)
+    toxiproxy = info.of_role(Role.TOXIPROXY)
+    if toxiproxy:
+        say("toxiproxy: stopping the server")
+        stop_processes(toxiproxy, timeout=5.0)
     etcd = info.of_role(Role.ETCD)
     say(f"etcd: stopping {sum(map(is_alive, etcd))} member(s)")
     cluster = _clusters.pop(info.state_dir, None)
