@@ -1,0 +1,156 @@
+"""The history checker on hand-made histories: lost writes, stale reads, concurrency, unknown writes, double runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.history import History, check, linearizable, parse_task_id
+
+
+def op(h: History, kind: str, key: str, value, t0: float, t1: float, outcome: str = "ok", result=None) -> int:
+    i = h.invoke(kind, key, value, at=t0)
+    h.complete(i, outcome, result, at=t1)
+    return i
+
+
+def test_sequential_history_is_accepted() -> None:
+    h = History()
+    op(h, "submit", "u/j", {"task_count": 2}, 0, 1)
+    op(h, "read", "u/j", None, 2, 3, result={"task_count": 2, "extra": "x"})
+    op(h, "update", "u/j", {"task_count": 3}, 4, 5)
+    op(h, "read", "u/j", None, 6, 7, result={"task_count": 3})
+    op(h, "kill", "u/j", None, 8, 9)
+    op(h, "read", "u/j", None, 10, 11, result=None)
+    assert check(h).ok
+
+
+def test_lost_write_is_found() -> None:
+    h = History()
+    op(h, "submit", "u/j", {"task_count": 2}, 0, 1)
+    op(h, "update", "u/j", {"task_count": 5}, 2, 3)
+    op(h, "read", "u/j", None, 4, 5, result={"task_count": 2})
+    res = check(h)
+    assert not res.ok
+    assert [w.op for w in res.lost_writes] == ["update"]
+    assert res.nonlinearizable_keys == ["u/j"]
+
+
+def test_acknowledged_kill_lost_is_found() -> None:
+    h = History()
+    op(h, "submit", "u/j", {"task_count": 1}, 0, 1)
+    op(h, "kill", "u/j", None, 2, 3)
+    op(h, "read", "u/j", None, 4, 5, result={"task_count": 1})
+    res = check(h)
+    assert [w.op for w in res.lost_writes] == ["kill"]
+
+
+def test_stale_read_is_found() -> None:
+    # The read begins after the update completed and no other write is in flight, yet it
+    # returns the old value, while an earlier read already saw the new one.
+    h = History()
+    op(h, "submit", "u/j", {"task_count": 1}, 0, 1)
+    op(h, "update", "u/j", {"task_count": 2}, 2, 6)
+    op(h, "read", "u/j", None, 3, 4, result={"task_count": 2})
+    op(h, "read", "u/j", None, 4.5, 5, result={"task_count": 1})
+    res = check(h)
+    assert res.nonlinearizable_keys == ["u/j"]
+    assert not res.lost_writes  # the write had not completed when the stale read began
+
+
+def test_legal_concurrent_history_is_accepted() -> None:
+    # Two reads overlap an update: one sees the old value, one the new; the old-value read
+    # ends before the new-value read begins, so a linearization exists.
+    h = History()
+    op(h, "submit", "u/j", {"task_count": 1}, 0, 1)
+    op(h, "update", "u/j", {"task_count": 2}, 2, 10)
+    op(h, "read", "u/j", None, 3, 4, result={"task_count": 1})
+    op(h, "read", "u/j", None, 5, 6, result={"task_count": 2})
+    op(h, "read", "u/j", None, 7, 8, result={"task_count": 2})
+    assert check(h).ok
+
+
+def test_concurrent_submits_one_wins() -> None:
+    h = History()
+    op(h, "submit", "u/j", {"task_count": 1}, 0, 3)
+    op(h, "submit", "u/j", {"task_count": 2}, 1, 2, outcome="failed")
+    op(h, "read", "u/j", None, 4, 5, result={"task_count": 1})
+    assert check(h).ok
+
+
+def test_unknown_write_allowed_either_way() -> None:
+    for seen in (1, 4):
+        h = History()
+        op(h, "submit", "u/j", {"task_count": 1}, 0, 1)
+        op(h, "update", "u/j", {"task_count": 4}, 2, 3, outcome="unknown")
+        op(h, "read", "u/j", None, 5, 6, result={"task_count": seen})
+        op(h, "read", "u/j", None, 7, 8, result={"task_count": seen})
+        assert check(h).ok, seen
+
+
+def test_unknown_write_cannot_flicker() -> None:
+    h = History()
+    op(h, "submit", "u/j", {"task_count": 1}, 0, 1)
+    op(h, "update", "u/j", {"task_count": 4}, 2, 3, outcome="unknown")
+    op(h, "read", "u/j", None, 5, 6, result={"task_count": 4})
+    op(h, "read", "u/j", None, 7, 8, result={"task_count": 1})
+    assert check(h).nonlinearizable_keys == ["u/j"]
+
+
+def test_failed_write_did_not_happen() -> None:
+    h = History()
+    op(h, "submit", "u/j", {"task_count": 1}, 0, 1)
+    op(h, "update", "u/j", {"task_count": 9}, 2, 3, outcome="failed")
+    op(h, "read", "u/j", None, 5, 6, result={"task_count": 9})
+    assert not check(h).ok
+
+
+def test_keys_are_independent_and_search_is_memoized() -> None:
+    h = History()
+    for k in range(3):
+        op(h, "submit", f"u/j{k}", {"task_count": 1}, 0, 100)
+    for i in range(12):  # many concurrent reads: memoization keeps this fast
+        op(h, "read", "u/j0", None, 1 + i, 100, result={"task_count": 1})
+    assert check(h).ok
+    assert linearizable(h.ops[:1]) is True
+
+
+def test_jsonl_round_trip(tmp_path: Path) -> None:
+    h = History()
+    op(h, "submit", "u/j", {"task_count": 1}, 0, 1)
+    op(h, "read", "u/j", None, 2, 3, result={"task_count": 1})
+    h.to_jsonl(tmp_path / "h.jsonl")
+    back = History.from_jsonl(tmp_path / "h.jsonl")
+    assert [(o.op, o.key, o.value, o.outcome, o.result) for o in back.ops] == [
+        (o.op, o.key, o.value, o.outcome, o.result) for o in h.ops
+    ]
+
+
+def reports(machine: str, task_id: str, ts: list[float], state: str = "RUNNING") -> list[dict]:
+    return [{"t": t, "machine": machine, "task_id": task_id, "state": state} for t in ts]
+
+
+def test_double_run_is_found() -> None:
+    samples = reports("m0", "u/j/0#0@1", [0, 1, 2, 3]) + reports("m1", "u/j/0#1@1", [2, 3, 4])
+    res = check(History(), task_reports=samples)
+    assert not res.ok and len(res.double_running) == 1
+    assert res.double_running[0]["index"] == 0
+
+
+def test_double_run_inside_lost_window_is_allowed() -> None:
+    samples = reports("m0", "u/j/0#0@1", [0, 1, 2, 3]) + reports("m1", "u/j/0#1@1", [2, 3, 4])
+    res = check(History(), task_reports=samples, lost_windows=[("m0", 1.5, 3.5)])
+    assert res.ok
+
+
+def test_sequential_incarnations_and_dead_reports_are_fine() -> None:
+    samples = (
+        reports("m0", "u/j/0#0@1", [0, 1])
+        + reports("m0", "u/j/0#0@1", [2, 3], state="KILLED")
+        + reports("m1", "u/j/0#1@1", [2, 3])
+        + reports("m1", "u/j/1#0@1", [0, 3])
+    )
+    assert check(History(), task_reports=samples).ok
+
+
+def test_parse_task_id() -> None:
+    assert parse_task_id("u/j/3#1@2") == ("u/j", 3, 1, "2")
