@@ -50,6 +50,7 @@ class Scope:
     max_incarnation: int = 1
     allocs: bool = False
     churn: bool = False  # machines may also be removed and added back
+    prod_quota: int = 2000  # milli-CPU of production-band quota each user gets
 
     def machine_catalog(self) -> list[Machine]:
         return [
@@ -98,8 +99,8 @@ class Scope:
 
 
 def initial_state(scope: Scope) -> CellState:
-    """All catalog machines up, no jobs; production quota of 2 cores per user."""
-    quotas = FMap({QuotaKey("*", Band.PRODUCTION): Resources.of(cpu=2000)})
+    """All catalog machines up, no jobs; every user has the scope's production quota."""
+    quotas = FMap({QuotaKey("*", Band.PRODUCTION): Resources.of(cpu=scope.prod_quota)})
     machines = FMap({m.name: m for m in scope.machine_catalog()})
     return CellState(machines=machines, quotas=quotas)
 

@@ -43,7 +43,12 @@ def running_task_has_one_up_machine(s: CellState) -> list[str]:
 def prod_requests_within_capacity(s: CellState) -> list[str]:
     out = []
     for m in s.machines.values():
-        prod = [t.request for t in s.running_on(m.name) if is_prod(t.priority)]
+        # tasks inside an alloc are counted through the alloc, as machine_reserved does
+        prod = [
+            t.request
+            for t in s.running_on(m.name)
+            if is_prod(t.priority) and getattr(s.jobs.get(t.id.job), "alloc", None) is None
+        ]
         prod += [a.resources for a in s.allocs_on(m.name) if is_prod(a.priority)]
         used = total(prod)
         if not used.fits_in(m.capacity):
