@@ -1,0 +1,140 @@
+"""A small HTTP client for API v1 that records every job operation in a History."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from harness.history import History, OpKind, Outcome
+
+TIMEOUT_S = 5.0
+
+
+@dataclass
+class Reply:
+    status: int  # 0 when no answer came (connection refused, timeout)
+    body: Any
+    outcome: Outcome
+
+
+def tracked(job: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The fields of a job view the history's register compares: task count and CPU."""
+    if job is None:
+        return None
+    return {"task_count": job.get("task_count"), "cpu": cpu_milli(job.get("request", {}).get("cpu", 0))}
+
+
+def cpu_milli(value: Any) -> int:
+    """'250m' -> 250, 0.5 -> 500, '2' -> 2000 (the job file's CPU forms)."""
+    text = str(value)
+    if text.endswith("m"):
+        return int(float(text[:-1]))
+    return int(round(float(text) * 1000))
+
+
+class Api:
+    """Talks to the masters by URL, rotating over them; never follows a redirect to `reference/`."""
+
+    def __init__(self, urls: list[str], history: History | None = None) -> None:
+        self.urls = list(urls)
+        self.history = history if history is not None else History()
+        self._http = httpx.Client(timeout=TIMEOUT_S)
+        self._rr = itertools.cycle(range(len(self.urls)))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, body: Any = None, write: bool = False) -> Reply:
+        """One attempt per live master until one answers; a write answered 5xx or cut mid-way is unknown."""
+        first = next(self._rr)
+        order = self.urls[first:] + self.urls[:first]
+        for url in order:
+            try:
+                r = self._http.request(method, url + path, json=body)
+            except httpx.ConnectError:
+                continue  # nothing was sent: try the next master
+            except httpx.HTTPError as err:
+                return Reply(0, str(err), Outcome.UNKNOWN if write else Outcome.FAILED)
+            try:
+                data = r.json()
+            except ValueError:
+                data = r.text
+            if r.status_code < 300:
+                return Reply(r.status_code, data, Outcome.OK)
+            if r.status_code >= 500:
+                return Reply(r.status_code, data, Outcome.UNKNOWN if write else Outcome.FAILED)
+            return Reply(r.status_code, data, Outcome.FAILED)
+        return Reply(0, "no master answered", Outcome.FAILED)
+
+    def get(self, path: str) -> Any:
+        r = self.request("GET", path)
+        return r.body if r.outcome is Outcome.OK else None
+
+    # --- recorded job operations ----------------------------------------------------------------
+
+    def _recorded(self, kind: OpKind, key: str, value: Any, method: str, path: str, body: Any) -> Reply:
+        op = self.history.invoke(kind, key, value)
+        r = self.request(method, path, body, write=True)
+        self.history.complete(op, r.outcome, r.status)
+        return r
+
+    def submit(self, doc: dict[str, Any]) -> Reply:
+        key = f"{doc['user']}/{doc['name']}"
+        value = {"task_count": doc["task_count"], "cpu": cpu_milli(doc["request"]["cpu"])}
+        return self._recorded(OpKind.SUBMIT, key, value, "POST", "/v1/jobs", doc)
+
+    def update(self, key: str, task_count: int | None = None, cpu: int | None = None) -> Reply:
+        body: dict[str, Any] = {}
+        value: dict[str, Any] = {}
+        if task_count is not None:
+            body["task_count"] = value["task_count"] = task_count
+        if cpu is not None:
+            body["request"] = {"cpu": f"{cpu}m"}
+            value["cpu"] = cpu
+        return self._recorded(OpKind.UPDATE, key, value, "PATCH", f"/v1/jobs/{key}", body)
+
+    def kill(self, key: str) -> Reply:
+        return self._recorded(OpKind.KILL, key, None, "DELETE", f"/v1/jobs/{key}", None)
+
+    def kill_task(self, key: str, index: int) -> Reply:
+        return self._recorded(OpKind.KILL_TASK, key, index, "DELETE", f"/v1/jobs/{key}/tasks/{index}", None)
+
+    def read_job(self, key: str) -> tuple[bool, dict[str, Any] | None]:
+        """(answered, tracked fields or None when the job does not exist)."""
+        op = self.history.invoke(OpKind.READ, key)
+        r = self.request("GET", f"/v1/jobs/{key}")
+        if r.status == 404:
+            self.history.complete(op, Outcome.OK, None)
+            return True, None
+        if r.outcome is Outcome.OK:
+            value = tracked(r.body["job"])
+            self.history.complete(op, Outcome.OK, value)
+            return True, value
+        self.history.complete(op, Outcome.FAILED, None)
+        return False, None
+
+    # --- plain reads ------------------------------------------------------------------------------
+
+    def machines(self) -> list[dict[str, Any]] | None:
+        body = self.get("/v1/machines")
+        return None if body is None else body["machines"]
+
+    def jobs(self) -> list[dict[str, Any]] | None:
+        body = self.get("/v1/jobs")
+        return None if body is None else body["jobs"]
+
+    def tasks(self, key: str) -> list[dict[str, Any]] | None:
+        r = self.request("GET", f"/v1/jobs/{key}/tasks")
+        if r.status == 404:
+            return []
+        return r.body["tasks"] if r.outcome is Outcome.OK else None
+
+    def borglet_state(self, address: str) -> dict[str, Any] | None:
+        try:
+            r = self._http.get(address.rstrip("/") + "/v1/state", timeout=2.0)
+            return r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None

@@ -1,0 +1,153 @@
+"""The judgements made after every step: spec invariants on the observed state, explained transitions, convergence."""
+
+from __future__ import annotations
+
+from harness.coverage import Coverage
+from harness.history import LIVE_STATES, parse_task_id
+from harness.observe import Observation
+from harness.transitions import explain_all
+from spec.actions import EvictReason, Step, restart_allowed
+from spec.invariants import INVARIANTS, check_state, check_step
+from spec.model import CellState, Task, TaskState, may_preempt
+
+OBSERVE = Step("observe", ())
+
+
+def check_observation(prev: Observation | None, cur: Observation, cov: Coverage) -> list[tuple[str, str]]:
+    """(name, message) for every violation: state invariants, step invariants, unexplained moves."""
+    cov.observations += 1
+    bad = check_state(cur.state)
+    for inv in INVARIANTS:
+        if inv.state_check is not None:
+            cov.invariant_checks[inv.name] += 1
+    if prev is None:
+        return bad
+    # Step invariants are judged on every observed transition, as the spec's explorer does.
+    for inv in INVARIANTS:
+        if inv.step_check is not None:
+            cov.invariant_checks[inv.name] += 1
+    bad += check_step(prev.state, OBSERVE, cur.state)
+    for v in explain_all(prev.state, cur.state):
+        cov.transitions += 1
+        if v.path is None:
+            bad.append(("spec_transition", v.describe()))
+            continue
+        for step in v.path:
+            cov.actions_observed[step.action] += 1
+            if step.action == "evict" and _was_preempted(cur, v.before):
+                bad += _judge_preemption(prev.state, cur.state, v.before, cov)  # type: ignore[arg-type]
+    for name, _ in bad:
+        cov.invariant_failures[name] += 1
+    return bad
+
+
+def _was_preempted(cur: Observation, task: Task | None) -> bool:
+    if task is None or task.id not in cur.task_views:
+        return False
+    return any(h.get("reason") == "preempted" for h in cur.task_views[task.id].get("history", [])[-3:])
+
+
+def _judge_preemption(before: CellState, after: CellState, victim: Task, cov: Coverage) -> list[tuple[str, str]]:
+    """The cell names no preemptor, so take the strongest task that was waiting (PENDING
+    before, or new since) and check the spec's rule against it: if even that one may not
+    preempt the victim, no task could have."""
+    waiting = [
+        t for t in after.tasks.values()
+        if t.state is not TaskState.DEAD and (before.tasks.get(t.id) is None or before.tasks[t.id].state is TaskState.PENDING)
+    ]  # fmt: skip
+    cov.api_ops["preemptions_judged"] += 1
+    if not waiting:
+        return [("prod_never_preempts_prod", f"{victim.id} was preempted with no task waiting")]
+    p = max(waiting, key=lambda t: (may_preempt(t.priority, victim.priority), t.priority))
+    pre = before.with_(tasks=before.tasks.set(p.id, Task(p.id, TaskState.PENDING, None, p.priority, p.request)))
+    return check_step(pre, Step("evict", (victim.id, EvictReason.PREEMPTION, p.id)), after)
+
+
+def convergence_problems(model: CellState, obs: Observation, keys: set[str]) -> list[str]:
+    """What differs between the settled cell and what the spec predicts for it."""
+    out: list[str] = []
+    s = obs.state
+    for key in sorted(keys):
+        want, got = model.jobs.get(key), s.jobs.get(key)
+        if want is None:
+            if got is not None:
+                out.append(f"{key} was killed but is still listed")
+            live = [t for t in s.tasks_of(key) if t.state is not TaskState.DEAD]
+            if live:
+                out.append(f"{key} was killed but {live[0].id} is {live[0].state.value}")
+            continue
+        if got is None:
+            out.append(f"{key} was admitted but is not listed")
+            continue
+        if (got.task_count, got.request) != (want.task_count, want.request):
+            out.append(f"{key} has {got.task_count} tasks of {got.request}, want {want.task_count} of {want.request}")
+        indices = s.live_indices(key)
+        for i in range(want.task_count):
+            out += _index_problems(model, s, want.restart_policy, key, i, indices.get(i))
+        for i, t in indices.items():
+            if i >= want.task_count and t.state is not TaskState.DEAD:
+                out.append(f"{t.id} is {t.state.value} beyond the job's {want.task_count} tasks")
+    out += _borglet_problems(obs, keys)
+    return out
+
+
+def _index_problems(model: CellState, s: CellState, policy, key: str, i: int, t: Task | None) -> list[str]:
+    if t is None:
+        return [f"{key}/{i} has no task"]
+    mine = model.latest(key, i)
+    if mine is not None and mine.state is TaskState.DEAD:  # killed by the user: stays dead
+        return [] if t.state is TaskState.DEAD else [f"{t.id} was killed but is {t.state.value}"]
+    if t.state is TaskState.DEAD:
+        return [f"{t.id} is DEAD ({t.cause}) though its job's policy restarts it"] if restart_allowed(policy, t.cause) else []
+    if t.state is TaskState.PENDING:
+        room = _room_for(s, key, t)
+        return [f"{t.id} is PENDING though {room} has room for it"] if room else []
+    job = s.jobs[key]
+    if t.request != job.request:
+        return [f"{t.id} still runs with {t.request}, not its job's {job.request} (no roll)"]
+    return []
+
+
+def _room_for(s: CellState, key: str, t: Task) -> str | None:
+    job = s.jobs[key]
+    for m in s.machines.values():
+        if m.up and all(c.holds(m) for c in job.constraints):
+            free = m.capacity - s.machine_reserved(m.name)
+            if job.request.fits_in(free):
+                return m.name
+    return None
+
+
+def _borglet_problems(obs: Observation, keys: set[str]) -> list[str]:
+    """What the borglets really run must be what the API shows RUNNING there."""
+    out = []
+    s = obs.state
+    for name, report in obs.borglets.items():
+        m = s.machines.get(name)
+        if report is None or m is None or not m.up:
+            continue
+        live = set()
+        for r in report.get("tasks", []):
+            job, index, inc, _ = parse_task_id(r["task_id"])
+            if job in keys and r.get("state") in LIVE_STATES:
+                live.add((job, index, inc))
+        shown = {
+            (t.id.job, t.id.index, t.id.incarnation)
+            for t in s.running_on(name)
+            if t.id.job in keys
+        }
+        for j, i, inc in sorted(live - shown):
+            out.append(f"{name} runs {j}/{i}#{inc}, which the API does not show RUNNING there")
+        for j, i, inc in sorted(shown - live):
+            out.append(f"the API shows {j}/{i}#{inc} RUNNING on {name}, whose borglet does not run it")
+    return out
+
+
+def borglet_samples(obs: Observation) -> list[dict[str, object]]:
+    """Live task reports of one poll, for the history checker's double-running check."""
+    out = []
+    for name, report in obs.borglets.items():
+        for r in (report or {}).get("tasks", []):
+            if r.get("state") in LIVE_STATES:
+                out.append({"t": obs.t, "machine": name, "task_id": r["task_id"], "state": r["state"]})
+    return out

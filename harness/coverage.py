@@ -1,0 +1,42 @@
+"""Counts how often each spec action was exercised and each spec invariant checked during a run."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from spec.actions import ACTIONS
+from spec.invariants import INVARIANTS
+
+
+@dataclass
+class Coverage:
+    #: spec actions seen in explained task transitions and in the model's own steps
+    actions_observed: Counter[str] = field(default_factory=Counter)
+    actions_model: Counter[str] = field(default_factory=Counter)
+    invariant_checks: Counter[str] = field(default_factory=Counter)
+    invariant_failures: Counter[str] = field(default_factory=Counter)
+    api_ops: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    observations: int = 0
+    transitions: int = 0
+    convergence_checks: int = 0
+    history_ops: int = 0
+    task_intervals: int = 0
+
+    def action_total(self, name: str) -> int:
+        return self.actions_observed[name] + self.actions_model[name]
+
+    def merge(self, other: Coverage) -> None:
+        for name in ("actions_observed", "actions_model", "invariant_checks", "invariant_failures", "api_ops", "faults"):
+            getattr(self, name).update(getattr(other, name))
+        for name in ("observations", "transitions", "convergence_checks", "history_ops", "task_intervals"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    @staticmethod
+    def action_names() -> list[str]:
+        return list(ACTIONS)
+
+    @staticmethod
+    def invariant_names() -> list[str]:
+        return [i.name for i in INVARIANTS]

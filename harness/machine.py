@@ -1,0 +1,371 @@
+"""The stateful test: Hypothesis rules drive a live cell (API operations and faults) beside the spec as its model."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from harness.api import Api
+from harness.checks import borglet_samples, check_observation, convergence_problems
+from harness.coverage import Coverage
+from harness.history import History, OpKind, Outcome, parse_task_id
+from harness.localcell import LocalCell
+from harness.observe import Observation, Observer
+from spec import actions as spec_actions
+from spec.model import CellState, Job, Resources, RestartPolicy, TaskState
+
+SETTLE_TIMEOUT_S = 25.0
+RAM = 16 * 1024 * 1024
+#: What tasks run: cheap programs, so many fit on a two-core host. The borglet restarts a
+#: failing task in place unless its policy is "never", so the fragile kind is the one
+#: whose failures reach the master.
+KINDS: dict[str, tuple[list[str], RestartPolicy]] = {
+    "service": (["sleep", "3600"], RestartPolicy.ALWAYS),
+    "batch": (["sleep", "2"], RestartPolicy.ON_FAILURE),
+    "fragile": (["sh", "-c", "sleep 2; exit 3"], RestartPolicy.NEVER),
+}
+PRIORITIES = (0, 100, 200)
+
+
+@dataclass
+class Context:
+    """What every example shares: set by the runner before Hypothesis builds machines."""
+
+    api: Api
+    cell: LocalCell | None
+    coverage: Coverage = field(default_factory=Coverage)
+    history: History = field(default_factory=History)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    lost_windows: list[tuple[str, float, float]] = field(default_factory=list)
+    examples: itertools.count = field(default_factory=itertools.count)
+    failures: list[str] = field(default_factory=list)
+
+
+CTX: Context | None = None
+
+
+def ctx() -> Context:
+    assert CTX is not None, "the runner sets harness.machine.CTX before running the test"
+    return CTX
+
+
+class ConformanceViolation(AssertionError):
+    """The cell did something the spec forbids, or failed to converge where the spec says it must."""
+
+
+class CellMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        c = ctx()
+        self.c = c
+        self.api = c.api
+        self.example = next(c.examples)
+        self.model = CellState()
+        self.keys: set[str] = set()
+        self.kinds: dict[str, str] = {}
+        self.counter = itertools.count()
+        self.observer = Observer(self.api, self.keys)
+        self.prev: Observation | None = None
+        self.down_since: dict[str, float] = {}
+        self.added: list[str] = []
+        self.leader_kills = 0
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _live(self) -> list[str]:
+        return sorted(self.model.jobs)
+
+    def _pick(self, i: int) -> str:
+        live = self._live()
+        return live[i % len(live)]
+
+    def _apply_model(self, action: str, *args: Any) -> bool:
+        nxt = spec_actions.ACTIONS[action](self.model, *args)
+        if nxt is None:
+            return False
+        self.model = nxt
+        self.c.coverage.actions_model[action] += 1
+        return True
+
+    def _resync(self, key: str) -> None:
+        """After an unknown outcome, adopt what the cell shows for the job (either is legal)."""
+        answered, value = self.api.read_job(key)
+        if not answered:
+            return
+        if value is None and key in self.model.jobs:
+            self._apply_model("kill_job", key)
+        elif value is not None and key in self.model.jobs:
+            self._apply_model("update", key, value["task_count"], Resources.of(cpu=value["cpu"], ram=RAM))
+
+    def _judge_refusal(self, what: str, status: int, legal: bool) -> None:
+        """A 404/409 must match a false spec guard; 403 (quota) and 422 (input) are the cell's to give."""
+        if status in (404, 409) and legal:
+            raise ConformanceViolation(f"[api_guard] the cell refused {what} with {status}, but the spec allows it")
+
+    # --- API operations ---------------------------------------------------------------------------
+
+    @rule(
+        kind=st.sampled_from(sorted(KINDS)),
+        priority=st.sampled_from(PRIORITIES),
+        count=st.integers(1, 4),
+        cpu=st.sampled_from((250, 500, 1000, 1500)),
+        user=st.sampled_from(("alice", "bob")),
+    )
+    def submit(self, kind: str, priority: int, count: int, cpu: int, user: str) -> None:
+        name = f"c{self.example}-{next(self.counter)}"
+        command, policy = KINDS[kind]
+        doc = {
+            "name": name, "user": user, "priority": priority, "task_count": count,
+            "request": {"cpu": f"{cpu}m", "ram": RAM}, "command": command,
+            "restart_policy": policy.value, "appclass": "batch",
+        }  # fmt: skip
+        key = f"{user}/{name}"
+        self.keys.add(key)
+        self.kinds[key] = kind
+        job = Job(user, name, priority, count, Resources.of(cpu=cpu, ram=RAM), restart_policy=policy)
+        r = self.api.submit(doc)
+        self.c.coverage.api_ops["submit"] += 1
+        if r.outcome is Outcome.OK:
+            if not self._apply_model("submit", job):
+                raise ConformanceViolation(f"[api_guard] the cell admitted {key}, which the spec refuses")
+        elif r.outcome is Outcome.UNKNOWN:
+            answered, value = self.api.read_job(key)
+            if answered and value is not None:
+                self._apply_model("submit", job)
+        else:
+            self._judge_refusal(f"submit {key}", r.status, spec_actions.submit(self.model, job) is not None)
+
+    @precondition(lambda self: self.model.jobs)
+    @rule(i=st.integers(0, 20), count=st.integers(0, 5))
+    def resize(self, i: int, count: int) -> None:
+        key = self._pick(i)
+        self._update(key, count, None)
+
+    @precondition(lambda self: self.model.jobs)
+    @rule(i=st.integers(0, 20), cpu=st.sampled_from((250, 500, 1000, 2000)))
+    def update_request(self, i: int, cpu: int) -> None:
+        self._update(self._pick(i), None, cpu)
+
+    def _update(self, key: str, count: int | None, cpu: int | None) -> None:
+        r = self.api.update(key, count, cpu)
+        self.c.coverage.api_ops["update"] += 1
+        request = None if cpu is None else Resources.of(cpu=cpu, ram=RAM)
+        if r.outcome is Outcome.OK:
+            self._apply_model("update", key, count, request)  # a no-op update is ok and changes nothing
+        elif r.outcome is Outcome.UNKNOWN:
+            self._resync(key)
+        else:
+            self._judge_refusal(f"update {key}", r.status, spec_actions.update(self.model, key, count, request) is not None)
+
+    @precondition(lambda self: self.model.jobs)
+    @rule(i=st.integers(0, 20))
+    def kill_job(self, i: int) -> None:
+        key = self._pick(i)
+        r = self.api.kill(key)
+        self.c.coverage.api_ops["kill_job"] += 1
+        if r.outcome is Outcome.OK:
+            if not self._apply_model("kill_job", key):
+                raise ConformanceViolation(f"[api_guard] the cell killed {key}, which the spec says does not exist")
+        elif r.outcome is Outcome.UNKNOWN:
+            self._resync(key)
+        else:
+            self._judge_refusal(f"kill {key}", r.status, key in self.model.jobs)
+
+    @precondition(lambda self: self.model.jobs)
+    @rule(i=st.integers(0, 20), index=st.integers(0, 4))
+    def kill_task(self, i: int, index: int) -> None:
+        key = self._pick(i)
+        r = self.api.kill_task(key, index)
+        self.c.coverage.api_ops["kill_task"] += 1
+        mine = self.model.latest(key, index)
+        if r.outcome is Outcome.OK and mine is not None:
+            self._apply_model("kill", mine.id)
+        elif r.outcome is Outcome.FAILED and r.status == 404 and mine is not None:
+            raise ConformanceViolation(f"[api_guard] the cell says {key} has no task {index}; the spec has {mine.id}")
+
+    @precondition(lambda self: self.keys)
+    @rule(i=st.integers(0, 20))
+    def read_job(self, i: int) -> None:
+        self.api.read_job(sorted(self.keys)[i % len(self.keys)])
+        self.c.coverage.api_ops["read"] += 1
+
+    @rule(seconds=st.sampled_from((0.5, 1.0, 2.0)))
+    def wait(self, seconds: float) -> None:
+        """Let the cell move, observing it meanwhile so polls skip fewer intermediate states."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            self._observe_and_check()
+
+    @rule()
+    def settle(self) -> None:
+        self._settle()
+
+    # --- faults: only on a cell this suite started --------------------------------------------------
+
+    def _cell(self) -> LocalCell:
+        assert self.c.cell is not None
+        return self.c.cell
+
+    @precondition(lambda self: self.c.cell is not None and not self.c.cell.down_borglets and len(self.c.cell.borglets) >= 2)
+    @rule(i=st.integers(0, 10))
+    def kill_borglet(self, i: int) -> None:
+        cell = self._cell()
+        name = sorted(cell.borglets)[i % len(cell.borglets)]
+        self.down_since[name] = time.monotonic()
+        cell.kill_borglet(name)
+        self.c.coverage.faults["borglet_kill"] += 1
+
+    @precondition(lambda self: self.c.cell is not None and self.c.cell.down_borglets)
+    @rule()
+    def restart_borglet(self) -> None:
+        for name in sorted(self._cell().down_borglets):
+            self._cell().restart_borglet(name)
+            self.c.coverage.faults["borglet_restart"] += 1
+            self._close_window(name, grace=5.0)
+
+    @precondition(lambda self: self.c.cell is not None)
+    @rule(i=st.integers(0, 50))
+    def kill_task_process(self, i: int) -> None:
+        obs = self.prev
+        if obs is None:
+            return
+        pids = sorted(
+            r["pid"] for rep in obs.borglets.values() for r in (rep or {}).get("tasks", [])
+            if r.get("pid") and r.get("state") == "RUNNING"
+        )  # fmt: skip
+        if pids and self._cell().kill_task_process(pids[i % len(pids)]):
+            self.c.coverage.faults["task_process_kill"] += 1
+
+    @precondition(lambda self: self.c.cell is not None and len(self.added) < 2)
+    @rule()
+    def add_machine(self) -> None:
+        name, url = self._cell().add_borglet()
+        body = {"name": name, "address": url, "capacity": {"cpu": "4000m", "ram": "8GiB"}, "attrs": {"rack": "r1"}, "failure_domain": "r1"}
+        r = self.api.request("POST", "/v1/machines", body, write=True)
+        self.c.coverage.faults["machine_add"] += 1
+        if r.outcome is Outcome.OK:
+            self.added.append(name)
+        else:
+            self._cell().stop_borglet(name)
+
+    @precondition(lambda self: self.c.cell is not None and self.added)
+    @rule(i=st.integers(0, 5))
+    def remove_machine(self, i: int) -> None:
+        name = self.added[i % len(self.added)]
+        r = self.api.request("DELETE", f"/v1/machines/{name}", write=True)
+        self.c.coverage.faults["machine_remove"] += 1
+        if r.outcome is Outcome.OK:
+            self.added.remove(name)
+            self._cell().stop_borglet(name)
+
+    @precondition(lambda self: self.c.cell is not None and self.leader_kills < 1)
+    @rule()
+    def kill_leader(self) -> None:
+        self.leader_kills += 1
+        cell = self._cell()
+        body = self.api.get("/v1/cell") or {}
+        url = body.get("leader_url")
+        name = cell.kill_master(url) if url else None
+        if name is None:
+            return
+        self.c.coverage.faults["leader_kill"] += 1
+        if cell.replicas > 1:
+            self._wait_leader(exclude=name)
+        cell.restart_master(name)
+        self._wait_leader()
+
+    def _wait_leader(self, exclude: str | None = None, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            body = self.api.get("/v1/cell") or {}
+            if body.get("leader") and body.get("leader") != exclude:
+                return
+            time.sleep(0.2)
+        raise ConformanceViolation(f"[failover] no leader elected within {timeout:.0f}s")
+
+    # --- after every step -----------------------------------------------------------------------------
+
+    @invariant()
+    def conforms(self) -> None:
+        self._observe_and_check()
+
+    def _observe_and_check(self) -> Observation | None:
+        t0 = time.monotonic()
+        obs = self.observer.poll()
+        if obs is None:
+            return None  # no master answered (a failover): nothing to judge this time
+        self._record_reads(obs, t0)
+        self._track_windows(obs)
+        self.c.samples += borglet_samples(obs)
+        bad = check_observation(self.prev, obs, self.c.coverage)
+        self.prev = obs
+        if bad:
+            raise ConformanceViolation("; ".join(f"[{n}] {m}" for n, m in bad[:5]))
+        return obs
+
+    def _record_reads(self, obs: Observation, t0: float) -> None:
+        """The jobs list is a read of every job this example touched (absent reads as None)."""
+        from harness.api import tracked
+
+        views = {v.key: v for v in obs.state.jobs.values()}
+        for key in sorted(self.keys):
+            op = self.c.history.invoke(OpKind.READ, key, at=t0)
+            job = views.get(key)
+            value = None if job is None else tracked({"task_count": job.task_count, "request": {"cpu": f"{job.request.get('cpu')}m"}})
+            self.c.history.complete(op, Outcome.OK, value, at=obs.t)
+
+    def _track_windows(self, obs: Observation) -> None:
+        """A machine is 'declared lost' from the moment it stops answering (or is killed)
+        until its borglet is back and has had a few seconds to kill its duplicates."""
+        for name, m in obs.state.machines.items():
+            if not m.up and name not in self.down_since:
+                self.down_since[name] = obs.t - 2.0
+            elif m.up and name in self.down_since and (self.c.cell is None or name not in self.c.cell.down_borglets):
+                self._close_window(name, grace=5.0)
+
+    def _close_window(self, name: str, grace: float) -> None:
+        start = self.down_since.pop(name, None)
+        if start is not None:
+            self.c.lost_windows.append((name, start, time.monotonic() + grace))
+
+    def _settle(self) -> None:
+        self.c.coverage.convergence_checks += 1
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        problems: list[str] = ["no observation"]
+        while time.monotonic() < deadline:
+            obs = self._observe_and_check()
+            if obs is not None:
+                problems = convergence_problems(self.model, obs, self.keys)
+                if not problems:
+                    return
+            time.sleep(0.5)
+        raise ConformanceViolation(f"[convergence] after {SETTLE_TIMEOUT_S:.0f}s: " + "; ".join(problems[:5]))
+
+    def teardown(self) -> None:
+        """Leave the cell as the next example expects it: machines back, this example's jobs gone."""
+        if self.c.cell is not None:
+            for name in sorted(self.c.cell.down_borglets):
+                self.c.cell.restart_borglet(name)
+                self._close_window(name, grace=8.0)
+            for name in list(self.added):
+                self.api.request("DELETE", f"/v1/machines/{name}", write=True)
+                self.c.cell.stop_borglet(name)
+        for key in self._live():
+            self.api.kill(key)
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            obs = self.observer.poll()
+            if obs is not None and not self._still_running(obs):
+                break
+            time.sleep(0.3)
+
+    def _still_running(self, obs: Observation) -> bool:
+        if any(t.state is not TaskState.DEAD and t.id.job in self.keys for t in obs.state.tasks.values()):
+            return True
+        return any(parse_task_id(str(s["task_id"]))[0] in self.keys for s in borglet_samples(obs))

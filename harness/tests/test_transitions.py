@@ -1,0 +1,70 @@
+"""The transition explainer: legal multi-step moves are explained, forbidden ones are not."""
+
+from __future__ import annotations
+
+from harness.transitions import explain, explain_all
+from spec.model import (
+    CellState,
+    DeathCause,
+    FMap,
+    Job,
+    Machine,
+    Resources,
+    RestartPolicy,
+    Task,
+    TaskId,
+    TaskState,
+)
+
+CPU = Resources.of(cpu=1000)
+JOB = Job("u", "j", 100, 1, CPU, restart_policy=RestartPolicy.ON_FAILURE)
+M = FMap({n: Machine(n, Resources.of(cpu=2000)) for n in ("m0", "m1")})
+
+
+def state(*tasks: Task, machines: FMap = M, jobs: FMap | None = None) -> CellState:
+    return CellState(machines=machines, jobs=FMap({JOB.key: JOB}) if jobs is None else jobs, tasks=FMap({t.id: t for t in tasks}))
+
+
+def task(inc: int, st: TaskState, machine: str | None = None, cause: DeathCause | None = None) -> Task:
+    return Task(TaskId(JOB.key, 0, inc), st, machine, 100, CPU if st is not TaskState.DEAD else Resources(), cause)
+
+
+def test_schedule_is_explained() -> None:
+    v = explain(state(task(0, TaskState.PENDING)), state(task(0, TaskState.RUNNING, "m1")), JOB.key, 0)
+    assert v.ok and [s.action for s in v.path or ()] == ["schedule"]
+
+
+def test_fail_restart_schedule_in_one_poll() -> None:
+    v = explain(state(task(0, TaskState.RUNNING, "m0")), state(task(1, TaskState.RUNNING, "m1")), JOB.key, 0)
+    assert v.ok and [s.action for s in v.path or ()][-2:] == ["restart", "schedule"]
+
+
+def test_machine_down_explains_lost() -> None:
+    down = M.set("m0", Machine("m0", Resources.of(cpu=2000), up=False))
+    v = explain(state(task(0, TaskState.RUNNING, "m0")), state(task(0, TaskState.DEAD, cause=DeathCause.LOST), machines=down), JOB.key, 0)
+    assert v.ok and "machine_down" in [s.action for s in v.path or ()]
+
+
+def test_dead_killed_task_coming_back_is_refused() -> None:
+    before = state(task(0, TaskState.DEAD, cause=DeathCause.KILLED))
+    after = state(task(1, TaskState.PENDING))
+    assert not explain(before, after, JOB.key, 0).ok
+
+
+def test_finished_task_restarted_under_on_failure_is_refused() -> None:
+    before = state(task(0, TaskState.RUNNING, "m0"))
+    after = state(task(1, TaskState.PENDING))
+    v = explain(before, after, JOB.key, 0)
+    assert v.ok  # fail or lost then restart: legal
+    before_dead = state(task(0, TaskState.DEAD, cause=DeathCause.FINISHED))
+    assert not explain(before_dead, after, JOB.key, 0).ok
+
+
+def test_schedule_onto_full_machine_is_refused() -> None:
+    big = Job("u", "big", 100, 1, Resources.of(cpu=2000))
+    other = Task(TaskId(big.key, 0, 0), TaskState.RUNNING, "m0", 100, big.request)
+    jobs = FMap({JOB.key: JOB, big.key: big})
+    only_m0 = FMap({"m0": M["m0"]})
+    before = state(task(0, TaskState.PENDING), other, machines=only_m0, jobs=jobs)
+    after = state(task(0, TaskState.RUNNING, "m0"), other, machines=only_m0, jobs=jobs)
+    assert [v.ok for v in explain_all(before, after)] == [False]
