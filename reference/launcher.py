@@ -329,9 +329,12 @@ def up(
         etcd_of = {name: list(cluster.client_urls) for name in names}
         if server is not None:
             say("toxiproxy: starting the server and a proxy on every link")
-            info = _start_toxiproxy(info, root, server, workdir, env)
+            # Masters and borglets are not listening yet: their ports must not be handed out again.
+            reserved = set(ports)
+            info = _start_toxiproxy(info, root, server, workdir, env, reserved)
             plan = plan_proxies(names, urls, cluster.client_urls, borglet_ports)
-            info = replace(info, proxies=tuple(create_proxies(info.toxiproxy_url or "", plan)))
+            proxies = create_proxies(info.toxiproxy_url or "", plan, reserved)
+            info = replace(info, proxies=tuple(proxies))
             info.save()
             etcd_of = {name: proxied_etcd_urls(info.proxies, name) for name in names}
         say(f"masters: starting {replicas} replica(s)")
@@ -566,13 +569,25 @@ def plan_proxies(
     return plan
 
 
-def create_proxies(api: str, plan: Sequence[tuple[str, str]]) -> list[ProxyRecord]:
+def _free_port(reserved: set[int]) -> int:
+    """A free port not in `reserved` (ports promised to processes that have not bound yet)."""
+    for _attempt in range(50):
+        port = free_ports(1, HOST)[0]
+        if port not in reserved:
+            reserved.add(port)
+            return port
+    raise LauncherError("no free port found for toxiproxy")
+
+
+def create_proxies(
+    api: str, plan: Sequence[tuple[str, str]], reserved: set[int]
+) -> list[ProxyRecord]:
     """Create each planned proxy on a free port (retrying a port taken meanwhile)."""
     records = []
     with httpx.Client(timeout=5.0) as http:
         for name, upstream in plan:
             for _attempt in range(5):
-                listen = f"{HOST}:{free_ports(1, HOST)[0]}"
+                listen = f"{HOST}:{_free_port(reserved)}"
                 body = {"name": name, "listen": listen, "upstream": upstream, "enabled": True}
                 response = http.post(api + "/proxies", json=body)
                 if response.status_code == 201:
@@ -607,9 +622,9 @@ def _hostport(url: str) -> str:
 
 
 def _start_toxiproxy(
-    info: CellInfo, root: Path, server: str, workdir: str, env: dict[str, str]
+    info: CellInfo, root: Path, server: str, workdir: str, env: dict[str, str], reserved: set[int]
 ) -> CellInfo:
-    port = free_ports(1, HOST)[0]
+    port = _free_port(reserved)
     url = f"http://{HOST}:{port}"
     command = [server, "-host", HOST, "-port", str(port)]
     record = spawn(Role.TOXIPROXY, "toxiproxy", command, url, root / "logs" / "toxiproxy.log",

@@ -1,0 +1,70 @@
+"""Reads a local cell's cell file for the chaos tools: masters, proxies, borglets, the leader."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from reference.launcher import CellInfo, ProcessRecord, ProxyRecord, Role, is_alive
+
+STATE_DIR_ENV = "MINBORG_STATE_DIR"
+
+
+def load(state_dir: str | None = None) -> CellInfo:
+    return CellInfo.load(state_dir or os.environ.get(STATE_DIR_ENV))
+
+
+@dataclass(frozen=True)
+class Leader:
+    name: str
+    record: ProcessRecord
+
+
+def master_record(info: CellInfo, name: str) -> ProcessRecord:
+    for record in info.of_role(Role.MASTER):
+        if record.name == name:
+            return record
+    raise KeyError(f"no master {name} in the cell file")
+
+
+def proxy(info: CellInfo, name: str) -> ProxyRecord:
+    for record in info.proxies:
+        if record.name == name:
+            return record
+    raise KeyError(f"no proxy {name} in the cell file (was the cell started with --toxiproxy?)")
+
+
+def master_index(name: str) -> int:
+    return int(name.removeprefix("master"))
+
+
+def cell_status(info: CellInfo, timeout: float = 1.0) -> dict[str, Any] | None:
+    """/v1/cell from the first live master that answers directly (no proxy in the way)."""
+    with httpx.Client(timeout=timeout) as http:
+        for record in info.of_role(Role.MASTER):
+            if not is_alive(record):
+                continue
+            try:
+                response = http.get(record.url + "/v1/cell")
+            except httpx.HTTPError:
+                continue
+            if response.status_code == 200:
+                return dict(response.json())
+    return None
+
+
+def leader(info: CellInfo, not_named: str | None = None, timeout: float = 1.0) -> Leader | None:
+    """The leader as a live master that answers says (only one it believes alive)."""
+    status = cell_status(info, timeout)
+    name = status.get("leader") if status else None
+    if not name or name == not_named:
+        return None
+    record = master_record(info, str(name))
+    return Leader(str(name), record) if is_alive(record) else None
+
+
+def borglet_index(info: CellInfo, machine: str) -> int:
+    return list(info.borglet_urls).index(machine)

@@ -1,0 +1,226 @@
+"""Locust load of the chaos experiments: a per-key register through the API, hello_world via BNS, a cell watcher.
+
+Every API operation goes to the history JSONL ($CHAOS_RUN_DIR/history.jsonl); hello_world
+calls to hello.jsonl; the watcher's samples (leader, roles, machines down, task copies on
+the borglets) to timeline.jsonl. Run only through chaos.load, which bounds the run time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+from locust import User, between, constant, task
+
+from chaos import jobs
+from chaos.history import HistoryFile, Op, Outcome
+from reference.launcher import CellInfo, Role
+
+STATE_DIR = os.environ.get("CHAOS_STATE_DIR", ".minborg")
+RUN_DIR = Path(os.environ.get("CHAOS_RUN_DIR", "reports/chaos/scratch"))
+RUN_ID = os.environ.get("CHAOS_RUN_ID", str(int(time.time())))
+KEYS_PER_USER = 3
+OP_DEADLINE_S = 8.0  # a client gives up on one operation after this long
+HISTORY = HistoryFile(RUN_DIR / "history.jsonl")
+_INFO = CellInfo.load(STATE_DIR)
+_ids = itertools.count()
+
+
+def _append(name: str, doc: dict[str, Any]) -> None:
+    with open(RUN_DIR / name, "a") as out:
+        out.write(json.dumps(doc) + "\n")
+
+
+class KVUser(User):
+    """Writes increasing values to a few keys of its own and reads them back, through any
+    master (round robin, failing over on refusal), as a Borg client would."""
+
+    wait_time = between(0.1, 0.3)
+    weight = 3
+
+    def on_start(self) -> None:
+        self.uid = next(_ids)
+        self.name_ = f"u{self.uid}"
+        self.http = httpx.Client(timeout=httpx.Timeout(3.0, connect=1.0))
+        self.urls = list(_INFO.master_urls)
+        self.turn = self.uid
+        self.keys = {f"kv-{RUN_ID}-{self.uid}-{n}": 0 for n in range(KEYS_PER_USER)}
+        self.created: set[str] = set()
+
+    def on_stop(self) -> None:
+        self.http.close()
+
+    @task(1)
+    def write(self) -> None:
+        name = random.choice(list(self.keys))
+        self.keys[name] += 1
+        value = self.keys[name]
+        op = HISTORY.invoke("write", f"chaos/{name}", value, self.name_)
+        if name in self.created:
+            method, path, body = "PATCH", f"/v1/jobs/chaos/{name}", jobs.register_patch(value)
+        else:
+            method, path, body = "POST", "/v1/jobs", jobs.register_job(name, value)
+        outcome, status = self._call(op, method, path, body)
+        if method == "POST" and (outcome != Outcome.FAILED or status == 409):
+            self.created.add(name)  # created now, or by an earlier attempt whose answer was lost
+
+    @task(1)
+    def read(self) -> None:
+        name = random.choice(list(self.keys))
+        op = HISTORY.invoke("read", f"chaos/{name}", None, self.name_)
+        self._call(op, "GET", f"/v1/jobs/chaos/{name}", None)
+
+    def _call(self, op: Op, method: str, path: str, body: Any) -> tuple[Outcome, int]:
+        """One operation with failover; returns its outcome and the last HTTP status."""
+        started = time.monotonic()
+        uncertain = False
+        status, error = 0, "no attempt"
+        while time.monotonic() - started < OP_DEADLINE_S:
+            url = self.urls[self.turn % len(self.urls)]
+            self.turn += 1
+            try:
+                response = self.http.request(method, url + path, json=body)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+                error = f"{url}: {type(err).__name__}"
+                time.sleep(0.05)
+                continue
+            except httpx.HTTPError as err:
+                error, uncertain = f"{url}: {type(err).__name__}", uncertain or method != "GET"
+                continue
+            status = response.status_code
+            if status == 503:
+                text = response.text
+                # "did not confirm"/"did not answer": the write may have been made.
+                uncertain = uncertain or "did not confirm" in text or "did not answer" in text
+                error = f"{url}: 503"
+                time.sleep(0.2)
+                continue
+            if status == 404 and method == "GET":
+                return self._done(op, Outcome.OK, None, started, status), status
+            if status >= 400:
+                outcome = Outcome.UNKNOWN if uncertain else Outcome.FAILED
+                return self._done(op, outcome, {"status": status}, started, status), status
+            if method == "GET":
+                result: Any = jobs.register_value(response.json()["job"])
+            else:
+                result = {"status": status}
+            return self._done(op, Outcome.OK, result, started, status), status
+        outcome = Outcome.UNKNOWN if uncertain else Outcome.FAILED
+        return self._done(op, outcome, {"error": error}, started, status, error), status
+
+    def _done(
+        self, op: Op, outcome: Outcome, result: Any, started: float, status: int, error: str = ""
+    ) -> Outcome:
+        HISTORY.complete(op, outcome, result)
+        self.environment.events.request.fire(
+            request_type=op.op, name=op.op, response_time=(time.monotonic() - started) * 1000,
+            response_length=0, exception=None if outcome == Outcome.OK else RuntimeError(error or str(status)),
+            context={},
+        )  # fmt: skip
+        return outcome
+
+
+class HelloUser(User):
+    """Calls hello_world through its BNS endpoints, balancing over them client-side; keeps
+    the last endpoints it resolved when no master answers (tasks run without masters)."""
+
+    fixed_count = 1
+    wait_time = constant(0.25)
+
+    def on_start(self) -> None:
+        self.http = httpx.Client(timeout=httpx.Timeout(1.0, connect=0.5))
+        self.endpoints: list[str] = []
+        self.resolved_at = 0.0
+        self.turn = 0
+
+    def on_stop(self) -> None:
+        self.http.close()
+
+    def _resolve(self) -> None:
+        for url in _INFO.master_urls:
+            try:
+                found = self.http.get(url + "/v1/jobs/demo/hello_world/endpoints").json()[
+                    "endpoints"
+                ]
+            except (httpx.HTTPError, ValueError, KeyError):
+                continue
+            if found:
+                self.endpoints = [f"http://{e['host']}:{e['port']}" for e in found]
+            self.resolved_at = time.monotonic()
+            return
+
+    @task
+    def hello(self) -> None:
+        if time.monotonic() - self.resolved_at > 2.0:
+            self._resolve()
+        t, ok, served, error = time.time(), False, "", "no endpoint"
+        for _ in range(len(self.endpoints)):
+            endpoint = self.endpoints[self.turn % len(self.endpoints)]
+            self.turn += 1
+            try:
+                if self.http.get(endpoint + "/").status_code == 200:
+                    ok, served = True, endpoint
+                    break
+                error = f"{endpoint}: status"
+            except httpx.HTTPError as err:
+                error = f"{endpoint}: {type(err).__name__}"
+        _append("hello.jsonl", {"t": t, "ok": ok, "endpoint": served, "error": "" if ok else error})
+        self.environment.events.request.fire(
+            request_type="hello", name="hello", response_time=(time.time() - t) * 1000,
+            response_length=0, exception=None if ok else RuntimeError(error), context={},
+        )  # fmt: skip
+
+
+class WatchUser(User):
+    """Samples the cell every half second: each master's role, the leader, machines down,
+    and how many borglets run a copy of each task (more than one is a double run)."""
+
+    fixed_count = 1
+    wait_time = constant(0.5)
+
+    def on_start(self) -> None:
+        self.http = httpx.Client(timeout=httpx.Timeout(0.8, connect=0.3))
+
+    def on_stop(self) -> None:
+        self.http.close()
+
+    def _get(self, url: str) -> Any:
+        try:
+            response = self.http.get(url)
+            return response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    @task
+    def sample(self) -> None:
+        t = time.time()
+        roles = {}
+        for record in _INFO.of_role(Role.MASTER):
+            health = self._get(record.url + "/healthz")
+            roles[record.name] = health.get("role") if health else None
+        status = next(
+            (
+                s
+                for r in _INFO.of_role(Role.MASTER)
+                if roles[r.name] and (s := self._get(r.url + "/v1/cell"))
+            ),
+            None,
+        )
+        copies: Counter[str] = Counter()
+        for url in _INFO.borglet_urls.values():
+            state = self._get(url + "/v1/state")
+            for entry in (state or {}).get("tasks", []):
+                if entry.get("state") in ("STARTING", "RUNNING"):
+                    copies[entry["task_id"].split("#", 1)[0]] += 1
+        _append("timeline.jsonl", {
+            "t": t, "roles": roles, "leader": status.get("leader") if status else None,
+            "machines_down": (status or {}).get("machines", {}).get("down"),
+            "double": sorted(k for k, n in copies.items() if n > 1), "running": sum(copies.values()),
+        })  # fmt: skip

@@ -1,0 +1,346 @@
+"""Chaos Toolkit probes (python providers): steady state, failover timing, fencing, task placement."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import asdict
+from typing import Any
+
+import httpx
+
+from chaos import cellfile, checker, events, fence, jobs, load
+from chaos.events import run_dir
+from chaos.history import HistoryFile, Outcome, read_ops
+from reference.launcher import CellInfo, Role, is_alive
+
+HELLO_JOB = "demo/hello_world"
+
+
+def _client_get(info: CellInfo, path: str, timeout: float = 1.0) -> httpx.Response | None:
+    """GET through the client proxies, trying each master once."""
+    with httpx.Client(timeout=timeout) as http:
+        for url in info.master_urls:
+            try:
+                response = http.get(url + path)
+            except httpx.HTTPError:
+                continue
+            if response.status_code < 500:
+                return response
+    return None
+
+
+def _until(deadline_s: float, check: Any, every: float = 0.25) -> Any:
+    """Call `check` until it returns something truthy or the deadline passes; returns it."""
+    end = time.monotonic() + deadline_s
+    while True:
+        result = check()
+        if result or time.monotonic() >= end:
+            return result
+        time.sleep(every)
+
+
+# --- steady state ---------------------------------------------------------------------------
+
+
+def api_answers(state_dir: str, within_s: float = 20.0) -> bool:
+    """The API answers /v1/cell and names a leader."""
+    info = cellfile.load(state_dir)
+
+    def ok() -> bool:
+        response = _client_get(info, "/v1/cell")
+        return bool(
+            response is not None and response.status_code == 200 and response.json().get("leader")
+        )
+
+    return bool(_until(within_s, ok, 0.5))
+
+
+def hello_world_answers(state_dir: str, within_s: float = 30.0) -> bool:
+    """Every hello_world task resolves through BNS and answers."""
+    info = cellfile.load(state_dir)
+
+    def ok() -> bool:
+        for index in range(3):
+            response = _client_get(info, f"/v1/bns/{index}.hello_world.demo.{info.cell}.minborg")
+            if response is None or response.status_code != 200:
+                return False
+            target = response.json()
+            try:
+                if (
+                    httpx.get(f"http://{target['host']}:{target['port']}/", timeout=1.0).status_code
+                    != 200
+                ):
+                    return False
+            except httpx.HTTPError:
+                return False
+        return True
+
+    return bool(_until(within_s, ok, 0.5))
+
+
+def no_acknowledged_write_lost(state_dir: str, run: str) -> bool:
+    """Stop the load, read every key back from the leader, and judge the history."""
+    root = run_dir(run)
+    history = root / "history.jsonl"
+    if not history.exists():
+        return True  # before the method: no load has run yet
+    load.stop(run)
+    info = cellfile.load(state_dir)
+    keys = sorted({op.key for op in read_ops(history)})
+    writer = HistoryFile(history)
+    for key in keys:
+        _final_read(info, writer, key)
+    verdict = checker.check_file(history)
+    (root / "check.json").write_text(json.dumps(asdict(verdict), indent=2, default=str))
+    return verdict.ok
+
+
+def _final_read(info: CellInfo, writer: HistoryFile, key: str) -> None:
+    """A read of `key` from the leader (whose cache holds every committed write), retried."""
+    op = writer.invoke("read", key, None, "final")
+    op.final = True
+    for _ in range(60):
+        leader = cellfile.leader(info)
+        if leader is not None:
+            try:
+                response = httpx.get(f"{leader.record.url}/v1/jobs/{key}", timeout=2.0)
+            except httpx.HTTPError:
+                response = None
+            if response is not None and response.status_code == 404:
+                writer.complete(op, Outcome.OK, None)
+                return
+            if response is not None and response.status_code == 200:
+                writer.complete(op, Outcome.OK, jobs.register_value(response.json()["job"]))
+                return
+        time.sleep(0.5)
+    writer.complete(op, Outcome.FAILED, {"error": "no leader answered"})
+
+
+# --- failover -----------------------------------------------------------------------------
+
+
+def new_leader_within(state_dir: str, run: str, within_s: float = 15.0) -> float:
+    """Seconds from the last fault's start until a master other than the old leader leads."""
+    info = cellfile.load(state_dir)
+    start = events.last_start(events.read(run_dir(run)))
+    if start is None:
+        raise RuntimeError("no fault was started")
+    old = start.get("master")
+    found = _until(within_s, lambda: cellfile.leader(info, not_named=old), 0.1)
+    if not found:
+        raise AssertionError(f"no new leader within {within_s}s of {start['fault']}")
+    seconds = time.time() - start["t"]
+    events.record(
+        "measure", run, name="failover_s", fault=start["fault"], value=seconds, leader=found.name
+    )
+    return seconds
+
+
+def old_leader_steps_down_within(state_dir: str, run: str, within_s: float = 5.0) -> float:
+    """The leader cut from etcd stops claiming leadership (its /healthz) within its lease."""
+    cut = json.loads((run_dir(run) / "cut.json").read_text())
+
+    def follower() -> bool:
+        try:
+            return httpx.get(cut["url"] + "/healthz", timeout=0.5).json().get("role") == "follower"
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    if not _until(within_s, follower, 0.05):
+        raise AssertionError(f"{cut['master']} still claims to lead {within_s}s after the cut")
+    seconds = time.time() - cut["at"]
+    events.record("measure", run, name="step_down_s", value=seconds, master=cut["master"])
+    return seconds
+
+
+def fencing_held(state_dir: str, run: str) -> dict[str, Any]:
+    """No write of the cut leader landed after the new election: its committed-txn count did
+    not move since the cut, and etcd refuses a txn fenced by its old token."""
+    info = cellfile.load(state_dir)
+    cut = json.loads((run_dir(run) / "cut.json").read_text())
+    now = fence.leader_key(info)
+    committed = fence.committed_txns(cut["url"])
+    result = {
+        "old_token": cut["token"], "new_token": now[1] if now else None,
+        "new_leader": now[0].split("=")[0] if now else None,
+        "committed_at_cut": cut["committed_at_cut"], "committed_now": committed,
+        "old_token_refused": fence.old_token_refused(info, cut["leader_value"], cut["token"]),
+    }  # fmt: skip
+    events.record("measure", run, name="fencing", **result)
+    if result["new_token"] == cut["token"]:
+        raise AssertionError(f"the leader key still carries the old token: {result}")
+    if committed != cut["committed_at_cut"] or not result["old_token_refused"]:
+        raise AssertionError(f"a write of the old leader may have landed: {result}")
+    return result
+
+
+# --- machines and tasks -----------------------------------------------------------------------
+
+
+def no_machine_down_for(state_dir: str, seconds: float = 20.0) -> int:
+    """Sample /v1/machines for `seconds`: no machine may be declared down meanwhile."""
+    info = cellfile.load(state_dir)
+    end, samples = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        response = _client_get(info, "/v1/machines", timeout=2.0)
+        if response is not None and response.status_code == 200:
+            down = [m["name"] for m in response.json()["machines"] if m["state"] != "up"]
+            if down:
+                raise AssertionError(f"machines declared down under latency: {down}")
+            samples += 1
+        time.sleep(0.5)
+    return samples
+
+
+def _copies(info: CellInfo, job: str) -> Counter[str]:
+    """How many borglets run (or start) each task of `job`, asked of the borglets directly."""
+    copies: Counter[str] = Counter()
+    for url in info.borglet_urls.values():
+        try:
+            state = httpx.get(url + "/v1/state", timeout=1.0).json()
+        except (httpx.HTTPError, ValueError):
+            continue
+        for entry in state.get("tasks", []):
+            if entry["task_id"].startswith(job + "/") and entry["state"] in ("STARTING", "RUNNING"):
+                copies[entry["task_id"].split("#", 1)[0]] += 1
+    return copies
+
+
+def tasks_moved_off_within(state_dir: str, run: str, within_s: float = 20.0) -> float:
+    """Every hello_world task runs, per the API, on a machine other than the cut one."""
+    info = cellfile.load(state_dir)
+    machine = json.loads((run_dir(run) / "borglet_cut.json").read_text())["machine"]
+    start = events.last_start(events.read(run_dir(run)), "borglet-cut")
+
+    def moved() -> bool:
+        response = _client_get(info, f"/v1/jobs/{HELLO_JOB}/tasks")
+        if response is None or response.status_code != 200:
+            return False
+        tasks = response.json()["tasks"]
+        return len(tasks) == 3 and all(
+            t["state"] == "RUNNING" and t["machine"] != machine for t in tasks
+        )
+
+    if not _until(within_s, moved, 0.25):
+        raise AssertionError(f"hello_world tasks not rescheduled off {machine} within {within_s}s")
+    seconds = time.time() - (start["t"] if start else time.time())
+    events.record("measure", run, name="reschedule_s", value=seconds, machine=machine)
+    return seconds
+
+
+def no_double_running_within(state_dir: str, run: str, within_s: float = 20.0) -> float:
+    """After the machine returns, each task runs on exactly one borglet (duplicates killed)."""
+    info = cellfile.load(state_dir)
+    began = time.time()
+
+    def single() -> bool:
+        copies = _copies(info, HELLO_JOB)
+        return len(copies) == 3 and all(n == 1 for n in copies.values())
+
+    if not _until(within_s, single, 0.25):
+        raise AssertionError(
+            f"hello_world copies after {within_s}s: {dict(_copies(info, HELLO_JOB))}"
+        )
+    seconds = time.time() - began
+    events.record("measure", run, name="duplicates_killed_s", value=seconds)
+    return seconds
+
+
+def tasks_restarted_within(state_dir: str, run: str, within_s: float = 20.0) -> float:
+    """The killed task processes were replaced by new ones on their borglets and answer."""
+    info = cellfile.load(state_dir)
+    killed = set(json.loads((run_dir(run) / "tasks_killed.json").read_text()))
+    start = events.last_start(events.read(run_dir(run)), "task-kill")
+
+    def restarted() -> bool:
+        pids = []
+        for url in info.borglet_urls.values():
+            try:
+                state = httpx.get(url + "/v1/state", timeout=1.0).json()
+            except (httpx.HTTPError, ValueError):
+                return False
+            pids += [t["pid"] for t in state["tasks"]
+                     if t["task_id"].startswith(HELLO_JOB + "/") and t["state"] == "RUNNING" and t["healthy"]]  # fmt: skip
+        return len(pids) == 3 and not killed & set(pids)
+
+    if not _until(within_s, restarted, 0.2):
+        raise AssertionError(f"hello_world tasks not restarted within {within_s}s")
+    seconds = time.time() - (start["t"] if start else time.time())
+    events.record("measure", run, name="task_restart_s", value=seconds)
+    events.record("fault-end", run, fault="task-kill")
+    return seconds
+
+
+# --- etcd quorum --------------------------------------------------------------------------------
+
+
+def _write(info: CellInfo, key: str, value: int, retry_s: float) -> int:
+    """One register write through the client proxies; returns the final HTTP status (0: none)."""
+    status, end = 0, time.monotonic() + retry_s
+    body = jobs.register_patch(value)
+    with httpx.Client(timeout=3.0) as http:
+        while True:
+            for url in info.master_urls:
+                try:
+                    status = http.patch(f"{url}/v1/jobs/{key}", json=body).status_code
+                except httpx.HTTPError:
+                    continue
+                if status != 503:
+                    return status
+            if time.monotonic() >= end:
+                return status
+            time.sleep(0.2)
+
+
+def writes_succeed_for(state_dir: str, seconds: float = 8.0) -> int:
+    """Writes keep succeeding (with the client's usual failover retry) for `seconds`."""
+    info = cellfile.load(state_dir)
+    _ensure_probe_job(info)
+    end, n = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        n += 1
+        status = _write(info, "chaos/probe", n % 900 + 1, retry_s=5.0)
+        if status != 200:
+            raise AssertionError(f"a write failed with a minority of etcd down: HTTP {status}")
+        time.sleep(0.3)
+    return n
+
+
+def writes_refused_reads_served(state_dir: str, within_s: float = 15.0) -> dict[str, Any]:
+    """Majority of etcd down: writes answer 503, reads answer from the watch cache, tasks serve."""
+    info = cellfile.load(state_dir)
+    status = _until(within_s, lambda: _write(info, "chaos/probe", 7, retry_s=0.0) == 503, 0.5)
+    read = _client_get(info, f"/v1/jobs/{HELLO_JOB}")
+    result = {"write_503": bool(status), "read_status": read.status_code if read else None,
+              "hello": hello_world_answers(state_dir, within_s=5.0)}  # fmt: skip
+    if not (result["write_503"] and result["read_status"] == 200 and result["hello"]):
+        raise AssertionError(f"with a majority of etcd down: {result}")
+    return result
+
+
+def writes_recover_within(state_dir: str, run: str, within_s: float = 30.0) -> float:
+    info = cellfile.load(state_dir)
+    began = time.time()
+    if not _until(within_s, lambda: _write(info, "chaos/probe", 9, retry_s=0.0) == 200, 0.5):
+        raise AssertionError(f"writes did not recover within {within_s}s of etcd's return")
+    seconds = time.time() - began
+    events.record("measure", run, name="write_recovery_s", value=seconds)
+    return seconds
+
+
+def _ensure_probe_job(info: CellInfo) -> None:
+    with httpx.Client(timeout=3.0) as http:
+        for url in info.master_urls:
+            try:
+                status = http.post(url + "/v1/jobs", json=jobs.register_job("probe", 1)).status_code
+            except httpx.HTTPError:
+                continue
+            if status in (201, 409):
+                return
+
+
+def masters_alive(state_dir: str) -> bool:
+    info = cellfile.load(state_dir)
+    return all(is_alive(r) for r in info.of_role(Role.MASTER))
