@@ -1,0 +1,78 @@
+"""A fresh local cell for one campaign run: start it, put hello_world on it, list its processes, stop it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from reference import launcher
+from reference.client import CellClient
+from reference.launcher import CellInfo, Role
+
+CELL_NAME = "load"
+SERVICE_JOB = "demo/hello_world"
+# One machine large enough for every hello_world task of the service campaign.
+MACHINE_CAPACITY = "cpu=8000m,ram=16GiB"
+ENDPOINTS_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class WatchedProcess:
+    """A cell process the sampler follows: its role, a readable name and its pid."""
+
+    role: str
+    name: str
+    pid: int
+
+
+def start(state_dir: Path, replicas: int, etcd_members: int | None = None) -> CellInfo:
+    """A new cell of `replicas` masters and etcd members (unless told otherwise), one machine."""
+    return launcher.up(
+        state_dir, cell=CELL_NAME, replicas=replicas, machines=1,
+        machine_capacity=MACHINE_CAPACITY, etcd_members=etcd_members,
+    )  # fmt: skip
+
+
+def stop(state_dir: Path) -> None:
+    launcher.down(state_dir)
+
+
+def hello_world(task_count: int, repo: Path) -> dict[str, Any]:
+    """examples/hello_world.yaml with `task_count` tasks (the file stays the source of truth)."""
+    job = yaml.safe_load((repo / "examples" / "hello_world.yaml").read_text())
+    job["task_count"] = task_count
+    return job
+
+
+def run_service(info: CellInfo, task_count: int, repo: Path) -> list[dict[str, Any]]:
+    """Submit hello_world and wait until all its tasks are healthy endpoints."""
+    with CellClient(list(info.master_urls)) as client:
+        client.submit(hello_world(task_count, repo))
+        deadline = time.monotonic() + ENDPOINTS_TIMEOUT_S
+        while True:
+            found = client.endpoints(SERVICE_JOB)
+            if len(found) >= task_count:
+                return [e.__dict__ for e in found]
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"hello_world: {len(found)} of {task_count} tasks healthy after "
+                    f"{ENDPOINTS_TIMEOUT_S:.0f} s"
+                )
+            time.sleep(0.3)
+
+
+def processes(info: CellInfo) -> list[WatchedProcess]:
+    """Every process of the cell now: etcd members, masters, borglets and their tasks."""
+    found = [WatchedProcess(str(p.role), p.name, p.pid) for p in info.processes]
+    for record in info.of_role(Role.BORGLET):
+        try:
+            children = psutil.Process(record.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            continue
+        found += [WatchedProcess("task", f"task{i}", c.pid) for i, c in enumerate(children)]
+    return found
