@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos import events
+from chaos import checker, events
 from chaos.history import Op, Outcome, read_ops
 
 # After a machine returns, its borglet needs one sync to kill duplicates: runs this long after
@@ -32,7 +32,8 @@ class RunData:
 
     @classmethod
     def load(cls, root: Path) -> RunData:
-        ops = [op for op in read_ops(root / "history.jsonl") if not op.final]
+        final_t = checker.final_time(root)
+        ops = [op for op in read_ops(root / "history.jsonl") if op.invoke_t < final_t]
         return cls(ops, read_jsonl(root / "hello.jsonl"), read_jsonl(root / "timeline.jsonl"),
                    events.read(root))  # fmt: skip
 
@@ -57,7 +58,7 @@ def write_recovery(ops: list[Op], start: float) -> float | None:
     """Seconds from a fault's start until a write invoked after it succeeds: the failover
     time as the load sees it."""
     done = [op.complete_t for op in ops
-            if op.op == "write" and op.invoke_t >= start and op.outcome == Outcome.OK and op.complete_t]  # fmt: skip
+            if op.is_write and op.invoke_t >= start and op.outcome == Outcome.OK and op.complete_t]  # fmt: skip
     return min(done) - start if done else None
 
 

@@ -1,7 +1,8 @@
-"""Writes and reads client operation histories as JSONL (one operation per line, compatible with harness.history)."""
+"""Writes and reads client operation histories as JSONL (one operation per line, in harness.history's format)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -17,17 +18,26 @@ class Outcome(StrEnum):
     UNKNOWN = "unknown"  # may or may not have been applied
 
 
+# harness.history's operation kinds: a write is a submit (POST) or an update (PATCH); the
+# value and a read's result are the job's tracked fields, here {"cpu": milli-CPU}.
+WRITES = ("submit", "update")
+_ids = itertools.count(int(time.time() * 1000) % 10**9 * 1000)
+
+
 @dataclass
 class Op:
-    op: str  # "write" or "read"
+    id: int
+    op: str  # "submit", "update" or "read"
     key: str
     value: Any
     invoke_t: float
     complete_t: float | None = None
-    outcome: str | None = None
+    outcome: str = "pending"
     result: Any = None
-    process: str = ""
-    final: bool = False  # a read made after the load stopped and the cell healed
+
+    @property
+    def is_write(self) -> bool:
+        return self.op in WRITES
 
 
 class HistoryFile:
@@ -39,8 +49,8 @@ class HistoryFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
 
-    def invoke(self, op: str, key: str, value: Any, process: str = "") -> Op:
-        return Op(op, key, value, time.time(), process=process)
+    def invoke(self, op: str, key: str, value: Any) -> Op:
+        return Op(next(_ids), op, key, value, time.time())
 
     def complete(self, op: Op, outcome: Outcome, result: Any = None) -> Op:
         op.complete_t, op.outcome, op.result = time.time(), str(outcome), result

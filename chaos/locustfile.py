@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import httpx
+import requests
 from locust import User, between, constant, task
 
 from chaos import jobs
@@ -48,7 +48,7 @@ class KVUser(User):
     def on_start(self) -> None:
         self.uid = next(_ids)
         self.name_ = f"u{self.uid}"
-        self.http = httpx.Client(timeout=httpx.Timeout(3.0, connect=1.0))
+        self.http = requests.Session()
         self.urls = list(_INFO.master_urls)
         self.turn = self.uid
         self.keys = {f"kv-{RUN_ID}-{self.uid}-{n}": 0 for n in range(KEYS_PER_USER)}
@@ -62,10 +62,11 @@ class KVUser(User):
         name = random.choice(list(self.keys))
         self.keys[name] += 1
         value = self.keys[name]
-        op = HISTORY.invoke("write", f"chaos/{name}", value, self.name_)
         if name in self.created:
+            op = HISTORY.invoke("update", f"chaos/{name}", {"cpu": value})
             method, path, body = "PATCH", f"/v1/jobs/chaos/{name}", jobs.register_patch(value)
         else:
+            op = HISTORY.invoke("submit", f"chaos/{name}", {"cpu": value})
             method, path, body = "POST", "/v1/jobs", jobs.register_job(name, value)
         outcome, status = self._call(op, method, path, body)
         if method == "POST" and (outcome != Outcome.FAILED or status == 409):
@@ -74,7 +75,7 @@ class KVUser(User):
     @task(1)
     def read(self) -> None:
         name = random.choice(list(self.keys))
-        op = HISTORY.invoke("read", f"chaos/{name}", None, self.name_)
+        op = HISTORY.invoke("read", f"chaos/{name}", None)
         self._call(op, "GET", f"/v1/jobs/chaos/{name}", None)
 
     def _call(self, op: Op, method: str, path: str, body: Any) -> tuple[Outcome, int]:
@@ -86,13 +87,15 @@ class KVUser(User):
             url = self.urls[self.turn % len(self.urls)]
             self.turn += 1
             try:
-                response = self.http.request(method, url + path, json=body)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+                response = self.http.request(method, url + path, json=body, timeout=(1.0, 3.0))
+            except requests.RequestException as err:
                 error = f"{url}: {type(err).__name__}"
+                # Refused or unconnected: the request never left; anything else may have.
+                sent = not (
+                    "NewConnectionError" in str(err) or isinstance(err, requests.ConnectTimeout)
+                )
+                uncertain = uncertain or (sent and method != "GET")
                 time.sleep(0.05)
-                continue
-            except httpx.HTTPError as err:
-                error, uncertain = f"{url}: {type(err).__name__}", uncertain or method != "GET"
                 continue
             status = response.status_code
             if status == 503:
@@ -108,7 +111,7 @@ class KVUser(User):
                 outcome = Outcome.UNKNOWN if uncertain else Outcome.FAILED
                 return self._done(op, outcome, {"status": status}, started, status), status
             if method == "GET":
-                result: Any = jobs.register_value(response.json()["job"])
+                result: Any = {"cpu": jobs.register_value(response.json()["job"])}
             else:
                 result = {"status": status}
             return self._done(op, Outcome.OK, result, started, status), status
@@ -120,7 +123,7 @@ class KVUser(User):
     ) -> Outcome:
         HISTORY.complete(op, outcome, result)
         self.environment.events.request.fire(
-            request_type=op.op, name=op.op, response_time=(time.monotonic() - started) * 1000,
+            request_type="read" if op.op == "read" else "write", name=op.op, response_time=(time.monotonic() - started) * 1000,
             response_length=0, exception=None if outcome == Outcome.OK else RuntimeError(error or str(status)),
             context={},
         )  # fmt: skip
@@ -135,7 +138,7 @@ class HelloUser(User):
     wait_time = constant(0.25)
 
     def on_start(self) -> None:
-        self.http = httpx.Client(timeout=httpx.Timeout(1.0, connect=0.5))
+        self.http = requests.Session()
         self.endpoints: list[str] = []
         self.resolved_at = 0.0
         self.turn = 0
@@ -146,10 +149,9 @@ class HelloUser(User):
     def _resolve(self) -> None:
         for url in _INFO.master_urls:
             try:
-                found = self.http.get(url + "/v1/jobs/demo/hello_world/endpoints").json()[
-                    "endpoints"
-                ]
-            except (httpx.HTTPError, ValueError, KeyError):
+                response = self.http.get(url + "/v1/jobs/demo/hello_world/endpoints", timeout=1.0)
+                found = response.json()["endpoints"]
+            except (requests.RequestException, ValueError, KeyError):
                 continue
             if found:
                 self.endpoints = [f"http://{e['host']}:{e['port']}" for e in found]
@@ -165,11 +167,11 @@ class HelloUser(User):
             endpoint = self.endpoints[self.turn % len(self.endpoints)]
             self.turn += 1
             try:
-                if self.http.get(endpoint + "/").status_code == 200:
+                if self.http.get(endpoint + "/", timeout=(0.5, 1.0)).status_code == 200:
                     ok, served = True, endpoint
                     break
                 error = f"{endpoint}: status"
-            except httpx.HTTPError as err:
+            except requests.RequestException as err:
                 error = f"{endpoint}: {type(err).__name__}"
         _append("hello.jsonl", {"t": t, "ok": ok, "endpoint": served, "error": "" if ok else error})
         self.environment.events.request.fire(
@@ -186,16 +188,16 @@ class WatchUser(User):
     wait_time = constant(0.5)
 
     def on_start(self) -> None:
-        self.http = httpx.Client(timeout=httpx.Timeout(0.8, connect=0.3))
+        self.http = requests.Session()
 
     def on_stop(self) -> None:
         self.http.close()
 
     def _get(self, url: str) -> Any:
         try:
-            response = self.http.get(url)
+            response = self.http.get(url, timeout=(0.3, 0.8))
             return response.json() if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
+        except (requests.RequestException, ValueError):
             return None
 
     @task

@@ -32,7 +32,10 @@ def kill_master(info: CellInfo, record: ProcessRecord, run: str | None) -> None:
     path = run_dir(run) / KILLED
     path.write_text(json.dumps([*_killed(run), saved]))
     proc.kill()
-    proc.wait(5)
+    # The master is not our child: it turns into its parent's zombie, which is_alive counts as gone.
+    deadline = time.monotonic() + 5.0
+    while is_alive(record) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def restart_masters(state_dir: str, run: str | None) -> list[str]:

@@ -82,8 +82,12 @@ def write_chaos(out: Path, results: list[dict[str, Any]], command: str) -> Path:
 def _check_summary(check: dict[str, Any] | None) -> dict[str, Any] | None:
     if not check:
         return None
-    return {k: check.get(k) for k in ("ok", "checker", "lost_writes", "nonlinearizable_keys")} | {
-        "outcomes": (check.get("details") or {}).get("outcomes")
+    details = check.get("details") or {}
+    own = details.get("final_reads_check", {"details": details})
+    return {k: check.get(k) for k in ("ok", "checker", "nonlinearizable_keys")} | {
+        "lost_writes": len(check.get("lost_writes") or []),
+        "final_read_losses": len(own.get("lost_writes") or []),
+        "outcomes": (own.get("details") or {}).get("outcomes"),
     }
 
 

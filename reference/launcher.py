@@ -357,6 +357,10 @@ def up(
         info.save()
 
         _wait_ready(borglets, "/healthz", READY_TIMEOUT_S)
+        if info.proxies:
+            # Toxiproxy accepts a connection before its upstream listens and then drops it,
+            # which a client cannot tell from a lost answer: wait until every master listens.
+            _wait_ready(masters, "/healthz", READY_TIMEOUT_S)
         leader = wait_for_leader(info, LEADER_TIMEOUT_S)
         say(f"masters: {leader} is the leader")
         _register_machines(info, machine_capacity)
