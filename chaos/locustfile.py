@@ -29,6 +29,10 @@ RUN_ID = os.environ.get("CHAOS_RUN_ID", str(int(time.time())))
 KEYS_PER_USER = 3
 OP_DEADLINE_S = 8.0  # a client gives up on one operation after this long
 HISTORY = HistoryFile(RUN_DIR / "history.jsonl")
+# The highest etcd revision any acknowledged write of this client returned. A replica cut
+# from etcd keeps serving reads from a frozen watch cache; a read stamped with an older
+# revision is stale for this client and is asked of another replica instead.
+FLOOR = {"revision": 0}
 _INFO = CellInfo.load(STATE_DIR)
 _ids = itertools.count()
 
@@ -52,7 +56,8 @@ class KVUser(User):
         self.urls = list(_INFO.master_urls)
         self.turn = self.uid
         self.keys = {f"kv-{RUN_ID}-{self.uid}-{n}": 0 for n in range(KEYS_PER_USER)}
-        self.created: set[str] = set()
+        self.created: set[str] = set()  # submitted, perhaps: later writes are updates
+        self.acked: set[str] = set()  # surely exists: its submit was acknowledged
 
     def on_stop(self) -> None:
         self.http.close()
@@ -71,6 +76,8 @@ class KVUser(User):
         outcome, status = self._call(op, method, path, body)
         if method == "POST" and (outcome != Outcome.FAILED or status == 409):
             self.created.add(name)  # created now, or by an earlier attempt whose answer was lost
+        if outcome == Outcome.OK:
+            self.acked.add(name)
 
     @task(1)
     def read(self) -> None:
@@ -106,14 +113,26 @@ class KVUser(User):
                 time.sleep(0.2)
                 continue
             if status == 404 and method == "GET":
+                if op.key.split("/", 1)[1] in self.acked:
+                    # A 404 carries no revision: for a job this client created, it is stale.
+                    error = f"{url}: stale 404"
+                    continue
                 return self._done(op, Outcome.OK, None, started, status), status
             if status >= 400:
                 outcome = Outcome.UNKNOWN if uncertain else Outcome.FAILED
                 return self._done(op, outcome, {"status": status}, started, status), status
+            doc = response.json()
+            revision = int(doc.get("revision") or 0)
             if method == "GET":
-                result: Any = {"cpu": jobs.register_value(response.json()["job"])}
+                if revision < FLOOR["revision"]:
+                    _append("stale_reads.jsonl", {"t": time.time(), "url": url, "key": op.key,
+                                                  "revision": revision, "floor": FLOOR["revision"]})  # fmt: skip
+                    error = f"{url}: stale read at revision {revision}"
+                    continue
+                result: Any = {"cpu": jobs.register_value(doc["job"])}
             else:
-                result = {"status": status}
+                FLOOR["revision"] = max(FLOOR["revision"], revision)
+                result = {"status": status, "revision": revision}
             return self._done(op, Outcome.OK, result, started, status), status
         outcome = Outcome.UNKNOWN if uncertain else Outcome.FAILED
         return self._done(op, outcome, {"error": error}, started, status, error), status
