@@ -28,6 +28,15 @@ def experiment_files(only: set[int] | None = None) -> list[Path]:
     return [f for f in files if only is None or int(f.name[:2]) in only]
 
 
+def chaos_cli() -> str:
+    """The `chaos` command of this interpreter's environment (a tox venv), else PATH's."""
+    beside = Path(sys.executable).with_name("chaos")
+    found = str(beside) if beside.exists() else shutil.which("chaos")
+    if not found:
+        raise RuntimeError("the `chaos` command is missing: pip install chaostoolkit")
+    return found
+
+
 def judge(journal: dict[str, Any]) -> tuple[bool, list[str]]:
     """Pass only if the hypothesis held before and after and every activity succeeded:
     Chaos Toolkit exits 0 even when the hypothesis fails before the method runs."""
@@ -66,7 +75,7 @@ def run_experiment(path: Path, out: Path) -> dict[str, Any]:
                "TOXIPROXY_URL": info.toxiproxy_url or ""}  # fmt: skip
         project = Path(__file__).resolve().parent.parent
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(project), env.get("PYTHONPATH", "")]))
-        command = ["chaos", "--log-file", str(run / "chaostoolkit.log"), "run",
+        command = [chaos_cli(), "--log-file", str(run / "chaostoolkit.log"), "run",
                    "--rollback-strategy=always", "--journal-path", str(run / "journal.json"), str(path)]  # fmt: skip
         try:
             proc = subprocess.run(command, env=env, cwd=project, capture_output=True, text=True,
@@ -74,8 +83,7 @@ def run_experiment(path: Path, out: Path) -> dict[str, Any]:
             exit_code: int | None = proc.returncode
         except subprocess.TimeoutExpired:
             exit_code = None
-        for log in Path(state_dir, "logs").glob("*.log"):
-            shutil.copy(log, run / f"cell-{log.name}")
+        runcell.keep_logs(state_dir, run)
     finally:
         from chaos import load
 

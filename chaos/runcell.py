@@ -35,3 +35,10 @@ def down(state_dir: str) -> None:
         launcher.down(state_dir)
     except launcher.LauncherError as err:
         print(f"cell down: {err}", file=sys.stderr)
+
+
+def keep_logs(state_dir: str, into: Path, lines: int = 400) -> None:
+    """Copy the end of each process log next to the report (Toxiproxy logs every connection)."""
+    for log in Path(state_dir, "logs").glob("*.log"):
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        (into / f"cell-{log.name}").write_text("\n".join(tail) + "\n")

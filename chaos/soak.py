@@ -84,8 +84,7 @@ def run(out: Path, minutes: float, seed: int) -> dict[str, Any]:
         clean = probes.no_acknowledged_write_lost(state_dir, root)
         hello_now = probes.hello_world_answers(state_dir, within_s=30)
         api_now = probes.api_answers(state_dir)
-        for log in Path(state_dir, "logs").glob("*.log"):
-            shutil.copy(log, out / f"cell-{log.name}")
+        runcell.keep_logs(state_dir, out)
     finally:
         load.stop(root)
         runcell.down(state_dir)
