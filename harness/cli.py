@@ -11,8 +11,8 @@ from harness.report import write_junit, write_markdown
 from harness.runner import Plan, run
 
 #: Full run and CI presets: (examples, steps per example).
-FULL = (12, 30)
-CI = (3, 20)
+FULL = (10, 40)
+CI = (3, 25)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -81,8 +81,11 @@ def _targets(tree: ast.AST) -> list[tuple[ast.AST, str]]:
     return out
 
 
-def _in_docstring_or_annotation(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+def _skipped(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Docstrings, annotations and `return None` (whose mutant would be equivalent)."""
     p = parents.get(node)
+    if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) and node.value.value is None:
+        return True
     return isinstance(p, ast.Expr) or isinstance(p, ast.AnnAssign) and p.annotation is node
 
 
@@ -92,7 +95,7 @@ def enumerate_mutants(path: str) -> list[Mutant]:
     return [
         Mutant(path, getattr(n, "lineno", 0), kind, i)
         for i, (n, kind) in enumerate(_targets(tree))
-        if not _in_docstring_or_annotation(n, parents)
+        if not _skipped(n, parents)
     ]
 
 
