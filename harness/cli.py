@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -34,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like ^C, so the started cell is always torn down.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not args.target and not args.start_cell:
         build_parser().error("give --target URL or --start-cell")
     examples, steps = CI if args.ci else FULL

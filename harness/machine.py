@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from harness.api import Api
 from harness.checks import borglet_samples, check_observation, convergence_problems
@@ -108,6 +108,20 @@ class CellMachine(RuleBasedStateMachine):
             raise ConformanceViolation(f"[api_guard] the cell refused {what} with {status}, but the spec allows it")
 
     # --- API operations ---------------------------------------------------------------------------
+
+    @initialize(
+        jobs=st.lists(
+            st.tuples(
+                st.sampled_from(sorted(KINDS)), st.sampled_from(PRIORITIES), st.integers(1, 4),
+                st.sampled_from((250, 500, 1000, 1500)), st.sampled_from(("alice", "bob")),
+            ),
+            min_size=2, max_size=4,
+        )
+    )
+    def start_jobs(self, jobs: list[tuple[str, int, int, int, str]]) -> None:
+        """Every example starts with a few jobs, so short runs still exercise the task actions."""
+        for job in jobs:
+            self.submit(*job)
 
     @rule(
         kind=st.sampled_from(sorted(KINDS)),
