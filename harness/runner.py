@@ -93,7 +93,11 @@ def _run_hypothesis(plan: Plan) -> str | None:
     try:
         run_state_machine_as_test(factory, settings=s)
     except Exception as err:  # noqa: BLE001 - any failure is reported, with its program
-        return "".join(traceback.format_exception_only(type(err), err)) + _notes(err)
+        # A live cell is not deterministic, so a replay may pass (FlakyFailure): the first
+        # failure it wraps is the finding, and the program printed with it replays it.
+        inner = [e for e in getattr(err, "exceptions", ()) if isinstance(e, BaseException)]
+        first = "".join("cause: " + "".join(traceback.format_exception_only(type(e), e)) for e in inner)
+        return "".join(traceback.format_exception_only(type(err), err)) + first + _notes(err)
     return None
 
 
