@@ -294,7 +294,7 @@ def restart_allowed(policy: RestartPolicy, cause: DeathCause | None) -> bool:
 
 def restart(state: CellState, task_id: TaskId) -> CellState | None:
     """Guard: the task is the newest incarnation of its index, DEAD, its job still wants the index, and the job's restart policy allows it after that cause.
-    Effect: a new incarnation of the index becomes PENDING; the old one stays DEAD."""
+    Effect: a new incarnation of the index becomes PENDING; the DEAD one becomes history."""
     task = state.tasks.get(task_id)
     if task is None or task.state is not TaskState.DEAD or not _is_latest(state, task):
         return None
