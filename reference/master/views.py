@@ -14,6 +14,25 @@ def host_of(address: str) -> str:
     return urlsplit(address if "://" in address else f"http://{address}").hostname or ""
 
 
+# The last cell view's tasks grouped by job. A view is immutable and every request reads the
+# same one until the next revision, so grouping once per view replaces a scan of every task
+# the cell ever held (dead incarnations stay) on each job, task, BNS and endpoint read.
+# One tuple, swapped whole: a reader sees an old or a new pair, never half of one.
+_by_job_of: tuple[Cell, dict[str, list[Task]]] | None = None
+
+
+def tasks_by_job(cell: Cell) -> dict[str, list[Task]]:
+    global _by_job_of
+    last = _by_job_of
+    if last is not None and last[0] is cell:
+        return last[1]
+    index: dict[str, list[Task]] = {}
+    for t in cell.state.tasks.values():
+        index.setdefault(t.id.job, []).append(t)
+    _by_job_of = (cell, index)
+    return index
+
+
 def job_view(cell: Cell, job: Job) -> dict[str, Any]:
     info = cell.jobs.get(job.key)
     doc: dict[str, Any] = info.spec.canonical() if info is not None else {}
@@ -32,9 +51,9 @@ def job_view(cell: Cell, job: Job) -> dict[str, Any]:
 
 def task_counts(cell: Cell, job_key: str | None = None) -> dict[str, int]:
     counts = {s.value: 0 for s in TaskState}
-    for t in cell.state.tasks.values():
-        if job_key is None or t.id.job == job_key:
-            counts[t.state.value] += 1
+    tasks = cell.state.tasks.values() if job_key is None else tasks_by_job(cell).get(job_key, ())
+    for t in tasks:
+        counts[t.state.value] += 1
     return counts
 
 
@@ -89,11 +108,21 @@ def machine_view(cell: Cell, name: str) -> dict[str, Any]:
 
 
 def job_tasks(cell: Cell, job_key: str) -> list[Task]:
-    return sorted(cell.state.tasks_of(job_key), key=lambda t: (t.id.index, t.id.incarnation))
+    return sorted(tasks_by_job(cell).get(job_key, ()), key=lambda t: (t.id.index, t.id.incarnation))
+
+
+def live_indices(cell: Cell, job_key: str) -> dict[int, Task]:
+    """index -> newest incarnation, as CellState.live_indices, from the job's own tasks."""
+    out: dict[int, Task] = {}
+    for t in tasks_by_job(cell).get(job_key, ()):
+        cur = out.get(t.id.index)
+        if cur is None or t.id.incarnation > cur.id.incarnation:
+            out[t.id.index] = t
+    return out
 
 
 def latest_task(cell: Cell, job_key: str, index: int) -> Task | None:
-    return cell.state.latest(job_key, index)
+    return live_indices(cell, job_key).get(index)
 
 
 def parse_bns(name: str, cell_name: str) -> tuple[str, int] | None:
@@ -123,7 +152,7 @@ def resolve(cell: Cell, name: str, cell_name: str) -> dict[str, Any] | None:
 
 def endpoints(cell: Cell, job_key: str, cell_name: str) -> list[dict[str, Any]]:
     out = []
-    for index, task in sorted(cell.state.live_indices(job_key).items()):
+    for index, task in sorted(live_indices(cell, job_key).items()):
         if is_serving(cell, task):
             out.append(
                 {
