@@ -31,6 +31,7 @@ class ProcessLoad:
 class Saturation:
     machine_cpu: float  # mean percent of all cores
     load1: float
+    others: float  # percent of one core used by processes outside the cell and the load generator
     processes: list[ProcessLoad]  # busiest first
     verdict: str
 
@@ -67,14 +68,17 @@ def role_share(processes: list[ProcessLoad]) -> dict[str, float]:
 def saturation(samples: list[Sample], cores: int) -> Saturation:
     """Name what ran out in these samples: the whole machine's CPU, one process's core, or neither."""
     if not samples:
-        return Saturation(0.0, 0.0, [], "no samples in this window")
+        return Saturation(0.0, 0.0, 0.0, [], "no samples in this window")
     # One machine reading per sampling round; rounds share a timestamp.
     rounds = {s.t: (s.machine_cpu, s.load1) for s in samples}
     machine = fmean(m for m, _ in rounds.values())
     load1 = max(load for _, load in rounds.values())
     procs = loads(samples)
+    # Whatever the machine spent beyond the followed processes: other users' work.
+    others = max(0.0, machine * cores - sum(p.cpu_mean for p in procs))
     pinned = [p for p in procs if p.cpu_mean >= PROCESS_CEILING and p.role != "locust"]
     shares = ", ".join(f"{role} {cpu:.0f}%" for role, cpu in role_share(procs).items())
+    shares += f", other processes on the machine {others:.0f}%"
     if machine >= MACHINE_CEILING:
         head = f"machine CPU saturated ({machine:.0f}% of {cores} cores busy, load {load1:.1f})"
     else:
@@ -85,4 +89,4 @@ def saturation(samples: list[Sample], cores: int) -> Saturation:
     elif procs:
         top = procs[0]
         head += f"; busiest: {top.name} ({top.role}) at {top.cpu_mean:.0f}% of one core"
-    return Saturation(machine, load1, procs, f"{head}. CPU by role (% of one core): {shares}")
+    return Saturation(machine, load1, others, procs, f"{head}. CPU by role (% of one core): {shares}")

@@ -6,8 +6,9 @@
 
 Control plane: N master replicas and N etcd members, one machine running a 2-task
 hello_world (so BNS names resolve). Before Locust, the cell's own etcd is written directly
-through StoreClient (reference/store/bench.py); then a short submit-only ladder measures the
-master's write path at the same concurrency; then the mixed control-plane ladder.
+through StoreClient (reference/store/bench.py); then the mixed control-plane ladder; then a
+short submit-only ladder measures the master's write path, its first step at the bench's
+concurrency.
 Service: one master, one etcd, N hello_world tasks, called by ServiceUser.
 Every cell process and Locust itself is sampled about once a second.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -66,8 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminated(signum: int, frame: object) -> None:
+    # SIGTERM unwinds like ^C, so every `finally` stops its cell and its Locust.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminated)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in background
     if args.command == "smoke":
         return smoke(args.out)
     slo = args.slo_p95_ms or (250.0 if args.target == Target.CONTROL else 100.0)
@@ -114,14 +123,17 @@ def run_one(target: Target, n: int, ladder: Ladder, args: Any, out: Path) -> dic
                     list(info.etcd_urls), args.etcd_seconds, args.write_clients
                 )
                 say(f"r{n}: direct etcd {record['phases']['etcd_direct']}")
+            record["phases"]["ladder"] = phase(
+                target, ladder, out / "ladder", env, args.processes, locust_pids
+            )
+            if control:
+                # After the mixed ladder: submit-only users never kill their jobs, and the
+                # ladder should not start on a cell holding thousands of their pending tasks.
                 submit = Ladder(args.write_clients, args.write_clients, 3 * args.write_clients,
                                 8.0, ladder.slo_p95_ms)  # fmt: skip
                 record["phases"]["submit"] = phase(
                     Target.SUBMIT, submit, out / "submit", env, args.processes, locust_pids
                 )
-            record["phases"]["ladder"] = phase(
-                target, ladder, out / "ladder", env, args.processes, locust_pids
-            )
         finally:
             samples = sampler.stop()
             write_csv(samples, out / "samples.csv")
@@ -175,6 +187,9 @@ def phase(
     locust_pids.append(proc.pid)
     try:
         rc = locustrun.wait(proc, ladder.bound_s)
+    except BaseException:
+        locustrun.stop(proc)  # interrupted: Locust must not outlive the campaign
+        raise
     finally:
         locust_pids.remove(proc.pid)
     result = {

@@ -102,8 +102,20 @@ def wait(proc: subprocess.Popen[bytes], bound_s: float) -> int:
         return proc.wait(bound_s)
     except subprocess.TimeoutExpired:
         pass
-    for child in psutil.Process(proc.pid).children(recursive=True):
-        child.terminate()
+    return stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> int:
+    """Terminate Locust and its worker processes (started by us), then kill what is left."""
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    for child in children:
+        try:
+            child.terminate()
+        except psutil.NoSuchProcess:
+            pass
     proc.terminate()
     try:
         return proc.wait(10)

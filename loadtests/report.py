@@ -203,7 +203,7 @@ def step_table(run: Run, control: bool) -> list[str]:
     if control:
         head += " reads/s (p99) | writes/s (p99) |"
         rule += "---:|---:|"
-    head += " machine CPU | busiest processes (% of one core) |"
+    head += " machine CPU | busiest processes, others outside the cell (% of one core) |"
     rule += "---:|---|"
     lines = [head, rule]
     for s in run.steps:
@@ -214,7 +214,7 @@ def step_table(run: Run, control: bool) -> list[str]:
         if control:
             r, w = group(s, "read"), group(s, "write")
             row += f" {r.get('rps', 0):.0f} ({r.get('p99_ms', 0):.0f}) | {w.get('rps', 0):.0f} ({w.get('p99_ms', 0):.0f}) |"
-        row += f" {sat.machine_cpu:.0f}% | {busiest} |"
+        row += f" {sat.machine_cpu:.0f}% | {busiest}; others {sat.others:.0f} |"
         lines.append(row)
     return lines
 
@@ -343,6 +343,7 @@ def control_section(runs: list[Run]) -> list[str]:
         if step:
             sat = step_saturation(run, step)
             shares = ", ".join(f"{k} {v:.0f}%" for k, v in role_share(sat.processes).items())
+            shares += f", other processes {sat.others:.0f}%"
         md.append(f"- {run.replicas} replica(s): {rps:.0f} reads/s at {users} users = {rel}; "
                   f"CPU by role at that step (% of one core): {shares}")  # fmt: skip
     md += [
