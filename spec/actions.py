@@ -27,6 +27,7 @@ from .model import (
     Task,
     TaskId,
     TaskState,
+    is_prod,
     may_preempt,
 )
 
@@ -71,8 +72,16 @@ def fits_quota(state: CellState, job: Job) -> bool:
 
 
 def machine_free(state: CellState, machine: str) -> Resources:
-    """Capacity minus every reservation on the machine (tasks outside allocs, and allocs)."""
+    """Capacity minus every reservation on the machine (tasks outside allocs, and allocs).
+
+    Reservations below requests are Borg's reclaimed resources: non-prod work may use them.
+    """
     return state.machines[machine].capacity - state.machine_reserved(machine)
+
+
+def machine_free_for_prod(state: CellState, machine: str) -> Resources:
+    """What a prod task may use: reclaimed resources of prod tasks are not offered to prod."""
+    return state.machines[machine].capacity - state.machine_committed_for_prod(machine)
 
 
 def task_fits(state: CellState, task: Task, job: Job, machine: Machine) -> bool:
@@ -84,6 +93,8 @@ def task_fits(state: CellState, task: Task, job: Job, machine: Machine) -> bool:
         if alloc is None or alloc.machine != machine.name:
             return False
         return (state.alloc_used(alloc.name) + job.request).fits_in(alloc.resources)
+    if is_prod(job.priority):
+        return job.request.fits_in(machine_free_for_prod(state, machine.name))
     return job.request.fits_in(machine_free(state, machine.name))
 
 
@@ -211,8 +222,8 @@ def roll(state: CellState, task_id: TaskId) -> CellState | None:
 
 
 def schedule(state: CellState, task_id: TaskId, machine: str) -> CellState | None:
-    """Guard: the task is PENDING, its job exists, the machine is up, the constraints hold and the request fits what is free.
-    Effect: the task is RUNNING on the machine with its job's current request."""
+    """Guard: the task is PENDING, its job exists, the machine is up, the constraints hold and the request fits what is free (for a prod task, beside other prod tasks' full requests; for others, beside reservations).
+    Effect: the task is RUNNING on the machine with its job's current request, reserved in full."""
     task = state.tasks.get(task_id)
     if task is None or task.state is not TaskState.PENDING:
         return None
@@ -305,6 +316,25 @@ def restart(state: CellState, task_id: TaskId) -> CellState | None:
         return None
     nxt = _new_task(job, task_id.index, task_id.incarnation + 1)
     return _with_tasks(state, {nxt.id: nxt})
+
+
+def reserve(state: CellState, task_id: TaskId, reservation: Resources) -> CellState | None:
+    """Guard: the task is RUNNING outside an alloc, the reservation is between zero and its request, and the machine's reservations still fit its capacity.
+    Effect: the task's reservation is set (Borg's resource reclamation: what it does not reserve, non-prod work may use)."""
+    task = state.tasks.get(task_id)
+    if task is None or task.state is not TaskState.RUNNING or task.machine is None:
+        return None
+    job = state.jobs.get(task_id.job)
+    if job is None or job.alloc is not None:
+        return None
+    if not reservation.is_nonnegative() or not reservation.fits_in(task.request):
+        return None
+    new = Task(task.id, task.state, task.machine, task.priority, task.request, None,
+               None if reservation == task.request else reservation)
+    after = state.with_(tasks=state.tasks.set(task_id, new))
+    if not after.machine_reserved(task.machine).fits_in(state.machines[task.machine].capacity):
+        return None
+    return after
 
 
 # --- machines ----------------------------------------------------------------------------
@@ -410,6 +440,7 @@ ACTIONS: dict[str, Callable[..., CellState | None]] = {
     "lost": lost,
     "kill": kill,
     "restart": restart,
+    "reserve": reserve,
     "machine_add": machine_add,
     "machine_remove": machine_remove,
     "machine_down": machine_down,

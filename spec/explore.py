@@ -51,6 +51,7 @@ class Scope:
     allocs: bool = False
     churn: bool = False  # machines may also be removed and added back
     prod_quota: int = 2000  # milli-CPU of production-band quota each user gets
+    reclaim: bool = False  # running tasks' reservations may drop to half their request and back
 
     def machine_catalog(self) -> list[Machine]:
         return [
@@ -140,6 +141,9 @@ def enabled_steps(scope: Scope, s: CellState) -> Iterator[Step]:
                 yield Step(name, (t.id,))
             if t.id.incarnation < scope.max_incarnation:
                 yield Step("roll", (t.id,))
+            if scope.reclaim:
+                half = Resources.of({k: v // 2 for k, v in t.request.items})
+                yield Step("reserve", (t.id, t.request if t.reservation is not None else half))
             yield Step("evict", (t.id, EvictReason.MAINTENANCE, None))
             for p in pending:
                 yield Step("evict", (t.id, EvictReason.PREEMPTION, p.id))
@@ -314,6 +318,7 @@ def report(res: Result, scope: Scope, mode: str, quiet: bool = False) -> str:
     lines = [
         f"scope: machines={scope.machines} tasks={scope.tasks} priorities={scope.priorities} "
         f"max_incarnation={scope.max_incarnation} allocs={scope.allocs} churn={scope.churn} "
+        f"reclaim={scope.reclaim} "
         f"mode={mode}",
         f"distinct states: {res.states}",
         f"transitions: {res.transitions}",
@@ -343,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-incarnation", type=int, default=1)
     p.add_argument("--allocs", action="store_true", help="add an alloc and a job that runs in it")
     p.add_argument("--churn", action="store_true", help="machines may be removed and added")
+    p.add_argument("--reclaim", action="store_true", help="reservations may drop below requests")
     p.add_argument("--depth", type=int, default=None, help="stop expanding past this depth")
     p.add_argument("--max-states", type=int, default=None)
     p.add_argument("--walk", action="store_true", help="seeded random walk instead of BFS")
@@ -352,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if not 1 <= a.priorities <= len(PRIORITY_LEVELS):
         p.error(f"--priorities must be between 1 and {len(PRIORITY_LEVELS)}")
-    scope = Scope(a.machines, a.tasks, a.priorities, a.max_incarnation, a.allocs, a.churn)
+    scope = Scope(a.machines, a.tasks, a.priorities, a.max_incarnation, a.allocs, a.churn,
+                  reclaim=a.reclaim)
     if a.walk:
         res = walk(scope, a.steps, a.seed)
         mode = f"walk steps={a.steps} seed={a.seed}"

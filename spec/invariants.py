@@ -56,6 +56,19 @@ def prod_requests_within_capacity(s: CellState) -> list[str]:
     return out
 
 
+def reservations_within_capacity(s: CellState) -> list[str]:
+    out = [
+        f"{t.id} reserves {t.reservation}, more than its request {t.request}"
+        for t in s.tasks.values()
+        if t.reservation is not None and not t.reservation.fits_in(t.request)
+    ]
+    for m in s.machines.values():
+        used = s.machine_reserved(m.name)
+        if not used.fits_in(m.capacity):
+            out.append(f"reservations {used} on {m.name} exceed its capacity {m.capacity}")
+    return out
+
+
 def alloc_tasks_within_alloc(s: CellState) -> list[str]:
     out = []
     for a in s.allocs.values():
@@ -176,6 +189,11 @@ INVARIANTS: tuple[Invariant, ...] = (
         "prod_requests_within_capacity",
         "On every machine, the requests of production-band tasks and allocs never exceed capacity.",
         state_check=prod_requests_within_capacity,
+    ),
+    Invariant(
+        "reservations_within_capacity",
+        "A task reserves at most its request, and on every machine all reservations fit capacity.",
+        state_check=reservations_within_capacity,
     ),
     Invariant(
         "prod_never_preempts_prod",

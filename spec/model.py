@@ -322,6 +322,13 @@ class Task:
     priority: int = 0  # copied from the job, so invariants need not look it up
     request: Resources = ZERO  # copied from the job at the time of the last (re)placement
     cause: DeathCause | None = None  # set when DEAD
+    # Borg's reservation: what the master estimates the task needs, at most its request.
+    # None means the full request (a task starts reserved at its limit).
+    reservation: Resources | None = None
+
+    @property
+    def reserved(self) -> Resources:
+        return self.request if self.reservation is None else self.reservation
 
     @property
     def job(self) -> str:
@@ -402,9 +409,10 @@ class CellState:
         return [a for a in self.allocs.values() if a.machine == machine]
 
     def machine_reserved(self, machine: str, min_priority: int | None = None) -> Resources:
-        """What RUNNING tasks outside allocs, and allocs, reserve on a machine.
+        """What RUNNING tasks outside allocs reserve on a machine, plus its allocs.
 
-        With `min_priority`, count only what is held at that priority or above.
+        A task counts at its reservation (its request until the master estimates lower);
+        with `min_priority`, only what is held at that priority or above counts.
         """
         parts: list[Resources] = []
         for t in self.running_on(machine):
@@ -412,10 +420,22 @@ class CellState:
             if job is not None and job.alloc is not None:
                 continue  # counted through its alloc
             if min_priority is None or t.priority >= min_priority:
-                parts.append(t.request)
+                parts.append(t.reserved)
         for a in self.allocs_on(machine):
             if min_priority is None or a.priority >= min_priority:
                 parts.append(a.resources)
+        return total(parts)
+
+    def machine_committed_for_prod(self, machine: str) -> Resources:
+        """What a new prod task must fit beside: prod tasks at their full requests (prod is
+        never overcommitted), other tasks at their reservations, and every alloc."""
+        parts: list[Resources] = []
+        for t in self.running_on(machine):
+            job = self.jobs.get(t.id.job)
+            if job is not None and job.alloc is not None:
+                continue
+            parts.append(t.request if t.priority >= BAND_FLOOR[Band.PRODUCTION] else t.reserved)
+        parts += [a.resources for a in self.allocs_on(machine)]
         return total(parts)
 
     def alloc_used(self, alloc: str) -> Resources:

@@ -21,6 +21,7 @@ from spec.actions import (
     machine_down,
     machine_remove,
     machine_up,
+    reserve,
     restart,
     restart_allowed,
     roll,
@@ -324,3 +325,32 @@ def test_every_action_is_in_the_table_and_documented():
     for name, fn in ACTIONS.items():
         doc = fn.__doc__ or ""
         assert "Guard:" in doc and "Effect:" in doc, name
+
+
+# --- reserve: resource reclamation ---------------------------------------------------------
+
+
+def test_reserve_guards_and_effect():
+    j = job(priority=200, cpu=1000)
+    s = running(cell(M0), j)
+    half = Resources.of(cpu=400)
+    r = reserve(s, tid(j), half)
+    assert r.tasks[tid(j)].reservation == half and r.tasks[tid(j)].reserved == half
+    assert reserve(s, tid(j), Resources.of(cpu=1001)) is None  # above the request
+    assert reserve(s, tid(j), Resources.of(cpu=-1)) is None
+    assert reserve(submit(cell(), job("p")), tid(job("p")), half) is None  # not RUNNING
+    back = reserve(r, tid(j), j.request)
+    assert back.tasks[tid(j)].reservation is None  # full request is stored as "no estimate"
+
+
+def test_batch_uses_reclaimed_resources_but_prod_does_not():
+    prod = job("prod", priority=200, cpu=2000)
+    s = reserve(running(cell(M0), prod), tid(prod), Resources.of(cpu=500))
+    batch = job("batch", priority=100, cpu=1500)
+    s2 = submit(s, batch)
+    assert schedule(s2, tid(batch), "m0") is not None  # 500 reserved + 1500 fits in 2000
+    other = job("prod2", user="bob", priority=200, cpu=500)
+    s3 = submit(s, other)
+    assert schedule(s3, tid(other), "m0") is None  # prod counts prod at full requests
+    placed = schedule(s2, tid(batch), "m0")
+    assert reserve(placed, tid(prod), prod.request) is None  # growing back would overcommit

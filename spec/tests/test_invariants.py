@@ -18,8 +18,9 @@ from spec.model import CellState, Resources, Task, TaskId, TaskState
 from .fixtures import cell, job, running, tid
 
 SCOPES = [
-    Scope(machines=2, tasks=3, priorities=3, max_incarnation=2, allocs=True, churn=True),
-    Scope(machines=3, tasks=4, priorities=4, max_incarnation=2, allocs=True, churn=True),
+    Scope(machines=2, tasks=3, priorities=3, max_incarnation=2, allocs=True, churn=True, reclaim=True),
+    Scope(machines=3, tasks=4, priorities=4, max_incarnation=2, allocs=True, churn=True, reclaim=True),
+    Scope(machines=1, tasks=4, priorities=2, max_incarnation=1, reclaim=True),
 ]
 
 
@@ -67,6 +68,7 @@ def test_invariants_detect_hand_made_violations():
         "one_incarnation_running": _break(s, Task(TaskId(j.key, 0, 1), TaskState.RUNNING, "m1", 100, t.request)),
         "only_newest_incarnation_live": _break(s, Task(TaskId(j.key, 0, 1), TaskState.PENDING, None, 100, t.request)),
         "live_tasks_belong_to_jobs": _break(s, Task(TaskId(j.key, 5, 0), TaskState.PENDING, None, 200, t.request)),
+        "reservations_within_capacity": _break(s, Task(t.id, TaskState.RUNNING, "m0", t.priority, t.request, None, Resources.of(cpu=9000))),
     }
     for name, bad in cases.items():
         assert name in {n for n, _ in check_state(bad)}, name
