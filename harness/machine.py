@@ -17,9 +17,12 @@ from harness.history import History, OpKind, Outcome, parse_task_id
 from harness.localcell import LocalCell
 from harness.observe import Observation, Observer
 from spec import actions as spec_actions
-from spec.model import CellState, Job, Resources, RestartPolicy, TaskState
+from spec.model import CellState, DeathCause, Job, Resources, RestartPolicy, TaskState
 
 SETTLE_TIMEOUT_S = 25.0
+#: How long after a machine is back (or a task on it was lost) its borglet may still run the
+#: old process: one master poll to hear it is unwanted, plus the borglet's 3 s kill grace.
+LOST_GRACE_S = 10.0
 RAM = 16 * 1024 * 1024
 #: What tasks run: cheap programs, so many fit on a two-core host. The borglet restarts a
 #: failing task in place unless its policy is "never", so the fragile kind is the one
@@ -241,7 +244,7 @@ class CellMachine(RuleBasedStateMachine):
         for name in sorted(self._cell().down_borglets):
             self._cell().restart_borglet(name)
             self.c.coverage.faults["borglet_restart"] += 1
-            self._close_window(name, grace=5.0)
+            self._close_window(name, grace=LOST_GRACE_S)
 
     @precondition(lambda self: self.c.cell is not None)
     @rule(i=st.integers(0, 50))
@@ -316,6 +319,7 @@ class CellMachine(RuleBasedStateMachine):
             return None  # no master answered (a failover): nothing to judge this time
         self._record_reads(obs, t0)
         self._track_windows(obs)
+        self._lost_since_last(obs)
         self.c.samples += borglet_samples(obs)
         bad = check_observation(self.prev, obs, self.c.coverage)
         self.prev = obs
@@ -341,7 +345,26 @@ class CellMachine(RuleBasedStateMachine):
             if not m.up and name not in self.down_since:
                 self.down_since[name] = obs.t - 2.0
             elif m.up and name in self.down_since and (self.c.cell is None or name not in self.c.cell.down_borglets):
-                self._close_window(name, grace=5.0)
+                self._close_window(name, grace=LOST_GRACE_S)
+
+    def _lost_since_last(self, obs: Observation) -> None:
+        """A task lost between two polls means its machine was declared lost then, even if no
+        poll saw the machine down: its old process may outlive the new incarnation until the
+        borglet hears from the master again."""
+        if self.prev is None:
+            return
+        for tid, t in self.prev.state.tasks.items():
+            if t.state is not TaskState.RUNNING or t.machine is None:
+                continue
+            same = obs.state.tasks.get(tid)
+            if same is not None and same.state is TaskState.DEAD and same.cause is DeathCause.LOST:
+                lost = True
+            else:  # the cell keeps only the newest incarnation: ask its history why it exists
+                now = obs.state.latest(tid.job, tid.index)
+                view = obs.task_views.get(now.id, {}) if now is not None and now.id != tid else {}
+                lost = any(h.get("reason") == "restart after lost" for h in view.get("history", []))
+            if lost:
+                self.c.lost_windows.append((t.machine, self.prev.t - 1.0, obs.t + LOST_GRACE_S))
 
     def _close_window(self, name: str, grace: float) -> None:
         start = self.down_since.pop(name, None)

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from spec.actions import ACTIONS, EvictReason, Step
 from spec.model import CellState, FMap, Task, TaskState
 
-#: Task steps a path may hold; steps of the environment (job and machine changes seen in
+#: Task steps a path may hold (a slow step, such as a failover, can hide submit, schedule,
+#: lost, restart and schedule behind one poll); steps of the environment (job and machine changes seen in
 #: the new observation) are free, since each is taken at most once.
-MAX_TASK_STEPS = 3
+MAX_TASK_STEPS = 4
 ENV_ACTIONS = frozenset({"submit", "update", "kill_job", "machine_add", "machine_remove", "machine_down", "machine_up"})
 
 
