@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,42 @@ class ConstraintSpec(BaseModel):
 
     def to_spec(self) -> Constraint:
         return Constraint(self.attr, self.op, self.all_values())
+
+
+class AutoscaleMetric(StrEnum):
+    """What the job autoscaler reads: CPU in percent of the request, or requests/s per task."""
+
+    CPU = "cpu"
+    REQUESTS_PER_TASK = "requests_per_task"
+
+
+class AutoscaleSpec(BaseModel):
+    """Horizontal autoscaling: keep `metric` per task near `target` with between min and max tasks.
+
+    `target` is a CPU utilization in percent of the request for `cpu` (70 means 0.7 of the
+    request), requests per second per task for `requests_per_task`. Cooldowns are seconds since
+    the job's last resize; a scale-down goes only as low as the highest recommendation of the
+    last `stabilization_s` seconds; `drain_s` is how long a task leaving is kept out of the
+    endpoints and BNS before it is stopped (longer than clients' endpoint refresh).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    min: int = Field(ge=1, le=10000)
+    max: int = Field(ge=1, le=10000)
+    metric: AutoscaleMetric
+    target: float = Field(gt=0)
+    scale_up_cooldown: float = Field(default=5.0, ge=0, le=3600)
+    scale_down_cooldown: float = Field(default=30.0, ge=0, le=3600)
+    stabilization_s: float = Field(default=10.0, ge=0, le=3600)
+    drain_s: float = Field(default=6.0, ge=0, le=600)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscaleSpec:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
+        if self.metric is AutoscaleMetric.CPU and self.target > 1000:
+            raise ValueError("a cpu target is percent of the request: 1..1000, e.g. 70")
+        return self
 
 
 class HealthCheckSpec(BaseModel):
@@ -160,6 +197,7 @@ class JobSpec(BaseModel):
     health_check: HealthCheckSpec | None = None
     package: str = ""
     alloc: str | None = None
+    autoscale: AutoscaleSpec | None = None
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -311,6 +349,8 @@ def dumps(spec: JobSpec) -> str:
 
 
 __all__ = [
+    "AutoscaleMetric",
+    "AutoscaleSpec",
     "ConstraintSpec",
     "HealthCheckSpec",
     "JobFileError",

@@ -45,6 +45,9 @@ class TaskInfo:
     reason: str = ""
     usage: tuple[tuple[str, int], ...] = ()
     history: tuple[tuple[str, float, str], ...] = ()  # (state, at, reason), oldest first
+    # Wall-clock time the autoscaler chose this task to leave (0: not draining). A draining
+    # task still runs but is out of the endpoints and BNS, so clients stop calling it first.
+    draining_since: float = 0.0
 
     def with_history(self, state: str, at: float, reason: str) -> TaskInfo:
         entries = (*self.history, (state, at, reason))[-HISTORY_LIMIT:]

@@ -188,6 +188,7 @@ def encode_task(t: Task, info: TaskInfo) -> bytes:
             "priority": t.priority,
             "request": t.request.as_dict(),
             "cause": t.cause.value if t.cause is not None else None,
+            "reservation": t.reservation.as_dict() if t.reservation is not None else None,
             "port": info.port,
             "healthy": info.healthy,
             "restarts": info.restarts,
@@ -198,6 +199,7 @@ def encode_task(t: Task, info: TaskInfo) -> bytes:
             "reason": info.reason,
             "usage": dict(info.usage),
             "history": [list(h) for h in info.history],
+            "draining_since": info.draining_since,
         }
     )
 
@@ -212,6 +214,7 @@ def decode_task(raw: bytes) -> tuple[Task, TaskInfo]:
         priority=int(d.get("priority", 0)),
         request=Resources.of(d.get("request", {})),
         cause=DeathCause(d["cause"]) if d.get("cause") else None,
+        reservation=Resources.of(d["reservation"]) if d.get("reservation") is not None else None,
     )
     info = TaskInfo(
         port=int(d.get("port", 0)),
@@ -224,6 +227,7 @@ def decode_task(raw: bytes) -> tuple[Task, TaskInfo]:
         reason=d.get("reason", ""),
         usage=tuple(sorted(d.get("usage", {}).items())),
         history=tuple((h[0], float(h[1]), h[2]) for h in d.get("history", [])),
+        draining_since=float(d.get("draining_since", 0.0)),
     )
     return task, info
 

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from reference.elastic.jobscaler import JobAutoscaler
+from reference.elastic.reclaimer import Reclaimer
 from reference.master.cache import WatchCache
 from reference.master.cell import Draft
 from reference.master.poller import Poller
@@ -91,6 +93,10 @@ class Term:
             down_after=config.down_after,
             on_poll=on_poll,
         )
+        # Around the scheduler: horizontal autoscaling of jobs and Borg's reservation
+        # estimates, both reading the usage the poller gathers and writing through `writer`.
+        self.autoscaler = JobAutoscaler(cache, writer, lambda: self.poller.usage)
+        self.reclaimer = Reclaimer(cache, writer, lambda: self.poller.usage)
         self._thread = threading.Thread(target=self._run, name=f"leader-{token}", daemon=True)
 
     def start(self) -> None:
@@ -100,6 +106,8 @@ class Term:
         self._stop.set()
         self._wake.set()
         self.poller.stop()
+        self.autoscaler.stop()
+        self.reclaimer.stop()
 
     def nudge(self) -> None:
         self._wake.set()
@@ -120,6 +128,8 @@ class Term:
         except (NotLeader, WriteFailed) as err:
             log.warning("leader: default quotas not written: %s", err)
         self.poller.start()
+        self.autoscaler.start()
+        self.reclaimer.start()
         self.ready.set()
         log.info("leader term %d: scheduling", self.token)
         while not self._stop.is_set():

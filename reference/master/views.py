@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from reference.master.cell import Cell
 from reference.master.reports import bns_name
-from spec.model import Job, Task, TaskState
+from spec.model import Job, Resources, Task, TaskState, total
 
 
 def host_of(address: str) -> str:
@@ -89,6 +89,16 @@ def task_view(cell: Cell, task: Task, cell_name: str) -> dict[str, Any]:
     }
 
 
+def requested_on(cell: Cell, name: str) -> Resources:
+    """The requests of tasks running on a machine outside allocs, plus its allocs."""
+    parts = [
+        t.request
+        for t in cell.state.running_on(name)
+        if not (t.id.job in cell.state.jobs and cell.state.jobs[t.id.job].alloc is not None)
+    ]
+    return total(parts + [a.resources for a in cell.state.allocs_on(name)])
+
+
 def machine_view(cell: Cell, name: str) -> dict[str, Any]:
     m = cell.state.machines[name]
     info = cell.machines.get(name)
@@ -101,6 +111,8 @@ def machine_view(cell: Cell, name: str) -> dict[str, Any]:
         "failure_domain": m.failure_domain,
         "state": "up" if m.up else "down",
         "reserved": cell.state.machine_reserved(name).as_dict(),
+        # What running tasks asked for; `reserved` is lower by what reclamation freed for batch work.
+        "requested": requested_on(cell, name).as_dict(),
         "usage": dict(info.usage) if info else {},
         "isolation": info.isolation if info else "",
         "tasks": sorted(str(t.id) for t in running),

@@ -30,7 +30,7 @@ def snapshot_from_state(state: CellState) -> Snapshot:
         job = state.jobs.get(t.id.job)
         if t.state is TaskState.RUNNING and t.machine is not None:
             in_alloc = job is not None and job.alloc is not None
-            running.append(RunningTask(t.id, t.machine, t.priority, t.request, in_alloc))
+            running.append(RunningTask(t.id, t.machine, t.priority, t.request, in_alloc, t.reservation))
             if job is not None and job.package:
                 packages.setdefault(t.machine, set()).add(job.package)
         elif t.state is TaskState.PENDING and job is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from spec.model import CPU, GPU, RAM, TaskId
+from spec.model import CPU, GPU, RAM, TaskId, is_prod
 
 from .snapshot import Snapshot
 
@@ -108,6 +108,12 @@ class CellView:
         g = self.gpu_dim
         self.gcap: list[list[int]] = [gpu_layout(c[g]) if g is not None else [] for c in self.cap]
         self.gfree: list[list[int]] = [list(x) for x in self.gcap]
+        # Reclaimed resources (Borg's reservations below requests): `free` is what a prod
+        # task may use (prod tasks at their requests, others at their reservations); a
+        # non-prod task may also use `slack`, what prod tasks requested but do not reserve.
+        # Prod tasks are never preempted, so slack stays fixed for a pass.
+        self.slack: list[list[int]] = [[0] * len(self.dims) for _ in machines]
+        self.reclaimed: list[bool] = [False] * len(machines)
         self.victims: list[list[Victim]] = [[] for _ in machines]
         self.vmin: list[int] = [1 << 30] * len(machines)  # lowest victim priority on each machine
         self.version = [0] * len(machines)
@@ -131,11 +137,24 @@ class CellView:
                 continue
             req = self.vec(t.request.as_dict())
             shares = self._take_gpus_anyway(mi, req[g] if g is not None else 0)
+            if t.reservation is not None and t.reservation != t.request:
+                held = self.vec(t.reservation.as_dict())
+                if is_prod(t.priority):
+                    self.slack[mi] = [s + a - h for s, a, h in zip(self.slack[mi], req, held, strict=True)]
+                    self.reclaimed[mi] = True
+                else:
+                    req = held  # counts, and is released by preemption, at its reservation
             self._consume(mi, req)
             self.victims[mi].append(Victim(t.id, t.id.job, t.priority, req, shares))
         for mi, vs in enumerate(self.victims):
             self.vmin[mi] = min((v.priority for v in vs), default=1 << 30)
         self.ref_free = [list(f) for f in self.free]
+
+    def free_for(self, mi: int, prod: bool) -> list[int]:
+        """What a task may use on machine `mi`: prod beside prod requests, others beside reservations."""
+        if prod or not self.reclaimed[mi]:
+            return self.free[mi]
+        return [f + s for f, s in zip(self.free[mi], self.slack[mi], strict=True)]
 
     def vec(self, d: dict[str, int]) -> tuple[int, ...]:
         return tuple(d.get(name, 0) for name in self.dims)

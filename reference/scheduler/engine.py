@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from spec.model import is_prod
+
 from .cellview import CellView, Victim, gpu_take
 from .classes import TaskClass, class_key, make_class
 from .config import SchedulerConfig
@@ -103,6 +105,8 @@ class Pass:
                 if (attrs.get(attr) in values) is not positive:
                     return None
         free = cell.free[mi]
+        if cell.reclaimed[mi] and not is_prod(cls.priority):
+            free = cell.free_for(mi, False)
         for d, a in cls.nz:
             if free[d] < a:
                 break

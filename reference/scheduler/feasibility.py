@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from spec.model import may_preempt
+from spec.model import is_prod, may_preempt
 
 from .cellview import CellView, Victim, gpu_take
 from .classes import TaskClass, constraint_holds
@@ -17,7 +17,7 @@ def constraints_hold(cls: TaskClass, cell: CellView, mi: int) -> bool:
 
 def fits_free(cls: TaskClass, cell: CellView, mi: int) -> bool:
     """The request fits what is free now, whole GPUs and GPU shares included."""
-    f = cell.free[mi]
+    f = cell.free_for(mi, is_prod(cls.priority))
     for d, a in cls.nz:
         if f[d] < a:
             return False
@@ -61,7 +61,7 @@ def choose_victims(
         return None
     cap = cell.cap[mi]
     cands.sort(key=lambda v: (v.priority, -sum(a / c for a, c in zip(v.req, cap, strict=True) if c)))
-    free = list(cell.free[mi])
+    free = list(cell.free_for(mi, is_prod(cls.priority)))
     gfree = list(cell.gfree[mi])
     gcap = cell.gcap[mi]
     chosen: list[Victim] = []

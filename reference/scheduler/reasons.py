@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spec.model import CPU, DISK, GPU, RAM, may_preempt
+from spec.model import CPU, DISK, GPU, RAM, is_prod, may_preempt
 
 from .cellview import CellView, gpu_take
 from .classes import TaskClass, constraint_holds
@@ -40,7 +40,7 @@ def diagnose(cls: TaskClass, cell: CellView, preemption: bool) -> tuple[Reason, 
         return tuple(reasons)
     avail: dict[int, tuple[list[int], list[int]]] = {}
     for mi in eligible:
-        free, gfree = list(cell.free[mi]), list(cell.gfree[mi])
+        free, gfree = list(cell.free_for(mi, is_prod(cls.priority))), list(cell.gfree[mi])
         if preemption:
             for v in cell.victims[mi]:
                 if may_preempt(cls.priority, v.priority):

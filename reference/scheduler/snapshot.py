@@ -17,6 +17,7 @@ class RunningTask:
     priority: int
     request: Resources
     in_alloc: bool = False  # counted through its alloc, never a victim on its own
+    reservation: Resources | None = None  # Borg's estimate, at most the request; None: the request
 
 
 @dataclass(frozen=True, slots=True)

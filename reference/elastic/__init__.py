@@ -1,0 +1,1 @@
+"""Elastic resource management: the job autoscaler, the cell (machine) autoscaler, and reservation estimates."""

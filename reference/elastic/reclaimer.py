@@ -1,0 +1,120 @@
+"""The leader's reservation keeper: sets each running task's reservation from its usage through the spec's `reserve`.
+
+When a reservation must grow back and the machine's reclaimed resources were handed to
+non-prod work meanwhile, the lowest-priority non-prod tasks there are evicted (reason
+reclamation) until it fits, as Borg does; the evicted tasks go back to PENDING.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from reference.elastic.jobscaler import UsageSource
+from reference.elastic.reservation import (
+    DEFAULT_HALF_LIFE_S,
+    DEFAULT_MARGIN,
+    estimate,
+    worth_writing,
+)
+from reference.master.cache import WatchCache
+from reference.master.cell import Draft
+from reference.master.writer import NotLeader, WriteFailed, Writer
+from spec.actions import ACTIONS, EvictReason
+from spec.model import Resources, TaskId, TaskState, is_prod
+
+log = logging.getLogger(__name__)
+
+# A task's first seconds (imports, warm-up) say little about what it will use.
+WARMUP_S = 10.0
+
+
+class Reclaimer:
+    def __init__(
+        self,
+        cache: WatchCache,
+        writer: Writer,
+        usage: UsageSource,
+        *,
+        interval: float = 5.0,
+        margin: float = DEFAULT_MARGIN,
+        half_life: float = DEFAULT_HALF_LIFE_S,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.cache, self.writer, self.usage = cache, writer, usage
+        self.interval, self.margin, self.half_life = interval, margin, half_life
+        self.clock, self.wall = clock, wall
+        self._last: dict[TaskId, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reclaimer", daemon=True)
+
+    def start(self) -> None:
+        if "reserve" in ACTIONS:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.tick()
+            except (NotLeader, WriteFailed) as err:
+                log.info("reservations not written: %s", err)
+            except Exception:  # one bad tick must not end reclamation
+                log.exception("reservation tick failed")
+
+    def estimates(self) -> dict[TaskId, Resources]:
+        """The reservations worth writing now, from the cached cell and the latest usage."""
+        cell = self.cache.cell()
+        usage, now, wall = self.usage(), self.clock(), self.wall()
+        out: dict[TaskId, Resources] = {}
+        running = set()
+        for t in cell.state.tasks.values():
+            if t.state is not TaskState.RUNNING or t.id not in usage:
+                continue
+            job = cell.state.jobs.get(t.id.job)
+            info = cell.task_info(t.id)
+            if job is None or job.alloc is not None or not info.started_at or wall - info.started_at < WARMUP_S:
+                continue
+            running.add(t.id)
+            dt = now - self._last.get(t.id, now - self.interval)
+            self._last[t.id] = now
+            new = estimate(t.reserved, dict(usage[t.id]), t.request, dt, margin=self.margin, half_life=self.half_life)
+            if worth_writing(t.reserved, new, t.request):
+                out[t.id] = new
+        for tid in [k for k in self._last if k not in running]:
+            del self._last[tid]
+        return out
+
+    def tick(self) -> None:
+        changes = self.estimates()
+        if changes:
+            self.writer.mutate(lambda d: apply_reservations(d, changes))
+
+
+def apply_reservations(d: Draft, changes: dict[TaskId, Resources]) -> int:
+    """Write each reservation; evict non-prod work that sits in reclaimed room a growing one needs back."""
+    written = 0
+    for tid, reservation in sorted(changes.items(), key=lambda kv: str(kv[0])):
+        if d.step("reserve", tid, reservation, reason="reservation estimate"):
+            written += 1
+            continue
+        task = d.state.tasks.get(tid)
+        if task is None or task.state is not TaskState.RUNNING or task.machine is None:
+            continue
+        victims = sorted(
+            (v for v in d.state.running_on(task.machine) if not is_prod(v.priority) and v.priority < task.priority),
+            key=lambda v: (v.priority, str(v.id)),
+        )
+        for v in victims:
+            d.step("evict", v.id, EvictReason.RECLAMATION, reason=f"reclaimed resources needed by {tid}")
+            if d.step("reserve", tid, reservation, reason="reservation estimate"):
+                written += 1
+                break
+    return written
