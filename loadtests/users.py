@@ -66,7 +66,10 @@ def service_bns(index: int) -> str:
     return f"{index}.{job_name}.{job_user}.{CELL}.minborg"
 
 
-class ControlPlaneUser(FastHttpUser):
+class MasterUser(FastHttpUser):
+    """What every master client has: its replica, its user name, its jobs, submit and get."""
+
+    abstract = True
     wait_time = constant(0)
     network_timeout = NETWORK_TIMEOUT_S
     connection_timeout = NETWORK_TIMEOUT_S
@@ -85,6 +88,19 @@ class ControlPlaneUser(FastHttpUser):
             if resp.status_code not in ok:
                 resp.failure(f"HTTP {resp.status_code}")
 
+    def _submit(self) -> None:
+        name = f"j{next(self._serial)}"
+        with self.client.post(
+            self.master + "/v1/jobs", json=small_job(self.user, name), name="write: submit",
+            catch_response=True,
+        ) as resp:  # fmt: skip
+            if resp.status_code == 201:
+                self.jobs.append(f"{self.user}/{name}")
+            else:
+                resp.failure(f"HTTP {resp.status_code}")
+
+
+class ControlPlaneUser(MasterUser):
     def _a_job(self) -> str:
         return self.jobs[-1] if self.jobs else SERVICE_JOB
 
@@ -118,20 +134,12 @@ class ControlPlaneUser(FastHttpUser):
 
     @task(10)
     def submit(self) -> None:
-        name = f"j{next(self._serial)}"
-        with self.client.post(
-            self.master + "/v1/jobs", json=small_job(self.user, name), name="write: submit",
-            catch_response=True,
-        ) as resp:  # fmt: skip
-            if resp.status_code == 201:
-                self.jobs.append(f"{self.user}/{name}")
-            else:
-                resp.failure(f"HTTP {resp.status_code}")
+        self._submit()
 
     @task(10)
     def kill(self) -> None:
         if not self.jobs:
-            self.submit()
+            self._submit()
             return
         key = self.jobs.pop(0)
         with self.client.delete(
@@ -141,10 +149,13 @@ class ControlPlaneUser(FastHttpUser):
                 resp.failure(f"HTTP {resp.status_code}")
 
 
-class SubmitOnlyUser(ControlPlaneUser):
-    """Only submissions: the master's write path (fenced etcd txn, then its own watch) alone."""
+class SubmitOnlyUser(MasterUser):
+    """Only submissions: the master's write path (fenced etcd txn, then its own watch) alone.
+    (Not a ControlPlaneUser: Locust would inherit that class's read tasks.)"""
 
-    tasks = [ControlPlaneUser.submit]
+    @task
+    def submit(self) -> None:
+        self._submit()
 
 
 class ServiceUser(FastHttpUser):
