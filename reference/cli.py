@@ -87,10 +87,25 @@ def cell_up(
     toxiproxy: Annotated[
         bool, typer.Option("--toxiproxy", help="Put Toxiproxy on every link (not available yet).")
     ] = False,
+    autoscale_machines: Annotated[
+        str | None,
+        typer.Option(
+            "--autoscale-machines",
+            help="MIN:MAX: add machines while tasks wait for room, remove idle ones.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start etcd, the master replicas and the borglets, and register every machine."""
     out = errors if as_json else console
+    bounds = None
+    if autoscale_machines is not None:
+        from reference.elastic.cellscaler import parse_bounds
+
+        try:
+            bounds = parse_bounds(autoscale_machines)
+        except ValueError as err:
+            raise fail(f"--autoscale-machines: {err}") from None
     info = launcher.up(
         state_dir,
         cell=cell,
@@ -99,6 +114,7 @@ def cell_up(
         machine_capacity=machine_capacity,
         etcd_members=etcd_members,
         toxiproxy=toxiproxy,
+        autoscale_machines=bounds,
         progress=lambda msg: out.print(f"[dim]{msg}[/dim]"),
     )
     if as_json:

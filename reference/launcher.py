@@ -50,6 +50,7 @@ class Role(StrEnum):
     MASTER = "master"
     BORGLET = "borglet"
     TOXIPROXY = "toxiproxy"
+    AUTOSCALER = "autoscaler"
 
 
 @dataclass(frozen=True)
@@ -293,6 +294,7 @@ def up(
     toxiproxy: bool = False,
     base_port: int | None = None,
     *,
+    autoscale_machines: tuple[int, int] | None = None,
     master_args: Sequence[str] = (),
     progress: Progress | None = None,
 ) -> CellInfo:
@@ -365,6 +367,13 @@ def up(
         say(f"masters: {leader} is the leader")
         _register_machines(info, machine_capacity)
         say(f"machines: {machines} registered")
+        if autoscale_machines is not None:
+            from reference.elastic import cellscaler  # it imports this module
+
+            say(f"cell autoscaler: {autoscale_machines[0]} to {autoscale_machines[1]} machines")
+            scaler = cellscaler.spawn(info, autoscale_machines, machine_capacity)
+            info = replace(info, processes=info.processes + (scaler,))
+            info.save()
     except BaseException:
         _stop_cell(info)
         info.save()
@@ -648,6 +657,10 @@ def down(
     """Stop every process of the local cell (borglets first so their tasks die with them, then
     masters, then etcd) and check that none is left. Files stay where they are."""
     info = CellInfo.load(state_dir)
+    if info.of_role(Role.AUTOSCALER):
+        # It adds machines to the cell file: stop it first, then read what it left there.
+        stop_processes(info.of_role(Role.AUTOSCALER))
+        info = CellInfo.load(state_dir)
     survivors = _stop_cell(info, progress or (lambda _msg: None))
     stopped = replace(info, stopped_at=time.time())
     stopped.save()
@@ -659,6 +672,7 @@ def down(
 
 def _stop_cell(info: CellInfo, say: Progress = lambda _msg: None) -> list[ProcessRecord]:
     """Stop everything in the cell file; returns the processes that would not die."""
+    stop_processes(info.of_role(Role.AUTOSCALER))  # before the machines it would replace
     borglets, masters = info.of_role(Role.BORGLET), info.of_role(Role.MASTER)
     tasks = _descendants(borglets)
     say(
