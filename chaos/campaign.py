@@ -118,15 +118,21 @@ def chaos_command(args: argparse.Namespace) -> int:
         print(f"   {'PASS' if result['passed'] else 'FAIL'} in {result['seconds']}s "
               f"{'; '.join(result['reasons'])}", flush=True)  # fmt: skip
         results.append(result)
-        report.write_chaos(out, results, " ".join(sys.argv))
+        report.write_chaos(out, results, "python -m chaos.campaign " + " ".join(sys.argv[1:]))
     return 0 if results and all(r["passed"] for r in results) else 1
 
 
 def soak_command(args: argparse.Namespace) -> int:
     from chaos import soak
 
-    result = soak.run(Path(args.out), minutes=args.minutes, seed=args.seed)
-    report.write_soak(Path(args.out), result, " ".join(sys.argv))
+    if args.report_only:
+        result = soak.rejudge(Path(args.out))
+    else:
+        result = soak.run(Path(args.out), minutes=args.minutes, seed=args.seed)
+    command = f"python -m chaos.campaign soak --minutes {result['minutes']} --seed {result['seed']} --out {args.out}"
+    if args.report_only:
+        command += " (figures re-judged from its files with --report-only)"
+    report.write_soak(Path(args.out), result, command)
     return 0 if result["passed"] else 1
 
 
@@ -142,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--minutes", type=float, default=10.0)
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--out", default="reports/chaos/soak")
+    s.add_argument("--report-only", action="store_true", help="re-judge a finished soak's files")
     args = parser.parse_args(argv)
     return chaos_command(args) if args.command == "chaos" else soak_command(args)
 

@@ -91,6 +91,10 @@ def _check_summary(check: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def _count_lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
 def write_soak(out: Path, result: dict[str, Any], command: str) -> Path:
     lines = _header("Minborg soak: random faults under load", command)
     f = result["figures"]
@@ -101,6 +105,10 @@ def write_soak(out: Path, result: dict[str, Any], command: str) -> Path:
         "| target | goal | measured | met |", "|---|---|---|---|",
         *[f"| {name} | {goal} | {measured} | {'yes' if met else 'NO'} |" for name, goal, measured, met in t],
         "", f"History check: {json.dumps(_check_summary(result.get('check')))}", "",
+        f"Reads answered from a replica behind the client's newest write revision, retried on another "
+        f"replica: {_count_lines(out / 'stale_reads.jsonl')}. Operations: {result.get('ops')}. "
+        f"Failover windows: from a leader-kill, leader-etcd-cut or etcd-majority fault until the "
+        f"first acknowledged write invoked after it ends.", "",
         "## Faults", "", "| # | at (s) | fault | duration | API avail. | write recovery | hello_world avail. |",
         "|---|---|---|---|---|---|---|",
     ]  # fmt: skip

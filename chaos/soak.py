@@ -54,6 +54,51 @@ def inject(kind: str, state_dir: str, run: str, rng: random.Random) -> None:
         events.record("fault-end", run, fault="task-kill")
 
 
+# Master failovers: the faults after which another replica must take over. An etcd majority
+# loss is an outage of writes for as long as it lasts, reported beside them, not as failover.
+MASTER_FAILOVERS = ("leader-kill", "leader-etcd-cut")
+
+
+def judge_targets(
+    figures: dict[str, Any], check: dict[str, Any] | None
+) -> list[tuple[str, str, str, bool]]:
+    """(target, goal, measured, met) for each of the project's chaos targets."""
+    faults = figures["faults"]
+    failovers = [x["write_recovery_s"] for x in faults
+                 if x["fault"] in MASTER_FAILOVERS and x["write_recovery_s"] is not None]  # fmt: skip
+    outages = [x["write_recovery_s"] for x in faults
+               if x["fault"] == "etcd-majority" and x["write_recovery_s"] is not None]  # fmt: skip
+    p99 = analysis.percentile(failovers, 0.99)
+    p50 = analysis.percentile(failovers, 0.5)
+    avail = figures["api_availability_outside_failover"]
+    hello_nl = figures["hello_availability_without_leader"]
+    lost = len((check or {}).get("lost_writes") or [])
+    dbl = figures["double_running_samples_outside_lost_machine"]
+    return [
+        ("master failover under load, p99 (fault to first acknowledged write)", "<= 3 s",
+         f"p99 {p99:.2f} s, p50 {p50:.2f} s, max {max(failovers):.2f} s over {len(failovers)} failovers" if failovers else "n/a",
+         p99 is not None and p99 <= 3.0),
+        ("API availability outside failover windows", ">= 99%", f"{100 * avail:.2f}%" if avail is not None else "n/a",
+         avail is not None and avail >= 0.99),
+        ("acknowledged writes lost", "0", str(lost), lost == 0 and check is not None),
+        ("double-running samples outside lost-machine windows", "0", str(dbl), dbl == 0),
+        ("hello_world availability while no master leads", "100%",
+         f"{100 * hello_nl:.2f}% of {figures['hello_calls_without_leader']} calls" if hello_nl is not None else "n/a (no leaderless sample)",
+         hello_nl is None or hello_nl == 1.0),
+        ("(context) write outage per etcd majority loss, fault start to first acknowledged write", "n/a",
+         ", ".join(f"{x:.2f} s" for x in outages) or "none injected", True),
+    ]  # fmt: skip
+
+
+def rejudge(out: Path) -> dict[str, Any]:
+    """Recompute a finished soak's figures and targets from its files (no cell needed)."""
+    result = json.loads((out / "result.json").read_text())
+    result["figures"] = analysis.summarize(out)
+    result["targets"] = judge_targets(result["figures"], result.get("check"))
+    (out / "result.json").write_text(json.dumps(result, indent=2, default=str))
+    return result
+
+
 def run(out: Path, minutes: float, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     shutil.rmtree(out, ignore_errors=True)
@@ -91,28 +136,14 @@ def run(out: Path, minutes: float, seed: int) -> dict[str, Any]:
         shutil.rmtree(state_dir, ignore_errors=True)
     figures = analysis.summarize(out)
     check = json.loads((out / "check.json").read_text()) if (out / "check.json").exists() else None
-    failovers = [
-        x["write_recovery_s"] for x in figures["faults"] if x["write_recovery_s"] is not None
-    ]
-    p99 = analysis.percentile(failovers, 0.99)
-    avail = figures["api_availability_outside_failover"]
-    hello_nl = figures["hello_availability_without_leader"]
-    lost = len((check or {}).get("lost_writes") or [])
-    dbl = figures["double_running_samples_outside_lost_machine"]
-    targets = [
-        ("failover under load, p99 (write recovery)", "<= 3 s", f"{p99:.2f} s over {len(failovers)} faults" if p99 is not None else "n/a", p99 is not None and p99 <= 3.0),
-        ("API availability outside failover windows", ">= 99%", f"{100 * avail:.2f}%" if avail is not None else "n/a", avail is not None and avail >= 0.99),
-        ("acknowledged writes lost", "0", str(lost), lost == 0 and bool(check and check.get("ok") is not None)),
-        ("double-running samples outside lost-machine windows", "0", str(dbl), dbl == 0),
-        ("hello_world availability while no master leads", "100%", f"{100 * hello_nl:.2f}% of {figures['hello_calls_without_leader']} calls" if hello_nl is not None else "n/a (no leaderless sample)", hello_nl is None or hello_nl == 1.0),
-    ]  # fmt: skip
+    targets = judge_targets(figures, check)
     plot.timeline(out, f"soak seed {seed}, {minutes} min", out / "timeline.png")
     result = {
         "seed": seed, "minutes": minutes, "injected": injected, "notes": notes,
         "history_clean": clean, "api_after": api_now, "hello_after": hello_now,
         "ops": len(read_ops(out / "history.jsonl")), "figures": figures, "check": check,
         "targets": targets, "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-        "passed": bool(clean and api_now and hello_now and lost == 0 and dbl == 0),
+        "passed": bool(clean and api_now and hello_now and all(met for *_x, met in targets[2:4])),
     }  # fmt: skip
     (out / "result.json").write_text(json.dumps(result, indent=2, default=str))
     return result
