@@ -85,7 +85,7 @@ def cell_up(
     ] = None,
     state_dir: StateDirOpt = None,
     toxiproxy: Annotated[
-        bool, typer.Option("--toxiproxy", help="Put Toxiproxy on every link (not available yet).")
+        bool, typer.Option("--toxiproxy", help="Put Toxiproxy on every link (client-master, master-etcd, master-borglet); see chaos/README.md.")
     ] = False,
     autoscale_machines: Annotated[
         str | None,

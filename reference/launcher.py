@@ -548,10 +548,10 @@ TOXIPROXY_ENV = "MINBORG_TOXIPROXY_SERVER"
 TOXIPROXY_INSTALL = "chaos/install_toxiproxy.sh"
 
 
-def find_toxiproxy_server() -> str:
+def find_toxiproxy_server(project: Path | None = None) -> str:
     """The Toxiproxy server binary: $MINBORG_TOXIPROXY_SERVER, else the project's
     tools/bin/toxiproxy-server (where chaos/install_toxiproxy.sh puts it), else PATH."""
-    project = Path(reference.__file__).resolve().parent.parent
+    project = project or Path(reference.__file__).resolve().parent.parent
     candidates = [
         os.environ.get(TOXIPROXY_ENV),
         str(project / "tools" / "bin" / "toxiproxy-server"),

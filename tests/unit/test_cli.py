@@ -283,7 +283,6 @@ def test_split_helpers() -> None:
         ({"machines": -1}, "--machines"),
         ({"machine_capacity": "cpu=lots"}, "--machine-capacity"),
         ({"cell": "Not_Valid"}, "invalid cell name"),
-        ({"toxiproxy": True}, "not available yet"),
     ],
 )
 def test_launcher_refuses_bad_arguments(tmp_path: Path, kwargs: dict, message: str) -> None:
@@ -292,10 +291,11 @@ def test_launcher_refuses_bad_arguments(tmp_path: Path, kwargs: dict, message: s
     assert not (tmp_path / "cell").exists()
 
 
-def test_cell_up_toxiproxy_is_a_clear_error(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["cell", "up", "--toxiproxy", "--state-dir", str(tmp_path / "c")])
-    assert result.exit_code == 1
-    assert "not available yet" in result.output
+def test_missing_toxiproxy_server_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(launcher.TOXIPROXY_ENV, str(tmp_path / "no-such-server"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(launcher.LauncherError, match="needs the Toxiproxy server"):
+        launcher.find_toxiproxy_server(project=tmp_path)
 
 
 def test_launcher_refuses_a_foreign_state_dir(tmp_path: Path) -> None:
