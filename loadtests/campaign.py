@@ -6,9 +6,10 @@
 
 Control plane: N master replicas and N etcd members, one machine running a 2-task
 hello_world (so BNS names resolve). Before Locust, the cell's own etcd is written directly
-through StoreClient (reference/store/bench.py); then the mixed control-plane ladder; then a
-short submit-only ladder measures the master's write path, its first step at the bench's
-concurrency.
+through StoreClient (reference/store/bench.py); then the mixed control-plane ladder; then
+submit-only runs at the bench's concurrency: jobs of no task (the master's write path
+alone), then a short ladder of one-task jobs that stay pending (writes plus the leader's
+scheduling passes, which take the same writer).
 Service: one master, one etcd, N hello_world tasks, called by ServiceUser.
 Every cell process and Locust itself is sampled about once a second.
 """
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in background
     if args.command == "smoke":
         return smoke(args.out)
+    args.write_phases = True
     slo = args.slo_p95_ms or (250.0 if args.target == Target.CONTROL else 100.0)
     ladder = Ladder(args.step_start, args.step_users, args.max_users, args.step_seconds, slo)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -101,6 +103,7 @@ def run_one(target: Target, n: int, ladder: Ladder, args: Any, out: Path) -> dic
     before = machine.describe()
     say(f"{target} r{n}: starting a cell ({before['load_average']} load)")
     control = target == Target.CONTROL
+    writes = control and args.write_phases  # the etcd bench and the submit-only runs
     info = cell.start(state_dir, replicas=n if control else 1)
     record: dict[str, Any] = {"target": str(target), "replicas": n, "machine": before, "phases": {}}
     locust_pids: list[int] = []
@@ -118,7 +121,7 @@ def run_one(target: Target, n: int, ladder: Ladder, args: Any, out: Path) -> dic
         }
         sampler = Sampler(lambda: watched(info, locust_pids)).start()
         try:
-            if control:
+            if writes:
                 record["phases"]["etcd_direct"] = etcd_direct(
                     list(info.etcd_urls), args.etcd_seconds, args.write_clients
                 )
@@ -126,14 +129,22 @@ def run_one(target: Target, n: int, ladder: Ladder, args: Any, out: Path) -> dic
             record["phases"]["ladder"] = phase(
                 target, ladder, out / "ladder", env, args.processes, locust_pids
             )
-            if control:
+            if writes:
                 # After the mixed ladder: submit-only users never kill their jobs, and the
-                # ladder should not start on a cell holding thousands of their pending tasks.
+                # ladder should not start on a cell holding thousands of their jobs.
+                # First jobs of no task (the write path alone: nothing for the scheduler),
+                # then one-task jobs that stay pending (writes and scheduling passes).
+                alone = Ladder(args.write_clients, 1, args.write_clients, 8.0, ladder.slo_p95_ms)
+                record["phases"]["submit0"] = phase(
+                    Target.SUBMIT, alone, out / "submit0", {**env, "LOADTEST_SUBMIT_TASKS": "0"},
+                    args.processes, locust_pids,
+                )  # fmt: skip
                 submit = Ladder(args.write_clients, args.write_clients, 3 * args.write_clients,
                                 8.0, ladder.slo_p95_ms)  # fmt: skip
                 record["phases"]["submit"] = phase(
-                    Target.SUBMIT, submit, out / "submit", env, args.processes, locust_pids
-                )
+                    Target.SUBMIT, submit, out / "submit", {**env, "LOADTEST_SUBMIT_TASKS": "1"},
+                    args.processes, locust_pids,
+                )  # fmt: skip
         finally:
             samples = sampler.stop()
             write_csv(samples, out / "samples.csv")
@@ -207,8 +218,9 @@ def phase(
 
 
 def smoke(out: Path) -> int:
-    """1 replica, 2 then 4 users for 10 s each; non-zero on any 5xx or missing stats."""
-    args = argparse.Namespace(processes=1, cost_ms=0.0, etcd_seconds=1.0, write_clients=2)
+    """1 replica, the control-plane mix at 2 then 4 users for 10 s each (about a minute with the
+    cell's start and stop); non-zero on any 5xx or missing stats."""
+    args = argparse.Namespace(processes=1, cost_ms=0.0, write_phases=False)
     ladder = Ladder(2, 2, 4, 10.0, 1000.0)
     out.mkdir(parents=True, exist_ok=True)
     record = run_one(Target.CONTROL, 1, ladder, args, out / "r1")
@@ -222,7 +234,9 @@ def smoke(out: Path) -> int:
         steps = json.loads(shape_path.read_text())["steps"]
         if not steps or not all(s["requests"] > 0 for s in steps):
             problems.append(f"a step without requests: {steps}")
-    fivexx = sum(count_5xx(out / "r1" / f"{p}_failures.csv") for p in ("ladder", "submit"))
+    fivexx = sum(
+        count_5xx(out / "r1" / f"{p}_failures.csv") for p in ("ladder", "submit0", "submit")
+    )
     if fivexx:
         problems.append(f"{fivexx} responses were 5xx")
     report.build(out)

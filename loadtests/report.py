@@ -31,6 +31,7 @@ class Run:
     record: dict[str, Any]
     ladder: dict[str, Any]
     submit: dict[str, Any] | None
+    submit0: dict[str, Any] | None
     samples: list[Sample]
     failures: list[FailureKind]
     submit_failures: list[FailureKind]
@@ -63,6 +64,7 @@ def load_runs(root: Path) -> list[Run]:
                 record=record,
                 ladder=_json(d / "ladder_shape.json"),
                 submit=_json(d / "submit_shape.json") or None,
+                submit0=_json(d / "submit0_shape.json") or None,
                 samples=read_csv(d / "samples.csv") if (d / "samples.csv").exists() else [],
                 failures=read_failures(d / "ladder_failures.csv"),
                 submit_failures=read_failures(d / "submit_failures.csv"),
@@ -229,8 +231,14 @@ def write_figures(run: Run) -> dict[str, Any]:
     same = next((s for s in steps if s["users"] == clients), steps[0] if steps else None)
     best = best_within(steps, None, WRITE_P99_MS)
     top = max(steps, key=lambda s: s["rps"]) if steps else None
+    alone = (run.submit0 or {}).get("steps", [])
+    alone_step = alone[0] if alone else None
     return {
         "clients": clients,
+        "alone": alone_step,
+        "alone_ratio": (alone_step["rps"] / etcd["txn"]["ops_per_s"])
+        if alone_step and etcd["txn"]["ops_per_s"]
+        else None,
         "etcd_txn": etcd["txn"]["ops_per_s"],
         "etcd_put": etcd["put"]["ops_per_s"],
         "etcd_txn_p99": etcd["txn"]["p99_ms"],
@@ -303,6 +311,7 @@ def build(root: Path) -> Path:
         "",
         "Data: `r<N>/ladder_*` (Locust CSVs, the shape's per-step JSON), `r<N>/submit_*` (the "
         "submit-only ladder), `r<N>/samples.csv` (CPU and RSS of every process, about 1 s), "
+        "`r<N>/submit0_*` (submissions of jobs with no task), "
         "`r<N>/run.json` (machine, cell, direct etcd bench). Regenerate this page with "
         f"`python -m loadtests.report {root}`.",
         "",
@@ -315,8 +324,9 @@ def build(root: Path) -> Path:
 def control_section(runs: list[Run]) -> list[str]:
     md = ["## Targets (control plane)", ""]
     md += ["| replicas | reads/s with p99 < 50 ms (users) | submissions/s with p99 < 250 ms (users) | "
-           "direct etcd txn/s (put/s), same client | master submits/s at that concurrency | master/etcd |",
-           "|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+           "direct etcd txn/s (put/s), same client | master submits/s, 0-task jobs (write path alone) | "
+           "master/etcd | master submits/s, 1-task pending jobs | master/etcd |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     base_reads = None
     for run in runs:
         reads = best_within(run.steps, "read", READ_P99_MS)
@@ -324,11 +334,15 @@ def control_section(runs: list[Run]) -> list[str]:
         best = w.get("best")
         same = w.get("master_same")
         ratio = w.get("ratio")
+        alone = w.get("alone")
+        alone_ratio = w.get("alone_ratio")
         md.append(
             f"| {run.replicas} | "
             + (f"{reads['rps']:.0f} ({reads['users']})" if reads else "none") + " | "
             + (f"{best['rps']:.0f} ({best['users']}, p99 {best['p99_ms']:.0f} ms)" if best else "none") + " | "
             + (f"{w['etcd_txn']:.0f} ({w['etcd_put']:.0f}), {w['clients']} clients" if w else "n/a") + " | "
+            + (f"{alone['rps']:.0f} (p99 {alone['p99_ms']:.0f} ms)" if alone else "n/a") + " | "
+            + (f"{100 * alone_ratio:.0f}%" if alone_ratio is not None else "n/a") + " | "
             + (f"{same['rps']:.0f} (p99 {same['p99_ms']:.0f} ms)" if same else "n/a") + " | "
             + (f"{100 * ratio:.0f}%" if ratio is not None else "n/a") + " |"
         )  # fmt: skip

@@ -40,6 +40,9 @@ CELL = os.environ.get("LOADTEST_CELL", "local")
 SERVICE_JOB = os.environ.get("LOADTEST_SERVICE_JOB", "demo/hello_world")
 SERVICE_TASKS = int(os.environ.get("LOADTEST_SERVICE_TASKS", "1"))
 COST_MS = float(os.environ.get("LOADTEST_COST_MS", "0"))
+# Tasks per submitted job. 0 isolates the write path: no pending task, so the leader's
+# scheduling pass has nothing to plan and does not compete for the writer.
+SUBMIT_TASKS = int(os.environ.get("LOADTEST_SUBMIT_TASKS", "1"))
 REFRESH_S = float(os.environ.get("LOADTEST_REFRESH_S", "3"))
 # Bounds a hung request: a step is 10-15 s, a request longer than this is a failure anyway.
 NETWORK_TIMEOUT_S = 10.0
@@ -48,13 +51,13 @@ _replica = itertools.count()
 _user_ids = itertools.count()
 
 
-def small_job(user: str, name: str) -> dict[str, Any]:
-    """A one-task batch job that stays PENDING: its constraint names a rack no machine has."""
+def small_job(user: str, name: str, tasks: int = 1) -> dict[str, Any]:
+    """A small batch job whose tasks stay PENDING: its constraint names a rack no machine has."""
     return {
         "name": name,
         "user": user,
         "priority": 100,
-        "task_count": 1,
+        "task_count": tasks,
         "request": {"cpu": "10m", "ram": "1MiB"},
         "command": ["sleep", "60"],
         "constraints": [{"attr": "rack", "op": "eq", "value": "none-loadtest"}],
@@ -91,7 +94,8 @@ class MasterUser(FastHttpUser):
     def _submit(self) -> None:
         name = f"j{next(self._serial)}"
         with self.client.post(
-            self.master + "/v1/jobs", json=small_job(self.user, name), name="write: submit",
+            self.master + "/v1/jobs", json=small_job(self.user, name, SUBMIT_TASKS),
+            name="write: submit",
             catch_response=True,
         ) as resp:  # fmt: skip
             if resp.status_code == 201:
