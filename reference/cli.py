@@ -54,6 +54,8 @@ app.add_typer(bns_app, name="bns")
 app.add_typer(bench_app, name="bench")
 app.add_typer(report_app, name="report")
 app.add_typer(spec_app, name="spec")
+campaign_app = typer.Typer(help="Load, chaos and elasticity campaigns that write reports.", no_args_is_help=True)
+app.add_typer(campaign_app, name="campaign")
 app.command("demo")(demo)
 
 # Commands that hand their arguments, --help included, to another program's own parser.
@@ -254,6 +256,42 @@ def bench_scheduler(ctx: typer.Context) -> None:
 def bench_cell(ctx: typer.Context) -> None:
     """Benchmark a live cell through its API (try --help)."""
     _run_main("reference.master.bench", "the cell benchmark", ctx.args)
+
+
+@app.command("conformance", **PASS_THROUGH)
+def conformance(ctx: typer.Context) -> None:
+    """Run the conformance suite against a cell, or a local one it starts (try --help)."""
+    _run_main("harness", "the conformance suite", ctx.args)
+
+
+@campaign_app.command("load", **PASS_THROUGH)
+def campaign_load(ctx: typer.Context) -> None:
+    """Locust load campaign over 1, 3 and 5 replicas (try --help)."""
+    _run_main("loadtests.campaign", "the load campaign", ["load", *ctx.args])
+
+
+@campaign_app.command("smoke", **PASS_THROUGH)
+def campaign_smoke(ctx: typer.Context) -> None:
+    """The 60-second load smoke campaign (try --help)."""
+    _run_main("loadtests.campaign", "the load campaign", ["smoke", *ctx.args])
+
+
+@campaign_app.command("chaos", **PASS_THROUGH)
+def campaign_chaos(ctx: typer.Context) -> None:
+    """Chaos Toolkit experiments behind Toxiproxy, judged from their journals (try --help)."""
+    _run_main("chaos.campaign", "the chaos campaign", ["chaos", *ctx.args])
+
+
+@campaign_app.command("soak", **PASS_THROUGH)
+def campaign_soak(ctx: typer.Context) -> None:
+    """Random faults under load, then the history checker (try --help)."""
+    _run_main("chaos.campaign", "the soak campaign", ["soak", *ctx.args])
+
+
+@campaign_app.command("elastic", **PASS_THROUGH)
+def campaign_elastic(ctx: typer.Context) -> None:
+    """Autoscaling under a rising and falling load (try --help)."""
+    _run_main("reference.elastic.campaign", "the elastic campaign", ctx.args)
 
 
 @report_app.command("scheduler", **PASS_THROUGH)
