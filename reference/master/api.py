@@ -14,11 +14,12 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reference.jobspec import validation_errors
-from reference.master import views
+from reference.master import freshness, views
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
 from reference.master.machines import MachineBody, machine_from_body
 from reference.master.mutations import ApiError, kill_job, kill_task, submit_job, update_job
+from reference.master.readgate import ReadGate
 from reference.master.replica import Replica
 from reference.master.writer import NotLeader, WriteFailed
 from spec.actions import EvictReason
@@ -69,6 +70,14 @@ def make_app(replica: Replica) -> FastAPI:
     forwarder = Forwarder(replica)
     metrics = replica.metrics
 
+    # Added first, so it runs inside Observe: refused reads are counted too.
+    app.add_middleware(
+        ReadGate,
+        age=replica.cache_age,
+        revision=lambda: replica.cache.revision,
+        wait_revision=replica.cache.wait_revision,
+        bound_s=replica.max_staleness,
+    )
     app.add_middleware(Observe, metrics=metrics)
 
     @app.exception_handler(RequestValidationError)
@@ -111,9 +120,28 @@ def make_app(replica: Replica) -> FastAPI:
     # Reads are `async def`: they only look at the in-memory watch cache, so they run on the
     # event loop instead of paying a hop to the thread pool and back on every request.
 
+    # Kubernetes' split: /healthz is liveness (200 while the process serves: restarting a
+    # replica because etcd is away would not bring etcd back) and says whether reads would be
+    # answered; /readyz is readiness (503 while the cache is too old, so a load balancer stops
+    # sending reads here).
+    def readiness() -> dict[str, Any]:
+        return freshness.readiness(replica.cache_age(), replica.max_staleness, replica.cache.revision)
+
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        return {"ok": True, "name": replica.name, "role": "leader" if replica.is_leader else "follower"}
+        return {
+            "ok": True,
+            "name": replica.name,
+            "role": "leader" if replica.is_leader else "follower",
+            **readiness(),
+        }
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        body = {"name": replica.name, **readiness()}
+        if body["ready"]:
+            return JSONResponse(content=body)
+        return JSONResponse(status_code=503, content=body, headers={"Retry-After": str(freshness.RETRY_AFTER_S)})
 
     @app.get("/metrics")
     def metrics_text() -> Response:

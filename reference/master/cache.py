@@ -25,9 +25,15 @@ log = logging.getLogger(__name__)
 
 
 class WatchCache:
-    def __init__(self, client: StoreClient, keys: codec.Keys) -> None:
+    def __init__(self, client: StoreClient, keys: codec.Keys, *, idle_timeout: float = 5.0) -> None:
         self.client = client
         self.keys = keys
+        # A watch silent this long is reconnected to the next member; with a progress
+        # notification a second, a short value moves off a hung member before reads are refused.
+        self.idle_timeout = idle_timeout
+        # When etcd was last heard (a read, an event or a progress notification), on the
+        # monotonic clock: the cache is at least that fresh. None until the first read.
+        self._heard_at: float | None = None
         self._machines: dict[str, tuple[Machine, MachineInfo]] = {}
         self._jobs: dict[str, tuple[Job, JobInfo]] = {}
         self._tasks: dict[TaskId, tuple[Task, TaskInfo]] = {}
@@ -77,6 +83,11 @@ class WatchCache:
     def revision(self) -> int:
         return self._revision
 
+    @property
+    def heard_at(self) -> float | None:
+        """The monotonic time of the last message from etcd, None if there was none yet."""
+        return self._heard_at
+
     def cell(self) -> Cell:
         with self._cond:
             if self._view is None:
@@ -118,8 +129,10 @@ class WatchCache:
     # --- applying changes ----------------------------------------------------------------------
 
     def _reload(self) -> None:
+        asked = time.monotonic()  # the read reflects etcd no earlier than when it was sent
         kvs, revision = self.client.get_prefix(self.keys.root)
         with self._cond:
+            self._heard_at = asked
             self._machines.clear()
             self._jobs.clear()
             self._tasks.clear()
@@ -134,7 +147,11 @@ class WatchCache:
             self._cond.notify_all()
         self.reloads += 1
         self._watch = self.client.watch_prefix(
-            self.keys.root, revision + 1, self._on_events, on_compacted=self._on_compacted
+            self.keys.root,
+            revision + 1,
+            self._on_events,
+            on_compacted=self._on_compacted,
+            idle_timeout=self.idle_timeout,
         )
 
     def _on_compacted(self, compact_revision: int) -> None:
@@ -153,6 +170,8 @@ class WatchCache:
 
     def _on_events(self, events: list[ops.WatchEvent], revision: int) -> None:
         with self._cond:
+            # Events and progress notifications alike prove the watch still hears etcd.
+            self._heard_at = time.monotonic()
             for e in events:
                 if e.kind == "PUT":
                     self._put(e.key, e.value)

@@ -7,6 +7,7 @@ import logging
 import signal
 
 from reference.borglet import quantity
+from reference.master import freshness
 from reference.master.leader import LeaderConfig
 from spec.model import Resources
 
@@ -42,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between borglet polls")
     p.add_argument("--down-after", type=int, default=3, help="missed polls before a machine is down")
     p.add_argument("--lease-ttl", type=float, default=3.0, help="leader lease TTL in seconds")
+    p.add_argument(
+        "--max-staleness",
+        type=float,
+        default=freshness.DEFAULT_MAX_STALENESS_S,
+        help="refuse reads (503) when etcd was last heard longer ago than this, in seconds",
+    )
     p.add_argument("--advertise", default=None, help="URL other replicas reach this one at")
     p.add_argument("--peers", default="", help="name=url,... of the other replicas (for /v1/cell)")
     p.add_argument("--default-quota", default=None, help="quota of user '*' per band, e.g. cpu=100,ram=1TiB")
@@ -66,8 +73,8 @@ def main(argv: list[str] | None = None) -> None:
         quota = parse_quota(args.default_quota) if args.default_quota else None
     except ValueError as err:
         parser.error(str(err))
-    if args.poll_interval <= 0 or args.down_after < 1 or args.lease_ttl < 1:
-        parser.error("--poll-interval must be > 0, --down-after >= 1, --lease-ttl >= 1")
+    if args.poll_interval <= 0 or args.down_after < 1 or args.lease_ttl < 1 or args.max_staleness <= 0:
+        parser.error("--poll-interval must be > 0, --down-after >= 1, --lease-ttl >= 1, --max-staleness > 0")
     logging.basicConfig(
         level=args.log_level.upper(),
         format=f"%(asctime)s master[{args.name}] %(levelname)s %(name)s: %(message)s",
@@ -90,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         config=config,
         lease_ttl=args.lease_ttl,
         peers=peers,
+        max_staleness=args.max_staleness,
     )
     replica.start()
     signal.signal(signal.SIGTERM, _exit_cleanly)

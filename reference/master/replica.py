@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 
-from reference.master import codec
+from reference.master import codec, freshness
 from reference.master.cache import WatchCache
 from reference.master.leader import LeaderConfig, Term
 from reference.master.metrics import MasterMetrics
@@ -41,6 +42,7 @@ class Replica:
         config: LeaderConfig,
         lease_ttl: float = 3.0,
         peers: dict[str, str] | None = None,
+        max_staleness: float = freshness.DEFAULT_MAX_STALENESS_S,
     ) -> None:
         self.name = name
         self.url = url
@@ -48,7 +50,10 @@ class Replica:
         self.peers = dict(peers or {})
         self.keys = codec.Keys(config.cell_name)
         self.client = StoreClient(etcd, timeout=2.0)
-        self.cache = WatchCache(self.client, self.keys)
+        self.max_staleness = max_staleness
+        # Leave a silent member half a second before reads would be refused, so a hung
+        # member costs a reconnect rather than a window of 503s (never above the watch's 5 s).
+        self.cache = WatchCache(self.client, self.keys, idle_timeout=min(5.0, max(1.5, max_staleness - 0.5)))
         self.metrics = MasterMetrics(self.cache.cell)
         self.election = Election(
             self.client,
@@ -98,6 +103,10 @@ class Replica:
 
     def leader(self) -> LeaderRef | None:
         return parse_leader_value(self.cache.cell().leader)
+
+    def cache_age(self) -> float:
+        """Seconds since this replica's watch cache last heard from etcd."""
+        return freshness.cache_age(time.monotonic(), self.cache.heard_at)
 
     def _elected(self, token: int) -> None:
         log.info("%s leads the cell (epoch %d)", self.name, token)
