@@ -64,6 +64,10 @@ class Borglet:
         self.clock = clock
         self.prober = prober or Prober()
         self.tasks: dict[str, Task] = {}
+        # Desired tasks not started yet because another process of their index is still
+        # stopping here; started by the supervisor loop once it is gone. Not persisted: the
+        # master lists them again on every sync.
+        self.waiting: dict[str, TaskSpec] = {}
         self.tombstones: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.epoch = 0
         self.master = ""
@@ -104,8 +108,9 @@ class Borglet:
                 self._forget(tid)
             for tid in plan.restore:
                 self._restore(specs[tid])
-            for tid in plan.start:
-                self._start(specs[tid], now)
+            # Only what the master still lists may wait; a spec it dropped is never started.
+            self.waiting = {tid: specs[tid] for tid in plan.start}
+            self._start_unblocked(now)
             if plan.kill or plan.forget or plan.restore or plan.start:
                 self._dirty = True
             report = self._report()
@@ -203,6 +208,7 @@ class Borglet:
             now = self.clock()
             for task in list(self.tasks.values()):
                 self._observe(task, now)
+            self._start_unblocked(now)
             for task in self.tasks.values():
                 self._sample(task, now)
             self._relieve_memory_pressure(now)
@@ -336,6 +342,24 @@ class Borglet:
             return
         self._launch(task, now)
 
+    def _start_unblocked(self, now: float) -> None:
+        """Start each waiting task whose index has no other process still stopping here."""
+        for tid, spec in list(self.waiting.items()):
+            blocker = self._blocker(spec)
+            if blocker is not None:
+                log.debug("%s waits for %s to stop", tid, blocker)
+                continue
+            del self.waiting[tid]
+            self._start(spec, now)
+            self._dirty = True
+
+    def _blocker(self, spec: TaskSpec) -> str | None:
+        others = (
+            decisions.Running(tid, t.spec.job, t.spec.index, t.kill_reason is not None and not t.ended)
+            for tid, t in self.tasks.items()
+        )
+        return decisions.start_blocker(spec.job, spec.index, spec.task_id, others)
+
     def _launch(self, task: Task, now: float) -> None:
         spec = task.spec
         env = dict(os.environ)
@@ -424,6 +448,8 @@ class Borglet:
                 "ram_bytes": sum(t["usage"]["ram_bytes"] for t in tasks),
             },
             "tasks": tasks,
+            # Listed apart from `tasks`: no process of theirs exists yet.
+            "waiting": sorted(self.waiting),
         }
 
     def _save_if_dirty(self) -> None:

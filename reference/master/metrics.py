@@ -62,6 +62,11 @@ class MasterMetrics:
         )  # fmt: skip
         self.txn_ops = Counter("minborg_txn_ops", "Ops in committed leader txns.", registry=r)
         self.polls = Counter("minborg_borglet_polls", "Borglet syncs sent.", registry=r)
+        self.holds = Counter(
+            "minborg_incarnation_holds",
+            "Task incarnations held back until an older process of their index stopped.",
+            registry=r,
+        )
         r.register(_CellCollector(cell))
 
     def on_txn(self, outcome: str, n: int) -> None:
@@ -73,8 +78,12 @@ class MasterMetrics:
         self.pass_seconds.observe(seconds)
         self.placed.inc(placed)
 
-    def on_poll(self, _: str) -> None:
-        self.polls.inc()
+    def on_poll(self, event: str) -> None:
+        """The poller's events: "sent" (a sync went out) or "hold" (a new incarnation waits)."""
+        if event == "hold":
+            self.holds.inc()
+        else:
+            self.polls.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -4,6 +4,10 @@ Each machine is synced every `interval` seconds, and at once when its desired se
 (a placement, a kill), so a task starts without waiting for the next poll. A machine that
 misses `down_after` polls in a row is marked down through the spec (`machine_down`: its tasks
 are lost and restarted elsewhere by policy); one that answers again is marked up.
+
+A new incarnation is held back (`reports.hold_back`) while an older process of its index is
+still live on an up machine; the machine running the old one is polled every `HOLD_POLL_S`
+meanwhile, so the new one starts about that long after the old one is gone.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ import httpx
 
 from reference.master import reports
 from reference.master.cache import WatchCache
-from reference.master.cell import Draft, MachineInfo
+from reference.master.cell import Cell, Draft, MachineInfo, borglet_task_id
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from spec.model import TaskId, TaskState
 
 log = logging.getLogger(__name__)
 
 USAGE_WRITE_EVERY_S = 10.0  # usage alone is written this rarely: it changes every second
+HOLD_POLL_S = 0.2  # how often a machine whose task blocks a held one is polled
 
 
 @dataclass
@@ -36,6 +41,7 @@ class _Machine:
     inflight: bool = False
     misses: int = 0
     usage_written_at: float = 0.0
+    sent_at: float = 0.0
 
 
 class Poller:
@@ -67,6 +73,10 @@ class Poller:
         self._http = httpx.Client(timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5))
         self._thread = threading.Thread(target=self._run, name="poller", daemon=True)
         self.usage: dict[TaskId, tuple[tuple[str, int], ...]] = {}
+        # machine -> {borglet task id: state} from its last reply: what really runs there.
+        self._reported: dict[str, dict[str, str]] = {}
+        self._released: set[str] = set()  # borglet task ids sent at least once
+        self.holds: dict[str, reports.Hold] = {}  # task id -> why it is held, as of the last turn
 
     def start(self) -> None:
         self._thread.start()
@@ -97,18 +107,79 @@ class Poller:
     def _turn(self) -> None:
         cell = self.cache.cell()
         now = time.monotonic()
-        for name in cell.state.machines:
-            desired, ids = reports.desired_set(cell, name, self.cell_name)
+        plans = {name: reports.desired_set(cell, name, self.cell_name) for name in cell.state.machines}
+        plans, blocking = self._hold_back(cell, plans)
+        for name, (desired, ids) in plans.items():
             signature = frozenset(d["task_id"] for d in desired)
             address = cell.machines.get(name, MachineInfo()).address
             with self._lock:
                 st = self._machines.setdefault(name, _Machine())
-                if st.inflight or (now < st.next_at and signature == st.signature):
+                due = st.next_at if name not in blocking else min(st.next_at, st.sent_at + HOLD_POLL_S)
+                if st.inflight or (now < due and signature == st.signature):
                     continue
                 st.inflight, st.signature, st.next_at = True, signature, now + self.interval
+                st.sent_at = now
+                self._released.update(signature)
             if self._stop.is_set():
                 return
             self._pool.submit(self._poll, name, address, desired, ids)
+
+    def _hold_back(
+        self, cell: Cell, plans: dict[str, tuple[list[dict[str, Any]], set[TaskId]]]
+    ) -> tuple[dict[str, tuple[list[dict[str, Any]], set[TaskId]]], set[str]]:
+        """Take held tasks out of the desired sets; returns the sets and the machines whose
+        reports block a hold (they are polled faster until it is released)."""
+        up = [n for n, m in cell.state.machines.items() if m.up]
+        wanted = {str(d["task_id"]) for desired, _ in plans.values() for d in desired}
+        with self._lock:
+            live = reports.live_by_index(self._reported, up)
+            # Forget ids no machine wants any more, so the set stays as small as the cell.
+            self._released &= wanted
+            released = set(self._released)
+            for reported in self._reported.values():
+                released.update(reported)
+        out: dict[str, tuple[list[dict[str, Any]], set[TaskId]]] = {}
+        holds: dict[str, reports.Hold] = {}
+        for name, (desired, ids) in plans.items():
+            seen = {d["task_id"] for d in desired if cell.task_info(_task_id(d)).seen}
+            keep, held = reports.hold_back(desired, live, released | seen)
+            holds.update((h.task_id, h) for h in held)
+            held_ids = {h.task_id for h in held}
+            out[name] = (keep, {t for t in ids if not _held(t, cell, held_ids)})
+        self._note_holds(holds)
+        return out, {h.machine for h in holds.values()}
+
+    def _note_holds(self, holds: dict[str, reports.Hold]) -> None:
+        """Count new holds and show them on their tasks (one write per hold, not per turn)."""
+        new = [h for tid, h in holds.items() if tid not in self.holds]
+        self.holds = holds
+        if not new:
+            return
+        for h in new:
+            log.info("holding %s back: %s still runs on %s", h.task_id, h.blocker, h.machine)
+            if self._on_poll is not None:
+                self._on_poll("hold")
+        if not self._stop.is_set():
+            self._pool.submit(self._show_holds, new)
+
+    def _show_holds(self, holds: list[reports.Hold]) -> None:
+        def change(d: Draft) -> None:
+            for h in holds:
+                tid = _task_id_of(h.task_id)
+                if tid is None:
+                    continue
+                task, info = d.state.tasks.get(tid), d.task_info(tid)
+                if task is None or task.state is not TaskState.RUNNING or info.seen:
+                    continue
+                if borglet_task_id(tid, info) == h.task_id:
+                    d.set_task_info(tid, replace(info, borglet_state=h.describe()))
+
+        try:
+            self.writer.mutate(change)
+        except (NotLeader, WriteFailed) as err:
+            log.info("holds not recorded: %s", err)
+        except Exception:
+            log.exception("recording holds failed")
 
     def _poll(self, name: str, address: str, desired: list[dict[str, Any]], ids: set[TaskId]) -> None:
         try:
@@ -162,6 +233,12 @@ class Poller:
             st = self._machines[name]
             st.misses = 0
             write_usage = time.monotonic() - st.usage_written_at >= USAGE_WRITE_EVERY_S
+        with self._lock:
+            self._reported[name] = {
+                str(t.get("task_id")): str(t.get("state", ""))
+                for t in reply.get("tasks", [])
+                if isinstance(t, dict)
+            }
         outcome = reports.map_reply(self.cache.cell(), name, reply, ids)
         self.usage.update(outcome.usage)
         m = self.cache.cell().state.machines.get(name)
@@ -195,3 +272,16 @@ class Poller:
         if write_usage:
             with self._lock:
                 st.usage_written_at = time.monotonic()
+
+
+def _task_id(d: dict[str, Any]) -> TaskId:
+    return TaskId(str(d["job"]), int(d["index"]), int(d["incarnation"]))
+
+
+def _task_id_of(borglet_id: str) -> TaskId | None:
+    parsed = reports.parse_borglet_task_id(borglet_id)
+    return TaskId(*parsed) if parsed is not None else None
+
+
+def _held(tid: TaskId, cell: Cell, held_ids: set[str]) -> bool:
+    return borglet_task_id(tid, cell.task_info(tid)) in held_ids

@@ -11,10 +11,17 @@ A reply's task states map to the spec's actions:
     STARTING / RUNNING          -> no step; port, health, restarts and usage are recorded
 
 A restart in place by the borglet is not a state change: only `restarts` moves.
+
+Hold-back: a new incarnation (or a new placement) of a task index is not sent to any borglet
+while another process of the same index is still reported live by the borglet of an up
+machine. The spec already counts the new one as RUNNING (assigned); the hold only delays
+its process until the old one is confirmed gone, so two never run at once. A down machine's
+reports do not hold anything back: the machine was declared lost and its tasks with it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -65,6 +72,74 @@ def desired_set(cell: Cell, machine: str, cell_name: str) -> tuple[list[dict[str
         )
     out.sort(key=lambda d: d["task_id"])
     return out, ids
+
+
+LIVE_STATES = frozenset({"STARTING", "RUNNING"})  # a borglet state whose process may be alive
+
+IndexKey = tuple[str, int]  # (job key, task index)
+
+
+def parse_borglet_task_id(task_id: str) -> tuple[str, int, int] | None:
+    """'user/job/3#1@2' -> ('user/job', 3, 1); None for an id this master did not make."""
+    base = task_id.partition("@")[0]
+    head, sep, inc = base.rpartition("#")
+    job, _, index = head.rpartition("/")
+    if not sep or not job or not index.isdigit() or not inc.isdigit():
+        return None
+    return job, int(index), int(inc)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A task id kept out of its machine's desired set while `blocker` still runs on `machine`."""
+
+    task_id: str
+    blocker: str
+    machine: str
+
+    def describe(self) -> str:
+        parsed = parse_borglet_task_id(self.blocker)
+        what = f"incarnation {parsed[2]}" if parsed else self.blocker
+        return f"waiting for {what} to stop"
+
+
+def live_by_index(
+    reported: Mapping[str, Mapping[str, str]], up: Iterable[str]
+) -> dict[IndexKey, list[tuple[str, str]]]:
+    """(job, index) -> [(machine, task id)] of processes reported live by up machines.
+
+    reported: machine -> {borglet task id: state} from each machine's last reply.
+    """
+    out: dict[IndexKey, list[tuple[str, str]]] = {}
+    for machine in sorted(set(up)):
+        for task_id, state in sorted(reported.get(machine, {}).items()):
+            parsed = parse_borglet_task_id(task_id)
+            if state in LIVE_STATES and parsed is not None:
+                out.setdefault((parsed[0], parsed[1]), []).append((machine, task_id))
+    return out
+
+
+def hold_back(
+    desired: list[dict[str, Any]],
+    live: Mapping[IndexKey, list[tuple[str, str]]],
+    released: set[str],
+) -> tuple[list[dict[str, Any]], list[Hold]]:
+    """Split a desired set into what may be sent now and what must wait.
+
+    A task already released (sent before, or reported by its borglet) is always kept: taking
+    it out again would make its borglet kill a process that runs legitimately. Any other task
+    waits while a different process of its index is live on an up machine.
+    """
+    keep: list[dict[str, Any]] = []
+    held: list[Hold] = []
+    for d in desired:
+        tid = str(d["task_id"])
+        others = [(m, o) for m, o in live.get((str(d["job"]), int(d["index"])), ()) if o != tid]
+        if tid in released or not others:
+            keep.append(d)
+        else:
+            held.append(Hold(tid, others[0][1], others[0][0]))
+    return keep, held
 
 
 def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]) -> Outcome:

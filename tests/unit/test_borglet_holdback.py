@@ -1,0 +1,86 @@
+"""The borglet starts a new incarnation only once an older one of its index has stopped on this machine."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from reference.borglet import decisions
+from reference.borglet.isolation import RlimitIsolation
+from reference.borglet.protocol import SyncRequest
+from reference.borglet.supervisor import Borglet, MachineConfig
+
+# Ignores SIGTERM for a while, so its kill takes most of the grace.
+SLOW_STOP = (
+    "import signal, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.6), exit(0)))\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_start_blocker_rule() -> None:
+    stopping = decisions.Running("a/j/0#0@0", "a/j", 0, stopping=True)
+    alive = decisions.Running("a/j/1#0@0", "a/j", 1, stopping=False)
+    assert decisions.start_blocker("a/j", 0, "a/j/0#1@0", [stopping, alive]) == "a/j/0#0@0"
+    assert decisions.start_blocker("a/j", 1, "a/j/1#1@0", [stopping, alive]) is None
+    assert decisions.start_blocker("a/k", 0, "a/k/0#1@0", [stopping]) is None
+    assert decisions.start_blocker("", 0, "t#1", [decisions.Running("t#0", "", 0, True)]) is None
+
+
+def task(inc: int) -> dict[str, Any]:
+    return {
+        "task_id": f"a/j/0#{inc}@0", "job": "a/j", "index": 0, "incarnation": inc,
+        "command": [sys.executable, "-c", SLOW_STOP], "restart_policy": "never",
+    }  # fmt: skip
+
+
+def sync(borglet: Borglet, *tasks: dict[str, Any]) -> dict[str, Any]:
+    return borglet.sync(SyncRequest.model_validate({"epoch": 1, "tasks": list(tasks)}))
+
+
+def test_new_incarnation_waits_for_the_old_one_then_starts_without_a_sync(tmp_path) -> None:
+    config = MachineConfig(
+        name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path), kill_grace_s=5
+    )
+    borglet = Borglet(config, RlimitIsolation())
+    try:
+        sync(borglet, task(0))
+        time.sleep(0.3)  # let the interpreter install its SIGTERM handler
+        report = sync(borglet, task(1))  # the old one is killed, the new one must wait
+        assert "a/j/0#1@0" not in borglet.tasks
+        assert report["waiting"] == ["a/j/0#1@0"]
+        assert [t["task_id"] for t in report["tasks"]] == ["a/j/0#0@0"]
+        deadline = time.monotonic() + 5
+        while "a/j/0#1@0" not in borglet.tasks:
+            assert time.monotonic() < deadline, "the new incarnation never started"
+            old = borglet.tasks["a/j/0#0@0"]
+            assert old.pid is not None or old.ended  # never both alive
+            borglet.tick()
+            time.sleep(0.02)
+        assert borglet.tasks["a/j/0#0@0"].state == "KILLED"
+        assert borglet.tasks["a/j/0#1@0"].pid is not None
+        assert borglet.report()["waiting"] == []
+    finally:
+        borglet.stop(kill_tasks=True, timeout_s=2)
+
+
+def test_a_waiting_task_the_master_drops_never_starts(tmp_path) -> None:
+    config = MachineConfig(
+        name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path), kill_grace_s=5
+    )
+    borglet = Borglet(config, RlimitIsolation())
+    try:
+        sync(borglet, task(0))
+        time.sleep(0.3)
+        sync(borglet, task(1))
+        assert sync(borglet)["waiting"] == []
+        deadline = time.monotonic() + 5
+        while not borglet.tasks["a/j/0#0@0"].ended:
+            assert time.monotonic() < deadline
+            borglet.tick()
+            time.sleep(0.02)
+        borglet.tick()
+        assert "a/j/0#1@0" not in borglet.tasks
+    finally:
+        borglet.stop(kill_tasks=True, timeout_s=2)

@@ -1,0 +1,93 @@
+"""The hold-back rule: a new process of a task index waits until every other one is gone from up machines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reference.master.cell import Cell
+from reference.master.metrics import MasterMetrics
+from reference.master.reports import Hold, hold_back, live_by_index, parse_borglet_task_id
+
+
+def spec(task_id: str) -> dict[str, Any]:
+    job, index, inc = parse_borglet_task_id(task_id) or ("", 0, 0)
+    return {"task_id": task_id, "job": job, "index": index, "incarnation": inc}
+
+
+def test_parse_borglet_task_id() -> None:
+    assert parse_borglet_task_id("bob/c8-1/2#1@1") == ("bob/c8-1", 2, 1)
+    assert parse_borglet_task_id("a/b/0#12@0") == ("a/b", 0, 12)
+    assert parse_borglet_task_id("t#0") is None  # not a cell task id
+    assert parse_borglet_task_id("a/b/x#1@0") is None
+
+
+def test_old_incarnation_live_on_same_machine_holds_the_new_one() -> None:
+    live = live_by_index({"m1": {"bob/j/2#1@1": "RUNNING"}}, ["m1"])
+    keep, held = hold_back([spec("bob/j/2#2@1")], live, set())
+    assert keep == []
+    assert held == [Hold("bob/j/2#2@1", "bob/j/2#1@1", "m1")]
+    assert held[0].describe() == "waiting for incarnation 1 to stop"
+
+
+def test_old_incarnation_live_on_another_machine_holds_the_new_one() -> None:
+    live = live_by_index({"m1": {"bob/j/4#0@0": "STARTING"}, "m2": {}}, ["m1", "m2"])
+    keep, held = hold_back([spec("bob/j/4#1@0")], live, set())
+    assert keep == [] and [h.machine for h in held] == ["m1"]
+
+
+def test_other_placement_of_the_same_incarnation_also_holds() -> None:
+    live = live_by_index({"m1": {"bob/j/0#3@1": "RUNNING"}}, ["m1"])
+    _, held = hold_back([spec("bob/j/0#3@2")], live, set())
+    assert held and held[0].describe() == "waiting for incarnation 3 to stop"
+
+
+def test_ended_old_incarnation_releases_the_new_one() -> None:
+    for state in ("FINISHED", "FAILED", "KILLED"):
+        live = live_by_index({"m1": {"bob/j/2#1@1": state}}, ["m1"])
+        keep, held = hold_back([spec("bob/j/2#2@1")], live, set())
+        assert held == [] and [d["task_id"] for d in keep] == ["bob/j/2#2@1"], state
+
+
+def test_forgotten_old_incarnation_releases_the_new_one() -> None:
+    live = live_by_index({"m1": {}}, ["m1"])
+    keep, held = hold_back([spec("bob/j/2#2@1")], live, set())
+    assert held == [] and len(keep) == 1
+
+
+def test_a_down_machine_holds_nothing_back() -> None:
+    # Its tasks were declared lost: the lost window excuses the overlap.
+    live = live_by_index({"m1": {"bob/j/2#1@0": "RUNNING"}, "m2": {}}, ["m2"])
+    keep, held = hold_back([spec("bob/j/2#2@0")], live, set())
+    assert held == [] and len(keep) == 1
+
+
+def test_a_released_task_is_never_taken_back() -> None:
+    # m1 came back up still running the old one; the new one already runs on m2 and must
+    # not be killed by dropping it from m2's desired set.
+    live = live_by_index({"m1": {"bob/j/2#1@0": "RUNNING"}, "m2": {"bob/j/2#2@0": "RUNNING"}}, ["m1", "m2"])
+    keep, held = hold_back([spec("bob/j/2#2@0")], live, {"bob/j/2#2@0"})
+    assert held == [] and len(keep) == 1
+
+
+def test_other_indices_and_jobs_are_not_held() -> None:
+    live = live_by_index({"m1": {"bob/j/2#1@0": "RUNNING"}}, ["m1"])
+    desired = [spec("bob/j/3#0@0"), spec("bob/k/2#0@0"), spec("bob/j/2#2@0")]
+    keep, held = hold_back(desired, live, set())
+    assert [d["task_id"] for d in keep] == ["bob/j/3#0@0", "bob/k/2#0@0"]
+    assert [h.task_id for h in held] == ["bob/j/2#2@0"]
+
+
+def test_the_task_itself_does_not_hold_itself() -> None:
+    live = live_by_index({"m1": {"bob/j/2#2@0": "RUNNING"}}, ["m1"])
+    keep, held = hold_back([spec("bob/j/2#2@0")], live, set())
+    assert held == [] and len(keep) == 1
+
+
+def test_holds_are_counted_apart_from_polls() -> None:
+    metrics = MasterMetrics(lambda: Cell())
+    metrics.on_poll("sent")
+    metrics.on_poll("hold")
+    metrics.on_poll("hold")
+    text = metrics.render().decode()
+    assert "minborg_incarnation_holds_total 2.0" in text
+    assert "minborg_borglet_polls_total 1.0" in text
