@@ -78,19 +78,21 @@ def decide(
     current: int,
     recommendation: int,
     policy: Policy,
-    last_scale_at: float | None,
+    last_up_at: float | None,
     history: Sequence[tuple[float, int]] = (),
 ) -> Decision:
     """The task count to set now, given this tick's raw recommendation.
 
-    Up: the clamped recommendation, once `scale_up_cooldown` has passed since the last resize.
+    Up: the clamped recommendation, once `scale_up_cooldown` has passed since the last
+    scale-up (a scale-down never delays one: returning load is served at once).
     Down: the highest clamped recommendation of the last `stabilization` seconds (a short dip
-    does not shrink the job), once `scale_down_cooldown` has passed since the last resize.
+    does not shrink the job), once `scale_down_cooldown` has passed since the last scale-up;
+    successive scale-downs are paced by the stabilization window alone.
     A count outside min..max is corrected at once, cooldowns or not.
     """
     rec = clamp(recommendation, policy)
     kept = tuple((t, r) for t, r in history if now - t < policy.stabilization) + ((now, rec),)
-    since = math.inf if last_scale_at is None else now - last_scale_at
+    since = math.inf if last_up_at is None else now - last_up_at
     if current < policy.min or current > policy.max:
         return Decision(clamp(current, policy), Why.BOUNDS, kept)
     if rec > current:

@@ -51,7 +51,7 @@ class _Drain:
 class JobStatus:
     """What the autoscaler last saw and did for one job (kept in memory on the leader)."""
 
-    last_scale_at: float | None = None
+    last_up_at: float | None = None
     history: tuple[tuple[float, int], ...] = ()
     drain: _Drain | None = None
     last: Decision | None = None
@@ -129,7 +129,7 @@ class JobAutoscaler:
         if st.drain is not None:
             self._draining(cell, job, spec, st, clamp(rec, policy), now)
             return
-        decision = decide(now, job.task_count, rec, policy, st.last_scale_at, st.history)
+        decision = decide(now, job.task_count, rec, policy, st.last_up_at, st.history)
         st.history, st.last = decision.recommendations, decision
         if decision.desired == job.task_count:
             return
@@ -140,14 +140,15 @@ class JobAutoscaler:
         )  # fmt: skip
         if decision.desired > job.task_count or spec.drain_s <= 0:
             self._resize(job.key, decision.desired)
-            st.last_scale_at = now
+            if decision.desired > job.task_count:
+                st.last_up_at = now
             return
         self._mark(job.key, range(decision.desired, job.task_count), self.wall())
         st.drain = _Drain(decision.desired, now + spec.drain_s)
 
     def _draining(self, cell: Cell, job: Job, spec: AutoscaleSpec, st: JobStatus, rec: int, now: float) -> None:
         assert st.drain is not None
-        st.history = decide(now, job.task_count, rec, policy_of(spec), st.last_scale_at, st.history).recommendations
+        st.history = decide(now, job.task_count, rec, policy_of(spec), st.last_up_at, st.history).recommendations
         if rec > st.drain.to:
             # The load came back before the drained tasks were stopped: keep them.
             log.info("autoscaler: %s drain to %d cancelled (now wants %d)", job.key, st.drain.to, rec)
@@ -158,7 +159,7 @@ class JobAutoscaler:
             return
         to = st.drain.to
         self._resize(job.key, to)
-        st.last_scale_at, st.drain = now, None
+        st.drain = None
         st.last = Decision(to, Why.SCALE_DOWN, st.history)
 
     # --- measuring ----------------------------------------------------------------------------

@@ -257,9 +257,13 @@ class Poller:
             for tid, info in outcome.infos.items():
                 task = d.state.tasks.get(tid)
                 if task is not None and task.state is TaskState.RUNNING and task.machine == name:
-                    # Keep the history the Draft may have grown; take the borglet's facts.
+                    # Keep what the cell decided (history, placement, a drain begun since
+                    # the sync was sent); take the borglet's facts.
                     cur = d.task_info(tid)
-                    d.set_task_info(tid, replace(info, history=cur.history, placement=cur.placement))
+                    d.set_task_info(
+                        tid,
+                        replace(info, history=cur.history, placement=cur.placement, draining_since=cur.draining_since),
+                    )
             if write_usage:
                 info = d.machine_info(name)
                 d.machines[name] = replace(info, usage=machine_usage, isolation=isolation)

@@ -57,7 +57,7 @@ def test_clamp(n: int, want: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("now", "current", "rec", "last", "history", "want", "why"),
+    ("now", "current", "rec", "last_up", "history", "want", "why"),
     [
         # up at once when no resize happened yet
         (100.0, 1, 3, None, (), 3, Why.SCALE_UP),
@@ -85,9 +85,9 @@ def test_clamp(n: int, want: int) -> None:
     ],
 )
 def test_decide(
-    now: float, current: int, rec: int, last: float | None, history: tuple, want: int, why: Why
+    now: float, current: int, rec: int, last_up: float | None, history: tuple, want: int, why: Why
 ) -> None:
-    d = decide(now, current, rec, P, last, history)
+    d = decide(now, current, rec, P, last_up, history)
     assert (d.desired, d.why) == (want, why)
 
 

@@ -1,0 +1,123 @@
+"""The elastic campaign's numbers from its raw records: per-second series and reaction times (pure functions)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Request:
+    at: float  # wall time the request ended
+    ms: float
+    ok: bool
+    endpoint: str
+    error: str
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # wall time
+    task_count: int  # the job's desired count
+    serving: int  # RUNNING, healthy and not draining: in the endpoints list
+    draining: int
+    machines: int
+
+
+def parse_stages(text: str) -> list[tuple[float, int]]:
+    """Load stages 'at_s:users,...' such as '0:2,30:6' -> [(0.0, 2), (30.0, 6)], sorted by time."""
+    out = []
+    for part in text.split(","):
+        at, sep, users = part.strip().partition(":")
+        if not sep:
+            raise ValueError(f"a stage is AT_S:USERS such as 30:6, got {part!r}")
+        out.append((float(at), int(users)))
+    return sorted(out)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    xs = sorted(values)
+    k = max(0, min(len(xs) - 1, math.ceil(q / 100.0 * len(xs)) - 1))
+    return xs[k]
+
+
+def per_second(requests: Sequence[Request], t0: float, t1: float, window_s: float = 5.0) -> list[dict[str, float | None]]:
+    """For each second from t0: requests/s offered, errors that second, p95 over the last `window_s`."""
+    n = max(0, math.ceil(t1 - t0))
+    counts, errors = [0] * n, [0] * n
+    buckets: list[list[float]] = [[] for _ in range(n)]
+    for r in requests:
+        i = int(r.at - t0)
+        if 0 <= i < n:
+            counts[i] += 1
+            errors[i] += 0 if r.ok else 1
+            if r.ok:
+                buckets[i].append(r.ms)
+    w = max(1, int(window_s))
+    out = []
+    for i in range(n):
+        recent = [ms for b in buckets[max(0, i - w + 1) : i + 1] for ms in b]
+        out.append({"t": float(i), "rps": float(counts[i]), "errors": float(errors[i]), "p95_ms": percentile(recent, 95)})
+    return out
+
+
+def first_time(series: Sequence[tuple[float, float]], after: float, test: object, hold_s: float = 0.0) -> float | None:
+    """The first t >= after where test(value) holds and keeps holding for hold_s; None if never."""
+    assert callable(test)
+    start: float | None = None
+    for t, v in series:
+        if t < after:
+            continue
+        if test(v):
+            if start is None:
+                start = t
+            if t - start >= hold_s:
+                return start
+        else:
+            start = None
+    return None
+
+
+@dataclass(frozen=True)
+class StepReaction:
+    at: float
+    users_before: int
+    users_after: int
+    tasks_before: int
+    tasks_after: int  # the highest desired count before the next stage
+    decided_s: float | None  # step -> the job's task count raised
+    ready_s: float | None  # step -> that many tasks serving
+    p95_ok_s: float | None  # step -> p95 under the SLO (and staying there 5 s)
+
+
+def step_reactions(
+    stages: Sequence[tuple[float, int]], samples: Sequence[Sample], p95: Sequence[tuple[float, float]], slo_ms: float
+) -> list[StepReaction]:
+    """Reaction to every stage that raised the users: times are seconds from the step."""
+    out = []
+    ends = [s[0] for s in stages[1:]] + [math.inf]
+    prev_users = 0
+    for (at, users), end in zip(stages, ends, strict=True):
+        if users > prev_users and prev_users > 0:
+            before = [s for s in samples if s.at <= at]
+            during = [s for s in samples if at < s.at <= end]
+            tasks_before = before[-1].task_count if before else 0
+            tasks_after = max((s.task_count for s in during), default=tasks_before)
+            decided = next((s.at - at for s in during if s.task_count > tasks_before), None)
+            ready = next((s.at - at for s in during if s.serving >= tasks_after), None) if tasks_after > tasks_before else None
+            ok = first_time(p95, at, lambda v: v <= slo_ms, hold_s=5.0)
+            out.append(StepReaction(at, prev_users, users, tasks_before, tasks_after, decided, ready,
+                                    None if ok is None or ok >= end else ok - at))  # fmt: skip
+        prev_users = users
+    return out
+
+
+def scale_down_s(load_end: float, samples: Sequence[Sample], minimum: int) -> tuple[float | None, float | None]:
+    """Seconds from the end of the load until the job's count is `minimum`, and until only that many serve."""
+    after = [s for s in samples if s.at >= load_end]
+    decided = next((s.at - load_end for s in after if s.task_count <= minimum), None)
+    served = next((s.at - load_end for s in after if s.task_count <= minimum and s.serving + s.draining <= minimum), None)
+    return decided, served
