@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import statistics
 import sys
@@ -23,6 +24,7 @@ import httpx
 import psutil
 
 from reference.master.localcell import LocalCell, wait_for
+from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS
 
 
 def pct(values: list[float], q: float) -> float:
@@ -167,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--lease-ttl", type=float, default=3.0)
     p.add_argument("--poll-interval", type=float, default=1.0)
+    p.add_argument("--etcd-heartbeat-ms", type=int, default=HEARTBEAT_MS)
+    p.add_argument("--etcd-election-ms", type=int, default=ELECTION_MS)
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--workdir", default=None, help="keep logs here (default: a temporary directory)")
     args = p.parse_args(argv)
@@ -174,8 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     cell = LocalCell(
         workdir, masters=args.replicas, borglets=args.machines, capacity="cpu=64000m,ram=64GiB",
         cell="bench", poll_interval=args.poll_interval, lease_ttl=args.lease_ttl,
+        etcd_heartbeat_ms=args.etcd_heartbeat_ms, etcd_election_ms=args.etcd_election_ms,
     )  # fmt: skip
-    results: dict[str, Any] = {"replicas": args.replicas, "machines": args.machines, "workdir": str(workdir)}
+    results: dict[str, Any] = {
+        "replicas": args.replicas, "machines": args.machines, "workdir": str(workdir), "lease_ttl": args.lease_ttl,
+        "etcd_heartbeat_ms": args.etcd_heartbeat_ms, "etcd_election_ms": args.etcd_election_ms,
+        "loadavg_before": os.getloadavg(),
+    }  # fmt: skip
     with cell:
         rss = RssSampler(cell)
         rss.start()
@@ -186,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         rss.stop_flag.set()
         results["master_peak_rss_mib"] = round(rss.peak / 2**20, 1)
     results["leftover_processes"] = len(cell.leftovers())
+    results["loadavg_after"] = os.getloadavg()
     if args.json:
         print(json.dumps(results, indent=2))
     else:

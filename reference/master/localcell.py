@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import psutil
 
-from reference.store.etcd_cluster import EtcdCluster
+from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS, EtcdCluster
 
 REPO = Path(__file__).resolve().parents[2]  # the repository root: tasks run from it
 
@@ -117,12 +117,16 @@ class LocalCell:
         down_after: int = 3,
         lease_ttl: float = 3.0,
         master_args: tuple[str, ...] = (),
+        etcd_heartbeat_ms: int = HEARTBEAT_MS,
+        etcd_election_ms: int = ELECTION_MS,
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.cell = cell
         self.capacity = capacity
-        self.etcd = EtcdCluster(self.workdir / "etcd", members=3)
+        self.etcd = EtcdCluster(
+            self.workdir / "etcd", members=3, heartbeat_ms=etcd_heartbeat_ms, election_ms=etcd_election_ms
+        )
         self.masters: list[Proc] = []
         self.borglets: list[Proc] = []
         self._n_masters, self._n_borglets = masters, borglets

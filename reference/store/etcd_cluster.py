@@ -114,11 +114,17 @@ class EtcdCluster:
         *,
         etcd_binary: str | None = None,
         unsafe_no_fsync: bool = False,
+        heartbeat_ms: int = HEARTBEAT_MS,
+        election_ms: int = ELECTION_MS,
     ) -> None:
         if members not in ALLOWED_SIZES:
             raise ValueError(f"members must be one of {ALLOWED_SIZES}, got {members}")
+        if heartbeat_ms <= 0 or election_ms < 5 * heartbeat_ms:
+            # etcd itself refuses an election timeout under 5 heartbeats.
+            raise ValueError(f"need heartbeat_ms > 0 and election_ms >= 5 x heartbeat_ms, got {heartbeat_ms}/{election_ms}")
         self.state_dir = Path(state_dir)
         self.host = host
+        self.heartbeat_ms, self.election_ms = heartbeat_ms, election_ms
         self.etcd_binary = etcd_binary or find_etcd_binary()
         # Skipping fsync makes etcd fast and non-durable; only for benchmarks of the layers
         # above, never for a cell whose acknowledged writes must survive a crash.
@@ -280,6 +286,8 @@ class EtcdCluster:
         cluster.etcd_binary = data["etcd_binary"]
         cluster.unsafe_no_fsync = data["unsafe_no_fsync"]
         cluster.token = data["token"]
+        cluster.heartbeat_ms = data.get("heartbeat_ms", HEARTBEAT_MS)  # files from before these fields
+        cluster.election_ms = data.get("election_ms", ELECTION_MS)
         cluster.members = [Member(**m) for m in data["members"]]
         cluster._popens = {}
         return cluster
@@ -290,6 +298,8 @@ class EtcdCluster:
             "etcd_binary": self.etcd_binary,
             "unsafe_no_fsync": self.unsafe_no_fsync,
             "token": self.token,
+            "heartbeat_ms": self.heartbeat_ms,
+            "election_ms": self.election_ms,
             "members": [asdict(m) for m in self.members],
         }
         tmp = self.state_dir / (STATE_FILE + ".tmp")
@@ -329,8 +339,8 @@ class EtcdCluster:
             "--initial-cluster", initial_cluster_flag(self.members, self.host),
             "--initial-cluster-state", initial_state,
             "--initial-cluster-token", self.token,
-            "--heartbeat-interval", str(HEARTBEAT_MS),
-            "--election-timeout", str(ELECTION_MS),
+            "--heartbeat-interval", str(self.heartbeat_ms),
+            "--election-timeout", str(self.election_ms),
             "--experimental-watch-progress-notify-interval", PROGRESS_NOTIFY,
             "--log-level", "warn",
         ]
