@@ -30,6 +30,10 @@ from reference.store.client import Lease, StoreClient, StoreError, StoreOutcomeU
 
 log = logging.getLogger(__name__)
 
+# Pause between refresh attempts after one failed (an etcd election lasts about one election
+# timeout: several tries fit in it, each bounded by the keepalive client's short timeouts).
+RETRY_S = 0.1
+
 
 class Election:
     """One candidate in the election for `key`.
@@ -61,6 +65,7 @@ class Election:
         self.candidate_name = candidate_name
         self.ttl_s = ttl_s
         self.interval_s = ttl_s / 3
+        self.retry_s = RETRY_S
         # One keepalive turn tries every endpoint and should fit in one refresh interval, so
         # hung members cannot hold the keepalive thread past the lease (the default client
         # timeout is longer than a TTL). The floor avoids false step-downs on a busy host.
@@ -217,43 +222,51 @@ class Election:
                     # one, or is seen by this one.
                     self._thread = None
                     return
+            refreshed = True
             if token is not None:
-                self._keepalive(token)
+                refreshed = self._keepalive(token)
             else:
                 try:
                     self.campaign()
                 except StoreError as exc:
                     log.info("%s: campaign failed: %s", self.candidate_name, exc)
-            self._sleep(self._next_wait())
+            self._sleep(self._next_wait(retry=not refreshed))
 
-    def _next_wait(self) -> float:
-        # Wake up no later than the local deadline so the step-down is on time.
+    def _next_wait(self, retry: bool = False) -> float:
+        # Wake up no later than the local deadline so the step-down is on time. After a
+        # failed refresh, try again soon: during etcd's own leader election every refresh
+        # fails, and the first one after it must not wait a whole interval.
         with self._lock:
             if self._token is None:
                 return self.interval_s
-            return max(0.0, min(self.interval_s, self._deadline - self._clock()))
+            every = min(self.interval_s, self.retry_s) if retry else self.interval_s
+            return max(0.0, min(every, self._deadline - self._clock()))
 
-    def _keepalive(self, token: int) -> None:
+    def _keepalive(self, token: int) -> bool:
+        """One refresh; returns False if etcd could not be reached (the term goes on until its deadline)."""
         with self._lock:
             lease = self._lease
         assert lease is not None
         if self._expire_if_late(token):
-            return
+            return True
         sent = self._clock()
         try:
             if self._keepalive_client.refresh(lease) <= 0:
                 self._step_down(token, "lease expired in etcd", revoke=False)
-                return
+                return True
             kv = self._keepalive_client.get_kv(self.key)
             if not self._holds((kv,) if kv is not None else (), token):
                 self._step_down(token, "the leader key is no longer ours", revoke=True)
-                return
+                return True
             with self._lock:
                 if self._token == token:
                     self._deadline = sent + self.ttl_s
         except StoreError as exc:
             log.warning("%s: lease refresh failed: %s", self.candidate_name, exc)
+            self._expire_if_late(token)
+            return False
         self._expire_if_late(token)
+        return True
 
     def _expire_if_late(self, token: int) -> bool:
         """Step down if the lease may have expired in etcd by now; returns whether it did."""
