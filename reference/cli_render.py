@@ -180,12 +180,15 @@ def machines_table(machines: list[dict[str, Any]]) -> Table:
     for m in sorted(machines, key=lambda m: m.get("name", "")):
         tasks = m.get("tasks")
         capacity, reserved, usage = m.get("capacity"), m.get("reserved"), m.get("usage") or {}
+        # Requests minus reservations is what reclamation freed for non-prod work.
+        requested = m.get("requested", reserved)
         others = {k: v for k, v in (capacity or {}).items() if k not in ("cpu", "ram")}
         rows.append(
             [
                 m.get("name", ""),
                 styled(m.get("state")),
                 m.get("failure_domain") or "-",
+                share("cpu", requested, capacity),
                 share("cpu", reserved, capacity),
                 share("ram", reserved, capacity),
                 quantity("cpu", usage.get("cpu_milli", usage.get("cpu", "-"))),
@@ -199,6 +202,7 @@ def machines_table(machines: list[dict[str, Any]]) -> Table:
         "machine",
         "state",
         "domain",
+        "cpu req",
         "cpu resv",
         "ram resv",
         "cpu used",
