@@ -67,6 +67,11 @@ def is_serving(cell: Cell, task: Task) -> bool:
     return info.healthy is True if has_check else info.borglet_state in ("RUNNING", "STARTING")
 
 
+def is_reachable(cell: Cell, task: Task) -> bool:
+    """Serving and not draining: what BNS and the endpoints list hand to clients."""
+    return is_serving(cell, task) and not cell.task_info(task.id).draining_since
+
+
 def task_view(cell: Cell, task: Task, cell_name: str) -> dict[str, Any]:
     info = cell.task_info(task.id)
     address = cell.machines[task.machine].address if task.machine in cell.machines else ""
@@ -85,6 +90,8 @@ def task_view(cell: Cell, task: Task, cell_name: str) -> dict[str, Any]:
         "borglet_state": info.borglet_state or None,
         "started_at": info.started_at or None,
         "usage": dict(info.usage),
+        "reservation": task.reserved.as_dict() if task.state is TaskState.RUNNING else None,
+        "draining": bool(info.draining_since),
         "history": [{"state": s, "at": at, "reason": r} for s, at, r in info.history],
     }
 
@@ -150,7 +157,7 @@ def resolve(cell: Cell, name: str, cell_name: str) -> dict[str, Any] | None:
     if parsed is None:
         return None
     task = latest_task(cell, *parsed)
-    if task is None or not is_serving(cell, task):
+    if task is None or not is_reachable(cell, task):
         return None
     info = cell.task_info(task.id)
     return {
@@ -165,7 +172,7 @@ def resolve(cell: Cell, name: str, cell_name: str) -> dict[str, Any] | None:
 def endpoints(cell: Cell, job_key: str, cell_name: str) -> list[dict[str, Any]]:
     out = []
     for index, task in sorted(live_indices(cell, job_key).items()):
-        if is_serving(cell, task):
+        if is_reachable(cell, task):
             out.append(
                 {
                     "index": index,
