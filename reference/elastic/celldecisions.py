@@ -12,7 +12,7 @@ from spec.model import Constraint, Machine, Resources
 class CellPolicy:
     min: int
     max: int
-    pending_grace_s: float = 2.0  # a task pending this long is waiting for room, not for a pass
+    pending_grace_s: float = 1.0  # a task pending this long is waiting for room, not for a pass
     add_cooldown_s: float = 8.0  # let new machines register and be scheduled onto first
     idle_cooldown_s: float = 30.0  # a machine without tasks this long is removed
 

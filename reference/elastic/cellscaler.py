@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max", type=int, required=True, help="most machines")
     p.add_argument("--capacity", default=launcher.DEFAULT_CAPACITY, help="capacity of a new machine")
     p.add_argument("--idle-cooldown", type=float, default=30.0, help="seconds a machine is idle before removal")
-    p.add_argument("--pending-grace", type=float, default=2.0, help="seconds a task waits before a machine is added")
+    p.add_argument("--pending-grace", type=float, default=1.0, help="seconds a task waits before a machine is added")
     p.add_argument("--interval", type=float, default=1.0)
     return p
 
