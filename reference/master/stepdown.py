@@ -33,7 +33,8 @@ def trial(cell: LocalCell, ttl: float, rng: random.Random) -> dict[str, Any]:
     master = cell.masters[0]
     wait_for(lambda: cell.http.get(master.url + "/healthz", timeout=1).json()["role"] == "leader", 30, "master leads")
     before = master.log.read_text(errors="replace").count(STEP_DOWN_LINE)
-    victim = wait_for(cell.etcd.leader_index, 10, "an etcd leader")
+    # A tuple, so that member 0 (falsy as an int) counts as found.
+    (victim,) = wait_for(lambda: (i,) if (i := cell.etcd.leader_index()) is not None else None, 10, "an etcd leader")
     time.sleep(rng.uniform(0.0, ttl / 3))  # a random phase of the keepalive
     killed = time.monotonic()
     cell.etcd.kill_member(victim, signal.SIGKILL)

@@ -38,7 +38,8 @@ def test_replica_cut_from_etcd_refuses_reads_while_another_serves(tmp_path: Path
     procs: list[Proc] = []
     http = httpx.Client(timeout=5.0)
     try:
-        etcd_leader = wait_for(cluster.leader_index, 10, "an etcd leader")
+        # A tuple, so that member 0 (falsy as an int) counts as found.
+        (etcd_leader,) = wait_for(lambda: (i,) if (i := cluster.leader_index()) is not None else None, 10, "etcd leader")
         cut = next(i for i in range(3) if i != etcd_leader)  # pausing a follower keeps etcd's quorum calm
         urls = cluster.client_urls
         a = master("a", [u for i, u in enumerate(urls) if i != cut], tmp_path)
