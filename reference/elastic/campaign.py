@@ -112,6 +112,18 @@ class Sampler:
             )
 
 
+def check_own_cell(info: launcher.CellInfo, client: CellClient) -> None:
+    """Refuse to go on when the masters' URLs answer for another cell: on a busy host a port
+    picked free can be taken before this cell's master binds it."""
+    masters = info.of_role(launcher.Role.MASTER)
+    leader = client.cell().get("leader")
+    if not all(launcher.is_alive(m) for m in masters) or leader not in {m.name for m in masters}:
+        raise RuntimeError(
+            f"the cell at {', '.join(info.master_urls)} is not this campaign's (leader {leader!r}; "
+            f"a master port was taken by another process?); see {info.state_dir}/logs"
+        )
+
+
 def read_requests(path: Path) -> list[Request]:
     out = []
     if not path.exists():
@@ -141,6 +153,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sampler = Sampler(client)
     result: dict[str, Any] = {}
     try:
+        check_own_cell(info, client)
         client.submit(job_file(args))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -204,7 +217,9 @@ def _grep(path: Path, word: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    args.command = " ".join(["python -m reference.elastic.campaign", *argv])
     summary = run(args)
     print(json.dumps(summary.get("headline", {}), indent=2))
     print(f"report: {args.out / 'report.md'}")

@@ -49,8 +49,12 @@ class CellScaler:
         *,
         interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        masters: frozenset[str] = frozenset(),
     ) -> None:
         self.client, self.provider, self.template, self.policy = client, provider, template, policy
+        # The cell's own master names: on a busy host another cell's master can hold a port
+        # this cell's master failed to bind, and that cell must never be changed from here.
+        self.masters = masters
         self.interval, self.clock = interval, clock
         self.pending_since: dict[str, float] = {}  # "job/index#inc" -> first seen pending
         self.idle_since: dict[str, float | None] = {}
@@ -66,9 +70,9 @@ class CellScaler:
             except Exception:  # one bad tick must not end autoscaling
                 log.exception("cell autoscaler tick failed")
 
-    def needs(self) -> list[Need]:
+    def needs(self, cell: dict) -> list[Need]:
         now = self.clock()
-        if not self.client.cell().get("tasks", {}).get("PENDING"):
+        if not cell.get("tasks", {}).get("PENDING"):
             self.pending_since.clear()
             return []
         out, seen = [], set()
@@ -84,7 +88,12 @@ class CellScaler:
 
     def tick(self) -> None:
         now = self.clock()
-        needs = self.needs()
+        cell = self.client.cell()
+        if self.masters and cell.get("leader") not in self.masters:
+            log.error("the master answering leads %r, not this cell (%s): doing nothing",
+                      cell.get("leader"), ", ".join(sorted(self.masters)))  # fmt: skip
+            return
+        needs = self.needs(cell)
         managed = {m.name for m in self.provider.list()}
         machines = {m["name"]: m for m in self.client.machines() if m["name"] in managed}
         for name in managed:
@@ -95,6 +104,7 @@ class CellScaler:
                 self.idle_since[name] = now
         self.idle_since = {k: v for k, v in self.idle_since.items() if k in managed}
         add = machines_to_add(needs, self.template, len(managed), now, self.last_add_at, self.policy)
+        add = max(add, self.policy.min - len(managed))  # a cell started below min
         for _ in range(add):
             m = self.provider.add()
             log.info("added %s (%d waiting task(s), %d machine(s) now)", m.name, len(needs), len(managed) + 1)
@@ -138,12 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     client = CellClient.discover(state_dir=args.state_dir, timeout=3.0)
     provider = LocalProvider(args.state_dir, client, args.capacity)
     policy = CellPolicy(args.min, args.max, pending_grace_s=args.pending_grace, idle_cooldown_s=args.idle_cooldown)
-    scaler = CellScaler(client, provider, template_of(args.capacity), policy, interval=args.interval)
+    masters = frozenset(r.name for r in launcher.CellInfo.load(args.state_dir).of_role(launcher.Role.MASTER))
+    scaler = CellScaler(client, provider, template_of(args.capacity), policy, interval=args.interval, masters=masters)
     signal.signal(signal.SIGTERM, lambda *_: scaler.stop.set())
     signal.signal(signal.SIGINT, lambda *_: scaler.stop.set())
-    # Below min at start (a cell started with fewer machines): bring it up to min first.
-    for _ in range(max(0, args.min - len(provider.list()))):
-        provider.add()
     scaler.run()
     return 0
 

@@ -107,6 +107,8 @@ def markdown(summary: dict[str, Any], steps: Sequence[Any], failures: Sequence[R
         "",
         "![timeline](timeline.png)",
         "",
+        f"Command: `{summary.get('args', {}).get('command', '')}`",
+        "",
         f"Load stages (s:users): `{summary.get('args', {}).get('stages', '')}`; "
         f"{h['requests']} requests, {h['failed_requests']} failed. "
         f"Host: {summary.get('cpus')} CPUs, load average before {fmt_load(h['loadavg_before'])}, "
@@ -151,3 +153,22 @@ def fmt_load(x: Any) -> str:
         return " / ".join(f"{v:.2f}" for v in x)
     except TypeError:
         return str(x)
+
+
+def rerender(out: Path) -> dict[str, Any]:
+    """Write the report again from a campaign directory's raw records (summary.json's inputs)."""
+    from reference.elastic.campaign import read_requests
+
+    summary = json.loads((out / "summary.json").read_text())
+    samples = [Sample(**json.loads(line)) for line in (out / "samples.jsonl").read_text().splitlines() if line]
+    args = summary.get("args", {})
+    result = {k: v for k, v in summary.items() if k not in ("headline", "steps", "load_end_s")}
+    return write_report(out, result, read_requests(out / "requests.csv"), samples,
+                        float(args.get("slo_p95_ms", 250)), int(args.get("min_tasks", 1)))  # fmt: skip
+
+
+if __name__ == "__main__":
+    import sys
+
+    for d in sys.argv[1:]:
+        print(json.dumps(rerender(Path(d))["headline"], indent=2))
