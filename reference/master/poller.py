@@ -7,7 +7,9 @@ are lost and restarted elsewhere by policy); one that answers again is marked up
 
 A new incarnation is held back (`reports.hold_back`) while an older process of its index is
 still live on an up machine; the machine running the old one is polled every `HOLD_POLL_S`
-meanwhile, so the new one starts about that long after the old one is gone.
+meanwhile, so the new one starts about that long after the old one is gone. A machine this
+poller has no reply from yet is first read (GET /v1/state) rather than synced, so a new
+leader learns what runs there before it sends, or takes away, anything.
 """
 
 from __future__ import annotations
@@ -114,15 +116,22 @@ class Poller:
             address = cell.machines.get(name, MachineInfo()).address
             with self._lock:
                 st = self._machines.setdefault(name, _Machine())
-                due = st.next_at if name not in blocking else min(st.next_at, st.sent_at + HOLD_POLL_S)
-                if st.inflight or (now < due and signature == st.signature):
-                    continue
-                st.inflight, st.signature, st.next_at = True, signature, now + self.interval
-                st.sent_at = now
-                self._released.update(signature)
+                if name not in self._reported:
+                    if st.inflight or now < st.next_at:
+                        continue
+                    st.inflight, st.next_at = True, now + self.interval
+                    work: tuple[Any, ...] = (self._probe, name, address)
+                else:
+                    due = st.next_at if name not in blocking else min(st.next_at, st.sent_at + HOLD_POLL_S)
+                    if st.inflight or (now < due and signature == st.signature):
+                        continue
+                    st.inflight, st.signature, st.next_at = True, signature, now + self.interval
+                    st.sent_at = now
+                    self._released.update(signature)
+                    work = (self._poll, name, address, desired, ids)
             if self._stop.is_set():
                 return
-            self._pool.submit(self._poll, name, address, desired, ids)
+            self._pool.submit(*work)
 
     def _hold_back(
         self, cell: Cell, plans: dict[str, tuple[list[dict[str, Any]], set[TaskId]]]
@@ -133,6 +142,7 @@ class Poller:
         wanted = {str(d["task_id"]) for desired, _ in plans.values() for d in desired}
         with self._lock:
             live = reports.live_by_index(self._reported, up)
+            unreported = [n for n in up if n not in self._reported]
             # Forget ids no machine wants any more, so the set stays as small as the cell.
             self._released &= wanted
             released = set(self._released)
@@ -142,7 +152,7 @@ class Poller:
         holds: dict[str, reports.Hold] = {}
         for name, (desired, ids) in plans.items():
             seen = {d["task_id"] for d in desired if cell.task_info(_task_id(d)).seen}
-            keep, held = reports.hold_back(desired, live, released | seen)
+            keep, held = reports.hold_back(desired, live, released | seen, unreported)
             holds.update((h.task_id, h) for h in held)
             held_ids = {h.task_id for h in held}
             out[name] = (keep, {t for t in ids if not _held(t, cell, held_ids)})
@@ -197,6 +207,39 @@ class Poller:
                 self._machines[name].inflight = False
             self._wake.set()
 
+    def _probe(self, name: str, address: str) -> None:
+        """Read what a machine runs without changing it: the first contact of this poller."""
+        try:
+            response = self._http.get(f"{address.rstrip('/')}/v1/state")
+            reply = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as err:
+            log.debug("state of %s not read: %s", name, err)
+            reply = None
+        try:
+            if reply is None:
+                self._missed(name)
+            else:
+                self._record_report(name, reply)
+                with self._lock:
+                    self._machines[name].misses = 0
+                    self._machines[name].next_at = 0.0  # sync it on the next turn
+        except (NotLeader, WriteFailed) as err:
+            log.info("probe of %s not recorded: %s", name, err)
+        except Exception:
+            log.exception("probe of %s failed", name)
+        finally:
+            with self._lock:
+                self._machines[name].inflight = False
+            self._wake.set()
+
+    def _record_report(self, name: str, reply: dict[str, Any]) -> None:
+        with self._lock:
+            self._reported[name] = {
+                str(t.get("task_id")): str(t.get("state", ""))
+                for t in reply.get("tasks", [])
+                if isinstance(t, dict)
+            }
+
     def _sync(self, address: str, desired: list[dict[str, Any]]) -> dict[str, Any] | None:
         if self._on_poll is not None:
             self._on_poll("sent")
@@ -233,12 +276,7 @@ class Poller:
             st = self._machines[name]
             st.misses = 0
             write_usage = time.monotonic() - st.usage_written_at >= USAGE_WRITE_EVERY_S
-        with self._lock:
-            self._reported[name] = {
-                str(t.get("task_id")): str(t.get("state", ""))
-                for t in reply.get("tasks", [])
-                if isinstance(t, dict)
-            }
+        self._record_report(name, reply)
         outcome = reports.map_reply(self.cache.cell(), name, reply, ids)
         self.usage.update(outcome.usage)
         m = self.cache.cell().state.machines.get(name)

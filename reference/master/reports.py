@@ -98,6 +98,8 @@ class Hold:
     machine: str
 
     def describe(self) -> str:
+        if not self.blocker:
+            return f"waiting for machine {self.machine} to report"
         parsed = parse_borglet_task_id(self.blocker)
         what = f"incarnation {parsed[2]}" if parsed else self.blocker
         return f"waiting for {what} to stop"
@@ -123,22 +125,26 @@ def hold_back(
     desired: list[dict[str, Any]],
     live: Mapping[IndexKey, list[tuple[str, str]]],
     released: set[str],
+    unreported: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[Hold]]:
     """Split a desired set into what may be sent now and what must wait.
 
     A task already released (sent before, or reported by its borglet) is always kept: taking
     it out again would make its borglet kill a process that runs legitimately. Any other task
-    waits while a different process of its index is live on an up machine.
+    waits while a different process of its index is live on an up machine, or while an up
+    machine has not reported at all yet (a new leader does not know what runs there).
     """
     keep: list[dict[str, Any]] = []
     held: list[Hold] = []
     for d in desired:
         tid = str(d["task_id"])
         others = [(m, o) for m, o in live.get((str(d["job"]), int(d["index"])), ()) if o != tid]
-        if tid in released or not others:
+        if tid in released or not (others or unreported):
             keep.append(d)
-        else:
+        elif others:
             held.append(Hold(tid, others[0][1], others[0][0]))
+        else:
+            held.append(Hold(tid, "", sorted(unreported or [""])[0]))
     return keep, held
 
 

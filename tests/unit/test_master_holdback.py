@@ -83,6 +83,16 @@ def test_the_task_itself_does_not_hold_itself() -> None:
     assert held == [] and len(keep) == 1
 
 
+def test_an_unreported_up_machine_holds_new_tasks_but_not_released_ones() -> None:
+    # A new leader has not heard from m2 yet: the old incarnation may still run there.
+    live = live_by_index({"m1": {}}, ["m1", "m2"])
+    desired = [spec("bob/j/0#1@0"), spec("bob/j/1#0@0")]
+    keep, held = hold_back(desired, live, {"bob/j/1#0@0"}, ["m2"])
+    assert [d["task_id"] for d in keep] == ["bob/j/1#0@0"]
+    assert held == [Hold("bob/j/0#1@0", "", "m2")]
+    assert held[0].describe() == "waiting for machine m2 to report"
+
+
 def test_holds_are_counted_apart_from_polls() -> None:
     metrics = MasterMetrics(lambda: Cell())
     metrics.on_poll("sent")
