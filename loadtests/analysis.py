@@ -16,6 +16,7 @@ from loadtests.sampler import Sample
 
 PROCESS_CEILING = 90.0  # percent of one core
 MACHINE_CEILING = 90.0  # percent of all cores
+LIMIT_SHARE = 0.8  # a process using this share of its own CPU limit is held by the limit
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,12 @@ def role_share(processes: list[ProcessLoad]) -> dict[str, float]:
     return dict(sorted(share.items(), key=lambda kv: -kv[1]))
 
 
-def saturation(samples: list[Sample], cores: int) -> Saturation:
-    """Name what ran out in these samples: the whole machine's CPU, one process's core, or neither."""
+def saturation(
+    samples: list[Sample], cores: int, limits: dict[str, float] | None = None
+) -> Saturation:
+    """Name what ran out in these samples: the whole machine's CPU, one process's core, a
+    process's own CPU limit (`limits`: role -> percent of one core, e.g. a task's cgroup
+    quota), or nothing."""
     if not samples:
         return Saturation(0.0, 0.0, 0.0, [], "no samples in this window")
     # One machine reading per sampling round; rounds share a timestamp.
@@ -83,6 +88,16 @@ def saturation(samples: list[Sample], cores: int) -> Saturation:
         head = f"machine CPU saturated ({machine:.0f}% of {cores} cores busy, load {load1:.1f})"
     else:
         head = f"machine CPU {machine:.0f}% of {cores} cores (load {load1:.1f})"
+    capped = [
+        p for p in procs
+        if limits and p.role in limits and p.cpu_mean >= LIMIT_SHARE * limits[p.role]
+    ]  # fmt: skip
+    if capped:
+        names = ", ".join(f"{p.name} {p.cpu_mean:.0f}%" for p in capped)
+        head += (
+            f"; at their CPU limit ({limits[capped[0].role]:.0f}% of one core, "  # type: ignore[index]
+            f"throttled by the quota): {names}"
+        )
     if pinned:
         names = ", ".join(f"{p.name} ({p.role}) at {p.cpu_mean:.0f}% of one core" for p in pinned)
         head += f"; at its single-core ceiling: {names}"

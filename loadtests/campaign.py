@@ -111,7 +111,7 @@ def run_one(target: Target, n: int, ladder: Ladder, args: Any, out: Path) -> dic
         tasks = CONTROL_SERVICE_TASKS if control else n
         record["endpoints"] = cell.run_service(info, tasks, locustrun.REPO)
         record["cell"] = {"masters": list(info.master_urls), "etcd": list(info.etcd_urls),
-                          "service_tasks": tasks}  # fmt: skip
+                          "service_tasks": tasks, **cell.limits(info)}  # fmt: skip
         env = {
             "LOADTEST_MASTERS": ",".join(info.master_urls),
             "LOADTEST_CELL": cell.CELL_NAME,

@@ -66,6 +66,17 @@ def run_service(info: CellInfo, task_count: int, repo: Path) -> list[dict[str, A
             time.sleep(0.3)
 
 
+def limits(info: CellInfo) -> dict[str, Any]:
+    """How the service's tasks are held: the machine's isolation and hello_world's CPU request."""
+    with CellClient(list(info.master_urls)) as client:
+        machines = client.machines()
+        job = client.job(SERVICE_JOB)["job"]
+    cpu = str(job.get("request", {}).get("cpu", "0m"))
+    millis = int(cpu[:-1]) if cpu.endswith("m") else int(float(cpu) * 1000)
+    return {"isolation": machines[0].get("isolation", "") if machines else "",
+            "task_cpu_millis": millis}  # fmt: skip
+
+
 def processes(info: CellInfo) -> list[WatchedProcess]:
     """Every process of the cell now: etcd members, masters, borglets and their tasks."""
     found = [WatchedProcess(str(p.role), p.name, p.pid) for p in info.processes]

@@ -95,8 +95,19 @@ def peak(steps: list[dict[str, Any]], name: str | None = None) -> tuple[float, i
     return max(rates, default=(0.0, 0))
 
 
+def limits(run: Run) -> dict[str, float]:
+    """Role -> CPU limit in percent of one core, where the cell enforces one (task cgroups)."""
+    cell_info = run.record.get("cell", {})
+    task_mcpu = cell_info.get("task_cpu_millis")
+    if task_mcpu and cell_info.get("isolation", "").startswith("cgroup"):
+        return {"task": task_mcpu / 10.0}
+    return {}
+
+
 def step_saturation(run: Run, step: dict[str, Any]) -> Saturation:
-    return saturation(window(run.samples, step["started_at"], step["ended_at"]), run.cores)
+    return saturation(
+        window(run.samples, step["started_at"], step["ended_at"]), run.cores, limits(run)
+    )
 
 
 def failing_step(run: Run) -> dict[str, Any] | None:
@@ -183,14 +194,21 @@ def plot_cpu(runs: list[Run], path: Path) -> None:
         rounds = sorted({(s.t, s.machine_cpu) for s in run.samples})
         ax.plot([t - t0 for t, _ in rounds], [m * run.cores for _, m in rounds], color="black",
                 lw=1.5, ls="--", label="whole machine")  # fmt: skip
+        followed: dict[float, float] = {}
+        for s in run.samples:
+            followed[s.t] = followed.get(s.t, 0.0) + s.cpu_percent
+        ax.plot([t - t0 for t, _ in rounds],
+                [max(0.0, m * run.cores - followed.get(t, 0.0)) for t, m in rounds],
+                color="grey", lw=1, ls=":", label="other processes")  # fmt: skip
         ax.axhline(100 * run.cores, color="grey", lw=0.6)
         for step in run.steps:
             ax.axvline(step["started_at"] - t0, color="grey", lw=0.3)
         ax.set_title(f"{run.replicas} replica(s): CPU by role (% of one core; {run.cores} cores = {100 * run.cores}%)", fontsize=9)
         ax.set_ylabel("CPU %")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=6, loc="upper left")
-    axes[-1][0].set_xlabel("seconds since the cell came up (thin lines: ladder steps)")
+        ax.set_ylim(0, 100 * run.cores * 1.35)  # headroom for the legend above the lines
+        ax.legend(fontsize=7, ncol=4, loc="upper left")
+    axes[-1][0].set_xlabel("seconds since sampling began (thin lines: ladder steps)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
