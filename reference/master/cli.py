@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cell", required=True, help="cell name (part of every BNS name)")
     p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between borglet polls")
     p.add_argument("--down-after", type=int, default=3, help="missed polls before a machine is down")
-    p.add_argument("--lease-ttl", type=float, default=3.0, help="leader lease TTL in seconds")
+    p.add_argument("--lease-ttl", type=float, default=2.0, help="leader lease TTL in seconds")
     p.add_argument(
         "--max-staleness",
         type=float,

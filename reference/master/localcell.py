@@ -115,7 +115,7 @@ class LocalCell:
         cell: str = "test",
         poll_interval: float = 0.5,
         down_after: int = 3,
-        lease_ttl: float = 3.0,
+        lease_ttl: float = 2.0,
         master_args: tuple[str, ...] = (),
         etcd_heartbeat_ms: int = HEARTBEAT_MS,
         etcd_election_ms: int = ELECTION_MS,

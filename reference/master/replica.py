@@ -40,7 +40,7 @@ class Replica:
         url: str,
         etcd: list[str],
         config: LeaderConfig,
-        lease_ttl: float = 3.0,
+        lease_ttl: float = 2.0,
         peers: dict[str, str] | None = None,
         max_staleness: float = freshness.DEFAULT_MAX_STALENESS_S,
     ) -> None:

@@ -11,10 +11,13 @@ which the lease is surely still alive. `is_leader` turns false at that moment ev
 keepalive thread is stuck in a request: a leader cut off from etcd stops believing it leads
 before any other candidate can win. Writes do not rely on this: they are fenced in etcd.
 
-Choosing the TTL: while etcd itself elects a new Raft leader (1 to 2 election timeouts,
-1-2 s with our clusters' 1000 ms) no refresh succeeds. With ttl_s=2 a master leader
-sometimes steps down when the etcd leader dies; with ttl_s=3 it rides through. Failover
-after a master crash takes about ttl_s + ttl_s/3.
+Choosing the TTL: while etcd itself elects a new Raft leader (1 to 2 election timeouts)
+no refresh succeeds, so the lease must outlast the last refresh before etcd's election plus
+that election. With our clusters' 500 ms election timeout (0.6 s median, 0.8 s worst in
+trials) and a retry 0.1 s after each failed refresh, a 2 s lease rides through; with
+etcd's 1000 ms it sometimes does not (docs/decisions.md). Failover after a master crash
+takes about ttl_s - ttl_s/6 (the lease's age at the crash is half a refresh interval on
+average), plus up to 0.5 s for etcd to notice the expiry, plus one campaign.
 """
 
 from __future__ import annotations
