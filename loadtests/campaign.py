@@ -126,8 +126,12 @@ def run_one(target: Target, n: int, ladder: Ladder, args: Any, out: Path) -> dic
                     list(info.etcd_urls), args.etcd_seconds, args.write_clients
                 )
                 say(f"r{n}: direct etcd {record['phases']['etcd_direct']}")
+            throttled_before = cell.task_throttling(info)
             record["phases"]["ladder"] = phase(
                 target, ladder, out / "ladder", env, args.processes, locust_pids
+            )
+            record["task_throttling"] = cell.throttling_delta(
+                throttled_before, cell.task_throttling(info)
             )
             if writes:
                 # After the mixed ladder: submit-only users never kill their jobs, and the

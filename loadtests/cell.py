@@ -77,6 +77,61 @@ def limits(info: CellInfo) -> dict[str, Any]:
             "task_cpu_millis": millis}  # fmt: skip
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cpu_throttling(pid: int) -> dict[str, float] | None:
+    """The CFS quota and throttling counters of the cgroup v1 `cpu` group holding `pid`;
+    None where the process has no such group (no cgroups, or cgroup v2 only)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "cpu" not in controllers.split(",") or path == "/":
+            continue
+        for mount in (CGROUP_ROOT / "cpu", CGROUP_ROOT / "cpu,cpuacct"):
+            group = mount / path.lstrip("/")
+            try:
+                stat = dict(
+                    (k, int(v)) for k, v in (x.split() for x in (group / "cpu.stat").read_text().splitlines())
+                )
+                quota = int((group / "cpu.cfs_quota_us").read_text())
+                period = int((group / "cpu.cfs_period_us").read_text())
+            except (OSError, ValueError):
+                continue
+            return {
+                "quota_us": quota, "period_us": period, "nr_periods": stat.get("nr_periods", 0),
+                "nr_throttled": stat.get("nr_throttled", 0),
+                "throttled_s": stat.get("throttled_time", 0) / 1e9,
+            }  # fmt: skip
+    return None
+
+
+def task_throttling(info: CellInfo) -> dict[str, dict[str, float]]:
+    """cpu_throttling of every task process of the cell, by the sampler's task name."""
+    out = {}
+    for proc in processes(info):
+        if proc.role == "task" and (found := cpu_throttling(proc.pid)) is not None:
+            out[proc.name] = found
+    return out
+
+
+def throttling_delta(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """Counters accumulated between two task_throttling readings, per task."""
+    out = {}
+    for name, a in after.items():
+        b = before.get(name, {})
+        out[name] = {
+            "quota_us": a["quota_us"], "period_us": a["period_us"],
+            **{k: a[k] - b.get(k, 0) for k in ("nr_periods", "nr_throttled", "throttled_s")},
+        }  # fmt: skip
+    return out
+
+
 def processes(info: CellInfo) -> list[WatchedProcess]:
     """Every process of the cell now: etcd members, masters, borglets and their tasks."""
     found = [WatchedProcess(str(p.role), p.name, p.pid) for p in info.processes]

@@ -313,6 +313,10 @@ def build(root: Path) -> Path:
         rps, users = peak(run.steps)
         step = failing_step(run)
         sat = step_saturation(run, step).verdict if step else "no step"
+        share = throttled_share(run)
+        if share is not None and share >= THROTTLED_SHARE:
+            sat = (f"**the tasks' CPU quota**: throttled in {100 * share:.0f}% of CFS periods "
+                   f"over the ladder (see below). {sat}")  # fmt: skip
         md.append(
             f"| {run.replicas} | {rps:.0f} ({users}) | {describe_verdict(run)} | {sat} | "
             f"{error_summary(run.failures)} |"
@@ -397,6 +401,9 @@ def service_section(runs: list[Run]) -> list[str]:
         base = base or rps
         md.append(f"- {run.replicas} hello_world task(s): peak {rps:.0f} req/s at {users} users "
                   f"({rps / base:.2f}x of the first)")  # fmt: skip
+    md += ["", "CPU quota of the tasks (cgroup v1 CFS counters over the whole ladder):", ""]
+    for run in runs:
+        md.append(f"- {run.replicas} task(s): {throttling_line(run)}")
     md += [
         "",
         "Clients resolve the job's endpoints through the master every few seconds and balance "
@@ -404,6 +411,29 @@ def service_section(runs: list[Run]) -> list[str]:
         "its CPU stays low while the tasks and Locust take the cores.",
     ]
     return md
+
+
+THROTTLED_SHARE = 0.1  # tasks throttled in this share of CFS periods are held by their quota
+
+
+def throttled_share(run: Run) -> float | None:
+    counters = (run.record.get("task_throttling") or {}).values()
+    periods = sum(c["nr_periods"] for c in counters)
+    return sum(c["nr_throttled"] for c in counters) / periods if periods else None
+
+
+def throttling_line(run: Run) -> str:
+    counters = run.record.get("task_throttling") or {}
+    if not counters:
+        return "no cgroup CPU counters (tasks not in a cpu cgroup)"
+    parts = []
+    for name, c in sorted(counters.items()):
+        share = c["nr_throttled"] / c["nr_periods"] if c["nr_periods"] else 0.0
+        parts.append(f"{name} throttled in {100 * share:.0f}% of periods ({c['throttled_s']:.1f} s)")
+    c0 = next(iter(counters.values()))
+    quota = (f"quota {c0['quota_us'] / c0['period_us']:.0%} of a core "
+             f"({c0['quota_us'] / 1000:g} ms per {c0['period_us'] / 1000:g} ms)")  # fmt: skip
+    return f"{quota}; " + "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
