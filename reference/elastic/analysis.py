@@ -64,21 +64,16 @@ def per_second(requests: Sequence[Request], t0: float, t1: float, window_s: floa
     return out
 
 
-def first_time(series: Sequence[tuple[float, float]], after: float, test: object, hold_s: float = 0.0) -> float | None:
-    """The first t >= after where test(value) holds and keeps holding for hold_s; None if never."""
-    assert callable(test)
-    start: float | None = None
-    for t, v in series:
-        if t < after:
-            continue
-        if test(v):
-            if start is None:
-                start = t
-            if t - start >= hold_s:
-                return start
-        else:
-            start = None
-    return None
+def settled_after(series: Sequence[tuple[float, float]], start: float, end: float, limit: float) -> float | None:
+    """Seconds from `start` until the value is at most `limit` for good (until `end`): 0 when it
+    never went over, None when it is still over at the end."""
+    inside = [(t, v) for t, v in series if start <= t < end]
+    over = [t for t, v in inside if v > limit]
+    if not over:
+        return 0.0
+    if over[-1] == inside[-1][0]:
+        return None
+    return over[-1] + 1.0 - start
 
 
 @dataclass(frozen=True)
@@ -90,7 +85,7 @@ class StepReaction:
     tasks_after: int  # the highest desired count before the next stage
     decided_s: float | None  # step -> the job's task count raised
     ready_s: float | None  # step -> that many tasks serving
-    p95_ok_s: float | None  # step -> p95 under the SLO (and staying there 5 s)
+    p95_ok_s: float | None  # step -> p95 under the SLO for the rest of the stage
 
 
 def step_reactions(
@@ -108,9 +103,8 @@ def step_reactions(
             tasks_after = max((s.task_count for s in during), default=tasks_before)
             decided = next((s.at - at for s in during if s.task_count > tasks_before), None)
             ready = next((s.at - at for s in during if s.serving >= tasks_after), None) if tasks_after > tasks_before else None
-            ok = first_time(p95, at, lambda v: v <= slo_ms, hold_s=5.0)
             out.append(StepReaction(at, prev_users, users, tasks_before, tasks_after, decided, ready,
-                                    None if ok is None or ok >= end else ok - at))  # fmt: skip
+                                    settled_after(p95, at, end, slo_ms)))  # fmt: skip
         prev_users = users
     return out
 
