@@ -322,9 +322,10 @@ class RoundRobin:
         refresh_s: float = 2.0,
         timeout: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.client, self.job, self.refresh_s, self._clock = client, job, refresh_s, clock
-        self._http = httpx.Client(timeout=timeout)
+        self._http = httpx.Client(timeout=timeout, transport=transport)
         self._endpoints: list[Endpoint] = []
         self._fetched_at = float("-inf")
         self._next = 0
