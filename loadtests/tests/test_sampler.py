@@ -19,6 +19,7 @@ def test_sampler_follows_a_busy_and_an_idle_process(tmp_path: Path) -> None:
     idle = subprocess.Popen([sys.executable, "-c", IDLE])
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
+    time.sleep(1.0)  # past the interpreters' start-up, which is not idle
     try:
         targets = [Target("task", "busy", busy.pid), Target("task", "idle", idle.pid),
                    Target("task", "gone", gone.pid)]  # fmt: skip
@@ -36,6 +37,7 @@ def test_sampler_follows_a_busy_and_an_idle_process(tmp_path: Path) -> None:
     # run beside other jobs); an idle sleeper gets none.
     assert max(s.cpu_percent for s in by_name["busy"]) > 10
     assert max(s.cpu_percent for s in by_name["idle"]) < 5
+    assert sum(s.cpu_percent for s in by_name["busy"]) > 5 * sum(s.cpu_percent for s in by_name["idle"])
     assert all(s.rss_bytes > 1_000_000 for s in samples)
     assert all(0 <= s.machine_cpu <= 100 for s in samples)
 
