@@ -1,0 +1,239 @@
+"""Small hand-checkable cases for scheduler corners the other scheduler tests leave open.
+
+Each table row states its inputs and the expected outcome, with the arithmetic in a comment,
+in the style of the kube-scheduler plugin tests. Equivalent mutants are not tested here: a
+`return False` read as a boolean (`fits_free`), the initial value of score-cache versions
+(always written before they are read), and the salt seed's constant (any seed is as valid).
+"""
+
+from dataclasses import FrozenInstanceError
+
+import pytest
+
+from reference.scheduler import PendingTask, SchedulerConfig, Snapshot, plan_pass
+from reference.scheduler.admission import Admission
+from reference.scheduler.cellview import CellView, gpu_layout, gpu_take, split_gpu
+from reference.scheduler.snapshot import RunningTask
+from spec.model import Machine, Resources, TaskId
+
+GiB = 2**30
+
+
+def machine(name, cpu=4000, gpu=0):
+    res = {"cpu": cpu, "ram": 8 * GiB} | ({"gpu": gpu} if gpu else {})
+    return Machine(name, Resources.of(res))
+
+
+def running(job, prio, cpu, where, i=0, gpu=0):
+    res = {"cpu": cpu} | ({"gpu": gpu} if gpu else {})
+    return RunningTask(TaskId(job, i), where, prio, Resources.of(res))
+
+
+def pending(job, prio, cpu, i=0, package=""):
+    return PendingTask(TaskId(job, i), job.split("/")[0], prio, Resources.of(cpu=cpu), package=package)
+
+
+# --- GPU layout: whole GPUs of 1000 milli, a smaller last one ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("milli", "layout"),
+    [
+        (0, []),  # no GPU at all: not a GPU of 0 (nor of 1) milli
+        (-500, []),  # a negative capacity is clamped to 0
+        (1, [1]),  # 1 // 1000 = 0 whole, 1 left over
+        (1000, [1000]),  # exactly one whole GPU, no remainder
+        (2500, [1000, 1000, 500]),  # 2500 = 2 * 1000 + 500
+    ],
+)
+def test_gpu_layout(milli, layout):
+    assert gpu_layout(milli) == layout
+
+
+@pytest.mark.parametrize(("milli", "split"), [(0, (0, 0)), (460, (0, 460)), (2300, (2, 300))])
+def test_split_gpu(milli, split):
+    assert split_gpu(milli) == split
+
+
+@pytest.mark.parametrize(
+    ("gfree", "whole", "share", "picks"),
+    [
+        # Two whole GPUs of 1000 each; `gfree` is what each has free.
+        ([300, 1000], 0, 200, [(0, 200)]),  # fullest that fits: GPU 0 (300 >= 200)
+        ([1000, 300], 0, 200, [(1, 200)]),  # the same, GPU 1 this time
+        ([100, 1000], 0, 200, [(1, 200)]),  # GPU 0 has only 100 < 200
+        ([400, 300], 0, 350, [(0, 350)]),  # only GPU 0 has 350 free
+        ([1000, 1000], 1, 0, [(0, 1000)]),  # one whole, untouched GPU
+        ([1000, 1000], 1, 500, [(0, 1000), (1, 500)]),  # the share may not reuse the whole one
+        ([999, 1000], 2, 0, None),  # GPU 0 is touched, so only one whole GPU is left
+        ([100, 100], 0, 200, None),  # no GPU has 200 free
+    ],
+)
+def test_gpu_take(gfree, whole, share, picks):
+    assert gpu_take(gfree, [1000, 1000], whole, share) == picks
+
+
+def test_cellview_vec_reads_missing_dimensions_as_zero():
+    cell = CellView(Snapshot((machine("a", gpu=1000),)), seed=0)
+    assert cell.dims == ("cpu", "ram", "gpu")
+    assert cell.vec({"cpu": 1000}) == (1000, 0, 0)
+    assert cell.vec({}) == (0, 0, 0)
+
+
+def test_cellview_machine_without_gpus_has_no_gpu_rows():
+    # The cell has a GPU dimension (b has one GPU), so a's capacity vector reads gpu = 0:
+    # a gets no GPUs at all, b one whole GPU.
+    cell = CellView(Snapshot((machine("a"), machine("b", gpu=1000))), seed=0)
+    assert cell.gcap == [[], [1000]]
+    assert cell.gfree == [[], [1000]]
+
+
+def test_overcommitted_gpu_reads_as_full():
+    # One GPU of 1000 milli; two running tasks of 600 milli each (the spec's scalar accounting
+    # is per machine, not per GPU, so the second one is overcommitted):
+    #   first:  a share of 600 on GPU 0            -> free 1000 - 600 = 400
+    #   second: no GPU has 600 free; take 400 from GPU 0, the remaining 200 goes to the GPU
+    #           that had the most free (GPU 0)     -> free 400 - 400 - 200 = -200
+    snap = Snapshot(
+        (machine("a", gpu=1000),),
+        (running("be/x", 0, 100, "a", 0, gpu=600), running("be/x", 0, 100, "a", 1, gpu=600)),
+    )
+    cell = CellView(snap, seed=0)
+    assert cell.gfree == [[-200]]
+    first, second = cell.victims[0]
+    assert first.gpu_shares == [(0, 600)]
+    assert second.gpu_shares == [(0, 400), (0, 200)]
+
+
+def test_overcommit_remainder_goes_to_the_gpu_with_most_free():
+    # Two GPUs. Running: 700 milli (GPU 0, free 300), 800 milli (GPU 1, free 200), then 900:
+    #   no GPU has 900 free; order by free: GPU 0 (300), GPU 1 (200)
+    #   take 300 from GPU 0 and 200 from GPU 1, 900 - 500 = 400 left -> onto GPU 0
+    #   free: GPU 0 = 300 - 300 - 400 = -400, GPU 1 = 200 - 200 = 0
+    snap = Snapshot(
+        (machine("a", gpu=2000),),
+        (
+            running("be/x", 0, 100, "a", 0, gpu=700),
+            running("be/x", 0, 100, "a", 1, gpu=800),
+            running("be/x", 0, 100, "a", 2, gpu=900),
+        ),
+    )
+    cell = CellView(snap, seed=0)
+    assert cell.gfree == [[-400, 0]]
+    assert cell.victims[0][2].gpu_shares == [(0, 300), (1, 200), (0, 400)]
+
+
+# --- Disruption limit within one task's victim set --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limit", "recent", "placed"),
+    [
+        # a: cpu 4000, two be/svc tasks of 2000 each; prod/x asks 4000, so it needs both.
+        (None, {}, True),  # no limit
+        (2, {}, True),  # 0 recent + 2 victims = 2 <= 2
+        (3, {}, True),  # 0 + 2 = 2 <= 3
+        (3, {"be/svc": 1}, True),  # 1 + 2 = 3 <= 3
+        (1, {}, False),  # the second victim would make 0 + 2 = 2 > 1
+        (2, {"be/svc": 1}, False),  # 1 + 2 = 3 > 2
+        (2, {"other/job": 5}, True),  # another job's disruptions do not count
+    ],
+)
+def test_disruption_limit_counts_victims_of_one_placement(limit, recent, placed):
+    snap = Snapshot(
+        (machine("a"),),
+        (running("be/svc", 0, 2000, "a", 0), running("be/svc", 0, 2000, "a", 1)),
+        (pending("prod/x", 200, 4000),),
+    )
+    plan = plan_pass(snap, SchedulerConfig(max_disruptions_per_job=limit), recent_disruptions=recent)
+    if placed:
+        (p,) = plan.placements
+        assert p.machine == "a"
+        assert set(p.victims) == {TaskId("be/svc", 0), TaskId("be/svc", 1)}
+    else:
+        assert not plan.placements and not plan.preemptions
+
+
+# --- Package locality -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("package", "weight", "where"),
+    [
+        # worst_fit: 100 * mean leftover over (cpu, ram); the task asks cpu 1000, no ram.
+        #   a (empty):          cpu (4000-1000)/4000 = 0.75, ram 1.0 -> 87.5
+        #   b (1000 cpu used):  cpu (3000-1000)/4000 = 0.50, ram 1.0 -> 75.0
+        ("pkg", 50.0, "b"),  # b holds the package: 75 + 50 = 125 > 87.5
+        ("pkg", 0.0, "a"),  # no locality weight: 87.5 > 75
+        ("", 50.0, "a"),  # the task names no package: no bonus anywhere
+        ("other", 50.0, "a"),  # no machine holds this package
+    ],
+)
+def test_package_locality(package, weight, where):
+    snap = Snapshot(
+        (machine("a"), machine("b")),
+        (running("be/other", 0, 1000, "b"),),
+        (pending("web/x", 100, 1000, package=package),),
+        packages={"b": frozenset({"pkg"})},
+    )
+    cfg = SchedulerConfig(policy="worst_fit", locality_weight=weight, spread_weight=0.0)
+    (p,) = plan_pass(snap, cfg).placements
+    assert p.machine == where
+
+
+@pytest.mark.parametrize(
+    ("spread", "where"),
+    [
+        # best_fit: 100 * (1 - mean leftover over (cpu, ram)); web/x already runs 1000 on a.
+        #   a: cpu (3000-1000)/4000 = 0.50, ram 1.0 -> 100 * (1 - 0.75)  = 25.0
+        #   b: cpu (4000-1000)/4000 = 0.75, ram 1.0 -> 100 * (1 - 0.875) = 12.5
+        # spreading subtracts weight / (placed + 1) * (job's tasks in the domain) = weight / 2 on a.
+        (0.0, "a"),  # no spreading: 25 > 12.5
+        (10.0, "a"),  # 25 - 5 = 20 > 12.5
+        (40.0, "b"),  # 25 - 20 = 5 < 12.5
+    ],
+)
+def test_failure_domain_spreading(spread, where):
+    snap = Snapshot(
+        (machine("a"), machine("b")),
+        (running("web/x", 100, 1000, "a", 0),),
+        (pending("web/x", 100, 1000, 1),),
+    )
+    cfg = SchedulerConfig(policy="best_fit", spread_weight=spread, locality_weight=0.0)
+    (p,) = plan_pass(snap, cfg).placements
+    assert p.machine == where
+
+
+# --- The pass: queue limit, rescoring ---------------------------------------------------------
+
+
+def three_small_tasks():
+    return Snapshot((machine("a"),), (), tuple(pending("web/x", 100, 1000, i) for i in range(3)))
+
+
+@pytest.mark.parametrize(("limit", "handled"), [(None, 3), (0, 0), (1, 1), (2, 2), (5, 3)])
+def test_plan_pass_limit(limit, handled):
+    # Three tasks of 1000 on a 4000 machine all fit; `limit` cuts the ordered queue.
+    plan = plan_pass(three_small_tasks(), limit=limit)
+    assert len(plan.placements) == handled
+    assert plan.stats.processed == handled
+
+
+def test_score_cache_rescores_only_for_the_class_next_task():
+    # One class of 3 tasks, one machine: 1 evaluation when the sample is filled, then one
+    # rescoring after each placement that leaves a task of the class to go: 1 + 2 = 3.
+    plan = plan_pass(three_small_tasks())
+    assert len(plan.placements) == 3
+    assert plan.stats.evaluations == 3
+    assert plan.stats.classes == 1
+
+
+# --- Admission verdicts are values --------------------------------------------------------------
+
+
+def test_admission_is_an_immutable_value():
+    a = Admission(False, "over quota")
+    assert not a and Admission(True)
+    assert hash(a) == hash(Admission(False, "over quota"))
+    with pytest.raises(FrozenInstanceError):
+        a.ok = True  # type: ignore[misc]
