@@ -40,7 +40,7 @@ PACKAGES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "reference/master (cell, reports)": (
         ["reference/master/cell.py", "reference/master/reports.py"],
-        ["tests/unit/test_master_reports.py", "tests/unit/test_master_codec.py"],
+        ["tests/unit/test_master_reports.py", "tests/unit/test_master_codec.py", "tests/unit/test_master_mutants.py"],
     ),
 }
 TIMEOUT_S = 120
