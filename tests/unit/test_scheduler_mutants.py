@@ -3,7 +3,8 @@
 Each table row states its inputs and the expected outcome, with the arithmetic in a comment,
 in the style of the kube-scheduler plugin tests. Equivalent mutants are not tested here: a
 `return False` read as a boolean (`fits_free`), the initial value of score-cache versions
-(always written before they are read), and the salt seed's constant (any seed is as valid).
+(always written before they are read), the salt seed's constant (any seed is as valid), and
+`slots=` on frozen dataclasses (memory layout only).
 """
 
 from dataclasses import FrozenInstanceError
@@ -13,6 +14,7 @@ import pytest
 from reference.scheduler import PendingTask, SchedulerConfig, Snapshot, plan_pass
 from reference.scheduler.admission import Admission
 from reference.scheduler.cellview import CellView, gpu_layout, gpu_take, split_gpu
+from reference.scheduler.plan import Unschedulable
 from reference.scheduler.snapshot import RunningTask
 from spec.model import Machine, Resources, TaskId
 
@@ -123,6 +125,46 @@ def test_overcommit_remainder_goes_to_the_gpu_with_most_free():
     assert cell.victims[0][2].gpu_shares == [(0, 300), (1, 200), (0, 400)]
 
 
+def test_reclaimed_slack_is_what_prod_requested_beyond_its_reservation():
+    # a: cpu 4000. A prod task requests 2000 and reserves 500 (Borg's estimate):
+    #   free for prod     = 4000 - 2000         = 2000 (prod counts at its request)
+    #   slack             = 2000 - 500          = 1500
+    #   free for non-prod = 2000 + 1500         = 3500
+    t = RunningTask(TaskId("p/web", 0), "a", 200, Resources.of(cpu=2000), reservation=Resources.of(cpu=500))
+    cell = CellView(Snapshot((machine("a"),), (t,)), seed=0)
+    assert cell.reclaimed == [True]
+    assert cell.slack[0][0] == 1500
+    assert cell.free_for(0, True)[0] == 2000
+    assert cell.free_for(0, False)[0] == 3500
+
+
+def test_running_tasks_in_allocs_or_off_the_cell_are_not_counted_twice():
+    # In an alloc: counted through the alloc, not as a victim. Unknown machine: ignored.
+    in_alloc = RunningTask(TaskId("be/x", 0), "a", 0, Resources.of(cpu=1000), in_alloc=True)
+    elsewhere = running("be/y", 0, 1000, "zz")
+    cell = CellView(Snapshot((machine("a"),), (in_alloc, elsewhere)), seed=0)
+    assert cell.free[0][0] == 4000
+    assert cell.victims == [[]]
+
+
+@pytest.mark.parametrize(
+    ("used_cpu", "bumped"),
+    [
+        # threshold 0.02 of cpu 4000 = 80 milli-cores of drift since the last bump
+        (0, False),  # |4000 - 4000| = 0
+        (80, False),  # |3920 - 4000| = 80, not more than 80
+        (81, True),  # |3919 - 4000| = 81 > 80
+        (-100, True),  # freed: |4100 - 4000| = 100 > 80
+    ],
+)
+def test_touch_bumps_the_version_past_the_drift_threshold(used_cpu, bumped):
+    cell = CellView(Snapshot((machine("a"),)), seed=0)
+    cell.free[0][0] -= used_cpu
+    assert cell.touch(0, 0.02) is bumped
+    assert cell.version[0] == (1 if bumped else 0)
+    assert cell.touch(0, 0.02) is False  # measured from the new reference now
+
+
 # --- Disruption limit within one task's victim set --------------------------------------------
 
 
@@ -228,7 +270,7 @@ def test_score_cache_rescores_only_for_the_class_next_task():
     assert plan.stats.classes == 1
 
 
-# --- Admission verdicts are values --------------------------------------------------------------
+# --- Verdicts are values --------------------------------------------------------------
 
 
 def test_admission_is_an_immutable_value():
@@ -237,3 +279,7 @@ def test_admission_is_an_immutable_value():
     assert hash(a) == hash(Admission(False, "over quota"))
     with pytest.raises(FrozenInstanceError):
         a.ok = True  # type: ignore[misc]
+    u = Unschedulable(TaskId("web/x", 0), ())
+    assert hash(u) == hash(Unschedulable(TaskId("web/x", 0), ()))
+    with pytest.raises(FrozenInstanceError):
+        u.reasons = ()  # type: ignore[misc]
