@@ -48,8 +48,8 @@ def job_file(args: argparse.Namespace) -> dict[str, Any]:
         "autoscale": {
             "min": args.min_tasks,
             "max": args.max_tasks,
-            "metric": "requests_per_task",
-            "target": args.target_rps,
+            "metric": args.metric,
+            "target": args.target_rps if args.metric == "requests_per_task" else args.target_cpu,
             "scale_up_cooldown": args.up_cooldown,
             "scale_down_cooldown": args.down_cooldown,
             "stabilization_s": args.stabilization,
@@ -66,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at_s:users,...; the last stage (0 users) ends the load")  # fmt: skip
     p.add_argument("--rate", type=float, default=4.0, help="requests/s of one user")
     p.add_argument("--cost-ms", type=float, default=10.0, help="CPU per request in the task")
+    p.add_argument("--metric", choices=["requests_per_task", "cpu"], default="requests_per_task")
     p.add_argument("--target-rps", type=float, default=8.0, help="autoscale target: requests/s per task")
+    p.add_argument("--target-cpu", type=float, default=60.0, help="autoscale target: CPU %% of the request")
     p.add_argument("--min-tasks", type=int, default=1)
     p.add_argument("--max-tasks", type=int, default=6)
     p.add_argument("--task-cpu", default="250m")
