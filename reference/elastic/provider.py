@@ -68,6 +68,7 @@ class LocalProvider:
         name = f"machine{i}"
         port = launcher.free_ports(1, launcher.HOST)[0]
         env = launcher.child_env(info.workdir)
+        # The launcher's own borglet start, so an added machine runs exactly as `cell up` starts one.
         record = launcher._start_borglet(Path(self.state_dir), name, port, self.capacity, i, info.workdir, env)
         with self._lock:
             info = CellInfo.load(self.state_dir)
