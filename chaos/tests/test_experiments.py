@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,9 @@ from chaos.checker import final_reads_check
 from chaos.history import Op
 from reference.launcher import find_toxiproxy_server
 
-OUT = Path("reports/chaos/ci")
+# Test runs write their journals and reports outside the tree (set MINBORG_CHAOS_OUT to keep
+# them); the campaign reports under reports/chaos/ come from `minborg campaign chaos`.
+OUT = Path(os.environ.get("MINBORG_CHAOS_OUT") or tempfile.mkdtemp(prefix="minborg-chaos-ci-"))
 
 
 def _journal(before: bool, after: bool | None, status: str = "completed") -> dict:
