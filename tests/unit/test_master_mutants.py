@@ -5,7 +5,7 @@ Tables in the kube-scheduler style: one row per case, the expected value beside 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
@@ -48,6 +48,23 @@ def test_task_info_defaults_describe_a_task_never_reported():
     assert borglet_task_id(T0, i) == "alice/web/0#0@0"
 
 
+def test_infos_are_frozen_values():
+    # Draft.changed compares infos by identity, so an info is replaced, never edited in place.
+    for info in (MachineInfo("http://127.0.0.1:1"), TaskInfo(port=1), JobInfo(SPEC)):
+        with pytest.raises(FrozenInstanceError):
+            info.address = "x"  # type: ignore[misc,union-attr]
+    assert hash(MachineInfo("a")) == hash(MachineInfo("a"))
+
+
+def test_history_keeps_the_last_twenty_entries():
+    info = TaskInfo()
+    for i in range(25):
+        info = info.with_history("RUNNING", float(i), f"step {i}")
+    assert len(info.history) == 20  # entries 5..24
+    assert info.history[0] == ("RUNNING", 5.0, "step 5")
+    assert info.history[-1] == ("RUNNING", 24.0, "step 24")
+
+
 def test_task_info_of_an_unknown_task_is_the_default():
     cell = placed_cell()
     unknown = TaskId("bob/x", 0, 0)
@@ -72,6 +89,17 @@ def test_step_records_history_with_the_reason_or_the_action_name():
     assert d.steps == ["finish", "fail"]
     assert d.tasks[T0].history == (("DEAD", 7.0, "exit 0"),)
     assert d.tasks[T1].history == (("DEAD", 7.0, "fail"),)
+
+
+def test_new_tasks_get_a_first_history_entry_and_default_facts():
+    d = Draft(Cell(machine_add(CellState(), M2)), 2.0)  # type: ignore[arg-type]
+    assert d.step("submit", SPEC.to_spec_job(), reason="submitted")
+    assert set(d.tasks) == {T0, T1}  # two new tasks, none before
+    for tid in (T0, T1):
+        assert d.tasks[tid] == TaskInfo(history=(("PENDING", 2.0, "submitted"),))
+    assert d.step("schedule", T0, "m2")  # a first placement: placement 0 + 1 = 1
+    assert d.tasks[T0].placement == 1
+    assert d.tasks[T0].history == (("PENDING", 2.0, "submitted"), ("RUNNING", 2.0, "schedule"))
 
 
 def test_a_step_that_leaves_a_task_state_alone_adds_no_history():
