@@ -495,9 +495,14 @@ def _check_running(record: ProcessRecord) -> None:
 def wait_for_leader(
     info: CellInfo, timeout: float = LEADER_TIMEOUT_S, not_named: str | None = None
 ) -> str:
-    """Poll /v1/cell on every live master until one names a leader (other than `not_named`)."""
+    """Poll /v1/cell on every live master until one names a leader (other than `not_named`).
+
+    Only a leader among this cell's own masters counts: if another process took a master's
+    port before it could bind, the answer would come from a different cell.
+    """
     deadline = time.monotonic() + timeout
     masters = info.of_role(Role.MASTER)
+    own = {m.name for m in masters}
     last = "no master answered"
     with httpx.Client(timeout=1.0) as http:
         while True:
@@ -512,6 +517,11 @@ def wait_for_leader(
                 except (httpx.TransportError, ValueError) as err:
                     last = f"{master.name}: {err}"
                     continue
+                if leader and leader not in own:
+                    raise LauncherError(
+                        f"{master.url} answers for another cell (its leader is {leader}, not one "
+                        f"of {sorted(own)}): its port was taken; run `cell up` again"
+                    )
                 if leader and leader != not_named:
                     return str(leader)
             if time.monotonic() > deadline:
