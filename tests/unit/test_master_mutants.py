@@ -54,6 +54,8 @@ def test_infos_are_frozen_values():
         with pytest.raises(FrozenInstanceError):
             info.address = "x"  # type: ignore[misc,union-attr]
     assert hash(MachineInfo("a")) == hash(MachineInfo("a"))
+    with pytest.raises(FrozenInstanceError):
+        Cell().revision = 1  # type: ignore[misc]
 
 
 def test_history_keeps_the_last_twenty_entries():
