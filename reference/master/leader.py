@@ -24,7 +24,7 @@ from reference.master.poller import Poller
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import SchedulerConfig, plan_for, plan_steps
 from spec.actions import restart_allowed
-from spec.model import Band, QuotaKey, Resources, TaskState
+from spec.model import Band, CellState, QuotaKey, Resources, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,33 @@ class TokenBucket:
         got = min(want, int(self.tokens))
         self.tokens -= got
         return got
+
+
+def pass_has_work(state: CellState) -> bool:
+    """Whether a scheduling pass could change anything: a task is PENDING, a DEAD task is
+    the latest incarnation of a live index that its job's policy restarts, or a RUNNING task
+    is older than its job's request. DEAD tasks that stay dead are no work."""
+    latest: dict[tuple[str, int], int] = {}
+    for tid in state.tasks:
+        k = (tid.job, tid.index)
+        latest[k] = max(latest.get(k, -1), tid.incarnation)
+    for tid, t in state.tasks.items():
+        if t.state is TaskState.PENDING:
+            return True
+        job = state.jobs.get(tid.job)
+        if job is None:
+            continue
+        if t.state is TaskState.RUNNING:
+            if t.request != job.request:
+                return True
+        elif (
+            t.state is TaskState.DEAD
+            and latest[(tid.job, tid.index)] == tid.incarnation
+            and tid.index < job.task_count
+            and restart_allowed(job.restart_policy, t.cause)
+        ):
+            return True
+    return False
 
 
 class Term:
@@ -160,10 +187,8 @@ class Term:
     def _pass(self) -> None:
         cell = self.cache.cell()
         state = cell.state
-        if not any(t.state is not TaskState.RUNNING for t in state.tasks.values()) and not any(
-            t.request != state.jobs[t.job].request for t in state.tasks.values() if t.job in state.jobs
-        ):
-            return  # nothing pending, dead or stale: the common quiet case
+        if not pass_has_work(state):
+            return  # nothing pending, restartable or stale: the common quiet case
         started = time.perf_counter()
         placed = self.writer.mutate(self._change)[0]
         self.passes += 1
