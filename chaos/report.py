@@ -33,7 +33,7 @@ def _header(title: str, command: str) -> list[str]:
 def write_chaos(out: Path, results: list[dict[str, Any]], command: str) -> Path:
     lines = _header("Minborg chaos experiments", command)
     lines += [
-        "Cell: 3 etcd members, 3 master replicas (lease TTL 3 s, poll 1 s, down after 3 misses), "
+        "Cell: 3 etcd members, 3 master replicas (lease TTL 2 s, poll 1 s, down after 3 misses: the defaults), "
         "4 borglets, Toxiproxy on every link; hello_world (3 tasks) running. Load: Locust, "
         "3 register clients + 1 hello_world caller + 1 watcher.", "",
         "| # | experiment | verdict | time | API avail. in fault | failover (write recovery) | hello_world avail. | lost writes | load avg before / after (1/5/15 min) |",
