@@ -47,7 +47,7 @@ def prod_requests_within_capacity(s: CellState) -> list[str]:
         prod = [
             t.request
             for t in s.running_on(m.name)
-            if is_prod(t.priority) and getattr(s.jobs.get(t.id.job), "alloc", None) is None
+            if is_prod(t.priority) and not s.in_alloc(t)
         ]
         prod += [a.resources for a in s.allocs_on(m.name) if is_prod(a.priority)]
         used = total(prod)

@@ -408,6 +408,11 @@ class CellState:
     def allocs_on(self, machine: str) -> list[Alloc]:
         return [a for a in self.allocs.values() if a.machine == machine]
 
+    def in_alloc(self, task: Task) -> bool:
+        """Whether the task's job runs inside an alloc (its resources count through the alloc)."""
+        job = self.jobs.get(task.id.job)
+        return job is not None and job.alloc is not None
+
     def machine_reserved(self, machine: str, min_priority: int | None = None) -> Resources:
         """What RUNNING tasks outside allocs reserve on a machine, plus its allocs.
 
@@ -416,8 +421,7 @@ class CellState:
         """
         parts: list[Resources] = []
         for t in self.running_on(machine):
-            job = self.jobs.get(t.id.job)
-            if job is not None and job.alloc is not None:
+            if self.in_alloc(t):
                 continue  # counted through its alloc
             if min_priority is None or t.priority >= min_priority:
                 parts.append(t.reserved)
@@ -431,10 +435,9 @@ class CellState:
         never overcommitted), other tasks at their reservations, and every alloc."""
         parts: list[Resources] = []
         for t in self.running_on(machine):
-            job = self.jobs.get(t.id.job)
-            if job is not None and job.alloc is not None:
+            if self.in_alloc(t):
                 continue
-            parts.append(t.request if t.priority >= BAND_FLOOR[Band.PRODUCTION] else t.reserved)
+            parts.append(t.request if is_prod(t.priority) else t.reserved)
         parts += [a.resources for a in self.allocs_on(machine)]
         return total(parts)
 
