@@ -1,11 +1,13 @@
 """The leader's one writer: changes a Draft of the cached cell and commits its diff in fenced, batched etcd txns.
 
-All mutations on a leader go through `Writer.mutate`, one at a time: it takes the cached
-cell, lets the caller apply spec actions to a Draft, writes what changed with
-`Election.fenced_txn` (so a deposed leader writes nothing), and waits until its own watch
-cache shows the write before the next mutation starts. A write is acknowledged only after its
-txn committed. etcd allows 128 ops per txn by default; a bigger diff is split, tasks first,
-so a watcher never sees a job without its tasks' records being on their way.
+All mutations on a leader go through `Writer.mutate`. Mutations that arrive while a write
+is in flight queue up, and the next writer commits them together (group commit): it takes
+the cached cell, runs each queued change on a Draft of the cell the previous change left (a
+change that raises leaves no trace, and the others go on), writes what they changed in
+one `Election.fenced_commit` (so a deposed leader writes nothing), and waits until its own
+watch cache shows the write before the next group starts. A write is acknowledged only after
+its txn committed. etcd allows 128 ops per txn by default; a bigger diff is split, tasks
+first, so a watcher never sees a job without its tasks' records being on their way.
 """
 
 from __future__ import annotations
@@ -14,19 +16,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 from reference.master import codec
 from reference.master.cache import WatchCache
-from reference.master.cell import Cell, Draft
+from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo
 from reference.store import ops
 from reference.store.client import StoreError, StoreOutcomeUnknown, StoreUnavailable
 from reference.store.election import Election
+from spec.model import CellState, QuotaKey, Resources, TaskId
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MAX_OPS_PER_TXN = 120  # under etcd's default --max-txn-ops of 128
+MAX_GROUP = 64  # changes committed together at most (docs/decisions.md)
 
 
 class NotLeader(Exception):
@@ -37,7 +42,17 @@ class WriteFailed(Exception):
     """etcd could not be reached or did not answer: the write may not have been made."""
 
 
-def diff_ops(base: Cell, draft: Draft, keys: codec.Keys) -> list[ops.Op]:
+class Changed(Protocol):
+    """What a diff is taken of: a Draft, or the result of a group of them."""
+
+    state: CellState
+    machines: dict[str, MachineInfo]
+    jobs: dict[str, JobInfo]
+    tasks: dict[TaskId, TaskInfo]
+    quotas: dict[QuotaKey, Resources]
+
+
+def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
     """The puts and deletes that turn `base` into `draft`, task records first."""
     new, old = draft.state, base.state
     task_ops: list[ops.Op] = []
@@ -47,7 +62,7 @@ def diff_ops(base: Cell, draft: Draft, keys: codec.Keys) -> list[ops.Op]:
         info = draft.tasks.get(tid)
         if old.tasks.get(tid) is task and base.tasks.get(tid) is info:
             continue
-        task_ops.append(ops.put(keys.task(tid), codec.encode_task(task, draft.task_info(tid))))
+        task_ops.append(ops.put(keys.task(tid), codec.encode_task(task, info or TaskInfo())))
     for tid in old.tasks:
         if tid not in new.tasks:
             deletes.append(ops.delete(keys.task(tid)))
@@ -62,7 +77,7 @@ def diff_ops(base: Cell, draft: Draft, keys: codec.Keys) -> list[ops.Op]:
         info = draft.machines.get(name)
         if old.machines.get(name) is m and base.machines.get(name) is info:
             continue
-        other.append(ops.put(keys.machine(name), codec.encode_machine(m, draft.machine_info(name))))
+        other.append(ops.put(keys.machine(name), codec.encode_machine(m, info or MachineInfo())))
     for name in old.machines:
         if name not in new.machines:
             deletes.append(ops.delete(keys.machine(name)))
@@ -75,6 +90,28 @@ def chunks(items: list[ops.Op], size: int) -> list[list[ops.Op]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+@dataclass
+class _Request:
+    """One queued mutation and, once its group is done, what became of it."""
+
+    change: Callable[[Draft], Any]
+    done: bool = False
+    result: Any = None
+    error: BaseException | None = None
+    revision: int = 0
+
+
+@dataclass
+class _Group:
+    """The cell after a group's changes: what the diff is taken of."""
+
+    state: CellState
+    machines: dict[str, MachineInfo]
+    jobs: dict[str, JobInfo]
+    tasks: dict[TaskId, TaskInfo]
+    quotas: dict[QuotaKey, Resources] = field(default_factory=dict)
+
+
 class Writer:
     def __init__(
         self,
@@ -84,6 +121,7 @@ class Writer:
         *,
         clock: Callable[[], float] = time.time,
         max_ops: int = MAX_OPS_PER_TXN,
+        max_group: int = MAX_GROUP,
         on_txn: Callable[[str, int], None] | None = None,
     ) -> None:
         self.cache = cache
@@ -91,44 +129,100 @@ class Writer:
         self.keys = keys
         self.clock = clock
         self.max_ops = max_ops
+        self.max_group = max_group
         self._on_txn = on_txn  # (outcome, ops) for metrics
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held by the one thread committing a group
+        self._queue: list[_Request] = []
+        self._queue_lock = threading.Lock()
+        self.groups = 0  # groups committed, and the changes in them: their ratio is the mean group size
+        self.grouped = 0
 
     def mutate(self, change: Callable[[Draft], T]) -> tuple[T, int]:
         """Run `change` on a Draft of the cell and commit what it changed.
 
         Returns (what `change` returned, the revision the cell is at after the write). If
-        `change` raises, nothing is written. Raises NotLeader or WriteFailed.
+        `change` raises, nothing of it is written and the exception is raised here. Raises
+        NotLeader or WriteFailed when the write (of this change's whole group) was not made.
         """
-        with self._lock:
+        request = _Request(change)
+        with self._queue_lock:
+            self._queue.append(request)
+        while not request.done:
+            with self._lock:
+                if request.done:
+                    break  # the thread that held the lock committed this one with its group
+                with self._queue_lock:
+                    group = self._queue[: self.max_group]
+                    del self._queue[: self.max_group]
+                self._run_group(group)
+        if request.error is not None:
+            raise request.error
+        return request.result, request.revision
+
+    def _run_group(self, group: list[_Request]) -> None:
+        finished = False
+        try:
             if not self.election.is_leader:
-                raise NotLeader("not the leader")
+                for r in group:
+                    r.error = NotLeader("not the leader")
+                return
             base = self.cache.cell()
-            draft = Draft(base, self.clock())
-            result = change(draft)
-            if not draft.changed:
-                return result, base.revision
-            revision = self._commit(diff_ops(base, draft, self.keys))
-            if not self.cache.wait_revision(revision, 5.0):
-                log.warning("watch cache did not reach revision %d in 5 s", revision)
-            return result, revision
+            now = self.clock()
+            cell, result, applied = base, None, []
+            for r in group:
+                draft = Draft(cell, now)
+                try:
+                    r.result = r.change(draft)
+                except Exception as err:  # this change is dropped; the others go on
+                    r.error = err
+                    continue
+                applied.append(r)
+                if draft.changed:
+                    quotas = {**(result.quotas if result else {}), **draft.quotas}
+                    result = _Group(draft.state, draft.machines, draft.jobs, draft.tasks, quotas)
+                    cell = Cell(result.state, result.machines, result.jobs, result.tasks,
+                                base.revision, base.leader, base.replicas)  # fmt: skip
+            revision = base.revision
+            if result is not None:
+                try:
+                    revision = self._commit(diff_ops(base, result, self.keys))
+                except (NotLeader, WriteFailed) as err:
+                    for r in applied:
+                        r.error = err
+                    return
+                self.groups += 1
+                self.grouped += len(applied)
+                if not self.cache.wait_revision(revision, 5.0):
+                    log.warning("watch cache did not reach revision %d in 5 s", revision)
+            for r in applied:
+                r.revision = revision
+            finished = True
+        finally:
+            for r in group:
+                if not finished and r.error is None:
+                    r.error = WriteFailed("the writer stopped before this change was committed")
+                r.done = True
 
     def _commit(self, all_ops: list[ops.Op]) -> int:
+        revision = 0
         for batch in chunks(all_ops, self.max_ops):
-            self._commit_batch(batch)
+            revision = self._commit_batch(batch)
+        if revision:
+            return revision
         try:
             return self.election.client.revision()
         except StoreError as err:
             raise WriteFailed(f"committed, but the revision could not be read: {err}") from err
 
-    def _commit_batch(self, batch: list[ops.Op]) -> None:
+    def _commit_batch(self, batch: list[ops.Op]) -> int:
+        """Commit one txn; its revision, or 0 where it landed but its answer was lost."""
         for attempt in range(3):
             try:
-                ok = self.election.fenced_txn(batch)
+                revision = self.election.fenced_commit(batch)
             except StoreOutcomeUnknown as err:
                 self._count("unknown", len(batch))
                 if self._landed(batch):
-                    return
+                    return 0
                 log.warning("txn outcome unknown (%s); it did not land; retrying", err)
                 continue
             except StoreUnavailable as err:
@@ -140,11 +234,11 @@ class Writer:
             except StoreError as err:
                 self._count("error", len(batch))
                 raise WriteFailed(str(err)) from err
-            if not ok:
+            if revision is None:
                 self._count("fenced", len(batch))
                 raise NotLeader("the leader key is no longer ours: write refused by the fence")
             self._count("committed", len(batch))
-            return
+            return revision
         raise WriteFailed("etcd did not confirm the write")
 
     def _landed(self, batch: list[ops.Op]) -> bool:

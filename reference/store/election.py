@@ -185,9 +185,19 @@ class Election:
         Returns False if a compare failed; when the fence itself failed, this candidate is
         deposed (check `is_leader`). Raises `StoreOutcomeUnknown` if no answer came back.
         """
+        return self.fenced_commit(ops_success, extra_compares, ops_failure) is not None
+
+    def fenced_commit(
+        self,
+        ops_success: Sequence[ops.Op],
+        extra_compares: Sequence[ops.Compare] = (),
+        ops_failure: Sequence[ops.Op] = (),
+    ) -> int | None:
+        """`fenced_txn`, returning the store's revision after the commit (from the txn's own
+        response header, so no second round trip), or None where a compare failed."""
         token = self.fencing_token
         if token is None:
-            return False
+            return None
         fence = [
             ops.create_revision(self.key, "==", token),
             ops.value(self.key, "==", self.candidate_name),
@@ -196,11 +206,11 @@ class Election:
             fence + list(extra_compares), ops_success, [ops.get(self.key), *ops_failure]
         )
         if result.succeeded:
-            return True
+            return result.revision
         leader_key = result.responses[0]
         if not self._holds(leader_key, token):
             self._step_down(token, "fence failed: the leader key is no longer ours", revoke=True)
-        return False
+        return None
 
     # -- the background thread ------------------------------------------------------------------
 

@@ -1,0 +1,162 @@
+"""The writer's group commit: queued changes share one txn, each sees the ones before it, a
+change that raises is dropped alone, and a failed commit fails every change in its group."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from reference.master import codec
+from reference.master.cell import Cell, Draft, MachineInfo
+from reference.master.writer import NotLeader, WriteFailed, Writer
+from reference.store import ops
+from reference.store.client import StoreUnavailable
+from spec.model import Machine, Resources
+
+
+class FakeCache:
+    """Applies committed ops' machine records back into the cell, as the watch would."""
+
+    def __init__(self) -> None:
+        self.view = Cell()
+        self.lock = threading.Lock()
+
+    def cell(self) -> Cell:
+        with self.lock:
+            return self.view
+
+    def wait_revision(self, revision: int, timeout: float) -> bool:
+        return True
+
+
+class FakeElection:
+    def __init__(self, cache: FakeCache, *, delay: float = 0.0) -> None:
+        self.cache, self.delay = cache, delay
+        self.is_leader = True
+        self.txns: list[list[ops.Op]] = []
+        self.revision = 1
+        self.fail_with: Exception | None = None
+        self.fenced = False
+        self.client = None
+
+    def fenced_commit(self, batch: list[ops.Op]) -> int | None:
+        time.sleep(self.delay)
+        if self.fail_with is not None:
+            raise self.fail_with
+        if self.fenced:
+            return None
+        self.txns.append(batch)
+        self.revision += 1
+        names = [ops.unb64(op["request_put"]["key"]).decode().rsplit("/", 1)[-1] for op in batch]
+        with self.cache.lock:
+            state = self.cache.view.state
+            machines = dict(self.cache.view.machines)
+            for name in names:
+                state = state.with_(machines=state.machines.set(name, machine(name)))
+                machines[name] = MachineInfo()
+            self.cache.view = Cell(state, machines, {}, {}, self.revision)
+        return self.revision
+
+
+def machine(name: str) -> Machine:
+    return Machine(name, Resources.of(cpu=1000, ram=2**30))
+
+
+def add(name: str):
+    def change(d: Draft) -> int:
+        assert d.step("machine_add", machine(name)), name
+        return len(d.state.machines)
+
+    return change
+
+
+def writer(delay: float = 0.0) -> tuple[Writer, FakeElection]:
+    cache = FakeCache()
+    election = FakeElection(cache, delay=delay)
+    return Writer(cache, election, codec.Keys("c1")), election  # type: ignore[arg-type]
+
+
+def test_one_change_commits_one_txn_and_returns_its_revision() -> None:
+    w, election = writer()
+    assert w.mutate(add("m0")) == (1, 2)
+    assert len(election.txns) == 1 and w.groups == 1 and w.grouped == 1
+    assert w.mutate(lambda d: "nothing") == ("nothing", 2)  # no change: no txn
+    assert len(election.txns) == 1
+
+
+def test_concurrent_changes_share_txns_and_see_each_other() -> None:
+    w, election = writer(delay=0.05)
+    results: dict[int, tuple[int, int]] = {}
+
+    def submit(i: int) -> None:
+        results[i] = w.mutate(add(f"m{i}"))
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(results) == 20
+    assert sorted(r[0] for r in results.values()) == list(range(1, 21))  # each saw all before it
+    assert len(election.txns) < 20 and w.grouped == 20  # some shared a txn
+    assert sum(len(b) for b in election.txns) == 20  # every machine written exactly once
+    assert len(w.cache.cell().state.machines) == 20
+
+
+def test_a_change_that_raises_is_dropped_alone() -> None:
+    w, election = writer(delay=0.05)
+    errors: list[BaseException] = []
+    done: list[int] = []
+
+    def bad(d: Draft) -> None:
+        d.step("machine_add", machine("bad"))
+        raise ValueError("refused")
+
+    def run(change) -> None:
+        try:
+            done.append(w.mutate(change)[0])
+        except ValueError as err:
+            errors.append(err)
+
+    blocker = threading.Thread(target=run, args=(add("m0"),))
+    blocker.start()
+    time.sleep(0.01)  # m0 is committing: the next three queue behind it and form one group
+    threads = [threading.Thread(target=run, args=(c,)) for c in (add("m1"), bad, add("m2"))]
+    for t in threads:
+        t.start()
+    for t in [blocker, *threads]:
+        t.join(10)
+    assert len(errors) == 1 and str(errors[0]) == "refused"
+    assert sorted(done) == [1, 2, 3]
+    assert "bad" not in w.cache.cell().state.machines
+    assert sorted(w.cache.cell().state.machines.keys()) == ["m0", "m1", "m2"]
+
+
+def test_a_failed_commit_fails_every_change_of_its_group() -> None:
+    w, election = writer()
+    election.fail_with = StoreUnavailable("etcd down")
+    with pytest.raises(WriteFailed):
+        w.mutate(add("m0"))
+    election.fail_with = None
+    election.fenced = True
+    with pytest.raises(NotLeader):
+        w.mutate(add("m0"))
+    election.is_leader = False
+    with pytest.raises(NotLeader):
+        w.mutate(add("m0"))
+    assert election.txns == []
+
+
+def test_group_size_is_bounded() -> None:
+    w, election = writer(delay=0.05)
+    w.max_group = 3
+    threads = [threading.Thread(target=w.mutate, args=(add(f"m{i}"),)) for i in range(10)]
+    for t in threads:
+        t.start()
+        time.sleep(0.001)
+    for t in threads:
+        t.join(10)
+    assert max(len(b) for b in election.txns) <= 3
+    assert len(w.cache.cell().state.machines) == 10
