@@ -310,6 +310,13 @@ def make_app(replica: Replica) -> FastAPI:
             request, None, change, lambda n, rev: stamped({"removed": name, "evicted": n}, rev)
         )
 
+    # --- quotas (read-only: the leader writes the configured defaults) ---------------------------
+
+    @app.get("/v1/quotas")
+    async def list_quotas() -> JSONResponse:
+        cell = replica.cache.cell()
+        return stamped({"quotas": views.quota_views(cell)}, cell.revision)
+
     # --- BNS -------------------------------------------------------------------------------------
 
     @app.get("/v1/bns/{bns_name}")

@@ -90,10 +90,21 @@ def task_view(cell: Cell, task: Task, cell_name: str) -> dict[str, Any]:
         "borglet_state": info.borglet_state or None,
         "started_at": info.started_at or None,
         "usage": dict(info.usage),
+        # What the task holds: its request since its last placement (an update rolls it), and
+        # the part of it the master reserves (lower once reclamation estimates it needs less).
+        "request": task.request.as_dict() if task.state is not TaskState.DEAD else None,
         "reservation": task.reserved.as_dict() if task.state is TaskState.RUNNING else None,
         "draining": bool(info.draining_since),
         "history": [{"state": s, "at": at, "reason": r} for s, at, r in info.history],
     }
+
+
+def quota_views(cell: Cell) -> list[dict[str, Any]]:
+    """Every quota entry: user ("*" is everyone without one of their own), band and limit."""
+    return [
+        {"user": k.user, "band": k.band.value, "limit": amount.as_dict()}
+        for k, amount in sorted(cell.state.quotas.items(), key=lambda kv: (kv[0].user, kv[0].band.value))
+    ]
 
 
 def requested_on(cell: Cell, name: str) -> Resources:
