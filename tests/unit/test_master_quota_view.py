@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from reference.master import views
 from reference.master.cell import Cell
-from spec.model import Band, CellState, FMap, Job, Machine, QuotaKey, Resources, Task, TaskId, TaskState
+from spec.model import (
+    Band,
+    CellState,
+    FMap,
+    Job,
+    Machine,
+    QuotaKey,
+    Resources,
+    Task,
+    TaskId,
+    TaskState,
+)
 
 
 def _cell() -> Cell:
