@@ -5,6 +5,12 @@ change in order. If the watch falls behind a compaction, the cache reads the pre
 starts a new watch. `cell()` returns an immutable `Cell` stamped with the revision it reflects;
 unchanged machines, jobs and tasks keep their identity between views, which is what lets the
 writer diff cheaply.
+
+A view costs what changed since the previous one, not the cell's size in Python: the spec
+objects and their runtime infos live in separate dicts, so a view is one C-level copy of each
+map that changed (maps that did not change are shared with the previous view), and the set
+of tasks a scheduling pass could act on (`Cell.work`) is kept up to date from the changed
+keys, so the leader's quiet-case check does not scan the dead tasks of every killed job.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from reference.master import codec
-from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo
+from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo, is_pass_work
 from reference.store import ops
 from reference.store.client import StoreClient, StoreError
 from reference.store.watch import PrefixWatch
@@ -34,15 +40,27 @@ class WatchCache:
         # When etcd was last heard (a read, an event or a progress notification), on the
         # monotonic clock: the cache is at least that fresh. None until the first read.
         self._heard_at: float | None = None
-        self._machines: dict[str, tuple[Machine, MachineInfo]] = {}
-        self._jobs: dict[str, tuple[Job, JobInfo]] = {}
-        self._tasks: dict[TaskId, tuple[Task, TaskInfo]] = {}
+        # Spec objects and runtime infos in separate dicts: a view copies each in C.
+        self._machines: dict[str, Machine] = {}
+        self._machine_infos: dict[str, MachineInfo] = {}
+        self._jobs: dict[str, Job] = {}
+        self._job_infos: dict[str, JobInfo] = {}
+        self._tasks: dict[TaskId, Task] = {}
+        self._task_infos: dict[TaskId, TaskInfo] = {}
         self._quotas: dict[QuotaKey, Resources] = {}
+        # Which maps changed since the last view (the others are shared with it).
+        self._dirty: set[str] = set()
+        # For `Cell.work`: the task ids of each job, the latest incarnation of each index,
+        # and the tasks a pass could act on, all updated from the changed keys.
+        self._job_tasks: dict[str, set[TaskId]] = {}
+        self._latest: dict[tuple[str, int], int] = {}
+        self._work: set[TaskId] = set()
         self._leader = ""
         self._replicas: dict[str, str] = {}
         self._raw: dict[bytes, bytes] = {}  # key -> value as stored, for the writer's checks
         self._revision = 0
         self._view: Cell | None = None
+        self._last: Cell | None = None  # the last view built: what the next one shares
         self._cond = threading.Condition()
         self._watch: PrefixWatch | None = None
         self._stopped = threading.Event()
@@ -91,21 +109,31 @@ class WatchCache:
     def cell(self) -> Cell:
         with self._cond:
             if self._view is None:
-                self._view = Cell(
-                    state=CellState(
-                        machines=FMap({k: m for k, (m, _) in self._machines.items()}),
-                        jobs=FMap({k: j for k, (j, _) in self._jobs.items()}),
-                        tasks=FMap({k: t for k, (t, _) in self._tasks.items()}),
-                        quotas=FMap(self._quotas),
-                    ),
-                    machines={k: i for k, (_, i) in self._machines.items()},
-                    jobs={k: i for k, (_, i) in self._jobs.items()},
-                    tasks={k: i for k, (_, i) in self._tasks.items()},
-                    revision=self._revision,
-                    leader=self._leader,
-                    replicas=dict(self._replicas),
-                )
+                self._view = self._build(self._last)
+                self._last = self._view
+                self._dirty.clear()
             return self._view
+
+    def _build(self, last: Cell | None) -> Cell:
+        """A view of the maps now: a C-level copy of each changed map, the others from `last`."""
+        dirty = self._dirty if last is not None else _ALL_MAPS
+        prev = last.state if last is not None else CellState()
+        state = CellState(
+            machines=FMap(self._machines) if "machines" in dirty else prev.machines,
+            jobs=FMap(self._jobs) if "jobs" in dirty else prev.jobs,
+            tasks=FMap(self._tasks) if "tasks" in dirty else prev.tasks,
+            quotas=FMap(self._quotas) if "quotas" in dirty else prev.quotas,
+        )
+        return Cell(
+            state=state,
+            machines=dict(self._machine_infos) if "machine_infos" in dirty else last.machines,  # type: ignore[union-attr]
+            jobs=dict(self._job_infos) if "job_infos" in dirty else last.jobs,  # type: ignore[union-attr]
+            tasks=dict(self._task_infos) if "task_infos" in dirty else last.tasks,  # type: ignore[union-attr]
+            revision=self._revision,
+            leader=self._leader,
+            replicas=dict(self._replicas) if "replicas" in dirty else last.replicas,  # type: ignore[union-attr]
+            work=frozenset(self._work) if "work" in dirty else last.work,  # type: ignore[union-attr]
+        )
 
     def raw(self, key: str) -> bytes | None:
         with self._cond:
@@ -133,17 +161,18 @@ class WatchCache:
         kvs, revision = self.client.get_prefix(self.keys.root)
         with self._cond:
             self._heard_at = asked
-            self._machines.clear()
-            self._jobs.clear()
-            self._tasks.clear()
-            self._quotas.clear()
-            self._replicas.clear()
-            self._raw.clear()
+            for d in (
+                self._machines, self._machine_infos, self._jobs, self._job_infos, self._tasks,
+                self._task_infos, self._quotas, self._replicas, self._raw, self._job_tasks,
+                self._latest, self._work,
+            ):  # fmt: skip
+                d.clear()
             self._leader = ""
             for key, value, _ in kvs:
                 self._put(key, value)
             self._revision = revision
             self._view = None
+            self._last = None  # a reload builds the next view from scratch
             self._cond.notify_all()
         self.reloads += 1
         self._watch = self.client.watch_prefix(
@@ -201,18 +230,25 @@ class WatchCache:
             elif k.startswith(self.keys.replicas):
                 doc = codec.loads(value)
                 self._replicas[doc["name"]] = doc["url"]
+                self._dirty.add("replicas")
             elif k.startswith(self.keys.machines):
                 m, mi = codec.decode_machine(value)
-                self._machines[m.name] = (m, mi)
+                self._machines[m.name] = m
+                self._machine_infos[m.name] = mi
+                self._dirty.update(("machines", "machine_infos"))
             elif k.startswith(self.keys.jobs):
                 j, ji = codec.decode_job(value)
-                self._jobs[j.key] = (j, ji)
+                self._jobs[j.key] = j
+                self._job_infos[j.key] = ji
+                self._dirty.update(("jobs", "job_infos"))
+                self._job_changed(j.key)
             elif k.startswith(self.keys.tasks):
                 t, ti = codec.decode_task(value)
-                self._tasks[t.id] = (t, ti)
+                self._put_task(t, ti)
             elif k.startswith(self.keys.quotas):
                 q, amount = codec.decode_quota(value)
                 self._quotas[q] = amount
+                self._dirty.add("quotas")
         except (codec.SchemaError, KeyError, ValueError) as err:
             log.error("watch cache: cannot read %s: %s", k, err)
 
@@ -223,18 +259,92 @@ class WatchCache:
             self._leader = ""
         elif k.startswith(self.keys.replicas):
             self._replicas.pop(k[len(self.keys.replicas) :], None)
+            self._dirty.add("replicas")
         elif k.startswith(self.keys.machines):
-            self._machines.pop(k[len(self.keys.machines) :], None)
+            name = k[len(self.keys.machines) :]
+            self._machines.pop(name, None)
+            self._machine_infos.pop(name, None)
+            self._dirty.update(("machines", "machine_infos"))
         elif k.startswith(self.keys.jobs):
-            self._jobs.pop(k[len(self.keys.jobs) :], None)
+            job = k[len(self.keys.jobs) :]
+            self._jobs.pop(job, None)
+            self._job_infos.pop(job, None)
+            self._dirty.update(("jobs", "job_infos"))
+            self._job_changed(job)
         elif k.startswith(self.keys.tasks):
-            user, name, index, inc = k[len(self.keys.tasks) :].split("/")
-            self._tasks.pop(TaskId(f"{user}/{name}", int(index), int(inc)), None)
+            try:
+                user, name, index, inc = k[len(self.keys.tasks) :].split("/")
+                tid = TaskId(f"{user}/{name}", int(index), int(inc))
+            except ValueError:
+                log.error("watch cache: cannot read the deleted key %s", k)
+                return
+            self._delete_task(tid)
         elif k.startswith(self.keys.quotas):
             from spec.model import Band
 
             user, band = k[len(self.keys.quotas) :].split("/")
             self._quotas.pop(QuotaKey(user, Band(band)), None)
+            self._dirty.add("quotas")
+
+    # --- the pass's work set, from the changed keys --------------------------------------------
+
+    def _put_task(self, t: Task, ti: TaskInfo) -> None:
+        tid = t.id
+        self._tasks[tid] = t
+        self._task_infos[tid] = ti
+        self._dirty.update(("tasks", "task_infos"))
+        self._job_tasks.setdefault(tid.job, set()).add(tid)
+        index = (tid.job, tid.index)
+        latest = self._latest.get(index, -1)
+        if tid.incarnation > latest:
+            self._latest[index] = tid.incarnation
+            if latest >= 0:  # the former latest incarnation is history now
+                self._judge(TaskId(tid.job, tid.index, latest))
+        self._judge(tid)
+
+    def _delete_task(self, tid: TaskId) -> None:
+        if self._tasks.pop(tid, None) is None:
+            return
+        self._task_infos.pop(tid, None)
+        self._dirty.update(("tasks", "task_infos"))
+        if tid in self._work:
+            self._work.discard(tid)
+            self._dirty.add("work")
+        ids = self._job_tasks.get(tid.job)
+        if ids is not None:
+            ids.discard(tid)
+            if not ids:
+                del self._job_tasks[tid.job]
+        index = (tid.job, tid.index)
+        if self._latest.get(index) == tid.incarnation:
+            left = [o.incarnation for o in ids or () if o.index == tid.index]
+            if left:
+                self._latest[index] = max(left)
+                self._judge(TaskId(tid.job, tid.index, max(left)))
+            else:
+                del self._latest[index]
+
+    def _job_changed(self, job: str) -> None:
+        for tid in self._job_tasks.get(job, ()):
+            self._judge(tid)
+
+    def _judge(self, tid: TaskId) -> None:
+        """Put `tid` in or out of the work set after it, its job or its index changed."""
+        task = self._tasks.get(tid)
+        work = task is not None and is_pass_work(
+            task, self._jobs.get(tid.job), self._latest.get((tid.job, tid.index)) == tid.incarnation
+        )
+        if work != (tid in self._work):
+            if work:
+                self._work.add(tid)
+            else:
+                self._work.discard(tid)
+            self._dirty.add("work")
+
+
+_ALL_MAPS = frozenset(
+    ("machines", "machine_infos", "jobs", "job_infos", "tasks", "task_infos", "quotas", "replicas", "work")
+)
 
 
 def _restamp(view: Cell, revision: int) -> Cell:

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reference.jobspec import JobSpec
-from spec.actions import ACTIONS
-from spec.model import CellState, QuotaKey, Resources, TaskId
+from spec.actions import ACTIONS, restart_allowed
+from spec.model import CellState, Job, QuotaKey, Resources, Task, TaskId, TaskState
 
 HISTORY_LIMIT = 20  # task history entries kept in each task record
 
@@ -65,9 +65,31 @@ class Cell:
     revision: int = 0
     leader: str = ""  # the leader key's value: "name=url", empty with no leader
     replicas: dict[str, str] = field(default_factory=dict)  # name -> url
+    # The tasks a scheduling pass could act on (`is_pass_work`), kept up to date by the watch
+    # cache from the keys each revision changed; None where the view was not built by a cache.
+    work: frozenset[TaskId] | None = None
 
     def task_info(self, tid: TaskId) -> TaskInfo:
         return self.tasks.get(tid) or TaskInfo()
+
+
+def is_pass_work(task: Task, job: Job | None, latest: bool) -> bool:
+    """Whether a scheduling pass could act on this task: it is PENDING, or RUNNING with a
+    request older than its job's (a roll), or DEAD, the latest incarnation (`latest`) of an
+    index its job still wants, and restartable under the job's policy. DEAD tasks that stay
+    dead (killed, finished, or of a removed job) are no work, however many there are."""
+    state = task.state
+    if state is TaskState.PENDING:
+        return True
+    if job is None:
+        return False
+    if state is TaskState.RUNNING:
+        return task.request != job.request
+    return (
+        latest
+        and task.id.index < job.task_count
+        and restart_allowed(job.restart_policy, task.cause)
+    )
 
 
 def borglet_task_id(tid: TaskId, info: TaskInfo) -> str:
@@ -90,6 +112,8 @@ class Draft:
         self.tasks = dict(base.tasks)
         self.quotas: dict[QuotaKey, Resources] = {}  # configuration written beside the state
         self.steps: list[str] = []
+        # Tasks whose spec state a step of this draft changed, added or removed.
+        self.touched: set[TaskId] = set()
 
     def step(self, action: str, *args: Any, reason: str = "") -> bool:
         """Apply one spec action; False (and no change) when its guard is false."""
@@ -103,10 +127,13 @@ class Draft:
 
     def _record(self, before: CellState, after: CellState, reason: str) -> None:
         old, new = before.tasks, after.tasks
+        if old is new:
+            return  # the step changed machines, jobs, allocs or quotas only
         for tid, task in new.items():
             prev = old.get(tid)
             if prev is task:
                 continue
+            self.touched.add(tid)
             if prev is None or prev.state is not task.state:
                 info = self.tasks.get(tid) or TaskInfo()
                 if prev is not None and prev.machine != task.machine:
@@ -118,6 +145,7 @@ class Draft:
                 self.tasks[tid] = info.with_history(task.state.value, self.now, reason)
         for tid in old:
             if tid not in new:
+                self.touched.add(tid)
                 self.tasks.pop(tid, None)
 
     def task_info(self, tid: TaskId) -> TaskInfo:

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from reference.elastic.jobscaler import JobAutoscaler
 from reference.elastic.reclaimer import Reclaimer
 from reference.master.cache import WatchCache
-from reference.master.cell import Draft
+from reference.master.cell import Cell, Draft, is_pass_work
 from reference.master.poller import Poller
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import SchedulerConfig, plan_for, plan_steps
 from spec.actions import restart_allowed
-from spec.model import Band, CellState, QuotaKey, Resources, TaskState
+from spec.model import Band, CellState, QuotaKey, Resources, TaskId, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,26 @@ def pass_has_work(state: CellState) -> bool:
         ):
             return True
     return False
+
+
+def pass_work(state: CellState) -> set[TaskId]:
+    """Every task a pass could act on, by a scan of all tasks: what `Cell.work` holds."""
+    latest: dict[tuple[str, int], int] = {}
+    for tid in state.tasks:
+        k = (tid.job, tid.index)
+        latest[k] = max(latest.get(k, -1), tid.incarnation)
+    return {
+        tid
+        for tid, t in state.tasks.items()
+        if is_pass_work(t, state.jobs.get(tid.job), latest[(tid.job, tid.index)] == tid.incarnation)
+    }
+
+
+def cell_has_work(cell: Cell) -> bool:
+    """`pass_has_work` for a view: from its work set where the watch cache kept one."""
+    if cell.work is not None:
+        return bool(cell.work)
+    return pass_has_work(cell.state)
 
 
 class Term:
@@ -185,9 +205,7 @@ class Term:
         self.writer.mutate(change)
 
     def _pass(self) -> None:
-        cell = self.cache.cell()
-        state = cell.state
-        if not pass_has_work(state):
+        if not cell_has_work(self.cache.cell()):
             return  # nothing pending, restartable or stale: the common quiet case
         started = time.perf_counter()
         placed = self.writer.mutate(self._change)[0]
@@ -196,10 +214,13 @@ class Term:
             self._on_pass(time.perf_counter() - started, placed)
 
     def _change(self, d: Draft) -> int:
-        self._restart_dead(d)
-        self._roll(d)
+        candidates = self._candidates(d)
+        acted = self._restart_dead(d, candidates) + self._roll(d, candidates)
         state = d.state
-        if not any(t.state is TaskState.PENDING for t in state.tasks.values()):
+        if not acted and not any(
+            (t := state.tasks.get(tid)) is not None and t.state is TaskState.PENDING
+            for tid in candidates
+        ):
             return 0
         plan = plan_for(state, self.scheduler, seed=self.passes)
         placed = 0
@@ -209,37 +230,51 @@ class Term:
                 placed += 1
         return placed
 
-    def _restart_dead(self, d: Draft) -> None:
-        latest: dict[tuple[str, int], int] = {}
-        for tid in d.state.tasks:
-            k = (tid.job, tid.index)
-            latest[k] = max(latest.get(k, -1), tid.incarnation)
-        candidates = []
-        for tid, t in d.state.tasks.items():
-            job = d.state.jobs.get(tid.job)
-            if (
-                t.state is TaskState.DEAD
-                and job is not None
-                and latest[(tid.job, tid.index)] == tid.incarnation
-                and tid.index < job.task_count
-                and restart_allowed(job.restart_policy, t.cause)
-            ):
-                candidates.append(tid)
-        if not candidates:
-            return
-        for tid in sorted(candidates, key=str)[: self.restarts.take(len(candidates))]:
-            cause = d.state.tasks[tid].cause
-            d.step("restart", tid, reason=f"restart after {cause.value if cause else '?'}")
+    def _candidates(self, d: Draft) -> set[TaskId]:
+        """The tasks this pass may act on: the watch cache's work set (of the cell the draft
+        started from) and whatever this draft changed; each is checked again against the
+        draft's state before it is acted on. A draft that follows others in a group commit
+        may start from a cell the cache has no work set for: the cache's own view then
+        stands in, and work the earlier changes of the group made is left to the next pass,
+        which their write wakes. Without a cache's work set at all, every task is scanned."""
+        work = d.base.work
+        if work is None:
+            work = self.cache.cell().work
+        if work is None:
+            return pass_work(d.state)
+        return set(work) | d.touched
 
-    def _roll(self, d: Draft) -> None:
+    def _restart_dead(self, d: Draft, candidates: set[TaskId]) -> int:
+        state = d.state
+        restartable = []
+        for tid in candidates:
+            t = state.tasks.get(tid)
+            if t is None or t.state is not TaskState.DEAD:
+                continue
+            newer = TaskId(tid.job, tid.index, tid.incarnation + 1)  # what restart and roll add
+            if newer not in state.tasks and is_pass_work(t, state.jobs.get(tid.job), True):
+                restartable.append(tid)
+        if not restartable:
+            return 0
+        done = 0
+        for tid in sorted(restartable, key=str)[: self.restarts.take(len(restartable))]:
+            cause = d.state.tasks[tid].cause
+            # The spec's guard checks that tid is still the latest incarnation of its index.
+            done += d.step("restart", tid, reason=f"restart after {cause.value if cause else '?'}")
+        return done
+
+    def _roll(self, d: Draft, candidates: set[TaskId]) -> int:
+        state = d.state
         stale = [
             tid
-            for tid, t in d.state.tasks.items()
-            if t.state is TaskState.RUNNING
-            and t.job in d.state.jobs
-            and t.request != d.state.jobs[t.job].request
+            for tid in candidates
+            if (t := state.tasks.get(tid)) is not None
+            and t.state is TaskState.RUNNING
+            and is_pass_work(t, state.jobs.get(tid.job), True)
         ]
         if not stale:
-            return
+            return 0
+        done = 0
         for tid in sorted(stale, key=str)[: self.rolls.take(len(stale))]:
-            d.step("roll", tid, reason="rolling update")
+            done += d.step("roll", tid, reason="rolling update")
+        return done
