@@ -1,4 +1,11 @@
-"""Writes sent to a follower, passed on to the leader named in the leader key; 503 with Retry-After when there is none."""
+"""Writes sent to a follower, passed on to the leader named in the leader key; 503 with Retry-After when there is none.
+
+Read-your-writes through a follower: before it answers a forwarded write, the follower
+waits (at most `CATCH_UP_S`) until its own watch cache holds the revision the leader's answer
+names in `X-Minborg-Revision`, so a client that reads from the same replica next sees its
+write. If the cache does not get there in time the answer goes out anyway (the write was
+made); the client can still ask for that revision with `X-Minborg-Min-Revision`.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +23,8 @@ log = logging.getLogger(__name__)
 
 FORWARD_TIMEOUT_S = 10.0
 HOP_HEADER = "X-Minborg-Forwarded-By"
+REVISION_HEADER = "X-Minborg-Revision"
+CATCH_UP_S = 2.0  # the longest a forwarded write's answer waits for this replica's cache
 
 
 class Forwarder:
@@ -39,6 +48,7 @@ class Forwarder:
         except httpx.HTTPError as err:
             log.info("forward to %s failed: %s", leader.name, err)
             return _unavailable(f"the leader {leader.name} did not answer; retry")
+        self.catch_up(answer)
         headers = {k: v for k, v in answer.headers.items() if k.lower() in ("x-minborg-revision", "retry-after")}
         headers["X-Minborg-Leader"] = leader.name
         return Response(
@@ -47,6 +57,20 @@ class Forwarder:
             headers=headers,
             media_type=answer.headers.get("content-type", "application/json"),
         )
+
+    def catch_up(self, answer: httpx.Response) -> bool:
+        """Wait until this replica's cache reflects the revision a leader's answer names."""
+        raw = answer.headers.get(REVISION_HEADER)
+        if raw is None or answer.status_code >= 500:
+            return True
+        try:
+            revision = int(raw)
+        except ValueError:
+            return True
+        if self.replica.cache.wait_revision(revision, CATCH_UP_S):
+            return True
+        log.info("cache did not reach the forwarded write's revision %d in %.1f s", revision, CATCH_UP_S)
+        return False
 
 
 def _unavailable(error: str) -> JSONResponse:
