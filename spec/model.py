@@ -6,6 +6,7 @@ transition can never change the state it was given. No I/O, no clock, no randomn
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -16,13 +17,32 @@ V = TypeVar("V")
 
 
 class FMap(Mapping[K, V], Generic[K, V]):
-    """An immutable, hashable mapping. `set` and `remove` return a new map."""
+    """An immutable, hashable mapping. `set`, `update` and `remove` return a new map, which
+    remembers (weakly) the map it was made from and the keys that changed: `changed_since`
+    lets a user of many large maps (the master's writer) see what a step changed without
+    comparing every entry."""
 
-    __slots__ = ("_d", "_h")
+    __slots__ = ("_d", "_h", "_parent", "_changed", "__weakref__")
 
     def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
         self._d: dict[K, V] = dict(items)
         self._h: int | None = None
+        self._parent: weakref.ref[FMap[K, V]] | None = None
+        self._changed: tuple[K, ...] = ()
+
+    def _derived(self, d: dict[K, V], changed: tuple[K, ...]) -> FMap[K, V]:
+        out: FMap[K, V] = FMap.__new__(FMap)
+        out._d, out._h, out._parent, out._changed = d, None, weakref.ref(self), changed
+        return out
+
+    def changed_since(self, other: FMap[K, V]) -> tuple[K, ...] | None:
+        """The keys whose entries may differ from `other`'s, when this map was made from
+        `other` by one `set`, `update` or `remove`; None when that is not known."""
+        if self is other:
+            return ()
+        if self._parent is not None and self._parent() is other:
+            return self._changed
+        return None
 
     def __getitem__(self, key: K) -> V:
         return self._d[key]
@@ -63,20 +83,23 @@ class FMap(Mapping[K, V], Generic[K, V]):
     def __repr__(self) -> str:
         return f"FMap({self._d!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FMap, (self._d,))  # the entries only: a weak reference does not pickle
+
     def set(self, key: K, value: V) -> FMap[K, V]:
         d = dict(self._d)
         d[key] = value
-        return FMap(d)
+        return self._derived(d, (key,))
 
     def update(self, items: Mapping[K, V]) -> FMap[K, V]:
         d = dict(self._d)
         d.update(items)
-        return FMap(d)
+        return self._derived(d, tuple(items))
 
     def remove(self, key: K) -> FMap[K, V]:
         d = dict(self._d)
         d.pop(key, None)
-        return FMap(d)
+        return self._derived(d, (key,))
 
 
 # --- resources -------------------------------------------------------------------------

@@ -97,44 +97,112 @@ def borglet_task_id(tid: TaskId, info: TaskInfo) -> str:
     return f"{tid}@{info.placement}"
 
 
+class Tracked(dict):  # type: ignore[type-arg]
+    """A dict that remembers which keys were written or removed since it was made."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.written: set[Any] = set()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.written.add(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.written.add(key)
+        super().__delitem__(key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.written.add(key)
+        return super().pop(key, *default)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self.written.add(key)
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        other = dict(*args, **kwargs)
+        self.written.update(other)
+        super().update(other)
+
+    def popitem(self) -> tuple[Any, Any]:
+        raise TypeError("a Tracked dict does not pop arbitrary items")
+
+    def clear(self) -> None:
+        raise TypeError("a Tracked dict is not cleared")
+
+
+def _changed_keys(before: Any, after: Any) -> set[Any]:
+    """The keys whose entries differ between two FMaps (by identity), cheaply where `after`
+    was made from `before` by one set, update or remove."""
+    if before is after:
+        return set()
+    known = after.changed_since(before)
+    if known is not None:
+        return set(known)
+    keys = {k for k, v in after.items() if before.get(k) is not v}
+    keys.update(k for k in before if k not in after)
+    return keys
+
+
 class Draft:
     """A cell being changed by one writer: spec actions change the state, nothing else does.
 
-    Every task whose state a step changes gets a history entry with the step's reason.
+    Every task whose state a step changes gets a history entry with the step's reason. The
+    draft keeps the keys its steps and its callers changed (`task_keys`, `job_keys`,
+    `machine_keys`: a superset of what differs from the base), so the writer's diff and
+    `changed` cost what changed, not the size of the cell.
     """
 
     def __init__(self, base: Cell, now: float) -> None:
         self.base = base
         self.now = now
         self.state = base.state
-        self.machines = dict(base.machines)
-        self.jobs = dict(base.jobs)
-        self.tasks = dict(base.tasks)
+        self.machines: Tracked = Tracked(base.machines)
+        self.jobs: Tracked = Tracked(base.jobs)
+        self.tasks: Tracked = Tracked(base.tasks)
         self.quotas: dict[QuotaKey, Resources] = {}  # configuration written beside the state
         self.steps: list[str] = []
         # Tasks whose spec state a step of this draft changed, added or removed.
         self.touched: set[TaskId] = set()
+        self._jobs_stepped: set[str] = set()
+        self._machines_stepped: set[str] = set()
 
     def step(self, action: str, *args: Any, reason: str = "") -> bool:
         """Apply one spec action; False (and no change) when its guard is false."""
-        nxt = ACTIONS[action](self.state, *args)
+        before = self.state
+        nxt = ACTIONS[action](before, *args)
         if nxt is None:
             return False
-        self._record(self.state, nxt, reason or action)
+        self._record(before, nxt, reason or action)
+        self._jobs_stepped |= _changed_keys(before.jobs, nxt.jobs)
+        self._machines_stepped |= _changed_keys(before.machines, nxt.machines)
         self.state = nxt
         self.steps.append(action)
         return True
 
+    @property
+    def task_keys(self) -> set[TaskId]:
+        return self.touched | self.tasks.written
+
+    @property
+    def job_keys(self) -> set[str]:
+        return self._jobs_stepped | self.jobs.written
+
+    @property
+    def machine_keys(self) -> set[str]:
+        return self._machines_stepped | self.machines.written
+
     def _record(self, before: CellState, after: CellState, reason: str) -> None:
         old, new = before.tasks, after.tasks
-        if old is new:
-            return  # the step changed machines, jobs, allocs or quotas only
-        for tid, task in new.items():
-            prev = old.get(tid)
+        for tid in _changed_keys(old, new):
+            task, prev = new.get(tid), old.get(tid)
             if prev is task:
                 continue
             self.touched.add(tid)
-            if prev is None or prev.state is not task.state:
+            if task is None:
+                self.tasks.pop(tid, None)
+            elif prev is None or prev.state is not task.state:
                 info = self.tasks.get(tid) or TaskInfo()
                 if prev is not None and prev.machine != task.machine:
                     # A new placement (or none): the old process's facts no longer apply.
@@ -143,10 +211,6 @@ class Draft:
                         started_at=0.0, placement=info.placement + (task.machine is not None),
                     )
                 self.tasks[tid] = info.with_history(task.state.value, self.now, reason)
-        for tid in old:
-            if tid not in new:
-                self.touched.add(tid)
-                self.tasks.pop(tid, None)
 
     def task_info(self, tid: TaskId) -> TaskInfo:
         return self.tasks.get(tid) or TaskInfo()
@@ -164,10 +228,7 @@ class Draft:
         return (
             self.state is not b.state
             or self.quotas != {}
-            or any(b.machines.get(k) is not v for k, v in self.machines.items())
-            or any(b.jobs.get(k) is not v for k, v in self.jobs.items())
-            or any(b.tasks.get(k) is not v for k, v in self.tasks.items())
-            or len(self.machines) != len(b.machines)
-            or len(self.jobs) != len(b.jobs)
-            or len(self.tasks) != len(b.tasks)
+            or any(b.machines.get(k) is not self.machines.get(k) for k in self.machines.written)
+            or any(b.jobs.get(k) is not self.jobs.get(k) for k in self.jobs.written)
+            or any(b.tasks.get(k) is not self.tasks.get(k) for k in self.tasks.written)
         )

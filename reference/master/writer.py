@@ -43,44 +43,48 @@ class WriteFailed(Exception):
 
 
 class Changed(Protocol):
-    """What a diff is taken of: a Draft, or the result of a group of them."""
+    """What a diff is taken of: a Draft, or the result of a group of them. The key sets name
+    every entry that may differ from the base (a superset is fine; an entry left out is
+    not written)."""
 
     state: CellState
     machines: dict[str, MachineInfo]
     jobs: dict[str, JobInfo]
     tasks: dict[TaskId, TaskInfo]
     quotas: dict[QuotaKey, Resources]
+    task_keys: set[TaskId]
+    job_keys: set[str]
+    machine_keys: set[str]
 
 
 def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
-    """The puts and deletes that turn `base` into `draft`, task records first."""
+    """The puts and deletes that turn `base` into `draft`, task records first; it looks only
+    at the keys the draft names, so its cost is the change's, not the cell's."""
     new, old = draft.state, base.state
     task_ops: list[ops.Op] = []
     other: list[ops.Op] = []
     deletes: list[ops.Op] = []
-    for tid, task in new.tasks.items():
-        info = draft.tasks.get(tid)
-        if old.tasks.get(tid) is task and base.tasks.get(tid) is info:
-            continue
-        task_ops.append(ops.put(keys.task(tid), codec.encode_task(task, info or TaskInfo())))
-    for tid in old.tasks:
-        if tid not in new.tasks:
-            deletes.append(ops.delete(keys.task(tid)))
-    for key, job in new.jobs.items():
-        if old.jobs.get(key) is job and base.jobs.get(key) is draft.jobs.get(key):
-            continue
-        other.append(ops.put(keys.job(key), codec.encode_job(job, draft.jobs[key])))
-    for key in old.jobs:
-        if key not in new.jobs:
-            deletes.append(ops.delete(keys.job(key)))
-    for name, m in new.machines.items():
-        info = draft.machines.get(name)
-        if old.machines.get(name) is m and base.machines.get(name) is info:
-            continue
-        other.append(ops.put(keys.machine(name), codec.encode_machine(m, info or MachineInfo())))
-    for name in old.machines:
-        if name not in new.machines:
-            deletes.append(ops.delete(keys.machine(name)))
+    for tid in sorted(draft.task_keys):
+        task, info = new.tasks.get(tid), draft.tasks.get(tid)
+        if task is None:
+            if tid in old.tasks:
+                deletes.append(ops.delete(keys.task(tid)))
+        elif old.tasks.get(tid) is not task or base.tasks.get(tid) is not info:
+            task_ops.append(ops.put(keys.task(tid), codec.encode_task(task, info or TaskInfo())))
+    for key in sorted(draft.job_keys):
+        job = new.jobs.get(key)
+        if job is None:
+            if key in old.jobs:
+                deletes.append(ops.delete(keys.job(key)))
+        elif old.jobs.get(key) is not job or base.jobs.get(key) is not draft.jobs.get(key):
+            other.append(ops.put(keys.job(key), codec.encode_job(job, draft.jobs[key])))
+    for name in sorted(draft.machine_keys):
+        m, info = new.machines.get(name), draft.machines.get(name)
+        if m is None:
+            if name in old.machines:
+                deletes.append(ops.delete(keys.machine(name)))
+        elif old.machines.get(name) is not m or base.machines.get(name) is not info:
+            other.append(ops.put(keys.machine(name), codec.encode_machine(m, info or MachineInfo())))
     for qkey, amount in draft.quotas.items():
         other.append(ops.put(keys.quota(qkey), codec.encode_quota(qkey, amount)))
     return task_ops + other + deletes
@@ -110,6 +114,9 @@ class _Group:
     jobs: dict[str, JobInfo]
     tasks: dict[TaskId, TaskInfo]
     quotas: dict[QuotaKey, Resources] = field(default_factory=dict)
+    task_keys: set[TaskId] = field(default_factory=set)
+    job_keys: set[str] = field(default_factory=set)
+    machine_keys: set[str] = field(default_factory=set)
 
 
 class Writer:
@@ -178,8 +185,14 @@ class Writer:
                     continue
                 applied.append(r)
                 if draft.changed:
-                    quotas = {**(result.quotas if result else {}), **draft.quotas}
-                    result = _Group(draft.state, draft.machines, draft.jobs, draft.tasks, quotas)
+                    before = result or _Group(base.state, {}, {}, {})
+                    result = _Group(
+                        draft.state, draft.machines, draft.jobs, draft.tasks,
+                        {**before.quotas, **draft.quotas},
+                        before.task_keys | draft.task_keys,
+                        before.job_keys | draft.job_keys,
+                        before.machine_keys | draft.machine_keys,
+                    )  # fmt: skip
                     cell = Cell(result.state, result.machines, result.jobs, result.tasks,
                                 base.revision, base.leader, base.replicas)  # fmt: skip
             revision = base.revision

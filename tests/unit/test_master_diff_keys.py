@@ -1,0 +1,131 @@
+"""The writer's diff looks only at the keys a Draft names: over random steps and info writes
+it must equal a diff that compares every entry of the cell, and `changed` must agree."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from reference.jobspec import parse_job
+from reference.master import codec
+from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo
+from reference.master.writer import diff_ops
+from reference.store import ops
+from spec.actions import machine_add, schedule, submit
+from spec.model import CellState, FMap, Machine, Resources, TaskId, TaskState
+
+KEYS = codec.Keys("c1")
+
+
+def full_diff(base: Cell, draft: Draft) -> list[ops.Op]:
+    """Every entry compared: the diff before the writer learnt which keys changed."""
+    new, old = draft.state, base.state
+    puts: list[ops.Op] = []
+    deletes: list[ops.Op] = []
+    for tid, task in new.tasks.items():
+        info = draft.tasks.get(tid)
+        if old.tasks.get(tid) is not task or base.tasks.get(tid) is not info:
+            puts.append(ops.put(KEYS.task(tid), codec.encode_task(task, info or TaskInfo())))
+    deletes += [ops.delete(KEYS.task(t)) for t in old.tasks if t not in new.tasks]
+    for key, job in new.jobs.items():
+        if old.jobs.get(key) is not job or base.jobs.get(key) is not draft.jobs.get(key):
+            puts.append(ops.put(KEYS.job(key), codec.encode_job(job, draft.jobs[key])))
+    deletes += [ops.delete(KEYS.job(k)) for k in old.jobs if k not in new.jobs]
+    for name, m in new.machines.items():
+        info = draft.machines.get(name)
+        if old.machines.get(name) is not m or base.machines.get(name) is not info:
+            puts.append(ops.put(KEYS.machine(name), codec.encode_machine(m, info or MachineInfo())))
+    deletes += [ops.delete(KEYS.machine(n)) for n in old.machines if n not in new.machines]
+    return puts + deletes
+
+
+def spec(name: str, count: int):
+    return parse_job({"name": name, "user": "u", "task_count": count, "request": {"cpu": "100m"},
+                      "command": ["sleep", "1"], "restart_policy": "on_failure"})  # fmt: skip
+
+
+def start_cell(rng: random.Random) -> Cell:
+    state = CellState()
+    machines = {}
+    for i in range(3):
+        state = machine_add(state, Machine(f"m{i}", Resources.of(cpu=1000, ram=2**30)))
+        machines[f"m{i}"] = MachineInfo(f"http://127.0.0.1:{9000 + i}")
+    jobs = {}
+    for j in range(4):
+        s = spec(f"j{j}", rng.randint(1, 3))
+        state = submit(state, s.to_spec_job())
+        jobs[s.to_spec_job().key] = JobInfo(s)
+    for tid in list(state.tasks):
+        if rng.random() < 0.6:
+            state = schedule(state, tid, f"m{rng.randrange(3)}") or state
+    return Cell(state, machines, jobs, {tid: TaskInfo() for tid in state.tasks}, 7)
+
+
+def random_change(d: Draft, rng: random.Random) -> None:
+    tids = list(d.state.tasks)
+    kind = rng.randrange(9)
+    tid = rng.choice(tids) if tids else TaskId("u/j0", 0)
+    if kind == 0:
+        d.step("schedule", tid, f"m{rng.randrange(3)}")
+    elif kind == 1:
+        d.step(rng.choice(["finish", "fail", "lost", "kill"]), tid)
+    elif kind == 2:
+        d.step("restart", tid)
+    elif kind == 3 and d.state.jobs:
+        key = rng.choice(list(d.state.jobs))
+        d.step("kill_job", key)
+        d.jobs.pop(key, None)
+    elif kind == 4:
+        s = spec(f"n{rng.randrange(1000)}", rng.randint(0, 2))
+        job = s.to_spec_job()
+        if job.key not in d.state.jobs:
+            d.jobs[job.key] = JobInfo(s)
+            d.step("submit", job)
+    elif kind == 5:
+        d.set_task_info(tid, replace(d.task_info(tid), port=rng.randrange(9000, 9100)))
+    elif kind == 6:
+        name = f"m{rng.randrange(3)}"
+        d.machines[name] = replace(d.machine_info(name), usage=(("cpu", rng.randrange(100)),))
+    elif kind == 7:
+        d.step(rng.choice(["machine_down", "machine_up"]), f"m{rng.randrange(3)}")
+    elif kind == 8 and d.state.jobs:
+        key = rng.choice(list(d.state.jobs))
+        d.step("update", key, rng.randint(0, 3), None)
+
+
+def test_diff_over_named_keys_equals_the_full_diff() -> None:
+    for seed in range(300):
+        rng = random.Random(seed)
+        base = start_cell(rng)
+        d = Draft(base, 1.0)
+        for _ in range(rng.randint(0, 8)):
+            random_change(d, rng)
+        fast, slow = diff_ops(base, d, KEYS), full_diff(base, d)
+        assert sorted(map(repr, fast)) == sorted(map(repr, slow)), seed
+        assert d.changed == bool(slow), seed
+        # Task records are written before job records, and deletes come last.
+        kinds = ["t" if "/tasks/" in repr(op) and "request_put" in op else
+                 ("d" if "request_delete_range" in op else "o") for op in fast]  # fmt: skip
+        assert kinds == sorted(kinds, key="tod".index), seed
+
+
+def test_fmap_names_what_one_step_changed() -> None:
+    a = FMap({1: "a", 2: "b"})
+    b = a.set(3, "c")
+    assert b.changed_since(a) == (3,) and a.changed_since(a) == ()
+    assert b.update({1: "x"}).changed_since(b) == (1,)
+    assert b.remove(2).changed_since(b) == (2,)
+    assert b.set(4, "d").changed_since(a) is None  # two steps away: unknown
+    assert FMap(dict(b.items())).changed_since(b) is None
+
+
+def test_draft_tracks_dead_tasks_of_a_killed_job() -> None:
+    rng = random.Random(1)
+    base = start_cell(rng)
+    d = Draft(base, 1.0)
+    key = next(iter(base.state.jobs))
+    d.step("kill_job", key)
+    d.jobs.pop(key)
+    assert {t for t in d.task_keys} == {t.id for t in base.state.tasks_of(key)}
+    assert all(d.state.tasks[t].state is TaskState.DEAD for t in d.task_keys)
+    assert key in d.job_keys
