@@ -25,7 +25,7 @@ from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo, is_pass_
 from reference.store import ops
 from reference.store.client import StoreClient, StoreError
 from reference.store.watch import PrefixWatch
-from spec.model import CellState, FMap, Job, Machine, QuotaKey, Resources, Task, TaskId
+from spec.model import CellState, FMap, Job, Machine, QuotaKey, Resources, Task, TaskId, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ class WatchCache:
         self._job_tasks: dict[str, set[TaskId]] = {}
         self._latest: dict[tuple[str, int], int] = {}
         self._work: set[TaskId] = set()
+        self._running: set[TaskId] = set()
+        self._capacity_epoch = 0
         self._leader = ""
         self._replicas: dict[str, str] = {}
         self._raw: dict[bytes, bytes] = {}  # key -> value as stored, for the writer's checks
@@ -133,6 +135,8 @@ class WatchCache:
             leader=self._leader,
             replicas=dict(self._replicas) if "replicas" in dirty else last.replicas,  # type: ignore[union-attr]
             work=frozenset(self._work) if "work" in dirty else last.work,  # type: ignore[union-attr]
+            running=frozenset(self._running) if "running" in dirty else last.running,  # type: ignore[union-attr]
+            capacity_epoch=self._capacity_epoch,
         )
 
     def raw(self, key: str) -> bytes | None:
@@ -164,9 +168,10 @@ class WatchCache:
             for d in (
                 self._machines, self._machine_infos, self._jobs, self._job_infos, self._tasks,
                 self._task_infos, self._quotas, self._replicas, self._raw, self._job_tasks,
-                self._latest, self._work,
+                self._latest, self._work, self._running,
             ):  # fmt: skip
                 d.clear()
+            self._capacity_epoch += 1
             self._leader = ""
             for key, value, _ in kvs:
                 self._put(key, value)
@@ -233,11 +238,18 @@ class WatchCache:
                 self._dirty.add("replicas")
             elif k.startswith(self.keys.machines):
                 m, mi = codec.decode_machine(value)
+                if self._machines.get(m.name) != m:
+                    self._capacity_epoch += 1
                 self._machines[m.name] = m
                 self._machine_infos[m.name] = mi
                 self._dirty.update(("machines", "machine_infos"))
             elif k.startswith(self.keys.jobs):
                 j, ji = codec.decode_job(value)
+                old = self._jobs.get(j.key)
+                if old is not None and (old.request, old.constraints, old.priority) != (
+                    j.request, j.constraints, j.priority,
+                ):  # fmt: skip
+                    self._capacity_epoch += 1  # its pending tasks may fit now
                 self._jobs[j.key] = j
                 self._job_infos[j.key] = ji
                 self._dirty.update(("jobs", "job_infos"))
@@ -263,6 +275,7 @@ class WatchCache:
         elif k.startswith(self.keys.machines):
             name = k[len(self.keys.machines) :]
             self._machines.pop(name, None)
+            self._capacity_epoch += 1
             self._machine_infos.pop(name, None)
             self._dirty.update(("machines", "machine_infos"))
         elif k.startswith(self.keys.jobs):
@@ -290,6 +303,7 @@ class WatchCache:
 
     def _put_task(self, t: Task, ti: TaskInfo) -> None:
         tid = t.id
+        self._held(self._tasks.get(tid), t)
         self._tasks[tid] = t
         self._task_infos[tid] = ti
         self._dirty.update(("tasks", "task_infos"))
@@ -303,8 +317,10 @@ class WatchCache:
         self._judge(tid)
 
     def _delete_task(self, tid: TaskId) -> None:
-        if self._tasks.pop(tid, None) is None:
+        old = self._tasks.pop(tid, None)
+        if old is None:
             return
+        self._held(old, None)
         self._task_infos.pop(tid, None)
         self._dirty.update(("tasks", "task_infos"))
         if tid in self._work:
@@ -323,6 +339,23 @@ class WatchCache:
                 self._judge(TaskId(tid.job, tid.index, max(left)))
             else:
                 del self._latest[index]
+
+    def _held(self, old: Task | None, new: Task | None) -> None:
+        """Keep the running set, and move the capacity epoch when what a task holds on a
+        machine changed (borglet reports that change only a task's runtime facts do not)."""
+        was = old is not None and old.state is TaskState.RUNNING
+        now = new is not None and new.state is TaskState.RUNNING
+        if now and not was:
+            self._running.add(new.id)  # type: ignore[union-attr]
+            self._dirty.add("running")
+        elif was and not now:
+            self._running.discard(old.id)  # type: ignore[union-attr]
+            self._dirty.add("running")
+        if (was or now) and (
+            not (was and now)
+            or (old.machine, old.request, old.reserved) != (new.machine, new.request, new.reserved)  # type: ignore[union-attr]
+        ):
+            self._capacity_epoch += 1
 
     def _job_changed(self, job: str) -> None:
         for tid in self._job_tasks.get(job, ()):
@@ -343,7 +376,8 @@ class WatchCache:
 
 
 _ALL_MAPS = frozenset(
-    ("machines", "machine_infos", "jobs", "job_infos", "tasks", "task_infos", "quotas", "replicas", "work")
+    ("machines", "machine_infos", "jobs", "job_infos", "tasks", "task_infos", "quotas", "replicas", "work",
+     "running")
 )
 
 

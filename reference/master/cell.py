@@ -68,6 +68,11 @@ class Cell:
     # The tasks a scheduling pass could act on (`is_pass_work`), kept up to date by the watch
     # cache from the keys each revision changed; None where the view was not built by a cache.
     work: frozenset[TaskId] | None = None
+    # The RUNNING tasks, and a counter that moves whenever capacity may have been freed or
+    # added (a machine changed, a task left a machine or changed what it holds there, a job
+    # changed its request): a task found unschedulable stays so while it does not move.
+    running: frozenset[TaskId] | None = None
+    capacity_epoch: int = 0
 
     def task_info(self, tid: TaskId) -> TaskInfo:
         return self.tasks.get(tid) or TaskInfo()

@@ -22,7 +22,7 @@ from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, is_pass_work
 from reference.master.poller import Poller
 from reference.master.writer import NotLeader, WriteFailed, Writer
-from reference.scheduler import SchedulerConfig, plan_for, plan_steps
+from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
 from spec.actions import restart_allowed
 from spec.model import Band, CellState, QuotaKey, Resources, TaskId, TaskState
 
@@ -106,6 +106,47 @@ def cell_has_work(cell: Cell) -> bool:
     return pass_has_work(cell.state)
 
 
+class Unschedulable:
+    """Pending tasks a pass found no place for, skipped by later passes while nothing could
+    have made room: the cell's capacity epoch has not moved (no machine changed, no task left
+    a machine or changed what it holds, no job changed its request) and at most `retry_s` has
+    passed. Kubernetes keeps its unschedulable pods aside the same way, until a cluster event
+    or a periodic flush. Placement here is deterministic given the cell (relaxed
+    randomization samples machines but scans on until it has found enough feasible ones), so
+    a task that fitted nowhere still fits nowhere."""
+
+    def __init__(self, retry_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.retry_s, self.clock = retry_s, clock
+        self.tasks: set[TaskId] = set()
+        self.epoch = -1
+        self.since = 0.0
+
+    def _valid(self, epoch: int) -> bool:
+        return epoch >= 0 and epoch == self.epoch and self.clock() - self.since < self.retry_s
+
+    def covers(self, cell: Cell) -> bool:
+        """Whether a pass over `cell` has nothing to do but tasks already found unschedulable."""
+        if cell.work is None or cell.running is None or not self._valid(cell.capacity_epoch):
+            return False
+        return not (cell.work - self.tasks)
+
+    def to_plan(self, pending: set[TaskId], epoch: int) -> set[TaskId]:
+        """Which of the pending tasks to plan: all of them when the set is no longer valid."""
+        if not self._valid(epoch):
+            self.tasks = set()
+            self.since = self.clock()
+            self.epoch = epoch
+            return pending
+        return pending - self.tasks
+
+    def found(self, unplaced: set[TaskId], pending: set[TaskId], epoch: int) -> None:
+        """After a pass at `epoch`: `unplaced` of its planned tasks found no place."""
+        if epoch < 0:
+            self.tasks, self.epoch = set(), -1
+            return
+        self.tasks = (self.tasks & pending) | unplaced
+
+
 class Term:
     """One term of leadership: its threads stop when the term ends."""
 
@@ -130,6 +171,7 @@ class Term:
         self.restarts = TokenBucket(config.restart_rate)
         self.rolls = TokenBucket(config.roll_rate)
         self.passes = 0
+        self.unschedulable = Unschedulable()
         self.poller = Poller(
             cache,
             writer,
@@ -205,8 +247,11 @@ class Term:
         self.writer.mutate(change)
 
     def _pass(self) -> None:
-        if not cell_has_work(self.cache.cell()):
+        cell = self.cache.cell()
+        if not cell_has_work(cell):
             return  # nothing pending, restartable or stale: the common quiet case
+        if self.unschedulable.covers(cell):
+            return  # only tasks already found unschedulable, and nothing has freed capacity
         started = time.perf_counter()
         placed = self.writer.mutate(self._change)[0]
         self.passes += 1
@@ -217,12 +262,33 @@ class Term:
         candidates = self._candidates(d)
         acted = self._restart_dead(d, candidates) + self._roll(d, candidates)
         state = d.state
-        if not acted and not any(
-            (t := state.tasks.get(tid)) is not None and t.state is TaskState.PENDING
-            for tid in candidates
-        ):
+        pending = {
+            tid
+            for tid in candidates | d.touched
+            if (t := state.tasks.get(tid)) is not None and t.state is TaskState.PENDING
+        }
+        if not pending:
             return 0
-        plan = plan_for(state, self.scheduler, seed=self.passes)
+        view = d.base if d.base.running is not None else self.cache.cell()
+        if view.running is None:  # no watch cache's sets: plan every pending task
+            plan = plan_for(state, self.scheduler, seed=self.passes)
+            return self._apply(d, plan)
+        # A roll or restart of this pass frees capacity the cache has not seen yet.
+        epoch = view.capacity_epoch if not acted else -1
+        to_plan = self.unschedulable.to_plan(pending, epoch)
+        if not to_plan:
+            return 0
+        running = {
+            tid
+            for tid in view.running | d.touched
+            if (t := state.tasks.get(tid)) is not None and t.state is TaskState.RUNNING
+        }
+        plan = plan_for(state, self.scheduler, seed=self.passes, pending_ids=to_plan, running_ids=running)
+        placed = self._apply(d, plan)
+        self.unschedulable.found(to_plan - {p.task for p in plan.placements}, pending, epoch)
+        return placed
+
+    def _apply(self, d: Draft, plan: Plan) -> int:
         placed = 0
         for step in plan_steps(plan):
             reason = "scheduled" if step.action == "schedule" else "preempted"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 from spec.actions import EvictReason, Step, apply
-from spec.model import CellState, TaskState
+from spec.model import CellState, Task, TaskId, TaskState
 
 from .config import SchedulerConfig
 from .engine import plan_pass
@@ -21,12 +21,26 @@ class PlanRejected(ValueError):
         self.step = step
 
 
-def snapshot_from_state(state: CellState) -> Snapshot:
-    """What the scheduler reads from a cell: up machines, running and pending tasks, allocs, packages."""
+def snapshot_from_state(
+    state: CellState,
+    pending_ids: Collection[TaskId] | None = None,
+    running_ids: Collection[TaskId] | None = None,
+) -> Snapshot:
+    """What the scheduler reads from a cell: up machines, running and pending tasks, allocs, packages.
+
+    With `pending_ids`, only those of the pending tasks are planned; with `running_ids` (which
+    must name every RUNNING task; others are skipped) the running tasks are found without a
+    scan of every task the cell holds."""
     running: list[RunningTask] = []
     pending: list[PendingTask] = []
     packages: dict[str, set[str]] = {}
-    for t in state.tasks.values():
+    if pending_ids is None or running_ids is None:
+        tasks: Iterable[Task] = state.tasks.values()
+    else:
+        tasks = [t for tid in {*pending_ids, *running_ids} if (t := state.tasks.get(tid)) is not None]
+    for t in tasks:
+        if pending_ids is not None and t.state is TaskState.PENDING and t.id not in pending_ids:
+            continue
         job = state.jobs.get(t.id.job)
         if t.state is TaskState.RUNNING and t.machine is not None:
             in_alloc = job is not None and job.alloc is not None
@@ -65,9 +79,12 @@ def plan_for(
     seed: int = 0,
     recent_disruptions: Mapping[str, int] | None = None,
     clock: Callable[[], float] | None = None,
+    pending_ids: Collection[TaskId] | None = None,
+    running_ids: Collection[TaskId] | None = None,
 ) -> Plan:
-    """One scheduling pass over the cell's pending tasks."""
-    return plan_pass(snapshot_from_state(state), config, seed, recent_disruptions, clock)
+    """One scheduling pass over the cell's pending tasks (or those of `pending_ids`)."""
+    snapshot = snapshot_from_state(state, pending_ids, running_ids)
+    return plan_pass(snapshot, config, seed, recent_disruptions, clock)
 
 
 def plan_steps(plan: Plan) -> Iterator[Step]:

@@ -131,6 +131,7 @@ def assert_same(got: Cell, want: Cell) -> None:
     assert got.replicas == want.replicas
     assert got.revision == want.revision
     assert got.work == want.work == pass_work(got.state)
+    assert got.running == {t for t, task in got.state.tasks.items() if task.state is TaskState.RUNNING}
     assert bool(got.work) == pass_has_work(got.state)
 
 
