@@ -7,9 +7,10 @@
 Control plane: N master replicas and N etcd members, one machine running a 2-task
 hello_world (so BNS names resolve). Before Locust, the cell's own etcd is written directly
 through StoreClient (reference/store/bench.py); then the mixed control-plane ladder; then
-submit-only runs at the bench's concurrency: jobs of no task (the master's write path
-alone), then a short ladder of one-task jobs that stay pending (writes plus the leader's
-scheduling passes, which take the same writer).
+a reads-only ladder (the mix's reads with their weights, no writes, over a few jobs
+submitted for it: the read path alone); then submit-only runs at the bench's concurrency:
+jobs of no task (the master's write path alone), then a short ladder of one-task jobs that
+stay pending (writes plus the leader's scheduling passes, which take the same writer).
 Service: one master, one etcd, N hello_world tasks, called by ServiceUser.
 Every cell process and Locust itself is sampled about once a second.
 """
@@ -29,6 +30,7 @@ from typing import Any
 
 from loadtests import cell, locustrun, machine, report
 from loadtests.history import count_5xx
+from loadtests.jobs import read_job_keys
 from loadtests.locustrun import Ladder, Target
 from loadtests.sampler import Sampler, write_csv
 from loadtests.sampler import Target as Watched
@@ -36,6 +38,10 @@ from reference.store import bench as store_bench
 
 # Tasks of hello_world in the control-plane cell: enough for BNS resolutions to vary.
 CONTROL_SERVICE_TASKS = 2
+# Jobs submitted before the reads-only ladder, for its show and tasks reads.
+READ_JOBS = 4
+# Locust phases of a run directory, each with its own CSV prefix.
+PHASES = ("ladder", "reads", "submit0", "submit")
 
 
 def parse_replicas(text: str) -> list[int]:
@@ -64,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--etcd-seconds", type=float, default=5.0, help="direct etcd bench per case")
     load.add_argument("--write-clients", type=int, default=4,
                       help="concurrency of the direct etcd bench and the submit-only ladder's first step")  # fmt: skip
+    load.add_argument("--reads-start", type=int, default=2, help="reads-only ladder: first step's users")
+    load.add_argument("--reads-step", type=int, default=4, help="reads-only ladder: users added per step")
+    load.add_argument("--reads-max-users", type=int, default=24, help="reads-only ladder: last step's users")
+    load.add_argument("--reads-step-seconds", type=float, default=10.0, help="reads-only ladder: step length")
     smoke = sub.add_parser("smoke", help="1 replica, low load, about a minute; fails on any 5xx")
     smoke.add_argument("--out", type=Path, required=True)
     return p
@@ -83,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     args.write_phases = True
     slo = args.slo_p95_ms or (250.0 if args.target == Target.CONTROL else 100.0)
     ladder = Ladder(args.step_start, args.step_users, args.max_users, args.step_seconds, slo)
+    args.reads_ladder = Ladder(args.reads_start, args.reads_step, args.reads_max_users,
+                               args.reads_step_seconds, slo)  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     for n in args.replicas:
         run_one(Target(args.target), n, ladder, args, args.out / f"r{n}")
@@ -104,6 +116,7 @@ def run_one(target: Target, n: int, ladder: Ladder, args: Any, out: Path) -> dic
     say(f"{target} r{n}: starting a cell ({before['load_average']} load)")
     control = target == Target.CONTROL
     writes = control and args.write_phases  # the etcd bench and the submit-only runs
+    reads: Ladder | None = args.reads_ladder if control else None
     info = cell.start(state_dir, replicas=n if control else 1)
     record: dict[str, Any] = {"target": str(target), "replicas": n, "machine": before, "phases": {}}
     locust_pids: list[int] = []
@@ -133,6 +146,14 @@ def run_one(target: Target, n: int, ladder: Ladder, args: Any, out: Path) -> dic
             record["task_throttling"] = cell.throttling_delta(
                 throttled_before, cell.task_throttling(info)
             )
+            if reads is not None:
+                # Before the submit-only runs, which leave thousands of jobs behind.
+                keys = read_job_keys(READ_JOBS)
+                cell.submit_jobs(info, keys)
+                record["phases"]["reads"] = phase(
+                    Target.READS, reads, out / "reads", {**env, "LOADTEST_READ_JOBS": ",".join(keys)},
+                    args.processes, locust_pids,
+                )  # fmt: skip
             if writes:
                 # After the mixed ladder: submit-only users never kill their jobs, and the
                 # ladder should not start on a cell holding thousands of their jobs.
@@ -222,25 +243,26 @@ def phase(
 
 
 def smoke(out: Path) -> int:
-    """1 replica, the control-plane mix at 2 then 4 users for 10 s each (about a minute with the
-    cell's start and stop); non-zero on any 5xx or missing stats."""
-    args = argparse.Namespace(processes=1, cost_ms=0.0, write_phases=False)
+    """1 replica, the control-plane mix at 2 then 4 users for 10 s each, then the reads alone
+    at 2 users for 6 s (about a minute with the cell's start and stop); non-zero on any 5xx or
+    missing stats."""
+    args = argparse.Namespace(
+        processes=1, cost_ms=0.0, write_phases=False, reads_ladder=Ladder(2, 2, 2, 6.0, 1000.0)
+    )
     ladder = Ladder(2, 2, 4, 10.0, 1000.0)
     out.mkdir(parents=True, exist_ok=True)
     record = run_one(Target.CONTROL, 1, ladder, args, out / "r1")
-    prefix = out / "r1" / "ladder"
     problems = []
-    shape_path = prefix.with_name("ladder_shape.json")
-    stats = prefix.with_name("ladder_stats.csv")
-    if not stats.exists() or not shape_path.exists():
-        problems.append("Locust wrote no stats")
-    else:
+    for name in ("ladder", "reads"):
+        shape_path = out / "r1" / f"{name}_shape.json"
+        stats = out / "r1" / f"{name}_stats.csv"
+        if not stats.exists() or not shape_path.exists():
+            problems.append(f"{name}: Locust wrote no stats")
+            continue
         steps = json.loads(shape_path.read_text())["steps"]
         if not steps or not all(s["requests"] > 0 for s in steps):
-            problems.append(f"a step without requests: {steps}")
-    fivexx = sum(
-        count_5xx(out / "r1" / f"{p}_failures.csv") for p in ("ladder", "submit0", "submit")
-    )
+            problems.append(f"{name}: a step without requests: {steps}")
+    fivexx = sum(count_5xx(out / "r1" / f"{p}_failures.csv") for p in PHASES)
     if fivexx:
         problems.append(f"{fivexx} responses were 5xx")
     report.build(out)

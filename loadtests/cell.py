@@ -10,6 +10,7 @@ from typing import Any
 import psutil
 import yaml
 
+from loadtests.jobs import small_job
 from reference import launcher
 from reference.client import CellClient
 from reference.launcher import CellInfo, Role
@@ -64,6 +65,25 @@ def run_service(info: CellInfo, task_count: int, repo: Path) -> list[dict[str, A
                     f"{ENDPOINTS_TIMEOUT_S:.0f} s"
                 )
             time.sleep(0.3)
+
+
+def submit_jobs(info: CellInfo, keys: list[str], timeout_s: float = 30.0) -> None:
+    """Submit a small pending job for each "user/name" key, then wait until every master
+    replica shows them all (a reader pinned to a follower must not miss them)."""
+    with CellClient(list(info.master_urls)) as client:
+        for key in keys:
+            user, name = key.split("/")
+            client.submit(small_job(user, name))
+    deadline = time.monotonic() + timeout_s
+    for url in info.master_urls:
+        with CellClient([url]) as client:
+            while True:
+                seen = {j["key"] for j in client.jobs(keys[0].split("/")[0])}
+                if set(keys) <= seen:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{url}: jobs {sorted(set(keys) - seen)} not shown after {timeout_s:g} s")
+                time.sleep(0.1)
 
 
 def limits(info: CellInfo) -> dict[str, Any]:

@@ -19,12 +19,14 @@ OVERHEAD_S = 45.0
 
 class Target(StrEnum):
     CONTROL = "control-plane"
+    READS = "reads"
     SUBMIT = "submit"
     SERVICE = "service"
 
 
 LOCUSTFILES = {
     Target.CONTROL: "loadtests/locust_control.py",
+    Target.READS: "loadtests/locust_reads.py",
     Target.SUBMIT: "loadtests/locust_submit.py",
     Target.SERVICE: "loadtests/locust_service.py",
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +30,13 @@ class Run:
     replicas: int
     record: dict[str, Any]
     ladder: dict[str, Any]
+    reads: dict[str, Any] | None  # the reads-only ladder; None in runs from before it existed
     submit: dict[str, Any] | None
     submit0: dict[str, Any] | None
     samples: list[Sample]
     failures: list[FailureKind]
     submit_failures: list[FailureKind]
+    reads_failures: list[FailureKind] = field(default_factory=list)
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -43,6 +45,10 @@ class Run:
     @property
     def verdict(self) -> dict[str, Any] | None:
         return self.ladder.get("verdict")
+
+    @property
+    def reads_steps(self) -> list[dict[str, Any]]:
+        return (self.reads or {}).get("steps", [])
 
     @property
     def cores(self) -> int:
@@ -63,11 +69,13 @@ def load_runs(root: Path) -> list[Run]:
                 replicas=record["replicas"],
                 record=record,
                 ladder=_json(d / "ladder_shape.json"),
+                reads=_json(d / "reads_shape.json") or None,
                 submit=_json(d / "submit_shape.json") or None,
                 submit0=_json(d / "submit0_shape.json") or None,
                 samples=read_csv(d / "samples.csv") if (d / "samples.csv").exists() else [],
                 failures=read_failures(d / "ladder_failures.csv"),
                 submit_failures=read_failures(d / "submit_failures.csv"),
+                reads_failures=read_failures(d / "reads_failures.csv"),
             )
         )
     return runs
@@ -95,6 +103,49 @@ def peak(steps: list[dict[str, Any]], name: str | None = None) -> tuple[float, i
     return max(rates, default=(0.0, 0))
 
 
+def relative_to_one(values: dict[int, float | None]) -> dict[int, float | None]:
+    """Each replica count's value over the 1-replica value; None where either is missing (or
+    the 1-replica value is 0)."""
+    base = values.get(1)
+    return {n: (v / base if base and v is not None else None) for n, v in values.items()}
+
+
+@dataclass(frozen=True)
+class ReadFigures:
+    """A run's read throughput from both ladders: the mixed one (reads beside submit/kill) and
+    the reads-only one (None: that ladder was not run)."""
+
+    mixed_best: dict[str, Any] | None  # best_within the read target
+    mixed_peak: tuple[float, int]  # (reads/s, users)
+    only_best: dict[str, Any] | None
+    only_peak: tuple[float, int] | None
+
+    @property
+    def only_measured(self) -> bool:
+        return self.only_peak is not None
+
+
+def read_figures(run: Run) -> ReadFigures:
+    only = run.reads is not None
+    return ReadFigures(
+        mixed_best=best_within(run.steps, "read", READ_P99_MS),
+        mixed_peak=peak(run.steps, "read"),
+        only_best=best_within(run.reads_steps, "read", READ_P99_MS) if only else None,
+        only_peak=peak(run.reads_steps, "read") if only else None,
+    )
+
+
+def reads_cell(best: dict[str, Any] | None, measured: bool = True) -> str:
+    """A 'reads/s with p99 < 50 ms (users)' table cell."""
+    if not measured:
+        return "not measured"
+    return f"{best['rps']:.0f} ({best['users']})" if best else "none"
+
+
+def times(ratio: float | None) -> str:
+    return f"{ratio:.2f}x" if ratio is not None else "n/a"
+
+
 def limits(run: Run) -> dict[str, float]:
     """Role -> CPU limit in percent of one core, where the cell enforces one (task cgroups)."""
     cell_info = run.record.get("cell", {})
@@ -115,8 +166,9 @@ def failing_step(run: Run) -> dict[str, Any] | None:
     return run.steps[v["step"]] if v and v["step"] < len(run.steps) else (run.steps[-1] if run.steps else None)
 
 
-def describe_verdict(run: Run) -> str:
-    v = run.verdict
+def describe_verdict(run: Run, shape: dict[str, Any] | None = None) -> str:
+    """The stop rule that ended a ladder: the mixed one, or the one whose shape JSON is given."""
+    v = run.verdict if shape is None else shape.get("verdict")
     if not v:
         return "ladder did not finish a step"
     if v["reason"] == "error_rate":
@@ -154,6 +206,38 @@ def plot_throughput(runs: list[Run], path: Path, control: bool) -> None:
     ax.set_title("Throughput against users (red x: the step where a stop rule tripped)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_reads(runs: list[Run], path: Path) -> None:
+    """Reads/s and read p99 against users: the reads-only ladder (solid) beside the mixed
+    ladder's reads (dashed)."""
+    fig, (rate, p99) = plt.subplots(1, 2, figsize=(10, 4))
+    for run in runs:
+        only = run.reads_steps
+        line = None
+        if only:
+            users = [s["users"] for s in only]
+            line = rate.plot(users, [group(s, "read").get("rps", 0) for s in only], marker="o",
+                             label=f"{run.replicas}: reads-only ladder")[0]  # fmt: skip
+            p99.plot(users, [group(s, "read").get("p99_ms", 0) for s in only], marker="o",
+                     color=line.get_color(), label=f"{run.replicas}: reads-only ladder")  # fmt: skip
+        color = line.get_color() if line else None
+        users = [s["users"] for s in run.steps]
+        rate.plot(users, [group(s, "read").get("rps", 0) for s in run.steps], ls="--", marker=".",
+                  color=color, alpha=0.7, label=f"{run.replicas}: mixed ladder")  # fmt: skip
+        p99.plot(users, [group(s, "read").get("p99_ms", 0) for s in run.steps], ls="--", marker=".",
+                 color=color, alpha=0.7, label=f"{run.replicas}: mixed ladder")  # fmt: skip
+    p99.axhline(READ_P99_MS, color="red", lw=0.8, label=f"target p99 {READ_P99_MS:g} ms")
+    rate.set_title("reads / s against users")
+    p99.set_title("read p99 (ms, log) against users")
+    p99.set_yscale("log")
+    for ax in (rate, p99):
+        ax.set_xlabel("concurrent users (closed loop)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -217,7 +301,8 @@ def plot_cpu(runs: list[Run], path: Path) -> None:
 # --- markdown -------------------------------------------------------------------------------
 
 
-def step_table(run: Run, control: bool) -> list[str]:
+def step_table(run: Run, control: bool, steps: list[dict[str, Any]] | None = None) -> list[str]:
+    """One row per step of the mixed ladder, or of `steps` (another ladder of the same run)."""
     head = "| users | req/s | p50 ms | p95 ms | p99 ms | errors |"
     rule = "|---:|---:|---:|---:|---:|---:|"
     if control:
@@ -226,7 +311,7 @@ def step_table(run: Run, control: bool) -> list[str]:
     head += " machine CPU | busiest processes, others outside the cell (% of one core) |"
     rule += "---:|---|"
     lines = [head, rule]
-    for s in run.steps:
+    for s in run.steps if steps is None else steps:
         sat = step_saturation(run, s)
         busiest = ", ".join(f"{p.name} {p.cpu_mean:.0f}" for p in sat.processes[:3])
         row = (f"| {s['users']} | {s['rps']:.0f} | {s['p50_ms']:.0f} | {s['p95_ms']:.0f} | "
@@ -277,6 +362,9 @@ def build(root: Path) -> Path:
     plot_throughput(runs, root / "throughput.png", control)
     plot_latency(runs, root / "latency.png", slo)
     plot_cpu(runs, root / "cpu.png")
+    reads_plot = control and any(r.reads for r in runs)
+    if reads_plot:
+        plot_reads(runs, root / "reads.png")
 
     md = [f"# Load campaign: {target}", ""]
     ladder = runs[0].ladder
@@ -304,7 +392,8 @@ def build(root: Path) -> Path:
         "",
         "![cpu](cpu.png)",
         "",
-        "## Failure points",
+        *(["![reads: reads-only ladder beside the mixed ladder's reads](reads.png)", ""] if reads_plot else []),
+        "## Failure points (mixed ladder)" if control else "## Failure points",
         "",
         "| replicas | peak req/s (users) | failure point | what saturated at that step | errors seen |",
         "|---:|---:|---|---|---|",
@@ -327,11 +416,15 @@ def build(root: Path) -> Path:
     else:
         md += service_section(runs)
     for run in runs:
-        md += ["", f"## {run.replicas} replica(s): steps", ""]
+        md += ["", f"## {run.replicas} replica(s): steps" + (" of the mixed ladder" if control else ""), ""]
         md += step_table(run, control)
+        if control and run.reads is not None:
+            md += ["", f"## {run.replicas} replica(s): steps of the reads-only ladder", ""]
+            md += step_table(run, False, run.reads_steps)
     md += [
         "",
-        "Data: `r<N>/ladder_*` (Locust CSVs, the shape's per-step JSON), `r<N>/submit_*` (the "
+        "Data: `r<N>/ladder_*` (Locust CSVs, the shape's per-step JSON), `r<N>/reads_*` (the "
+        "reads-only ladder, absent in runs from before it), `r<N>/submit_*` (the "
         "submit-only ladder), `r<N>/samples.csv` (CPU and RSS of every process, about 1 s), "
         "`r<N>/submit0_*` (submissions of jobs with no task), "
         "`r<N>/run.json` (machine, cell, direct etcd bench). Regenerate this page with "
@@ -345,13 +438,19 @@ def build(root: Path) -> Path:
 
 def control_section(runs: list[Run]) -> list[str]:
     md = ["## Targets (control plane)", ""]
-    md += ["| replicas | reads/s with p99 < 50 ms (users) | submissions/s with p99 < 250 ms (users) | "
+    md += ["Reads are measured twice: in the mixed ladder (reads beside submissions and kills, "
+           "which queue on the leader's writer) and in the reads-only ladder (the same reads and "
+           "weights, no writes: the read path alone). Submissions come from the submit-only runs.",
+           ""]  # fmt: skip
+    md += ["| replicas | reads/s with p99 < 50 ms, mixed ladder (users) | "
+           "reads/s with p99 < 50 ms, reads-only ladder (users) | "
+           "submissions/s with p99 < 250 ms (users) | "
            "direct etcd txn/s (put/s), same client | master submits/s, 0-task jobs (write path alone) | "
            "master/etcd | master submits/s, 1-task pending jobs | master/etcd |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    base_reads = None
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    figures = {run.replicas: read_figures(run) for run in runs}
     for run in runs:
-        reads = best_within(run.steps, "read", READ_P99_MS)
+        f = figures[run.replicas]
         w = write_figures(run)
         best = w.get("best")
         same = w.get("master_same")
@@ -360,7 +459,8 @@ def control_section(runs: list[Run]) -> list[str]:
         alone_ratio = w.get("alone_ratio")
         md.append(
             f"| {run.replicas} | "
-            + (f"{reads['rps']:.0f} ({reads['users']})" if reads else "none") + " | "
+            + reads_cell(f.mixed_best) + " | "
+            + reads_cell(f.only_best, f.only_measured) + " | "
             + (f"{best['rps']:.0f} ({best['users']}, p99 {best['p99_ms']:.0f} ms)" if best else "none") + " | "
             + (f"{w['etcd_txn']:.0f} ({w['etcd_put']:.0f}), {w['clients']} clients" if w else "n/a") + " | "
             + (f"{alone['rps']:.0f} (p99 {alone['p99_ms']:.0f} ms)" if alone else "n/a") + " | "
@@ -368,20 +468,27 @@ def control_section(runs: list[Run]) -> list[str]:
             + (f"{same['rps']:.0f} (p99 {same['p99_ms']:.0f} ms)" if same else "n/a") + " | "
             + (f"{100 * ratio:.0f}%" if ratio is not None else "n/a") + " |"
         )  # fmt: skip
-    md += ["", "Read throughput (peak over the ladder, reads only) relative to 1 replica:", ""]
+    md += ["", "Read throughput relative to 1 replica, per ladder (peak: the step with the most "
+           "reads/s whatever their latency; within target: reads/s with p99 < 50 ms):", ""]  # fmt: skip
+    md += read_scaling_table(runs, figures)
+    md += ["", "CPU by role (% of one core) at each ladder's peak-read step:", ""]
     for run in runs:
-        rps, users = peak(run.steps, "read")
-        if run.replicas == 1 or base_reads is None:
-            base_reads = base_reads or (rps if run.replicas == 1 else None)
-        rel = f"{rps / base_reads:.2f}x" if base_reads else "n/a"
-        step = next((s for s in run.steps if s["users"] == users), None)
-        shares = ""
-        if step:
-            sat = step_saturation(run, step)
-            shares = ", ".join(f"{k} {v:.0f}%" for k, v in role_share(sat.processes).items())
-            shares += f", other processes {sat.others:.0f}%"
-        md.append(f"- {run.replicas} replica(s): {rps:.0f} reads/s at {users} users = {rel}; "
-                  f"CPU by role at that step (% of one core): {shares}")  # fmt: skip
+        f = figures[run.replicas]
+        rps, users = f.mixed_peak
+        md.append(f"- {run.replicas} replica(s), mixed ladder: {rps:.0f} reads/s at {users} users; "
+                  f"{role_shares(run, run.steps, users)}")  # fmt: skip
+        if f.only_peak is not None:
+            rps, users = f.only_peak
+            md.append(f"- {run.replicas} replica(s), reads-only ladder: {rps:.0f} reads/s at {users} "
+                      f"users; {role_shares(run, run.reads_steps, users)}")  # fmt: skip
+    if any(r.reads is not None for r in runs):
+        md += ["", "Reads-only ladder:", ""]
+        for run in runs:
+            if run.reads is None:
+                md.append(f"- {run.replicas} replica(s): not measured")
+                continue
+            md.append(f"- {run.replicas} replica(s): {describe_verdict(run, run.reads)}; errors: "
+                      f"{error_summary(run.reads_failures)}")  # fmt: skip
     md += [
         "",
         "More replicas serve reads from more watch caches, but here they add processes, not "
@@ -391,6 +498,41 @@ def control_section(runs: list[Run]) -> list[str]:
         "falls; on machines of their own the replicas would add read capacity.",
     ]
     return md
+
+
+def read_scaling_table(runs: list[Run], figures: dict[int, ReadFigures]) -> list[str]:
+    """Per replica count, both ladders' read figures and each over the 1-replica figure."""
+    mixed_peak = relative_to_one({n: f.mixed_peak[0] for n, f in figures.items()})
+    mixed_best = relative_to_one(
+        {n: f.mixed_best["rps"] if f.mixed_best else None for n, f in figures.items()}
+    )
+    only_peak = relative_to_one({n: f.only_peak[0] if f.only_peak else None for n, f in figures.items()})
+    only_best = relative_to_one(
+        {n: f.only_best["rps"] if f.only_best else None for n, f in figures.items()}
+    )
+    md = ["| replicas | mixed ladder: peak reads/s (users) | x 1 replica | mixed ladder: within target | "
+          "x 1 replica | reads-only ladder: peak reads/s (users) | x 1 replica | "
+          "reads-only ladder: within target | x 1 replica |",
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for run in runs:
+        n, f = run.replicas, figures[run.replicas]
+        only = (f"{f.only_peak[0]:.0f} ({f.only_peak[1]})" if f.only_peak else "not measured")
+        md.append(
+            f"| {n} | {f.mixed_peak[0]:.0f} ({f.mixed_peak[1]}) | {times(mixed_peak[n])} | "
+            f"{reads_cell(f.mixed_best)} | {times(mixed_best[n])} | {only} | {times(only_peak[n])} | "
+            f"{reads_cell(f.only_best, f.only_measured)} | {times(only_best[n])} |"
+        )
+    return md
+
+
+def role_shares(run: Run, steps: list[dict[str, Any]], users: int) -> str:
+    """CPU by role during the step of `steps` at `users`, with the machine's other processes."""
+    step = next((s for s in steps if s["users"] == users), None)
+    if step is None:
+        return "no step"
+    sat = step_saturation(run, step)
+    shares = ", ".join(f"{k} {v:.0f}%" for k, v in role_share(sat.processes).items())
+    return f"{shares}, other processes {sat.others:.0f}%" if shares else "no samples"
 
 
 def service_section(runs: list[Run]) -> list[str]:

@@ -17,6 +17,11 @@ Reads are 80%, writes 20%, the way a cell's API is dominated by status checks. A
 job's single task carries a constraint no machine satisfies, so it stays PENDING: the load
 is on the master and etcd, not on forking thousands of task processes on the load host.
 
+ReadOnlyUser: the same reads with the same weights (out of 80), no writes: the read path
+alone, for the target of reads/s under a p99. Its jobs are the few the campaign submits
+before its ladder ($LOADTEST_READ_JOBS, all of one user, whose jobs "list own jobs" lists);
+show and tasks reads go round those and the service job, so they hit real jobs.
+
 Each Locust user talks to one master replica (users spread round-robin over
 $LOADTEST_MASTERS), as clients pinned to a replica do; writes reaching a follower are
 forwarded by it to the leader.
@@ -31,9 +36,10 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from typing import Any
 
 from locust import FastHttpUser, constant, task
+
+from loadtests.jobs import small_job
 
 MASTERS = [u for u in os.environ.get("LOADTEST_MASTERS", "http://127.0.0.1:7000").split(",") if u]
 CELL = os.environ.get("LOADTEST_CELL", "local")
@@ -43,25 +49,14 @@ COST_MS = float(os.environ.get("LOADTEST_COST_MS", "0"))
 # Tasks per submitted job. 0 isolates the write path: no pending task, so the leader's
 # scheduling pass has nothing to plan and does not compete for the writer.
 SUBMIT_TASKS = int(os.environ.get("LOADTEST_SUBMIT_TASKS", "1"))
+# Jobs for ReadOnlyUser to read ("user/name,user/name"), submitted before its ladder.
+READ_JOBS = [k for k in os.environ.get("LOADTEST_READ_JOBS", "").split(",") if k]
 REFRESH_S = float(os.environ.get("LOADTEST_REFRESH_S", "3"))
 # Bounds a hung request: a step is 10-15 s, a request longer than this is a failure anyway.
 NETWORK_TIMEOUT_S = 10.0
 
 _replica = itertools.count()
 _user_ids = itertools.count()
-
-
-def small_job(user: str, name: str, tasks: int = 1) -> dict[str, Any]:
-    """A small batch job whose tasks stay PENDING: its constraint names a rack no machine has."""
-    return {
-        "name": name,
-        "user": user,
-        "priority": 100,
-        "task_count": tasks,
-        "request": {"cpu": "10m", "ram": "1MiB"},
-        "command": ["sleep", "60"],
-        "constraints": [{"attr": "rack", "op": "eq", "value": "none-loadtest"}],
-    }
 
 
 def service_bns(index: int) -> str:
@@ -104,9 +99,14 @@ class MasterUser(FastHttpUser):
                 resp.failure(f"HTTP {resp.status_code}")
 
 
-class ControlPlaneUser(MasterUser):
+class Reader(MasterUser):
+    """The control plane's reads, weighted out of 80; `_a_job` says which job a show or tasks
+    read asks for."""
+
+    abstract = True
+
     def _a_job(self) -> str:
-        return self.jobs[-1] if self.jobs else SERVICE_JOB
+        raise NotImplementedError
 
     @task(18)
     def list_own_jobs(self) -> None:
@@ -136,6 +136,13 @@ class ControlPlaneUser(MasterUser):
     def cell_status(self) -> None:
         self._get("/v1/cell", "read: cell")
 
+
+class ControlPlaneUser(Reader):
+    """The reads plus submit and kill of its own jobs; show and tasks read its newest job."""
+
+    def _a_job(self) -> str:
+        return self.jobs[-1] if self.jobs else SERVICE_JOB
+
     @task(10)
     def submit(self) -> None:
         self._submit()
@@ -151,6 +158,21 @@ class ControlPlaneUser(MasterUser):
         ) as resp:
             if resp.status_code != 200:
                 resp.failure(f"HTTP {resp.status_code}")
+
+
+class ReadOnlyUser(Reader):
+    """Only the reads: own jobs are the pre-submitted READ_JOBS (listed under their user), and
+    show and tasks reads go round them and the service job."""
+
+    def on_start(self) -> None:
+        super().on_start()
+        if READ_JOBS:
+            self.user = READ_JOBS[0].split("/")[0]
+        self.jobs = list(READ_JOBS)
+        self._reads = itertools.cycle([SERVICE_JOB, *self.jobs])
+
+    def _a_job(self) -> str:
+        return next(self._reads)
 
 
 class SubmitOnlyUser(MasterUser):
