@@ -19,7 +19,6 @@ from .model import (
     Alloc,
     CellState,
     DeathCause,
-    FMap,
     Job,
     Machine,
     Resources,
@@ -119,21 +118,21 @@ def _with_tasks(state: CellState, changes: dict[TaskId, Task]) -> CellState:
     which lives in the store's log, not in the state), unless an older one is still live:
     that is an invariant violation the checker must be able to see, so it is never dropped.
     """
+    if not changes:
+        return state
     new_ids: dict[tuple[str, int], int] = {}
     for t in changes:
         k = (t.job, t.index)
         new_ids[k] = max(new_ids.get(k, -1), t.incarnation)
-    d = dict(state.tasks.items())
-    d.update(changes)
-    for tid in [
+    jobs = {job for job, _ in new_ids}
+    drop = [
         tid
-        for tid, t in d.items()
+        for tid in {*(t for job in jobs for t in state.task_ids_of(job)), *changes}
         if (tid.job, tid.index) in new_ids
         and tid.incarnation < new_ids[(tid.job, tid.index)]
-        and t.state is TaskState.DEAD
-    ]:
-        del d[tid]
-    return state.with_(tasks=FMap(d))
+        and changes.get(tid, state.tasks[tid]).state is TaskState.DEAD
+    ]
+    return state.with_(tasks=state.tasks.edit(changes, drop))
 
 
 # --- job lifecycle -----------------------------------------------------------------------

@@ -7,33 +7,57 @@ transition can never change the state it was given. No I/O, no clock, no randomn
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Generic, NamedTuple, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
+GROUP_MIN = 64  # maps smaller than this keep no index: a scan is as cheap, and memory is not spent
 
 
 class FMap(Mapping[K, V], Generic[K, V]):
     """An immutable, hashable mapping. `set`, `update` and `remove` return a new map, which
     remembers (weakly) the map it was made from and the keys that changed: `changed_since`
     lets a user of many large maps (the master's writer) see what a step changed without
-    comparing every entry."""
+    comparing every entry. `group` indexes the keys by a function of each entry; a map made
+    from one with an index gets the index updated from the changed keys, so the queries of
+    a cell of thousands of tasks cost what one job or machine holds, not the whole cell."""
 
-    __slots__ = ("_d", "_h", "_parent", "_changed", "__weakref__")
+    __slots__ = ("_d", "_h", "_parent", "_changed", "_groups", "__weakref__")
 
     def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
         self._d: dict[K, V] = dict(items)
         self._h: int | None = None
         self._parent: weakref.ref[FMap[K, V]] | None = None
         self._changed: tuple[K, ...] = ()
+        self._groups: dict[Callable[[K, V], Any], dict[Any, frozenset[K]]] | None = None
 
     def _derived(self, d: dict[K, V], changed: tuple[K, ...]) -> FMap[K, V]:
         out: FMap[K, V] = FMap.__new__(FMap)
         out._d, out._h, out._parent, out._changed = d, None, weakref.ref(self), changed
+        out._groups = None
+        if self._groups:
+            out._groups = {by: _regroup(groups, by, self._d, d, changed) for by, groups in self._groups.items()}
         return out
+
+    def group(self, by: Callable[[K, V], Any]) -> Mapping[Any, frozenset[K]]:
+        """The keys grouped by `by(key, value)` (None: in no group). `by` must be one
+        module-level function (its identity names the index) that depends only on the entry."""
+        groups = self._groups.get(by) if self._groups is not None else None
+        if groups is None:
+            built: dict[Any, set[K]] = {}
+            for k, v in self._d.items():
+                g = by(k, v)
+                if g is not None:
+                    built.setdefault(g, set()).add(k)
+            groups = {g: frozenset(ks) for g, ks in built.items()}
+            if len(self._d) >= GROUP_MIN:  # small maps (the explorer's) are grouped afresh
+                if self._groups is None:
+                    self._groups = {}
+                self._groups[by] = groups
+        return groups
 
     def changed_since(self, other: FMap[K, V]) -> tuple[K, ...] | None:
         """The keys whose entries may differ from `other`'s, when this map was made from
@@ -100,6 +124,41 @@ class FMap(Mapping[K, V], Generic[K, V]):
         d = dict(self._d)
         d.pop(key, None)
         return self._derived(d, (key,))
+
+    def edit(self, put: Mapping[K, V], remove: Iterable[K] = ()) -> FMap[K, V]:
+        """`update(put)` and then `remove` of each key in `remove`, as one step."""
+        d = dict(self._d)
+        d.update(put)
+        gone = tuple(remove)
+        for key in gone:
+            d.pop(key, None)
+        return self._derived(d, tuple(dict.fromkeys((*put, *gone))))
+
+
+_MISSING: Any = object()
+
+
+def _regroup(
+    groups: dict[Any, frozenset[K]], by: Callable[[K, V], Any], old: dict[K, V], new: dict[K, V],
+    changed: tuple[K, ...],
+) -> dict[Any, frozenset[K]]:  # fmt: skip
+    """An index of `old` updated to `new`, which differ only at the `changed` keys."""
+    out = dict(groups)
+    for k in dict.fromkeys(changed):
+        was, now = old.get(k, _MISSING), new.get(k, _MISSING)
+        g0 = None if was is _MISSING else by(k, was)
+        g1 = None if now is _MISSING else by(k, now)
+        if g0 == g1:
+            continue
+        if g0 is not None:
+            left = out[g0] - {k}
+            if left:
+                out[g0] = left
+            else:
+                del out[g0]
+        if g1 is not None:
+            out[g1] = out.get(g1, frozenset()) | {k}
+    return out
 
 
 # --- resources -------------------------------------------------------------------------
@@ -389,6 +448,18 @@ class QuotaKey:
 # --- the cell --------------------------------------------------------------------------
 
 
+def _by_job(tid: TaskId, task: Task) -> str:
+    return tid.job
+
+
+def _running_on(tid: TaskId, task: Task) -> str | None:
+    return task.machine if task.state is TaskState.RUNNING else None
+
+
+def _by_user_band(key: str, job: Job) -> tuple[str, Band]:
+    return (job.user, job.band)
+
+
 @dataclass(frozen=True, slots=True)
 class CellState:
     """The whole cell. Tasks are keyed by (job, index, incarnation); old incarnations stay DEAD."""
@@ -404,32 +475,32 @@ class CellState:
 
     # --- queries used by actions, invariants and the scheduler ---
 
+    def task_ids_of(self, job: str) -> frozenset[TaskId]:
+        """Every incarnation the state holds of the job's tasks."""
+        return self.tasks.group(_by_job).get(job, frozenset())
+
     def tasks_of(self, job: str) -> list[Task]:
-        return [t for t in self.tasks.values() if t.id.job == job]
+        tasks = self.tasks
+        return [tasks[t] for t in sorted(tasks.group(_by_job).get(job, ()))]
 
     def latest(self, job: str, index: int) -> Task | None:
         """The newest incarnation of one task index."""
-        best: Task | None = None
-        for t in self.tasks.values():
-            if t.id.job == job and t.id.index == index:
-                if best is None or t.id.incarnation > best.id.incarnation:
-                    best = t
-        return best
+        best: TaskId | None = None
+        for tid in self.tasks.group(_by_job).get(job, ()):
+            if tid.index == index and (best is None or tid.incarnation > best.incarnation):
+                best = tid
+        return None if best is None else self.tasks[best]
 
     def live_indices(self, job: str) -> dict[int, Task]:
         """index -> newest incarnation, for every index of the job."""
-        out: dict[int, Task] = {}
-        for t in self.tasks.values():
-            if t.id.job == job:
-                cur = out.get(t.id.index)
-                if cur is None or t.id.incarnation > cur.id.incarnation:
-                    out[t.id.index] = t
-        return out
+        newest: dict[int, TaskId] = {}
+        for tid in sorted(self.tasks.group(_by_job).get(job, ())):
+            newest[tid.index] = tid  # sorted: the last incarnation of an index wins
+        return {i: self.tasks[tid] for i, tid in newest.items()}
 
     def running_on(self, machine: str) -> list[Task]:
-        return [
-            t for t in self.tasks.values() if t.state is TaskState.RUNNING and t.machine == machine
-        ]
+        tasks = self.tasks
+        return [tasks[t] for t in sorted(tasks.group(_running_on).get(machine, ()))]
 
     def allocs_on(self, machine: str) -> list[Alloc]:
         return [a for a in self.allocs.values() if a.machine == machine]
@@ -487,8 +558,9 @@ class CellState:
 
     def quota_used(self, user: str, band: Band, excluding: str | None = None) -> Resources:
         """The total request of the user's admitted jobs in a band."""
+        jobs = self.jobs
         return total(
-            j.total_request()
-            for j in self.jobs.values()
-            if j.user == user and j.band is band and j.key != excluding
+            jobs[key].total_request()
+            for key in sorted(jobs.group(_by_user_band).get((user, band), ()))
+            if key != excluding
         )
