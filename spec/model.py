@@ -125,6 +125,11 @@ class FMap(Mapping[K, V], Generic[K, V]):
         d.pop(key, None)
         return self._derived(d, (key,))
 
+    def successor(self, items: dict[K, V], changed: Iterable[K]) -> FMap[K, V]:
+        """A map of `items` (a dict the caller hands over and no longer changes) that differs
+        from this one only at the `changed` keys: it gets this map's indexes updated."""
+        return self._derived(items, tuple(changed))
+
     def edit(self, put: Mapping[K, V], remove: Iterable[K] = ()) -> FMap[K, V]:
         """`update(put)` and then `remove` of each key in `remove`, as one step."""
         d = dict(self._d)

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from reference.master import codec
 from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo, is_pass_work
@@ -26,6 +27,9 @@ from reference.store import ops
 from reference.store.client import StoreClient, StoreError
 from reference.store.watch import PrefixWatch
 from spec.model import CellState, FMap, Job, Machine, QuotaKey, Resources, Task, TaskId, TaskState
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +52,11 @@ class WatchCache:
         self._tasks: dict[TaskId, Task] = {}
         self._task_infos: dict[TaskId, TaskInfo] = {}
         self._quotas: dict[QuotaKey, Resources] = {}
-        # Which maps changed since the last view (the others are shared with it).
+        # Which maps changed since the last view (the others are shared with it), and which
+        # jobs and tasks: a view's maps are made from the last view's, keeping their indexes.
         self._dirty: set[str] = set()
+        self._changed_jobs: set[str] = set()
+        self._changed_tasks: set[TaskId] = set()
         # For `Cell.work`: the task ids of each job, the latest incarnation of each index,
         # and the tasks a pass could act on, all updated from the changed keys.
         self._job_tasks: dict[str, set[TaskId]] = {}
@@ -114,6 +121,8 @@ class WatchCache:
                 self._view = self._build(self._last)
                 self._last = self._view
                 self._dirty.clear()
+                self._changed_jobs.clear()
+                self._changed_tasks.clear()
             return self._view
 
     def _build(self, last: Cell | None) -> Cell:
@@ -122,8 +131,8 @@ class WatchCache:
         prev = last.state if last is not None else CellState()
         state = CellState(
             machines=FMap(self._machines) if "machines" in dirty else prev.machines,
-            jobs=FMap(self._jobs) if "jobs" in dirty else prev.jobs,
-            tasks=FMap(self._tasks) if "tasks" in dirty else prev.tasks,
+            jobs=_successor(prev.jobs, self._jobs, self._changed_jobs, last) if "jobs" in dirty else prev.jobs,
+            tasks=_successor(prev.tasks, self._tasks, self._changed_tasks, last) if "tasks" in dirty else prev.tasks,
             quotas=FMap(self._quotas) if "quotas" in dirty else prev.quotas,
         )
         return Cell(
@@ -245,6 +254,7 @@ class WatchCache:
                 self._dirty.update(("machines", "machine_infos"))
             elif k.startswith(self.keys.jobs):
                 j, ji = codec.decode_job(value)
+                self._changed_jobs.add(j.key)
                 old = self._jobs.get(j.key)
                 if old is not None and (old.request, old.constraints, old.priority) != (
                     j.request, j.constraints, j.priority,
@@ -280,6 +290,7 @@ class WatchCache:
             self._dirty.update(("machines", "machine_infos"))
         elif k.startswith(self.keys.jobs):
             job = k[len(self.keys.jobs) :]
+            self._changed_jobs.add(job)
             self._jobs.pop(job, None)
             self._job_infos.pop(job, None)
             self._dirty.update(("jobs", "job_infos"))
@@ -303,6 +314,7 @@ class WatchCache:
 
     def _put_task(self, t: Task, ti: TaskInfo) -> None:
         tid = t.id
+        self._changed_tasks.add(tid)
         self._held(self._tasks.get(tid), t)
         self._tasks[tid] = t
         self._task_infos[tid] = ti
@@ -320,6 +332,7 @@ class WatchCache:
         old = self._tasks.pop(tid, None)
         if old is None:
             return
+        self._changed_tasks.add(tid)
         self._held(old, None)
         self._task_infos.pop(tid, None)
         self._dirty.update(("tasks", "task_infos"))
@@ -379,6 +392,14 @@ _ALL_MAPS = frozenset(
     ("machines", "machine_infos", "jobs", "job_infos", "tasks", "task_infos", "quotas", "replicas", "work",
      "running")
 )
+
+
+def _successor(prev: FMap[K, V], now: dict[K, V], changed: set[K], last: Cell | None) -> FMap[K, V]:
+    """The map of a new view: a copy of `now`, made from the last view's map when there is
+    one (so it keeps that map's indexes, updated from the changed keys)."""
+    if last is None:
+        return FMap(now)
+    return prev.successor(dict(now), changed)
 
 
 def _restamp(view: Cell, revision: int) -> Cell:

@@ -269,3 +269,38 @@ def test_a_progress_notification_keeps_the_view_and_its_work_set() -> None:
     cache._on_events([], 5)
     v2 = cache.cell()
     assert v2.revision == 5 and v2.state is v1.state and v2.work == v1.work == frozenset()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_views_carry_the_spec_indexes_forward(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view's task and job maps are made from the last view's, so the spec's indexes (a
+    job's tasks, a machine's running tasks, a user's jobs) are updated, not rebuilt."""
+    from spec import model
+
+    monkeypatch.setattr(model, "GROUP_MIN", 0)
+    rng = random.Random(seed)
+    client = FakeClient()
+    cache = WatchCache(client, KEYS)  # type: ignore[arg-type]
+    cache._reload()
+    for _ in range(60):
+        key, value = random_record(rng)
+        client.revision += 1
+        if value is None:
+            client.kv.pop(key, None)
+            event = ops.WatchEvent("DELETE", key, b"", client.revision, 0, 0)
+        else:
+            client.kv[key] = value
+            event = ops.WatchEvent("PUT", key, value, client.revision, 1, 1)
+        before = cache.cell().state
+        for job in JOBS:
+            before.tasks_of(job)  # build the indexes on this view
+        before.running_on("m0")
+        cache._on_events([event], client.revision)
+        after = cache.cell().state
+        want = scratch(client).state
+        assert after.tasks._groups, "the index was not carried to the next view"
+        for job in JOBS:
+            assert after.tasks_of(job) == want.tasks_of(job)
+            assert after.live_indices(job) == want.live_indices(job)
+        assert after.running_on("m0") == want.running_on("m0")
+        assert after.quota_used("u", Band.BATCH) == want.quota_used("u", Band.BATCH)
