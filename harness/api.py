@@ -69,6 +69,33 @@ class Api:
             return Reply(r.status_code, data, Outcome.FAILED)
         return Reply(0, "no master answered", Outcome.FAILED)
 
+    def read_together(self, paths: list[str], tries: int = 5) -> list[Any] | None:
+        """GET every path from one master at one cache revision: each answer is stamped with
+        the revision it was read at, and a set of answers at different revisions (the cell
+        moved between them) is read again. A 404 reads as None. None if no master gave a
+        consistent set in `tries`."""
+        first = next(self._rr)
+        for attempt in range(tries):
+            url = self.urls[(first + attempt) % len(self.urls)]
+            out: list[Any] = []
+            revisions = set()
+            try:
+                for path in paths:
+                    r = self._http.get(url + path)
+                    if r.status_code == 404:
+                        out.append(None)
+                        continue
+                    if r.status_code != 200:
+                        break
+                    body = r.json()
+                    revisions.add(body.get("revision"))
+                    out.append(body)
+            except (httpx.HTTPError, ValueError):
+                continue
+            if len(out) == len(paths) and len(revisions) <= 1:
+                return out
+        return None
+
     def get(self, path: str) -> Any:
         r = self.request("GET", path)
         return r.body if r.outcome is Outcome.OK else None

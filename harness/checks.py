@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from harness.coverage import Coverage
 from harness.history import LIVE_STATES, parse_task_id
 from harness.observe import Observation
-from harness.transitions import explain_all
+from harness.transitions import ENV_ACTIONS, explain_all, machine_changes, reservation_changes
 from spec.actions import EvictReason, Step, restart_allowed
 from spec.invariants import INVARIANTS, check_state, check_step
-from spec.model import CellState, Task, TaskState, may_preempt
+from spec.model import CellState, Job, Task, TaskState, may_preempt
 
 OBSERVE = Step("observe", ())
 
 
-def check_observation(prev: Observation | None, cur: Observation, cov: Coverage) -> list[tuple[str, str]]:
-    """(name, message) for every violation: state invariants, step invariants, unexplained moves."""
+def check_observation(
+    prev: Observation | None, cur: Observation, cov: Coverage, known: Mapping[str, Job] | None = None
+) -> list[tuple[str, str]]:
+    """(name, message) for every violation: state invariants, step invariants, unexplained moves.
+    `known`: the jobs as submitted, for one submitted and killed between two polls."""
     cov.observations += 1
     bad = check_state(cur.state)
     for inv in INVARIANTS:
         if inv.state_check is not None:
             cov.invariant_checks[inv.name] += 1
+    s = cur.state
+    cov.quota_judged += sum(1 for u, b in {(j.user, j.band) for j in s.jobs.values()} if s.quota_for(u, b) is not None)
     if prev is None:
         return bad
     # Step invariants are judged on every observed transition, as the spec's explorer does.
@@ -27,18 +34,47 @@ def check_observation(prev: Observation | None, cur: Observation, cov: Coverage)
         if inv.step_check is not None:
             cov.invariant_checks[inv.name] += 1
     bad += check_step(prev.state, OBSERVE, cur.state)
-    for v in explain_all(prev.state, cur.state):
+    # A job's own step (submit, update, kill_job) explains every index it touched but happened
+    # once: it counts once per poll. Machine steps are counted from the machines list below.
+    job_steps: set[tuple[str, str]] = set()
+    histories = {tid: v.get("history", []) for tid, v in cur.task_views.items()}
+    for v in explain_all(prev.state, cur.state, known, histories):
         cov.transitions += 1
         if v.path is None:
             bad.append(("spec_transition", v.describe()))
             continue
         for step in v.path:
+            if step.action in ENV_ACTIONS:
+                if not step.action.startswith("machine_"):
+                    job_steps.add((step.action, v.job))
+                continue
             cov.actions_observed[step.action] += 1
             if step.action == "evict" and _was_preempted(cur, v.before):
                 bad += _judge_preemption(prev.state, cur.state, v.before, cov)  # type: ignore[arg-type]
+    for action, _ in job_steps:
+        cov.actions_observed[action] += 1
+    for change in machine_changes(prev.state, cur.state) + reservation_changes(prev.state, cur.state, _replaced(prev, cur)):
+        cov.actions_observed[change.step.action] += 1
+        if change.problem is not None:
+            bad.append(("spec_transition", change.problem))
     for name, _ in bad:
         cov.invariant_failures[name] += 1
     return bad
+
+
+def _replaced(prev: Observation, cur: Observation) -> frozenset:
+    """Tasks whose last RUNNING entry in their history moved: placed again between the polls."""
+    out = set()
+    for tid, view in cur.task_views.items():
+        old = prev.task_views.get(tid)
+        if old is not None and _last_run(old) != _last_run(view):
+            out.add(tid)
+    return frozenset(out)
+
+
+def _last_run(view: dict) -> object:
+    runs = [h.get("at") for h in view.get("history", []) if h.get("state") == "RUNNING"]
+    return runs[-1] if runs else None
 
 
 def _was_preempted(cur: Observation, task: Task | None) -> bool:
@@ -49,11 +85,12 @@ def _was_preempted(cur: Observation, task: Task | None) -> bool:
 
 def _judge_preemption(before: CellState, after: CellState, victim: Task, cov: Coverage) -> list[tuple[str, str]]:
     """The cell names no preemptor, so take the strongest task that was waiting (PENDING
-    before, or new since) and check the spec's rule against it: if even that one may not
-    preempt the victim, no task could have."""
+    before, or new since, whatever became of it since: it may have been killed after it
+    preempted) and check the spec's rule against it: if even that one may not preempt the
+    victim, no task could have."""
     waiting = [
         t for t in after.tasks.values()
-        if t.state is not TaskState.DEAD and (before.tasks.get(t.id) is None or before.tasks[t.id].state is TaskState.PENDING)
+        if t.id != victim.id and (before.tasks.get(t.id) is None or before.tasks[t.id].state is TaskState.PENDING)
     ]  # fmt: skip
     cov.api_ops["preemptions_judged"] += 1
     if not waiting:

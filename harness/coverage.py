@@ -23,14 +23,18 @@ class Coverage:
     convergence_checks: int = 0
     history_ops: int = 0
     task_intervals: int = 0
+    #: (user, band) pairs whose admitted jobs were judged against a quota the cell showed
+    quota_judged: int = 0
 
     def action_total(self, name: str) -> int:
-        return self.actions_observed[name] + self.actions_model[name]
+        """How often the action was exercised: an API operation applied to the model is also
+        seen in the cell, so the two counts overlap and the larger is the honest total."""
+        return max(self.actions_observed[name], self.actions_model[name])
 
     def merge(self, other: Coverage) -> None:
         for name in ("actions_observed", "actions_model", "invariant_checks", "invariant_failures", "api_ops", "faults"):
             getattr(self, name).update(getattr(other, name))
-        for name in ("observations", "transitions", "convergence_checks", "history_ops", "task_intervals"):
+        for name in ("observations", "transitions", "convergence_checks", "history_ops", "task_intervals", "quota_judged"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @staticmethod

@@ -10,6 +10,7 @@ from harness.api import Api, cpu_milli
 from spec.model import (
     ZERO,
     AppClass,
+    Band,
     CellState,
     Constraint,
     ConstraintOp,
@@ -17,6 +18,7 @@ from spec.model import (
     FMap,
     Job,
     Machine,
+    QuotaKey,
     Resources,
     RestartPolicy,
     Task,
@@ -26,7 +28,10 @@ from spec.model import (
 
 
 def resources_of(view: dict[str, Any]) -> Resources:
-    return Resources.of({k: cpu_milli(v) if k == "cpu" else int(v) for k, v in view.items()})
+    """A resources view in the spec's units. Job requests are written as in a job file ("250m");
+    capacities, requests, reservations and quota limits as numbers already in the spec's units
+    (millicores, bytes), which must not be read as cores."""
+    return Resources.of({k: cpu_milli(v) if k == "cpu" and isinstance(v, str) else int(v) for k, v in view.items()})
 
 
 def machine_of(view: dict[str, Any]) -> Machine:
@@ -60,6 +65,10 @@ def job_of(view: dict[str, Any]) -> Job:
     )
 
 
+def quotas_of(views: list[dict[str, Any]]) -> FMap[QuotaKey, Resources]:
+    return FMap({QuotaKey(str(q["user"]), Band(q["band"])): resources_of(q.get("limit") or {}) for q in views})
+
+
 @dataclass
 class Observation:
     """One poll of the cell: the spec state, the raw views, and what each borglet reports."""
@@ -74,44 +83,65 @@ class Observation:
 class Observer:
     """Polls the API and builds CellStates.
 
-    The task view carries no request, so the request a RUNNING task holds is remembered
-    from its job when the task is first seen running in a placement: that matches the
-    spec (schedule copies the job's request) except when the placement predates a job
-    update the observer saw first, where it errs toward the newer request.
+    A task view carries the request the task holds and, when RUNNING, its reservation. A
+    cell whose views lack the request (an older API) has it remembered from the job when
+    the task is first seen running in a placement: that matches the spec (schedule copies
+    the job's request) except when the placement predates a job update the observer saw
+    first, where it errs toward the newer request. Quotas come from `GET /v1/quotas`; a
+    cell without that endpoint reads as one without quotas.
     """
 
     def __init__(self, api: Api, keys: set[str] | None = None) -> None:
         self.api = api
         self.keys = keys  # jobs to watch besides the live ones (killed jobs keep DEAD tasks)
         self._held: dict[tuple[TaskId, Any], Resources] = {}
+        self.quotas_readable = True
 
-    def poll(self, borglets: bool = True) -> Observation | None:
+    def poll(self, borglets: bool = True, skip: set[str] | frozenset[str] = frozenset()) -> Observation | None:
+        """One observation; `skip` names machines whose borglet is known not to answer (paused)."""
         t = time.monotonic()
-        mviews = self.api.machines()
-        jviews = self.api.jobs()
-        if mviews is None or jviews is None:
+        # The machines and jobs lists name what to read; the lists, every watched job's tasks
+        # and the quotas are then read together, at one revision of one master, so the state
+        # is one the cell was in (a task never shows RUNNING on a machine read before it came up).
+        listed: set[str] = set()
+        for _ in range(3):
+            keys = sorted(listed | (self.keys or set()))
+            paths = ["/v1/machines", "/v1/jobs"] + [f"/v1/jobs/{k}/tasks" for k in keys]
+            if self.quotas_readable:
+                paths.append("/v1/quotas")
+            bodies = self.api.read_together(paths)
+            if bodies is None:
+                return None
+            listed = {str(j["key"]) for j in bodies[1]["jobs"]}
+            if listed <= set(keys):
+                break  # every listed job's tasks were read with it
+        else:
             return None
+        mviews, jviews = bodies[0]["machines"], bodies[1]["jobs"]
         jobs = {j.key: j for j in map(job_of, jviews)}
-        keys = set(jobs) | (self.keys or set())
         tasks: dict[TaskId, Task] = {}
         tviews: dict[TaskId, dict[str, Any]] = {}
-        for key in sorted(keys):
-            views = self.api.tasks(key)
-            if views is None:
-                return None
-            for v in views:
+        for key, body in zip(keys, bodies[2 : 2 + len(keys)], strict=True):
+            for v in (body or {}).get("tasks", []):
                 task = self._task_of(v, jobs.get(key))
                 tasks[task.id] = task
                 tviews[task.id] = v
+        quotas: FMap[QuotaKey, Resources] = FMap()
+        if self.quotas_readable:
+            if bodies[-1] is None:
+                self.quotas_readable = False  # a cell without GET /v1/quotas: none are judged
+            else:
+                quotas = quotas_of(bodies[-1].get("quotas", []))
         state = CellState(
             machines=FMap({m["name"]: machine_of(m) for m in mviews}),
             jobs=FMap(jobs),
             tasks=FMap(tasks),
+            quotas=quotas,
         )
         reports: dict[str, dict[str, Any] | None] = {}
         if borglets:
             for m in mviews:
-                if m.get("address"):
+                if m.get("address") and m["name"] not in skip:
                     reports[m["name"]] = self.api.borglet_state(m["address"])
         return Observation(t, state, tviews, {m["name"]: m for m in mviews}, reports)
 
@@ -120,7 +150,13 @@ class Observer:
         st = TaskState(v["state"])
         priority = job.priority if job is not None else 0
         request = ZERO
-        if st is TaskState.RUNNING:
+        reservation = None
+        if v.get("request") is not None and st is not TaskState.DEAD:
+            request = resources_of(v["request"])
+            if st is TaskState.RUNNING and v.get("reservation") is not None:
+                reserved = resources_of(v["reservation"])
+                reservation = None if reserved == request else reserved
+        elif st is TaskState.RUNNING:
             runs = [h["at"] for h in v.get("history", []) if h["state"] == "RUNNING"]
             placement = (tid, (v.get("machine"), runs[-1] if runs else None))
             if placement not in self._held:
@@ -130,4 +166,4 @@ class Observer:
             request = job.request
         cause = DeathCause(v["cause"]) if st is TaskState.DEAD and v.get("cause") else None
         machine = v.get("machine") if st is TaskState.RUNNING else v.get("machine") or None
-        return Task(tid, st, machine, priority, request, cause)
+        return Task(tid, st, machine, priority, request, cause, reservation)

@@ -61,8 +61,11 @@ def markdown(r: RunResult) -> str:
     lines += [
         "## Spec actions exercised",
         "",
-        "Observed: the action appears in a spec path that explains a task change the harness saw. "
-        "Model: the action was applied to the spec model beside the cell (API operations).",
+        "Observed: the action is a step of a spec path that explains a change the harness saw "
+        "(a task index's move, once per job and poll for a job's own steps, a machine that appeared, "
+        "went down, came back or left, a running task's reservation). Model: the action was applied "
+        "to the spec model beside the cell (API operations). The two overlap (an API operation is "
+        "also seen in the cell), so the total is the larger of them.",
         "",
         "| action | observed | model | total | target met |",
         "|---|---:|---:|---:|---|",
@@ -76,8 +79,9 @@ def markdown(r: RunResult) -> str:
         "## Invariants checked",
         "",
         "State invariants are checked on every observed state; step invariants on every pair of "
-        "consecutive observations. `admitted_jobs_fit_quota` is vacuous over the API (quotas are not "
-        "readable there) and `alloc_tasks_within_alloc` too (no allocs).",
+        "consecutive observations. `admitted_jobs_fit_quota` judges the quotas read from "
+        f"`GET /v1/quotas` ({c.quota_judged} user-and-band judgements against a quota); "
+        "`alloc_tasks_within_alloc` is vacuous (allocs are not in the API).",
         "",
         "| invariant | checks | violations |",
         "|---|---:|---:|",

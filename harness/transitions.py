@@ -5,21 +5,37 @@ between two polls (RUNNING -> DEAD -> PENDING -> RUNNING on another machine is a
 restart and a schedule). For each task index whose newest incarnation changed, a bounded
 breadth-first search runs the spec's own actions from the previous observation until the
 index looks as it does now; no such path means the cell made a move the spec forbids.
+
+Two kinds of change are judged apart from task indices: machines that appeared, went down,
+came back or left (`machine_changes`), and reservations of tasks that kept running in one
+placement (`reservation_changes`): each is one spec step, checked against the spec's guard
+and effect.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from spec.actions import ACTIONS, EvictReason, Step
-from spec.model import CellState, FMap, Task, TaskState
+from spec.actions import (
+    ACTIONS,
+    EvictReason,
+    Step,
+    machine_add,
+    machine_down,
+    machine_remove,
+    machine_up,
+    reserve,
+)
+from spec.model import CellState, FMap, Job, Task, TaskId, TaskState
 
-#: Task steps a path may hold (a slow step, such as a failover, can hide submit, schedule,
-#: lost, restart and schedule behind one poll); steps of the environment (job and machine changes seen in
+#: Task steps a path may hold (a slow step, such as a failover or a borglet restarted under a
+#: placement, can hide two losses with their restarts and placements behind one poll); steps of the environment (job and machine changes seen in
 #: the new observation) are free, since each is taken at most once.
-MAX_TASK_STEPS = 4
+MAX_TASK_STEPS = 6
+#: States one search may visit: far more than any path of MAX_TASK_STEPS needs on a small cell.
+MAX_STATES = 5000
 ENV_ACTIONS = frozenset({"submit", "update", "kill_job", "machine_add", "machine_remove", "machine_down", "machine_up"})
 
 
@@ -30,6 +46,7 @@ class Verdict:
     before: Task | None
     after: Task
     path: tuple[Step, ...] | None  # None: no spec path explains the change
+    gave_up: bool = False  # the search met its bound before it found a path
 
     @property
     def ok(self) -> bool:
@@ -37,6 +54,8 @@ class Verdict:
 
     def describe(self) -> str:
         b = "absent" if self.before is None else _fmt(self.before)
+        if self.path is None and self.gave_up:
+            return f"{self.job}/{self.index}: {b} -> {_fmt(self.after)} found no spec path in {MAX_STATES} states"
         if self.path is None:
             return f"{self.job}/{self.index}: {b} -> {_fmt(self.after)} has no spec path of <= {MAX_TASK_STEPS} task steps"
         return f"{self.job}/{self.index}: {b} -> {_fmt(self.after)} via " + ", ".join(map(str, self.path))
@@ -65,14 +84,17 @@ def _hybrid(before: CellState, after: CellState, job: str, index: int) -> CellSt
     return before.with_(tasks=FMap(tasks))
 
 
-def _env_steps(s: CellState, after: CellState, job: str) -> Iterator[Step]:
+def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job]) -> Iterator[Step]:
     cur, new = s.jobs.get(job), after.jobs.get(job)
     if cur is not None and new is None:
         yield Step("kill_job", (job,))
     if new is not None and cur is None:
         yield Step("submit", (new,))
-    if new is not None and cur is not None and (cur.task_count, cur.request) != (new.task_count, new.request):
-        yield Step("update", (job, new.task_count, new.request))
+    if new is None and cur is None and job in known:
+        yield Step("submit", (known[job],))  # submitted and killed between two polls
+    ref = new if new is not None else known.get(job)  # updated, then killed since the last poll
+    if ref is not None and cur is not None and (cur.task_count, cur.request) != (ref.task_count, ref.request):
+        yield Step("update", (job, ref.task_count, ref.request))
     if new is not None and cur is not None and cur.version > new.version:
         yield Step("kill_job", (job,))  # killed and submitted again since the last poll
     for name, m in after.machines.items():
@@ -88,16 +110,20 @@ def _env_steps(s: CellState, after: CellState, job: str) -> Iterator[Step]:
             yield Step("machine_remove", (name,))
 
 
-def _task_steps(s: CellState, job: str, index: int) -> Iterator[Step]:
+def _task_steps(s: CellState, job: str, index: int, goal: str | None = None, first: str | None = None) -> Iterator[Step]:
+    """The task steps enabled for the index's newest task; `goal` (the machine it is seen on
+    now) is tried first, and so is `first`, the way a RUNNING task ended that the cell names."""
     t = s.latest(job, index)
     if t is None:
         return
     if t.state is TaskState.PENDING:
-        for m in s.machines:
-            yield Step("schedule", (t.id, m))
+        for m in sorted(s.machines, key=lambda name: name != goal):
+            if s.machines[m].up:
+                yield Step("schedule", (t.id, m))
         yield Step("kill", (t.id,))
     elif t.state is TaskState.RUNNING:
-        for name in ("finish", "fail", "lost", "kill", "roll"):
+        ends = ("finish", "fail", "lost", "kill", "roll")
+        for name in sorted(ends, key=lambda a: a != first) if first else ends:
             yield Step(name, (t.id,))
         for reason in (EvictReason.MAINTENANCE, EvictReason.RECLAMATION):
             yield Step("evict", (t.id, reason, None))
@@ -105,27 +131,136 @@ def _task_steps(s: CellState, job: str, index: int) -> Iterator[Step]:
         yield Step("restart", (t.id,))
 
 
-def explain(before: CellState, after: CellState, job: str, index: int) -> Verdict:
+def _key(s: CellState, job: str) -> tuple[object, ...]:
+    """What a search step can change: the job, its tasks and the machines (every other job's
+    tasks stay as they are now), so states equal in these are one state of the search."""
+    return (s.jobs.get(job), s.machines, frozenset(t for t in s.tasks.values() if t.id.job == job))
+
+
+def explain(
+    before: CellState, after: CellState, job: str, index: int,
+    known: Mapping[str, Job] | None = None, first: str | None = None,
+) -> Verdict:
+    """`known`: jobs as last submitted or updated, for a job that came and went (or was
+    updated and killed) between the polls: the observation no longer lists it, but its tasks
+    are there. `first`: how the cell says the index's last incarnation ended ("lost" when
+    the newest one's history reads "restart after lost"): when a poll saw neither the end nor
+    the restart, several endings explain the new incarnation alike, and the one the cell
+    names is the one counted."""
     goal = _looks(after.latest(job, index))
+    now = after.latest(job, index)
+    goal_machine = now.machine if now is not None else None
     start = _hybrid(before, after, job, index)
     prev = before.latest(job, index)
     queue: deque[tuple[CellState, tuple[Step, ...], int]] = deque([(start, (), 0)])
-    seen = {start}
+    seen = {_key(start, job)}
     while queue:
+        if len(seen) > MAX_STATES:
+            return Verdict(job, index, prev, after.latest(job, index), None, gave_up=True)  # type: ignore[arg-type]
         s, path, n = queue.popleft()
         if path and _looks(s.latest(job, index)) == goal:
             return Verdict(job, index, prev, after.latest(job, index), path)  # type: ignore[arg-type]
-        steps = [(st, False) for st in _env_steps(s, after, job)]
+        steps = [(st, False) for st in _env_steps(s, after, job, known or {})]
         if n < MAX_TASK_STEPS:
-            steps += [(st, True) for st in _task_steps(s, job, index)]
+            steps += [(st, True) for st in _task_steps(s, job, index, goal_machine, first)]
         for step, counts in steps:
             nxt = ACTIONS[step.action](s, *step.args)
-            if nxt is None or nxt in seen:
+            if nxt is None:
                 continue
-            seen.add(nxt)
+            key = _key(nxt, job)
+            if key in seen:
+                continue
+            seen.add(key)
             queue.append((nxt, path + (step,), n + counts))
     return Verdict(job, index, prev, after.latest(job, index), None)  # type: ignore[arg-type]
 
 
-def explain_all(before: CellState, after: CellState) -> list[Verdict]:
-    return [explain(before, after, j, i) for j, i in changed_indices(before, after)]
+#: The restart reasons the cell writes into a new incarnation's history, and the ending each names.
+RESTART_AFTER = {"restart after lost": "lost", "restart after failed": "fail", "restart after finished": "finish"}
+
+
+def explain_all(
+    before: CellState, after: CellState, known: Mapping[str, Job] | None = None,
+    histories: Mapping[TaskId, list[dict[str, object]]] | None = None,
+) -> list[Verdict]:
+    """Every changed index explained; `histories` (task id -> its view's history) name how
+    an incarnation the polls did not see end ended."""
+    out = []
+    for j, i in changed_indices(before, after):
+        now = after.latest(j, i)
+        reasons = [h.get("reason") for h in (histories or {}).get(now.id, [])] if now is not None else []
+        first = next((RESTART_AFTER[r] for r in reversed(reasons) if r in RESTART_AFTER), None)  # type: ignore[index]
+        out.append(explain(before, after, j, i, known, first))
+    return out
+
+
+@dataclass(frozen=True)
+class Change:
+    """A machine or reservation change seen between two polls, as a spec step and what is wrong with it."""
+
+    step: Step
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def machine_changes(before: CellState, after: CellState) -> list[Change]:
+    """The machine steps that explain how the machines list changed.
+
+    Each is judged on the previous machines with the tasks as they are now: the cell takes
+    a machine's task steps (its tasks lost, drained) in the same write as the machine's own.
+    """
+    now = before.with_(tasks=after.tasks)
+    out: list[Change] = []
+    for name, m in sorted(after.machines.items()):
+        old = before.machines.get(name)
+        if old is None:
+            step = Step("machine_add", (m,))
+            out.append(Change(step, None if machine_add(now, m) is not None else f"{name} was added twice"))
+            if not m.up:  # added, then declared down before this poll
+                out.append(_down(machine_add(now, m) or now, after, name))
+        elif old.up and not m.up:
+            out.append(_down(now, after, name))
+        elif m.up and not old.up:
+            ok = machine_up(now, name) is not None
+            out.append(Change(Step("machine_up", (name,)), None if ok else f"{name} came up but was not down"))
+    for name in sorted(before.machines):
+        if name not in after.machines:
+            ok = machine_remove(now, name) is not None
+            running = ", ".join(str(t.id) for t in after.running_on(name))
+            problem = None if ok else f"{name} was removed though it still runs {running or 'an alloc'}"
+            out.append(Change(Step("machine_remove", (name,)), problem))
+    return out
+
+
+def _down(s: CellState, after: CellState, name: str) -> Change:
+    """machine_down: the machine was up, and none of its tasks runs there any more."""
+    step = Step("machine_down", (name,))
+    if machine_down(s, name) is None:
+        return Change(step, f"{name} went down but was not up")
+    running = after.running_on(name)
+    if running:
+        return Change(step, f"{name} is down but {running[0].id} is still RUNNING there (the spec loses it)")
+    return Change(step)
+
+
+def reservation_changes(before: CellState, after: CellState, replaced: frozenset[TaskId] = frozenset()) -> list[Change]:
+    """A `reserve` step for each task RUNNING in one placement in both polls whose reservation
+    changed; `replaced` names tasks placed again between the polls (their reservation starts
+    over at the request, which is the schedule's doing, not a reserve)."""
+    out: list[Change] = []
+    for tid, t in sorted(after.tasks.items(), key=lambda kv: str(kv[0])):
+        old = before.tasks.get(tid)
+        if old is None or tid in replaced or t.state is not TaskState.RUNNING or old.state is not TaskState.RUNNING:
+            continue
+        if old.machine != t.machine or old.request != t.request or old.reserved == t.reserved:
+            continue
+        step = Step("reserve", (tid, t.reserved))
+        if reserve(_hybrid(before, after, tid.job, tid.index), tid, t.reserved) is None:
+            out.append(Change(step, f"{tid}: reservation {old.reserved} -> {t.reserved} on {t.machine} is no spec reserve "
+                                    f"(it must stay within the request {t.request} and the machine's capacity)"))
+        else:
+            out.append(Change(step))
+    return out
