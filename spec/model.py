@@ -566,6 +566,6 @@ class CellState:
         jobs = self.jobs
         return total(
             jobs[key].total_request()
-            for key in sorted(jobs.group(_by_user_band).get((user, band), ()))
+            for key in jobs.group(_by_user_band).get((user, band), ())
             if key != excluding
         )

@@ -130,6 +130,10 @@ class Unschedulable:
             return False
         return not (cell.work - self.tasks)
 
+    def known(self, epoch: int) -> set[TaskId]:
+        """The tasks known to be unschedulable at `epoch` (none once the set is stale)."""
+        return self.tasks if self._valid(epoch) else set()
+
     def to_plan(self, pending: set[TaskId], epoch: int) -> set[TaskId]:
         """Which of the pending tasks to plan: all of them when the set is no longer valid."""
         if not self._valid(epoch):
@@ -144,7 +148,7 @@ class Unschedulable:
         if epoch < 0:
             self.tasks, self.epoch = set(), -1
             return
-        self.tasks = (self.tasks & pending) | unplaced
+        self.tasks = self.tasks | unplaced  # killed ones linger harmlessly until the next reset
 
 
 class Term:
@@ -259,7 +263,13 @@ class Term:
             self._on_pass(time.perf_counter() - started, placed)
 
     def _change(self, d: Draft) -> int:
-        candidates = self._candidates(d)
+        view = d.base if d.base.running is not None else self.cache.cell()
+        # Tasks already found unschedulable are left out before anything looks at them, so a
+        # pass costs what is new. They were PENDING; what leaves PENDING is placed by a pass
+        # (which only plans them after the set is dropped) or killed, and killed tasks stay
+        # dead: none of them can be a restart or a roll this pass would miss.
+        known = self.unschedulable.known(view.capacity_epoch) if view.running is not None else set()
+        candidates = self._candidates(d) - known
         acted = self._restart_dead(d, candidates) + self._roll(d, candidates)
         state = d.state
         pending = {
@@ -269,7 +279,6 @@ class Term:
         }
         if not pending:
             return 0
-        view = d.base if d.base.running is not None else self.cache.cell()
         if view.running is None:  # no watch cache's sets: plan every pending task
             plan = plan_for(state, self.scheduler, seed=self.passes)
             return self._apply(d, plan)
