@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -102,39 +103,61 @@ def borglet_task_id(tid: TaskId, info: TaskInfo) -> str:
     return f"{tid}@{info.placement}"
 
 
-class Tracked(dict):  # type: ignore[type-arg]
-    """A dict that remembers which keys were written or removed since it was made."""
+class Tracked(MutableMapping[Any, Any]):
+    """A dict-like map over a base dict that it copies only on its first write (most drafts
+    write a few entries, or none, of maps that hold every task of the cell), and that
+    remembers which keys were written or removed."""
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    __slots__ = ("data", "_own", "written")
+
+    def __init__(self, base: Mapping[Any, Any]) -> None:
+        self.data: dict[Any, Any] = base.data if isinstance(base, Tracked) else base  # type: ignore[assignment]
+        self._own = False
         self.written: set[Any] = set()
+
+    def _mine(self) -> dict[Any, Any]:
+        if not self._own:
+            self.data, self._own = dict(self.data), True
+        return self.data
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.data[key]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.data
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self.written.add(key)
-        super().__setitem__(key, value)
+        self._mine()[key] = value
 
     def __delitem__(self, key: Any) -> None:
         self.written.add(key)
-        super().__delitem__(key)
+        del self._mine()[key]
 
     def pop(self, key: Any, *default: Any) -> Any:
         self.written.add(key)
-        return super().pop(key, *default)
+        if key not in self.data:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        return self._mine().pop(key)
 
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        self.written.add(key)
-        return super().setdefault(key, default)
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Tracked):
+            other = other.data
+        return self.data == other
 
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        other = dict(*args, **kwargs)
-        self.written.update(other)
-        super().update(other)
-
-    def popitem(self) -> tuple[Any, Any]:
-        raise TypeError("a Tracked dict does not pop arbitrary items")
-
-    def clear(self) -> None:
-        raise TypeError("a Tracked dict is not cleared")
+    def __repr__(self) -> str:
+        return f"Tracked({self.data!r})"
 
 
 def _changed_keys(before: Any, after: Any) -> set[Any]:

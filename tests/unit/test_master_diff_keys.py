@@ -129,3 +129,21 @@ def test_draft_tracks_dead_tasks_of_a_killed_job() -> None:
     assert {t for t in d.task_keys} == {t.id for t in base.state.tasks_of(key)}
     assert all(d.state.tasks[t].state is TaskState.DEAD for t in d.task_keys)
     assert key in d.job_keys
+
+
+def test_tracked_copies_its_base_only_on_the_first_write() -> None:
+    from reference.master.cell import Tracked
+
+    base = {1: "a", 2: "b"}
+    t = Tracked(base)
+    assert t.data is base and t[1] == "a" and t.get(3) is None and 2 in t and len(t) == 2
+    assert t.pop(3, None) is None and 3 in t.written and t.data is base  # nothing to remove
+    t[3] = "c"
+    assert t.data is not base and base == {1: "a", 2: "b"} and t == {1: "a", 2: "b", 3: "c"}
+    del t[1]
+    t.setdefault(4, "d")
+    assert t.written == {1, 3, 4} and dict(t) == {2: "b", 3: "c", 4: "d"}
+    chained = Tracked(t)  # a draft made from the last draft of a group
+    assert chained.data is t.data
+    chained.pop(2)
+    assert 2 in t and 2 not in chained and chained.written == {2}
