@@ -43,6 +43,7 @@ class Api:
         self.history = history if history is not None else History()
         self._http = httpx.Client(timeout=TIMEOUT_S)
         self._rr = itertools.cycle(range(len(self.urls)))
+        self._reader = 0
 
     def close(self) -> None:
         self._http.close()
@@ -74,9 +75,9 @@ class Api:
         the revision it was read at, and a set of answers at different revisions (the cell
         moved between them) is read again. A 404 reads as None. None if no master gave a
         consistent set in `tries`."""
-        first = next(self._rr)
-        for attempt in range(tries):
-            url = self.urls[(first + attempt) % len(self.urls)]
+        for _ in range(tries):
+            # The master that answered last: polls of one master never go back in time.
+            url = self.urls[self._reader]
             out: list[Any] = []
             revisions = set()
             try:
@@ -86,13 +87,14 @@ class Api:
                         out.append(None)
                         continue
                     if r.status_code != 200:
-                        break
+                        raise ValueError(f"{path}: {r.status_code}")
                     body = r.json()
                     revisions.add(body.get("revision"))
                     out.append(body)
             except (httpx.HTTPError, ValueError):
+                self._reader = (self._reader + 1) % len(self.urls)  # down or not serving: the next one
                 continue
-            if len(out) == len(paths) and len(revisions) <= 1:
+            if len(revisions) <= 1:
                 return out
         return None
 

@@ -38,7 +38,8 @@ def check_observation(
     # once: it counts once per poll. Machine steps are counted from the machines list below.
     job_steps: set[tuple[str, str]] = set()
     histories = {tid: v.get("history", []) for tid, v in cur.task_views.items()}
-    for v in explain_all(prev.state, cur.state, known, histories):
+    replaced = _replaced(prev, cur)
+    for v in explain_all(prev.state, cur.state, known, histories, replaced):
         cov.transitions += 1
         if v.path is None:
             bad.append(("spec_transition", v.describe()))
@@ -50,10 +51,10 @@ def check_observation(
                 continue
             cov.actions_observed[step.action] += 1
             if step.action == "evict" and _was_preempted(cur, v.before):
-                bad += _judge_preemption(prev.state, cur.state, v.before, cov)  # type: ignore[arg-type]
+                bad += _judge_preemption(prev.state, cur.state, v.before, cov, replaced)  # type: ignore[arg-type]
     for action, _ in job_steps:
         cov.actions_observed[action] += 1
-    for change in machine_changes(prev.state, cur.state) + reservation_changes(prev.state, cur.state, _replaced(prev, cur)):
+    for change in machine_changes(prev.state, cur.state) + reservation_changes(prev.state, cur.state, replaced):
         cov.actions_observed[change.step.action] += 1
         if change.problem is not None:
             bad.append(("spec_transition", change.problem))
@@ -80,18 +81,28 @@ def _last_run(view: dict) -> object:
 def _was_preempted(cur: Observation, task: Task | None) -> bool:
     if task is None or task.id not in cur.task_views:
         return False
-    return any(h.get("reason") == "preempted" for h in cur.task_views[task.id].get("history", [])[-3:])
+    # The task's last move back to PENDING is this eviction; an older one may have been a preemption.
+    evictions = [h for h in cur.task_views[task.id].get("history", []) if h.get("state") == "PENDING"]
+    return bool(evictions) and evictions[-1].get("reason") == "preempted"
 
 
-def _judge_preemption(before: CellState, after: CellState, victim: Task, cov: Coverage) -> list[tuple[str, str]]:
-    """The cell names no preemptor, so take the strongest task that was waiting (PENDING
-    before, or new since, whatever became of it since: it may have been killed after it
-    preempted) and check the spec's rule against it: if even that one may not preempt the
-    victim, no task could have."""
-    waiting = [
-        t for t in after.tasks.values()
-        if t.id != victim.id and (before.tasks.get(t.id) is None or before.tasks[t.id].state is TaskState.PENDING)
-    ]  # fmt: skip
+def _judge_preemption(
+    before: CellState, after: CellState, victim: Task, cov: Coverage, replaced: frozenset = frozenset()
+) -> list[tuple[str, str]]:
+    """The cell names no preemptor, so take the strongest task that may have waited between
+    the polls and check the spec's rule against it: if even that one may not preempt the
+    victim, no task could have. A task may have waited if it is new since, was PENDING before
+    or is now, or was placed again (evicted or rolled back to PENDING, then placed): whatever
+    became of it since, as it may have been killed after it preempted."""
+
+    def waited(t: Task) -> bool:
+        old = before.tasks.get(t.id)
+        return (
+            old is None or old.state is TaskState.PENDING or t.state is TaskState.PENDING
+            or t.id in replaced or (t.state is TaskState.RUNNING and old.machine != t.machine)
+        )  # fmt: skip
+
+    waiting = [t for t in after.tasks.values() if t.id != victim.id and waited(t)]
     cov.api_ops["preemptions_judged"] += 1
     if not waiting:
         return [("prod_never_preempts_prod", f"{victim.id} was preempted with no task waiting")]

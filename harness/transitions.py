@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spec.actions import (
     ACTIONS,
@@ -28,7 +28,7 @@ from spec.actions import (
     machine_up,
     reserve,
 )
-from spec.model import CellState, FMap, Job, Task, TaskId, TaskState
+from spec.model import CellState, FMap, Job, Resources, Task, TaskId, TaskState
 
 #: Task steps a path may hold (a slow step, such as a failover or a borglet restarted under a
 #: placement, can hide two losses with their restarts and placements behind one poll); steps of the environment (job and machine changes seen in
@@ -47,6 +47,7 @@ class Verdict:
     after: Task
     path: tuple[Step, ...] | None  # None: no spec path explains the change
     gave_up: bool = False  # the search met its bound before it found a path
+    why: str = ""  # what the spec's guards said, when no path was found
 
     @property
     def ok(self) -> bool:
@@ -57,7 +58,7 @@ class Verdict:
         if self.path is None and self.gave_up:
             return f"{self.job}/{self.index}: {b} -> {_fmt(self.after)} found no spec path in {MAX_STATES} states"
         if self.path is None:
-            return f"{self.job}/{self.index}: {b} -> {_fmt(self.after)} has no spec path of <= {MAX_TASK_STEPS} task steps"
+            return f"{self.job}/{self.index}: {b} -> {_fmt(self.after)} has no spec path of <= {MAX_TASK_STEPS} task steps{self.why}"
         return f"{self.job}/{self.index}: {b} -> {_fmt(self.after)} via " + ", ".join(map(str, self.path))
 
 
@@ -76,12 +77,39 @@ def changed_indices(before: CellState, after: CellState) -> list[tuple[str, int]
     return sorted(k for k in keys if _looks(before.latest(*k)) != _looks(after.latest(*k)))
 
 
-def _hybrid(before: CellState, after: CellState, job: str, index: int) -> CellState:
-    """The previous observation, with every other index's tasks as they are now: their own
-    moves are judged on their own, and they decide what room this index's task had."""
-    tasks = {tid: t for tid, t in after.tasks.items() if (tid.job, tid.index) != (job, index)}
+def _hybrid(before: CellState, after: CellState, job: str, index: int, replaced: frozenset[TaskId] = frozenset()) -> CellState:
+    """The previous observation, with every other index's tasks (and every other job) as they
+    are now: their own moves are judged on their own, and they decide what room this index's
+    task had. `replaced`: tasks placed again between the polls (evicted, then placed where
+    they were), which may have left for a while."""
+    tasks = {
+        tid: _least_room(None if tid in replaced else before.tasks.get(tid), t)
+        for tid, t in after.tasks.items() if (tid.job, tid.index) != (job, index)
+    }  # fmt: skip
     tasks.update({tid: t for tid, t in before.tasks.items() if (tid.job, tid.index) == (job, index)})
-    return before.with_(tasks=FMap(tasks))
+    # Other jobs as they are now too: one killed since the last poll may have made the quota
+    # room this job's submit or update needed.
+    jobs = {k: j for k, j in after.jobs.items() if k != job}
+    if job in before.jobs:
+        jobs[job] = before.jobs[job]
+    return before.with_(tasks=FMap(tasks), jobs=FMap(jobs), quotas=after.quotas)
+
+
+def _least_room(old: Task | None, t: Task) -> Task:
+    """Another task as it takes the least room: a poll does not say in which order moves
+    between two polls came, so this index's task may have been placed before the other was
+    placed where it is now and after it left where it was (then it is PENDING) or after the
+    other's reservation shrank (the lower of its two reservations). The invariants still judge the
+    cell as it is now, whatever the order."""
+    if t.state is TaskState.RUNNING and (old is None or old.state is not TaskState.RUNNING or old.machine != t.machine):
+        return Task(t.id, TaskState.PENDING, None, t.priority, t.request)  # placed since: nowhere yet
+    if old is None or old.state is not TaskState.RUNNING or t.state is not TaskState.RUNNING:
+        return t
+    if old.machine != t.machine or old.request != t.request or old.reserved == t.reserved:
+        return t
+    a, b = old.reserved, t.reserved
+    low = Resources.of({k: min(a.get(k), b.get(k)) for k in a.names() | b.names()})
+    return replace(t, reservation=None if low == t.request else low)
 
 
 def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job]) -> Iterator[Step]:
@@ -139,7 +167,7 @@ def _key(s: CellState, job: str) -> tuple[object, ...]:
 
 def explain(
     before: CellState, after: CellState, job: str, index: int,
-    known: Mapping[str, Job] | None = None, first: str | None = None,
+    known: Mapping[str, Job] | None = None, first: str | None = None, replaced: frozenset[TaskId] = frozenset(),
 ) -> Verdict:
     """`known`: jobs as last submitted or updated, for a job that came and went (or was
     updated and killed) between the polls: the observation no longer lists it, but its tasks
@@ -150,7 +178,7 @@ def explain(
     goal = _looks(after.latest(job, index))
     now = after.latest(job, index)
     goal_machine = now.machine if now is not None else None
-    start = _hybrid(before, after, job, index)
+    start = _hybrid(before, after, job, index, replaced)
     prev = before.latest(job, index)
     queue: deque[tuple[CellState, tuple[Step, ...], int]] = deque([(start, (), 0)])
     seen = {_key(start, job)}
@@ -172,7 +200,25 @@ def explain(
                 continue
             seen.add(key)
             queue.append((nxt, path + (step,), n + counts))
-    return Verdict(job, index, prev, after.latest(job, index), None)  # type: ignore[arg-type]
+    return Verdict(job, index, prev, after.latest(job, index), None, why=_why(start, after, job, index))  # type: ignore[arg-type]
+
+
+def _why(start: CellState, after: CellState, job: str, index: int) -> str:
+    """The facts a failed search turned on: the job's quota room and the goal machine's room."""
+    now = after.latest(job, index)
+    j = after.jobs.get(job) or start.jobs.get(job)
+    parts = []
+    if j is not None:
+        q = start.quota_for(j.user, j.band)
+        if q is not None:
+            parts.append(f"{j.user}'s {j.band.value} quota {q}, used {start.quota_used(j.user, j.band, excluding=job)} by others")
+    if now is not None and now.machine and now.machine in start.machines:
+        m = start.machines[now.machine]
+        parts.append(
+            f"{m.name} up={m.up} capacity {m.capacity}, reserved {start.machine_reserved(m.name)}, "
+            f"committed for prod {start.machine_committed_for_prod(m.name)}, task request {now.request} priority {now.priority}"
+        )
+    return " (" + "; ".join(parts) + ")" if parts else ""
 
 
 #: The restart reasons the cell writes into a new incarnation's history, and the ending each names.
@@ -181,7 +227,7 @@ RESTART_AFTER = {"restart after lost": "lost", "restart after failed": "fail", "
 
 def explain_all(
     before: CellState, after: CellState, known: Mapping[str, Job] | None = None,
-    histories: Mapping[TaskId, list[dict[str, object]]] | None = None,
+    histories: Mapping[TaskId, list[dict[str, object]]] | None = None, replaced: frozenset[TaskId] = frozenset(),
 ) -> list[Verdict]:
     """Every changed index explained; `histories` (task id -> its view's history) name how
     an incarnation the polls did not see end ended."""
@@ -190,7 +236,7 @@ def explain_all(
         now = after.latest(j, i)
         reasons = [h.get("reason") for h in (histories or {}).get(now.id, [])] if now is not None else []
         first = next((RESTART_AFTER[r] for r in reversed(reasons) if r in RESTART_AFTER), None)  # type: ignore[index]
-        out.append(explain(before, after, j, i, known, first))
+        out.append(explain(before, after, j, i, known, first, replaced))
     return out
 
 

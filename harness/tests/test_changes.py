@@ -161,3 +161,29 @@ def test_quotas_are_read_into_the_spec_state() -> None:
     from spec.invariants import admitted_jobs_fit_quota
 
     assert admitted_jobs_fit_quota(s)  # 3 x 1000m is beyond 2000m: the check is not vacuous
+
+
+def test_a_placement_may_have_come_before_another_placed_beside_it() -> None:
+    """Prod needs room beside other tasks' reservations; a batch task placed after it (beside
+    its reservation only) may leave less than that by the next poll, and that is no violation."""
+    prod = Job("u", "p", 200, 1, Resources.of(cpu=1000))
+    batch = Job("u", "b", 100, 1, Resources.of(cpu=1500))
+    ms = FMap({"m0": Machine("m0", Resources.of(cpu=3000))})
+    p = Task(TaskId(prod.key, 0), TaskState.RUNNING, "m0", 200, prod.request)
+    b_pending = Task(TaskId(batch.key, 0), TaskState.PENDING, None, 100, batch.request)
+    b = Task(TaskId(batch.key, 0), TaskState.RUNNING, "m0", 100, batch.request, None, Resources.of(cpu=1000))
+    before = CellState(machines=ms, jobs=FMap({batch.key: batch}), tasks=FMap({b_pending.id: b_pending}))
+    after = CellState(machines=ms, jobs=FMap({batch.key: batch, prod.key: prod}), tasks=FMap({p.id: p, b.id: b}))
+    assert all(v.ok for v in explain_all(before, after))
+
+
+def test_no_order_makes_room_that_was_never_there() -> None:
+    prod = Job("u", "p", 200, 1, Resources.of(cpu=2500))
+    ms = FMap({"m0": Machine("m0", Resources.of(cpu=3000))})
+    other = Task(TaskId("u/o", 0), TaskState.RUNNING, "m0", 100, Resources.of(cpu=1000))
+    o_job = Job("u", "o", 100, 1, Resources.of(cpu=1000))
+    before = CellState(machines=ms, jobs=FMap({o_job.key: o_job}), tasks=FMap({other.id: other}))
+    p = Task(TaskId(prod.key, 0), TaskState.RUNNING, "m0", 200, prod.request)
+    after = before.with_(jobs=before.jobs.set(prod.key, prod), tasks=before.tasks.set(p.id, p))
+    [v] = explain_all(before, after)
+    assert not v.ok and "m0" in v.describe()
