@@ -12,8 +12,8 @@ from harness.report import write_junit, write_markdown
 from harness.runner import Plan, run
 
 #: Full run and CI presets: (examples, steps per example).
-FULL = (10, 40)
-CI = (3, 25)
+FULL = (12, 120)
+CI = (3, 60)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,8 +14,15 @@ from pathlib import Path
 import httpx
 import psutil
 
-#: Faster failure detection than the defaults, so a run sees many machine-down events.
-MASTER_ARGS = ("--poll-interval", "0.3", "--down-after", "3", "--lease-ttl", "2")
+#: Faster failure detection than the defaults, so a run sees many machine-down events, yet
+#: slow enough (5 missed polls, about 1.5 s) that a borglet restarted at once is back before
+#: its machine is declared down, so its killed tasks are reported lost one by one. Rolls are
+#: not rate-limited below what a run needs, and every user has a quota in every band but best
+#: effort, so admission is judged against one.
+MASTER_ARGS = (
+    "--poll-interval", "0.3", "--down-after", "5", "--lease-ttl", "2", "--roll-rate", "20",
+    "--default-quota", "cpu=24,ram=4GiB",
+)  # fmt: skip
 CAPACITY = "cpu=4000m,ram=8GiB"
 
 
@@ -39,6 +46,7 @@ class LocalCell:
     masters: dict[str, Proc] = field(default_factory=dict)
     borglets: dict[str, Proc] = field(default_factory=dict)
     down_borglets: dict[str, Proc] = field(default_factory=dict)
+    paused: dict[str, float] = field(default_factory=dict)  # name -> when it was stopped
     started: list[psutil.Process] = field(default_factory=list)
     _next_machine: int = 0
 
@@ -94,6 +102,44 @@ class LocalCell:
         _wait_healthy(proc.url)
         return True
 
+    def pause_borglet(self, name: str) -> bool:
+        """SIGSTOP a borglet (a hung machine agent): it answers nothing, its tasks run on."""
+        proc = self.borglets.get(name)
+        if proc is None or name in self.paused:
+            return False
+        _signal(proc, signal.SIGSTOP)
+        self.paused[name] = time.monotonic()
+        return True
+
+    def resume_borglet(self, name: str) -> bool:
+        proc = self.borglets.get(name)
+        if self.paused.pop(name, None) is None or proc is None:
+            return False
+        _signal(proc, signal.SIGCONT)
+        return True
+
+    def bounce_borglet(self, name: str) -> bool:
+        """A machine agent that crashed with its tasks (SIGKILL to the borglet and to every
+        process it started) and is started again at once: back on the same state dir, it
+        finds those tasks gone and reports them lost."""
+        proc = self.borglets.get(name)
+        if proc is None or name in self.paused:
+            return False
+        try:
+            p = psutil.Process(proc.pid)
+            tasks = p.children(recursive=True) if abs(p.create_time() - proc.create_time) < 0.05 else []
+        except psutil.Error:
+            tasks = []
+        _signal(proc, signal.SIGKILL)
+        for t in tasks:
+            try:
+                t.kill()
+            except psutil.Error:
+                pass
+        self.borglets[name] = self._spawn(proc.name, proc.argv, proc.url)
+        _wait_healthy(proc.url)
+        return True
+
     def kill_task_process(self, pid: int) -> bool:
         """SIGKILL a task's process, as an OOM killer or a crash would."""
         try:
@@ -123,8 +169,15 @@ class LocalCell:
         _wait_healthy(url)
         return name, url
 
+    def unused_address(self) -> str:
+        """A loopback URL nothing listens on: the address of a machine whose borglet never answers."""
+        from reference import launcher
+
+        return f"http://{launcher.HOST}:{launcher.free_ports(1, launcher.HOST)[0]}"
+
     def stop_borglet(self, name: str) -> None:
         """Stop a removed machine's borglet gracefully (it kills its tasks on exit)."""
+        self.resume_borglet(name)
         proc = self.borglets.pop(name, None) or self.down_borglets.pop(name, None)
         if proc is not None:
             _signal(proc, signal.SIGTERM)

@@ -15,14 +15,21 @@ from harness.checks import borglet_samples, check_observation, convergence_probl
 from harness.coverage import Coverage
 from harness.history import History, OpKind, Outcome, parse_task_id
 from harness.localcell import LocalCell
-from harness.observe import Observation, Observer
+from harness.observe import Observation, Observer, job_of, quotas_of
 from spec import actions as spec_actions
-from spec.model import CellState, DeathCause, Job, Resources, RestartPolicy, TaskState
+from spec.model import CellState, DeathCause, FMap, Job, Resources, RestartPolicy, TaskState
 
 SETTLE_TIMEOUT_S = 25.0
 #: How long after a machine is back (or a task on it was lost) its borglet may still run the
 #: old process: one master poll to hear it is unwanted, plus the borglet's 3 s kill grace.
 LOST_GRACE_S = 10.0
+#: A paused borglet is resumed by the next cycle once its machine is seen down, or after this long.
+PAUSE_LIMIT_S = 8.0
+MAX_PHANTOMS = 3
+MAX_PAUSED = 3
+SHELTERED = "machine0"
+RESIDENTS = 2
+RESIDENT_AGE_S = 60.0
 RAM = 16 * 1024 * 1024
 #: What tasks run: cheap programs, so many fit on a two-core host. The borglet restarts a
 #: failing task in place unless its policy is "never", so the fragile kind is the one
@@ -33,6 +40,10 @@ KINDS: dict[str, tuple[list[str], RestartPolicy]] = {
     "fragile": (["sh", "-c", "sleep 2; exit 3"], RestartPolicy.NEVER),
 }
 PRIORITIES = (0, 100, 200)
+CPUS = (250, 500, 1000, 1500)
+USERS = ("alice", "bob")
+BURST_OPS = ("submit", "resize", "update_request", "kill_job", "kill_task", "read")
+CHANGE_OPS = ("resize", "update_request", "kill_task")
 
 
 @dataclass
@@ -47,6 +58,8 @@ class Context:
     lost_windows: list[tuple[str, float, float]] = field(default_factory=list)
     examples: itertools.count = field(default_factory=itertools.count)
     failures: list[str] = field(default_factory=list)
+    residents: dict[str, float] = field(default_factory=dict)  # job key -> when submitted
+    resident_count: itertools.count = field(default_factory=itertools.count)
 
 
 CTX: Context | None = None
@@ -58,7 +71,15 @@ def ctx() -> Context:
 
 
 class ConformanceViolation(AssertionError):
-    """The cell did something the spec forbids, or failed to converge where the spec says it must."""
+    """The cell did something the spec forbids, or failed to converge where the spec says it must.
+
+    Each is also kept in the context: a replay of a live cell may not fail the same way (or
+    may draw differently), and the first finding must reach the report even then."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        if CTX is not None:
+            CTX.failures.append(message)
 
 
 class CellMachine(RuleBasedStateMachine):
@@ -71,14 +92,44 @@ class CellMachine(RuleBasedStateMachine):
         self.model = CellState()
         self.keys: set[str] = set()
         self.kinds: dict[str, str] = {}
+        self.submitted: dict[str, Job] = {}  # as last submitted or updated
         self.counter = itertools.count()
-        self.observer = Observer(self.api, self.keys)
+        # Jobs the observer reads tasks of: every job this example touched, until a killed one
+        # is seen gone with all its tasks DEAD (it can change no more; the jobs list would show
+        # it back). self.keys keeps them all, for convergence and the history's reads.
+        self.watch: set[str] = set()
+        self.observer = Observer(self.api, self.watch)
         self.prev: Observation | None = None
         self.down_since: dict[str, float] = {}
         self.added: list[str] = []
+        self.phantoms: list[str] = []
+        self.phantom_since: dict[str, float] = {}
+        self.squeezer: str | None = None
         self.leader_kills = 0
+        self._rotate_residents()
 
     # --- helpers ----------------------------------------------------------------------------------
+
+    def _rotate_residents(self) -> None:
+        """Keep RESIDENTS long-running service jobs in a cell this suite started, beside the
+        examples' own: the master estimates a task's reservation only after it has run for a
+        while (ten seconds and more), longer than most tasks of an example live, and lowers it
+        step by step for about a minute after. Each is replaced once older than RESIDENT_AGE_S.
+        They are no example's jobs: observed and judged like every job, but not killed at teardown."""
+        if self.c.cell is None:
+            return
+        now = time.monotonic()
+        for key, since in sorted(self.c.residents.items()):
+            if now - since > RESIDENT_AGE_S and self.api.kill(key).outcome is not Outcome.FAILED:
+                del self.c.residents[key]
+        while len(self.c.residents) < RESIDENTS:
+            name = f"resident{next(self.c.resident_count)}"
+            command, policy = KINDS["service"]
+            doc = {"name": name, "user": "carol", "priority": 100, "task_count": 4, "request": {"cpu": "500m", "ram": RAM},
+                   "command": command, "restart_policy": policy.value, "appclass": "batch"}  # fmt: skip
+            if self.api.submit(doc).outcome is Outcome.FAILED:
+                return
+            self.c.residents[f"carol/{name}"] = now
 
     def _live(self) -> list[str]:
         return sorted(self.model.jobs)
@@ -134,6 +185,9 @@ class CellMachine(RuleBasedStateMachine):
         user=st.sampled_from(("alice", "bob")),
     )
     def submit(self, kind: str, priority: int, count: int, cpu: int, user: str) -> None:
+        self._submit(kind, priority, count, cpu, user)
+
+    def _submit(self, kind: str, priority: int, count: int, cpu: int, user: str) -> str | None:
         name = f"c{self.example}-{next(self.counter)}"
         command, policy = KINDS[kind]
         doc = {
@@ -143,10 +197,13 @@ class CellMachine(RuleBasedStateMachine):
         }  # fmt: skip
         key = f"{user}/{name}"
         self.keys.add(key)
+        self.watch.add(key)
         self.kinds[key] = kind
         job = Job(user, name, priority, count, Resources.of(cpu=cpu, ram=RAM), restart_policy=policy)
         r = self.api.submit(doc)
         self.c.coverage.api_ops["submit"] += 1
+        if r.outcome is not Outcome.FAILED:
+            self.submitted[key] = job
         if r.outcome is Outcome.OK:
             if not self._apply_model("submit", job):
                 raise ConformanceViolation(f"[api_guard] the cell admitted {key}, which the spec refuses")
@@ -156,17 +213,27 @@ class CellMachine(RuleBasedStateMachine):
                 self._apply_model("submit", job)
         else:
             self._judge_refusal(f"submit {key}", r.status, spec_actions.submit(self.model, job) is not None)
+            self._judge_quota_refusal(key, r.status, job)
+        return key if r.outcome is Outcome.OK else None
 
-    @precondition(lambda self: self.model.jobs)
-    @rule(i=st.integers(0, 20), count=st.integers(0, 5))
-    def resize(self, i: int, count: int) -> None:
-        key = self._pick(i)
-        self._update(key, count, None)
-
-    @precondition(lambda self: self.model.jobs)
-    @rule(i=st.integers(0, 20), cpu=st.sampled_from((250, 500, 1000, 2000)))
-    def update_request(self, i: int, cpu: int) -> None:
-        self._update(self._pick(i), None, cpu)
+    def _judge_quota_refusal(self, key: str, status: int, job: Job) -> None:
+        """A 403 (over quota) must match the spec's quota guard on the cell as last seen: its
+        jobs (this example's and any other's) and the quotas it shows, read again now: only
+        this suite writes to a cell it started, so nothing admitted meanwhile can explain it."""
+        if status != 403 or self.c.cell is None:
+            return
+        jobs, quotas = self.api.jobs(), self.api.get("/v1/quotas")
+        if jobs is None or quotas is None:
+            return
+        seen = CellState(jobs=FMap({j.key: j for j in map(job_of, jobs)}), quotas=quotas_of(quotas.get("quotas", [])))
+        if key in seen.jobs:
+            return
+        if spec_actions.fits_quota(seen, job) and spec_actions.job_is_valid(job):
+            band, quota = job.band, seen.quota_for(job.user, job.band)
+            raise ConformanceViolation(
+                f"[api_guard] the cell refused {key} as over quota, but {job.user}'s {band.value} jobs "
+                f"request {seen.quota_used(job.user, band)} and {job.total_request()} more fits the quota {quota}"
+            )
 
     def _update(self, key: str, count: int | None, cpu: int | None) -> None:
         r = self.api.update(key, count, cpu)
@@ -174,13 +241,13 @@ class CellMachine(RuleBasedStateMachine):
         request = None if cpu is None else Resources.of(cpu=cpu, ram=RAM)
         if r.outcome is Outcome.OK:
             self._apply_model("update", key, count, request)  # a no-op update is ok and changes nothing
+            if key in self.model.jobs:
+                self.submitted[key] = self.model.jobs[key]
         elif r.outcome is Outcome.UNKNOWN:
             self._resync(key)
         else:
             self._judge_refusal(f"update {key}", r.status, spec_actions.update(self.model, key, count, request) is not None)
 
-    @precondition(lambda self: self.model.jobs)
-    @rule(i=st.integers(0, 20))
     def kill_job(self, i: int) -> None:
         key = self._pick(i)
         r = self.api.kill(key)
@@ -193,10 +260,11 @@ class CellMachine(RuleBasedStateMachine):
         else:
             self._judge_refusal(f"kill {key}", r.status, key in self.model.jobs)
 
-    @precondition(lambda self: self.model.jobs)
-    @rule(i=st.integers(0, 20), index=st.integers(0, 4))
     def kill_task(self, i: int, index: int) -> None:
         key = self._pick(i)
+        live = sorted(t.id.index for t in self.model.live_indices(key).values() if t.state is not TaskState.DEAD)
+        if live and index not in live:
+            index = live[index % len(live)]  # a live one, so the kill changes something
         r = self.api.kill_task(key, index)
         self.c.coverage.api_ops["kill_task"] += 1
         mine = self.model.latest(key, index)
@@ -205,11 +273,47 @@ class CellMachine(RuleBasedStateMachine):
         elif r.outcome is Outcome.FAILED and r.status == 404 and mine is not None:
             raise ConformanceViolation(f"[api_guard] the cell says {key} has no task {index}; the spec has {mine.id}")
 
-    @precondition(lambda self: self.keys)
-    @rule(i=st.integers(0, 20))
     def read_job(self, i: int) -> None:
         self.api.read_job(sorted(self.keys)[i % len(self.keys)])
         self.c.coverage.api_ops["read"] += 1
+
+    @rule(ops=st.lists(st.tuples(st.sampled_from(BURST_OPS), st.integers(0, 20), st.integers(0, 5)), min_size=1, max_size=6))
+    def burst(self, ops: list[tuple[str, int, int]]) -> None:
+        """API operations back to back (submit, resize, update of the request, kill of a job or
+        of one task, read), observed together: more work per poll, and a poll that must
+        explain several moves at once."""
+        touched: set[str] = set()  # one change per job in a burst: each poll sees where it led
+        for op, i, n in ops:
+            if op == "read" and self.keys:
+                self.read_job(i)
+            elif op == "submit":
+                key = self._submit(sorted(KINDS)[i % len(KINDS)], PRIORITIES[n % len(PRIORITIES)], 1 + n % 4, CPUS[i % len(CPUS)], USERS[n % 2])
+                touched.add(key or "")
+            elif not self.model.jobs or self._pick(i) in touched:
+                continue
+            elif op == "resize":
+                self._update(self._pick(i), n, None)
+            elif op == "update_request":
+                self._update(self._pick(i), None, CPUS[n % len(CPUS)])
+            elif op == "kill_job":
+                self.kill_job(i)
+            elif op == "kill_task":
+                self.kill_task(i, n % 4)
+            touched.add(self._pick(i) if self.model.jobs else "")
+
+    @rule(ops=st.lists(st.tuples(st.sampled_from(CHANGE_OPS), st.integers(0, 20), st.integers(0, 5)), min_size=1, max_size=6))
+    def change_jobs(self, ops: list[tuple[str, int, int]]) -> None:
+        """Changes to the example's jobs only (resize, new request, kill of one task), as a burst."""
+        self.burst(ops)
+
+    @precondition(lambda self: self.c.cell is not None)
+    @rule(count=st.integers(2, 4), cpu=st.sampled_from((1500, 2000)))
+    def squeeze(self, count: int, cpu: int) -> None:
+        """Replace the example's big production job: it needs most of the cell, so lower
+        priority work there is preempted, and the old one's room is handed back."""
+        if self.squeezer is not None and self.squeezer in self.model.jobs:
+            self.kill_job(self._live().index(self.squeezer))
+        self.squeezer = self._submit("service", 200, count, cpu, USERS[count % 2])
 
     @rule(seconds=st.sampled_from((0.5, 1.0, 2.0)))
     def wait(self, seconds: float) -> None:
@@ -229,39 +333,118 @@ class CellMachine(RuleBasedStateMachine):
         assert self.c.cell is not None
         return self.c.cell
 
-    @precondition(lambda self: self.c.cell is not None and not self.c.cell.down_borglets and len(self.c.cell.borglets) >= 2)
-    @rule(i=st.integers(0, 10))
-    def kill_borglet(self, i: int) -> None:
+    def _steady(self) -> list[str]:
+        """Borglets running and not paused that a fault may hit next: all but the first
+        machine, which no fault touches, so tasks there live long enough (tens of seconds)
+        for the master to estimate their reservations."""
         cell = self._cell()
-        name = sorted(cell.borglets)[i % len(cell.borglets)]
+        return sorted(n for n in cell.borglets if n not in cell.paused and n != SHELTERED)
+
+    @precondition(lambda self: self.c.cell is not None)
+    @rule(i=st.integers(0, 10))
+    def crash_borglet(self, i: int) -> None:
+        """Restart the borglets killed before once their machines are seen down (or after a
+        while); else SIGKILL one, leaving its tasks running orphaned until it is back."""
+        cell = self._cell()
+        if cell.down_borglets:
+            seen = self.prev.state.machines if self.prev is not None else {}
+            for name in sorted(cell.down_borglets):
+                m = seen.get(name)
+                if (m is not None and not m.up) or time.monotonic() - self.down_since.get(name, 0.0) > PAUSE_LIMIT_S:
+                    cell.restart_borglet(name)
+                    self.c.coverage.faults["borglet_restart"] += 1
+                    self._close_window(name, grace=LOST_GRACE_S)
+            return
+        names = self._steady()
+        if not names:
+            return
+        name = names[i % len(names)]
         self.down_since[name] = time.monotonic()
         cell.kill_borglet(name)
         self.c.coverage.faults["borglet_kill"] += 1
 
-    @precondition(lambda self: self.c.cell is not None and self.c.cell.down_borglets)
-    @rule()
-    def restart_borglet(self) -> None:
-        for name in sorted(self._cell().down_borglets):
-            self._cell().restart_borglet(name)
-            self.c.coverage.faults["borglet_restart"] += 1
-            self._close_window(name, grace=LOST_GRACE_S)
-
     @precondition(lambda self: self.c.cell is not None)
-    @rule(i=st.integers(0, 50))
-    def kill_task_process(self, i: int) -> None:
+    @rule(picks=st.lists(st.integers(0, 50), min_size=1, max_size=3))
+    def kill_task_process(self, picks: list[int]) -> None:
         obs = self.prev
         if obs is None:
             return
         pids = sorted(
-            r["pid"] for rep in obs.borglets.values() for r in (rep or {}).get("tasks", [])
+            r["pid"] for name, rep in obs.borglets.items() if name != SHELTERED for r in (rep or {}).get("tasks", [])
             if r.get("pid") and r.get("state") == "RUNNING"
         )  # fmt: skip
-        if pids and self._cell().kill_task_process(pids[i % len(pids)]):
-            self.c.coverage.faults["task_process_kill"] += 1
+        for i in picks:
+            if pids and self._cell().kill_task_process(pids[i % len(pids)]):
+                self.c.coverage.faults["task_process_kill"] += 1
 
-    @precondition(lambda self: self.c.cell is not None and len(self.added) < 2)
-    @rule()
-    def add_machine(self) -> None:
+    @precondition(lambda self: self.c.cell is not None)
+    @rule(i=st.integers(0, 10))
+    def cycle_borglets(self, i: int) -> None:
+        """Resume paused borglets whose machines the cell has declared down (they come back
+        up, running nothing), then pause one or two others (the sheltered machine never)."""
+        cell = self._cell()
+        seen = self.prev.state.machines if self.prev is not None else {}
+        for name in sorted(cell.paused):
+            m = seen.get(name)
+            if (m is not None and not m.up) or time.monotonic() - cell.paused[name] > PAUSE_LIMIT_S:
+                cell.resume_borglet(name)
+                self.c.coverage.faults["borglet_resume"] += 1
+        names = self._steady()
+        for name in sorted({names[i % len(names)], names[(i + 1) % len(names)]} if names else ()):
+            if len(cell.paused) < MAX_PAUSED:
+                self.down_since.setdefault(name, time.monotonic())
+                cell.pause_borglet(name)
+                self.c.coverage.faults["borglet_pause"] += 1
+
+    @precondition(lambda self: self.c.cell is not None)
+    @rule(picks=st.lists(st.integers(0, 10), min_size=1, max_size=2, unique=True))
+    def bounce_borglet(self, picks: list[int]) -> None:
+        """Borglets stopped (their tasks killed) and started again before their machines are
+        declared down: they report those tasks killed, and the cell loses them one by one."""
+        names = self._steady()
+        for name in sorted({names[i % len(names)] for i in picks} if names else ()):
+            self.c.lost_windows.append((name, time.monotonic() - 1.0, time.monotonic() + LOST_GRACE_S))
+            if self._cell().bounce_borglet(name):
+                self.c.coverage.faults["borglet_bounce"] += 1
+
+    @precondition(lambda self: self.c.cell is not None)
+    @rule(n=st.integers(1, 2))
+    def churn_phantom(self, n: int) -> None:
+        """Remove the machines this rule added that are seen down (or were added a while ago),
+        then add up to `n` machines whose borglet never answers (dead on arrival): the cell may
+        place tasks there before it declares them down, and drains them on removal."""
+        seen = self.prev.state.machines if self.prev is not None else {}
+        for name in list(self.phantoms):
+            m = seen.get(name)
+            if (m is None or m.up) and time.monotonic() - self.phantom_since.get(name, 0.0) < PAUSE_LIMIT_S:
+                continue
+            r = self.api.request("DELETE", f"/v1/machines/{name}", write=True)
+            self.c.coverage.faults["phantom_remove"] += 1
+            if r.outcome is Outcome.OK or r.status == 404:
+                self.phantoms.remove(name)
+        for _ in range(min(n, MAX_PHANTOMS - len(self.phantoms))):
+            name = f"phantom{self.example}-{next(self.counter)}"
+            body = {"name": name, "address": self._cell().unused_address(), "capacity": {"cpu": "4000m", "ram": "8GiB"},
+                    "attrs": {"rack": "r9"}, "failure_domain": "r9"}  # fmt: skip
+            r = self.api.request("POST", "/v1/machines", body, write=True)
+            self.c.coverage.faults["phantom_add"] += 1
+            if r.outcome is not Outcome.FAILED:
+                self.phantoms.append(name)
+                self.phantom_since[name] = time.monotonic()
+
+    @precondition(lambda self: self.c.cell is not None)
+    @rule(i=st.integers(0, 5))
+    def churn_machine(self, i: int) -> None:
+        """Drain and remove a machine this rule added (its borglet stopped after), or add one
+        with a new borglet."""
+        if self.added:
+            name = self.added[i % len(self.added)]
+            r = self.api.request("DELETE", f"/v1/machines/{name}", write=True)
+            self.c.coverage.faults["machine_remove"] += 1
+            if r.outcome is Outcome.OK:
+                self.added.remove(name)
+                self._cell().stop_borglet(name)
+            return
         name, url = self._cell().add_borglet()
         body = {"name": name, "address": url, "capacity": {"cpu": "4000m", "ram": "8GiB"}, "attrs": {"rack": "r1"}, "failure_domain": "r1"}
         r = self.api.request("POST", "/v1/machines", body, write=True)
@@ -269,16 +452,6 @@ class CellMachine(RuleBasedStateMachine):
         if r.outcome is Outcome.OK:
             self.added.append(name)
         else:
-            self._cell().stop_borglet(name)
-
-    @precondition(lambda self: self.c.cell is not None and self.added)
-    @rule(i=st.integers(0, 5))
-    def remove_machine(self, i: int) -> None:
-        name = self.added[i % len(self.added)]
-        r = self.api.request("DELETE", f"/v1/machines/{name}", write=True)
-        self.c.coverage.faults["machine_remove"] += 1
-        if r.outcome is Outcome.OK:
-            self.added.remove(name)
             self._cell().stop_borglet(name)
 
     @precondition(lambda self: self.c.cell is not None and self.leader_kills < 1)
@@ -314,18 +487,26 @@ class CellMachine(RuleBasedStateMachine):
 
     def _observe_and_check(self) -> Observation | None:
         t0 = time.monotonic()
-        obs = self.observer.poll()
+        obs = self.observer.poll(skip=set(self.c.cell.paused) if self.c.cell is not None else set())
         if obs is None:
             return None  # no master answered (a failover): nothing to judge this time
         self._record_reads(obs, t0)
         self._track_windows(obs)
         self._lost_since_last(obs)
         self.c.samples += borglet_samples(obs)
-        bad = check_observation(self.prev, obs, self.c.coverage)
+        bad = check_observation(self.prev, obs, self.c.coverage, self.submitted)
         self.prev = obs
+        self._retire(obs)
         if bad:
             raise ConformanceViolation("; ".join(f"[{n}] {m}" for n, m in bad[:5]))
         return obs
+
+    def _retire(self, obs: Observation) -> None:
+        """Stop reading the tasks of killed jobs seen gone with every task DEAD."""
+        for key in sorted(self.watch):
+            if key not in self.model.jobs and key not in obs.state.jobs:
+                if all(t.state is TaskState.DEAD for t in obs.state.tasks_of(key)):
+                    self.watch.discard(key)
 
     def _record_reads(self, obs: Observation, t0: float) -> None:
         """The jobs list is a read of every job this example touched (absent reads as None)."""
@@ -344,7 +525,9 @@ class CellMachine(RuleBasedStateMachine):
         for name, m in obs.state.machines.items():
             if not m.up and name not in self.down_since:
                 self.down_since[name] = obs.t - 2.0
-            elif m.up and name in self.down_since and (self.c.cell is None or name not in self.c.cell.down_borglets):
+            elif m.up and name in self.down_since and (
+                self.c.cell is None or (name not in self.c.cell.down_borglets and name not in self.c.cell.paused)
+            ):
                 self._close_window(name, grace=LOST_GRACE_S)
 
     def _lost_since_last(self, obs: Observation) -> None:
@@ -387,9 +570,14 @@ class CellMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         """Leave the cell as the next example expects it: machines back, this example's jobs gone."""
         if self.c.cell is not None:
+            for name in sorted(self.c.cell.paused):
+                self.c.cell.resume_borglet(name)
+                self._close_window(name, grace=8.0)
             for name in sorted(self.c.cell.down_borglets):
                 self.c.cell.restart_borglet(name)
                 self._close_window(name, grace=8.0)
+            for name in list(self.phantoms):
+                self.api.request("DELETE", f"/v1/machines/{name}", write=True)
             for name in list(self.added):
                 self.api.request("DELETE", f"/v1/machines/{name}", write=True)
                 self.c.cell.stop_borglet(name)

@@ -15,6 +15,9 @@ from harness.history import check
 from harness.localcell import LocalCell
 from harness.report import RunResult
 
+#: Machines of a started cell: one no fault touches, and four for faults to take down.
+MACHINES = 5
+
 
 @dataclass
 class Plan:
@@ -30,7 +33,7 @@ class Plan:
 
 def run(plan: Plan) -> RunResult:
     started = time.monotonic()
-    cell = LocalCell(replicas=plan.replicas) if plan.replicas else None
+    cell = LocalCell(replicas=plan.replicas, machines=MACHINES) if plan.replicas else None
     failure: str | None = None
     try:
         if cell is not None:
@@ -43,6 +46,8 @@ def run(plan: Plan) -> RunResult:
         ctx = machine.Context(api=api, cell=cell, history=api.history)
         machine.CTX = ctx
         failure = _run_hypothesis(plan)
+        if failure is not None and ctx.failures:
+            failure += "\nfirst violation seen: " + ctx.failures[0]
         ctx.coverage.history_ops = len(ctx.history.ops)
         verdict = check(ctx.history, ctx.samples, ctx.lost_windows)
         from harness.history import double_running
