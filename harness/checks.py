@@ -195,7 +195,8 @@ def borglet_samples(obs: Observation) -> list[dict[str, object]]:
     """Live task reports of one poll, for the history checker's double-running check."""
     out = []
     for name, report in obs.borglets.items():
+        t0, t1 = obs.borglet_times.get(name, (obs.t, obs.t))
         for r in (report or {}).get("tasks", []):
             if r.get("state") in LIVE_STATES:
-                out.append({"t": obs.t, "machine": name, "task_id": r["task_id"], "state": r["state"]})
+                out.append({"t0": t0, "t1": t1, "machine": name, "task_id": r["task_id"], "state": r["state"]})
     return out

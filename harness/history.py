@@ -237,39 +237,65 @@ def double_running(
     """Overlapping live processes of one task index, outside lost windows; and how many
     (index, process) intervals were checked.
 
-    A report is {"t", "machine", "task_id", "state"}. A process's interval runs from the
-    first to the last sample that shows it live; two intervals of one index overlap when
-    the later start is not after the earlier end.
+    A report is {"machine", "task_id", "state"} with either "t" (when it was true) or "t0"
+    and "t1" (the request for it was sent at t0 and answered at t1: it was true at some moment
+    in between). Only overlaps the samples prove are found: a process seen live in windows
+    [s1, e1] ... [sk, ek] was surely live from e1 to sk, and two processes overlapped when
+    those spans meet, when one's first or last window lies inside the other's span, or when
+    one reply shows both. Two borglets read one after the other in one poll prove nothing:
+    the first may have stopped its process before the second started its own.
     """
-    spans: dict[tuple[str, str], list[float]] = {}  # (machine, task_id) -> [first, last]
+    firsts: dict[tuple[str, str], tuple[float, float]] = {}  # (machine, task_id) -> first window
+    lasts: dict[tuple[str, str], tuple[float, float]] = {}
+    replies: dict[tuple[str, float, float], list[str]] = {}  # one borglet answer -> its live ids
     for r in task_reports:
         if r.get("state") not in LIVE_STATES:
             continue
         k = (str(r["machine"]), str(r["task_id"]))
-        t = float(r["t"])
-        s = spans.setdefault(k, [t, t])
-        s[0], s[1] = min(s[0], t), max(s[1], t)
+        w = (float(r.get("t0", r.get("t"))), float(r.get("t1", r.get("t"))))
+        if k not in firsts or w < firsts[k]:
+            firsts[k] = w
+        if k not in lasts or w > lasts[k]:
+            lasts[k] = w
+        replies.setdefault((k[0], *w), []).append(k[1])
     windows = list(lost_windows)
-    by_index: dict[tuple[str, int], list[tuple[str, str, float, float]]] = {}
-    for (machine, tid), (a, b) in spans.items():
+    by_index: dict[tuple[str, int], list[tuple[str, str]]] = {}
+    for machine, tid in firsts:
         job, index, _, _ = parse_task_id(tid)
-        by_index.setdefault((job, index), []).append((machine, tid, a, b))
+        by_index.setdefault((job, index), []).append((machine, tid))
+    together = {
+        frozenset((a, b)): (s, e)
+        for (machine, s, e), tids in replies.items()
+        for a in tids for b in tids if a != b and parse_task_id(a)[:2] == parse_task_id(b)[:2]
+    }  # fmt: skip
+
+    def span(k: tuple[str, str]) -> tuple[float, float]:
+        return firsts[k][1], lasts[k][0]  # empty when lo > hi (one sample)
+
+    def proven(k1: tuple[str, str], k2: tuple[str, str]) -> tuple[float, float] | None:
+        if (both := together.get(frozenset((k1[1], k2[1])))) is not None and k1[0] == k2[0]:
+            return both
+        (a1, b1), (a2, b2) = span(k1), span(k2)
+        if a1 <= b1 and a2 <= b2 and max(a1, a2) <= min(b1, b2):
+            return max(a1, a2), min(b1, b2)
+        for (x, y), (lo, hi) in ((span(k2), firsts[k1]), (span(k2), lasts[k1]), (span(k1), firsts[k2]), (span(k1), lasts[k2])):
+            if x <= lo and hi <= y:
+                return lo, hi
+        return None
+
     found = []
     for (job, index), runs in sorted(by_index.items()):
-        runs.sort(key=lambda x: x[2])
-        for i, (m1, t1, a1, b1) in enumerate(runs):
-            for m2, t2, a2, b2 in runs[i + 1 :]:
-                lo, hi = max(a1, a2), min(b1, b2)
-                if lo > hi:
+        runs.sort(key=lambda k: firsts[k])
+        for i, k1 in enumerate(runs):
+            for k2 in runs[i + 1 :]:
+                overlap = proven(k1, k2)
+                if overlap is None:
                     continue
-                excused = any(
-                    wm in (m1, m2) and ws <= lo and hi <= we for wm, ws, we in windows
-                )
+                lo, hi = overlap
+                excused = any(wm in (k1[0], k2[0]) and ws <= lo and hi <= we for wm, ws, we in windows)
                 if not excused:
-                    found.append(
-                        {"job": job, "index": index, "a": (m1, t1), "b": (m2, t2), "overlap": (lo, hi)}
-                    )
-    return found, len(spans)
+                    found.append({"job": job, "index": index, "a": k1, "b": k2, "overlap": overlap})
+    return found, len(firsts)
 
 
 # --- the whole check -----------------------------------------------------------------------------

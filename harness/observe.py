@@ -78,6 +78,8 @@ class Observation:
     task_views: dict[TaskId, dict[str, Any]]
     machine_views: dict[str, dict[str, Any]]
     borglets: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    #: machine -> (sent, answered): each borglet is read after the API, one after another
+    borglet_times: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 class Observer:
@@ -139,11 +141,14 @@ class Observer:
             quotas=quotas,
         )
         reports: dict[str, dict[str, Any] | None] = {}
+        times: dict[str, tuple[float, float]] = {}
         if borglets:
             for m in mviews:
                 if m.get("address") and m["name"] not in skip:
+                    sent = time.monotonic()
                     reports[m["name"]] = self.api.borglet_state(m["address"])
-        return Observation(t, state, tviews, {m["name"]: m for m in mviews}, reports)
+                    times[m["name"]] = (sent, time.monotonic())
+        return Observation(t, state, tviews, {m["name"]: m for m in mviews}, reports, times)
 
     def _task_of(self, v: dict[str, Any], job: Job | None) -> Task:
         tid = TaskId(v["job"], int(v["index"]), int(v["incarnation"]))

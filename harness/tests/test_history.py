@@ -152,5 +152,38 @@ def test_sequential_incarnations_and_dead_reports_are_fine() -> None:
     assert check(History(), task_reports=samples).ok
 
 
+def windows(machine: str, task_id: str, ws: list[tuple[float, float]]) -> list[dict]:
+    return [{"t0": a, "t1": b, "machine": machine, "task_id": task_id, "state": "RUNNING"} for a, b in ws]
+
+
+def test_borglets_read_one_after_the_other_prove_no_overlap() -> None:
+    # One poll reads m0 during [1.0, 1.1], then m1 during [1.1, 1.2]: the old placement may
+    # have stopped between the two reads, before the new one started.
+    samples = windows("m0", "u/j/0#0@1", [(0.0, 0.1), (1.0, 1.1)]) + windows("m1", "u/j/0#0@2", [(1.1, 1.2), (2.1, 2.2)])
+    assert check(History(), task_reports=samples).ok
+
+
+def test_overlap_of_sure_spans_is_found() -> None:
+    # m0's process was surely live over [0.1, 2.0]; m1's over [1.2, 3.0]: they meet on [1.2, 2.0].
+    samples = windows("m0", "u/j/0#0@1", [(0.0, 0.1), (2.0, 2.1)]) + windows("m1", "u/j/0#0@2", [(1.1, 1.2), (3.0, 3.1)])
+    found = check(History(), task_reports=samples).double_running
+    assert [f["overlap"] for f in found] == [(1.2, 2.0)]
+
+
+def test_a_single_read_inside_the_others_sure_span_is_an_overlap() -> None:
+    samples = windows("m0", "u/j/0#0@1", [(0.0, 0.1), (3.0, 3.1)]) + windows("m1", "u/j/0#1@1", [(1.0, 1.1)])
+    found = check(History(), task_reports=samples).double_running
+    assert [f["overlap"] for f in found] == [(1.0, 1.1)]
+
+
+def test_one_reply_showing_two_processes_of_an_index_is_an_overlap() -> None:
+    samples = windows("m0", "u/j/0#0@1", [(1.0, 1.1)]) + windows("m0", "u/j/0#1@1", [(1.0, 1.1)])
+    found = check(History(), task_reports=samples).double_running
+    assert [f["overlap"] for f in found] == [(1.0, 1.1)]
+    # the same two seen by two borglets in one poll, one read after the other: not proven
+    apart = windows("m0", "u/j/0#0@1", [(1.0, 1.1)]) + windows("m1", "u/j/0#1@1", [(1.1, 1.2)])
+    assert check(History(), task_reports=apart).ok
+
+
 def test_parse_task_id() -> None:
     assert parse_task_id("u/j/3#1@2") == ("u/j", 3, 1, "2")

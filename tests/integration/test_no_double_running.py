@@ -39,8 +39,8 @@ def slow_job(count: int) -> dict[str, Any]:
 
 
 class Sampler:
-    """Polls every borglet's state in one thread, in turn: a sample's time is when its answer
-    arrived, so a process seen live after another was first seen live really overlapped it."""
+    """Polls every borglet's state in one thread, in turn: a sample holds when its request was
+    sent and when the answer arrived (the state it shows held at some moment in between)."""
 
     def __init__(self, borglets: list[Proc], every: float = 0.1) -> None:
         self.borglets = borglets
@@ -61,13 +61,14 @@ class Sampler:
         with httpx.Client(timeout=2.0) as http:
             while not self._stop.wait(self.every):
                 for b in self.borglets:
+                    sent = time.monotonic()
                     try:
                         tasks = http.get(f"{b.url}/v1/state").json()["tasks"]
                     except (httpx.HTTPError, ValueError, KeyError):
                         continue
                     t = time.monotonic()
                     self.samples += [
-                        {"t": t, "machine": b.name, "task_id": x["task_id"], "state": x["state"]}
+                        {"t": t, "t0": sent, "t1": t, "machine": b.name, "task_id": x["task_id"], "state": x["state"]}
                         for x in tasks
                     ]
 
