@@ -151,15 +151,16 @@ class LocalCell:
         except psutil.Error:
             return False
 
-    def add_borglet(self) -> tuple[str, str]:
-        """Start a new borglet process; the caller adds its machine through the API."""
+    def add_borglet(self, name: str | None = None, url: str | None = None) -> tuple[str, str]:
+        """Start a new borglet process (a new machine, or one the cell knows by `name` at a
+        loopback `url` where nothing answered yet); the caller adds a new machine through the API."""
         from reference import launcher
 
         i = self._next_machine
         self._next_machine += 1
-        name = f"machine{i}"
-        port = launcher.free_ports(1, launcher.HOST)[0]
-        url = f"http://{launcher.HOST}:{port}"
+        name = name or f"machine{i}"
+        url = url or f"http://{launcher.HOST}:{launcher.free_ports(1, launcher.HOST)[0]}"
+        port = int(url.rsplit(":", 1)[1])
         argv = [
             sys.executable, "-m", "reference.borglet", "--name", name, "--listen", f"{launcher.HOST}:{port}",
             "--capacity", CAPACITY, "--attrs", f"rack=r{i % 2}", "--failure-domain", f"r{i % 2}",

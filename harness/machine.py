@@ -38,12 +38,13 @@ KINDS: dict[str, tuple[list[str], RestartPolicy]] = {
     "service": (["sleep", "3600"], RestartPolicy.ALWAYS),
     "batch": (["sleep", "2"], RestartPolicy.ON_FAILURE),
     "fragile": (["sh", "-c", "sleep 2; exit 3"], RestartPolicy.NEVER),
+    "quick": (["sh", "-c", "exit $((TASK_INDEX % 2))"], RestartPolicy.NEVER),  # even indices finish, odd fail, at once
 }
 PRIORITIES = (0, 100, 200)
 CPUS = (250, 500, 1000, 1500)
 USERS = ("alice", "bob")
-BURST_OPS = ("submit", "resize", "update_request", "kill_job", "kill_task", "read")
-CHANGE_OPS = ("resize", "update_request", "kill_task")
+BURST_OPS = ("submit", "resize", "update_request", "kill_job", "kill_task", "kill_task", "read")
+CHANGE_OPS = ("resize", "update_request", "update_request", "kill_task", "kill_task")
 
 
 @dataclass
@@ -104,6 +105,8 @@ class CellMachine(RuleBasedStateMachine):
         self.added: list[str] = []
         self.phantoms: list[str] = []
         self.phantom_since: dict[str, float] = {}
+        self.revived: set[str] = set()  # phantoms a borglet now answers for
+        self.phantom_address: dict[str, str] = {}
         self.squeezer: str | None = None
         self.leader_kills = 0
         self._rotate_residents()
@@ -248,8 +251,7 @@ class CellMachine(RuleBasedStateMachine):
         else:
             self._judge_refusal(f"update {key}", r.status, spec_actions.update(self.model, key, count, request) is not None)
 
-    def kill_job(self, i: int) -> None:
-        key = self._pick(i)
+    def kill_job(self, key: str) -> None:
         r = self.api.kill(key)
         self.c.coverage.api_ops["kill_job"] += 1
         if r.outcome is Outcome.OK:
@@ -260,9 +262,15 @@ class CellMachine(RuleBasedStateMachine):
         else:
             self._judge_refusal(f"kill {key}", r.status, key in self.model.jobs)
 
-    def kill_task(self, i: int, index: int) -> None:
-        key = self._pick(i)
-        live = sorted(t.id.index for t in self.model.live_indices(key).values() if t.state is not TaskState.DEAD)
+    def _pick_busy(self, i: int) -> str:
+        """A live job that was last seen with a task not DEAD, so killing one changes something."""
+        seen = self.prev.state if self.prev is not None else CellState()
+        busy = [k for k in self._live() if any(t.state is not TaskState.DEAD for t in seen.tasks_of(k))]
+        return busy[i % len(busy)] if busy else self._pick(i)
+
+    def kill_task(self, key: str, index: int) -> None:
+        seen = self.prev.state if self.prev is not None else CellState()
+        live = sorted(t.id.index for t in seen.tasks_of(key) if t.state is not TaskState.DEAD)
         if live and index not in live:
             index = live[index % len(live)]  # a live one, so the kill changes something
         r = self.api.kill_task(key, index)
@@ -286,20 +294,25 @@ class CellMachine(RuleBasedStateMachine):
         for op, i, n in ops:
             if op == "read" and self.keys:
                 self.read_job(i)
-            elif op == "submit":
-                key = self._submit(sorted(KINDS)[i % len(KINDS)], PRIORITIES[n % len(PRIORITIES)], 1 + n % 4, CPUS[i % len(CPUS)], USERS[n % 2])
-                touched.add(key or "")
-            elif not self.model.jobs or self._pick(i) in touched:
                 continue
-            elif op == "resize":
-                self._update(self._pick(i), n, None)
+            if op == "submit":
+                touched.add(self._submit(sorted(KINDS)[i % len(KINDS)], PRIORITIES[n % len(PRIORITIES)], 1 + n % 4, CPUS[i % len(CPUS)], USERS[n % 2]) or "")
+                continue
+            if not self.model.jobs:
+                continue
+            # A new request or a task kill changes something only where a task is live.
+            key = self._pick_busy(i) if op in ("update_request", "kill_task") else self._pick(i)
+            if key in touched:
+                continue
+            touched.add(key)
+            if op == "resize":
+                self._update(key, n, None)
             elif op == "update_request":
-                self._update(self._pick(i), None, CPUS[n % len(CPUS)])
+                self._update(key, None, CPUS[n % len(CPUS)])
             elif op == "kill_job":
-                self.kill_job(i)
+                self.kill_job(key)
             elif op == "kill_task":
-                self.kill_task(i, n % 4)
-            touched.add(self._pick(i) if self.model.jobs else "")
+                self.kill_task(key, n % 4)
 
     @rule(ops=st.lists(st.tuples(st.sampled_from(CHANGE_OPS), st.integers(0, 20), st.integers(0, 5)), min_size=1, max_size=6))
     def change_jobs(self, ops: list[tuple[str, int, int]]) -> None:
@@ -312,7 +325,7 @@ class CellMachine(RuleBasedStateMachine):
         """Replace the example's big production job: it needs most of the cell, so lower
         priority work there is preempted, and the old one's room is handed back."""
         if self.squeezer is not None and self.squeezer in self.model.jobs:
-            self.kill_job(self._live().index(self.squeezer))
+            self.kill_job(self.squeezer)
         self.squeezer = self._submit("service", 200, count, cpu, USERS[count % 2])
 
     @rule(seconds=st.sampled_from((0.5, 1.0, 2.0)))
@@ -338,7 +351,7 @@ class CellMachine(RuleBasedStateMachine):
         machine, which no fault touches, so tasks there live long enough (tens of seconds)
         for the master to estimate their reservations."""
         cell = self._cell()
-        return sorted(n for n in cell.borglets if n not in cell.paused and n != SHELTERED)
+        return sorted(n for n in cell.borglets if n not in cell.paused and n != SHELTERED and n not in self.phantoms)
 
     @precondition(lambda self: self.c.cell is not None)
     @rule(i=st.integers(0, 10))
@@ -410,27 +423,43 @@ class CellMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.c.cell is not None)
     @rule(n=st.integers(1, 2))
     def churn_phantom(self, n: int) -> None:
-        """Remove the machines this rule added that are seen down (or were added a while ago),
-        then add up to `n` machines whose borglet never answers (dead on arrival): the cell may
-        place tasks there before it declares them down, and drains them on removal."""
+        """Add up to `n` machines whose borglet never answers (dead on arrival): the cell may
+        place tasks there before it declares them down. One seen down is revived (a borglet
+        starts at its address, and the cell must bring it up, running nothing); one revived
+        and seen up, or not seen down a while after it was added, is removed (drained)."""
         seen = self.prev.state.machines if self.prev is not None else {}
         for name in list(self.phantoms):
             m = seen.get(name)
-            if (m is None or m.up) and time.monotonic() - self.phantom_since.get(name, 0.0) < PAUSE_LIMIT_S:
+            waited = time.monotonic() - self.phantom_since.get(name, 0.0) >= PAUSE_LIMIT_S
+            if m is not None and not m.up and name not in self.revived:
+                self._cell().add_borglet(name, self.phantom_address[name])
+                self.revived.add(name)
+                self.phantom_since[name] = time.monotonic()
+                self.c.coverage.faults["phantom_revive"] += 1
+                continue
+            if not waited and (m is None or (m.up != (name in self.revived))):
                 continue
             r = self.api.request("DELETE", f"/v1/machines/{name}", write=True)
             self.c.coverage.faults["phantom_remove"] += 1
             if r.outcome is Outcome.OK or r.status == 404:
-                self.phantoms.remove(name)
+                self._forget_phantom(name)
         for _ in range(min(n, MAX_PHANTOMS - len(self.phantoms))):
             name = f"phantom{self.example}-{next(self.counter)}"
-            body = {"name": name, "address": self._cell().unused_address(), "capacity": {"cpu": "4000m", "ram": "8GiB"},
+            address = self._cell().unused_address()
+            body = {"name": name, "address": address, "capacity": {"cpu": "4000m", "ram": "8GiB"},
                     "attrs": {"rack": "r9"}, "failure_domain": "r9"}  # fmt: skip
             r = self.api.request("POST", "/v1/machines", body, write=True)
             self.c.coverage.faults["phantom_add"] += 1
             if r.outcome is not Outcome.FAILED:
                 self.phantoms.append(name)
                 self.phantom_since[name] = time.monotonic()
+                self.phantom_address[name] = address
+
+    def _forget_phantom(self, name: str) -> None:
+        self.phantoms.remove(name)
+        if name in self.revived:
+            self.revived.discard(name)
+            self._cell().stop_borglet(name)
 
     @precondition(lambda self: self.c.cell is not None)
     @rule(i=st.integers(0, 5))
@@ -578,6 +607,7 @@ class CellMachine(RuleBasedStateMachine):
                 self._close_window(name, grace=8.0)
             for name in list(self.phantoms):
                 self.api.request("DELETE", f"/v1/machines/{name}", write=True)
+                self._forget_phantom(name)
             for name in list(self.added):
                 self.api.request("DELETE", f"/v1/machines/{name}", write=True)
                 self.c.cell.stop_borglet(name)
