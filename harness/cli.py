@@ -12,7 +12,7 @@ from harness.report import write_junit, write_markdown
 from harness.runner import Plan, run
 
 #: Full run and CI presets: (examples, steps per example).
-FULL = (12, 120)
+FULL = (13, 120)
 CI = (3, 60)
 
 
