@@ -90,6 +90,7 @@ class PrefixWatch:
         self._stopped = threading.Event()
         self._response: requests.Response | None = None
         self._session = requests.Session()
+        self._session.trust_env = False  # as StoreClient's: explicit member addresses, no proxy
         self._thread = threading.Thread(
             target=self._run, name=f"watch {self.prefix!r}", daemon=True
         )
