@@ -491,11 +491,13 @@ def control_section(runs: list[Run]) -> list[str]:
                       f"{error_summary(run.reads_failures)}")  # fmt: skip
     md += [
         "",
-        "More replicas serve reads from more watch caches, but here they add processes, not "
-        "cores: every replica, every etcd member and Locust share the same CPUs, and each extra "
-        "etcd member adds Raft replication work to every write. Once the machine's CPU is "
-        "saturated, more replicas can only move the work around, so read throughput stays flat or "
-        "falls; on machines of their own the replicas would add read capacity.",
+        "Every replica, every etcd member and Locust share this machine's CPUs. A master is one "
+        "Python process, so it uses at most about one core (the GIL): with reads alone, one "
+        "replica leaves the other core mostly idle and more replicas can put it to work. In the "
+        "mixed ladder every write costs every replica (each watch cache decodes it and builds a "
+        "new view; a write sent to a follower is forwarded and answered once the follower's "
+        "cache has it) and every extra etcd member adds Raft replication, on the same two "
+        "cores. On machines of their own the replicas would add read capacity in both ladders.",
     ]
     return md
 
