@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from spec.actions import schedule, submit, update
-from spec.model import CellState, FMap, Job, Machine, Resources, TaskId, TaskState
+from spec.actions import Step, job_is_valid, schedule, submit, update
+from spec.model import Alloc, CellState, FMap, Job, Machine, Resources, TaskId, TaskState
 
 SMALL = Resources.of(cpu=500)
 LARGE = Resources.of(cpu=1000)
@@ -40,3 +40,23 @@ def test_update_rewrites_pending_requests_but_not_running_ones() -> None:
     assert s2.tasks[TaskId("u/j", 0, 0)].request == SMALL  # running: keeps its request until rolled
     s3 = update(s2, "u/j", task_count=3)
     assert s3 is not None and s3.tasks[TaskId("u/j", 1, 0)].request == LARGE
+
+
+def test_a_job_of_no_task_is_valid_and_a_negative_count_is_not() -> None:
+    # actions.py job_is_valid: `task_count >= 1` survived (a job may be submitted empty and
+    # resized later; the load campaign's write-path runs submit such jobs).
+    assert job_is_valid(Job("u", "j", 100, 0, SMALL))
+    assert not job_is_valid(Job("u", "j", 100, -1, SMALL))
+    assert submit(CellState(), Job("u", "j", 100, 0, SMALL)) is not None
+
+
+def test_a_named_resource_a_request_lacks_counts_as_zero() -> None:
+    # model.py Resources.get: a missing name read as 1 survived.
+    assert Resources.of(cpu=500).get("gpu") == 0
+    assert Resources.of(cpu=500).get("cpu") == 500
+
+
+def test_a_trace_step_names_its_alloc() -> None:
+    # actions.py _short: an Alloc argument printed as None survived (traces must say which).
+    step = Step("alloc_create", (Alloc("a1", "m0", Resources.of(cpu=500), 100, "u"),))
+    assert "a1@m0" in str(step)

@@ -283,3 +283,54 @@ def test_admission_is_an_immutable_value():
     assert hash(u) == hash(Unschedulable(TaskId("web/x", 0), ()))
     with pytest.raises(FrozenInstanceError):
         u.reasons = ()  # type: ignore[misc]
+
+
+# --- tasks inside allocs ------------------------------------------------------------------------
+
+
+def test_a_task_in_an_alloc_is_placed_on_its_machine_only_while_the_alloc_has_room():
+    # Alloc a1 on m1 reserves 2000m, its tasks use 1500m: 500m free. A 500m task fits (placed
+    # on m1, though m0 is empty); a 600m one does not, and the reason names the cpu short.
+    from reference.scheduler.snapshot import AllocView
+
+    a1 = AllocView("a1", "m1", Resources.of(cpu=2000), 200, Resources.of(cpu=1500))
+    fits = PendingTask(TaskId("u/x", 0), "u", 200, Resources.of(cpu=500), alloc="a1")
+    big = PendingTask(TaskId("u/y", 0), "u", 200, Resources.of(cpu=600), alloc="a1")
+    plan = plan_pass(Snapshot((machine("m0"), machine("m1")), pending=(fits,), allocs=(a1,)))
+    assert [(p.task, p.machine) for p in plan.placements] == [(fits.id, "m1")]
+    plan = plan_pass(Snapshot((machine("m0"), machine("m1")), pending=(big,), allocs=(a1,)))
+    assert plan.placements == []
+    (u,) = plan.unschedulable
+    assert u.task == big.id and "alloc a1: cpu 600m > 500m free" in str(u)
+
+
+# --- Kubernetes scores on machines without a resource, and over-requested ones ----------------
+
+
+@pytest.mark.parametrize(
+    "policy, req, free, cap, expected",
+    [
+        # least allocated, a machine with no RAM to speak of: cpu alone, (4000-2000)*100//4000 = 50
+        ("k8s_least_allocated", (1000, 0), (3000, 0), (4000, 0), 50.0),
+        # balanced, no RAM: one fraction, std 0, score 100
+        ("k8s_balanced", (1000, 0), (3000, 0), (4000, 0), 100.0),
+        # balanced, cpu over-requested: (4000-1000+3000)/4000 = 1.5 counts as 1.0; ram 0.5;
+        # std |1.0-0.5|/2 = 0.25, score 75 (50 if 1.5 were not capped)
+        ("k8s_balanced", (3000, 5000), (1000, 10000), (4000, 10000), 75.0),
+    ],
+)
+def test_k8s_scores_skip_absent_resources_and_cap_fractions(policy, req, free, cap, expected):
+    from reference.scheduler import policies
+
+    assert getattr(policies, policy)(req, free, cap) == expected
+
+
+def test_an_over_quota_refusal_says_by_how_much():
+    # Quota 1000m for alice's batch jobs; a job of 2 x 600m asks 1200m: short by 200m.
+    from reference.scheduler.admission import admit
+    from spec.model import Band, CellState, FMap, Job, QuotaKey
+
+    state = CellState(quotas=FMap({QuotaKey("alice", Band.BATCH): Resources.of(cpu=1000, ram=GiB)}))
+    verdict = admit(state, Job("alice", "j", 100, 2, Resources.of(cpu=600)))
+    assert not verdict
+    assert "cpu 1200 > 1000 (short by 200)" in verdict.reason
