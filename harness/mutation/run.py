@@ -25,11 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTEST = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
-SCHED_TESTS = [
-    "tests/unit/test_scheduler_feasibility.py", "tests/unit/test_scheduler_policies.py",
-    "tests/unit/test_scheduler_preemption.py", "tests/unit/test_scheduler_properties.py",
-    "tests/unit/test_scheduler_queue.py", "tests/unit/test_scheduler_mutants.py",
-]  # fmt: skip
+#: Every unit test of the scheduler and of the master: a file's name says what it tests.
+SCHED_TESTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "unit").glob("test_scheduler_*.py"))
+MASTER_TESTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "unit").glob("test_master_*.py"))
 #: package -> (files to mutate, killer tests). The live stateful test is too slow to run per
 #: mutant (minutes each), so the killers are the unit tests and the harness's own tests.
 PACKAGES: dict[str, tuple[list[str], list[str]]] = {
@@ -40,7 +38,7 @@ PACKAGES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "reference/master (cell, reports)": (
         ["reference/master/cell.py", "reference/master/reports.py"],
-        ["tests/unit/test_master_reports.py", "tests/unit/test_master_codec.py", "tests/unit/test_master_mutants.py"],
+        MASTER_TESTS,
     ),
 }
 TIMEOUT_S = 120

@@ -47,6 +47,8 @@ def test_a_job_of_no_task_is_valid_and_a_negative_count_is_not() -> None:
     # resized later; the load campaign's write-path runs submit such jobs).
     assert job_is_valid(Job("u", "j", 100, 0, SMALL))
     assert not job_is_valid(Job("u", "j", 100, -1, SMALL))
+    # and `0 <= priority`: best effort (priority 0) is a valid band
+    assert job_is_valid(Job("u", "j", 0, 1, SMALL)) and not job_is_valid(Job("u", "j", -1, 1, SMALL))
     assert submit(CellState(), Job("u", "j", 100, 0, SMALL)) is not None
 
 
