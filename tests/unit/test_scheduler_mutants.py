@@ -334,3 +334,25 @@ def test_an_over_quota_refusal_says_by_how_much():
     verdict = admit(state, Job("alice", "j", 100, 2, Resources.of(cpu=600)))
     assert not verdict
     assert "cpu 1200 > 1000 (short by 200)" in verdict.reason
+
+
+def test_score_cache_hits_are_counted_only_with_the_cache_on():
+    # Four identical tasks on ten machines: after the first placement the class's scores
+    # come from the cache (versions unchanged on the machines not chosen).
+    snap = Snapshot(tuple(machine(f"m{i}") for i in range(10)),
+                    pending=tuple(pending("u/j", 100, 100, i) for i in range(4)))  # fmt: skip
+    on = plan_pass(snap, SchedulerConfig(score_cache=True))
+    off = plan_pass(snap, SchedulerConfig(score_cache=False))
+    assert len(on.placements) == len(off.placements) == 4
+    assert on.stats.cache_hits > 0 and off.stats.cache_hits == 0
+
+
+def test_the_snapshot_records_which_packages_each_machine_holds():
+    # A running task of a job with a package puts that package on its machine (locality).
+    from reference.scheduler.adapter import snapshot_from_state
+    from spec.model import CellState, FMap, Job, Task, TaskState
+
+    job = Job("u", "web", 100, 1, Resources.of(cpu=100), package="web-v1")
+    task = Task(TaskId("u/web", 0), TaskState.RUNNING, "m0", 100, Resources.of(cpu=100))
+    state = CellState(machines=FMap({"m0": machine("m0")}), jobs=FMap({job.key: job}), tasks=FMap({task.id: task}))
+    assert snapshot_from_state(state).packages == {"m0": frozenset({"web-v1"})}
