@@ -170,7 +170,7 @@ class CellMachine(RuleBasedStateMachine):
         jobs=st.lists(
             st.tuples(
                 st.sampled_from(sorted(KINDS)), st.sampled_from(PRIORITIES), st.integers(1, 4),
-                st.sampled_from((250, 500, 1000, 1500)), st.sampled_from(("alice", "bob")),
+                st.sampled_from(CPUS), st.sampled_from(USERS),
             ),
             min_size=2, max_size=4,
         )
@@ -184,8 +184,8 @@ class CellMachine(RuleBasedStateMachine):
         kind=st.sampled_from(sorted(KINDS)),
         priority=st.sampled_from(PRIORITIES),
         count=st.integers(1, 4),
-        cpu=st.sampled_from((250, 500, 1000, 1500)),
-        user=st.sampled_from(("alice", "bob")),
+        cpu=st.sampled_from(CPUS),
+        user=st.sampled_from(USERS),
     )
     def submit(self, kind: str, priority: int, count: int, cpu: int, user: str) -> None:
         self._submit(kind, priority, count, cpu, user)
