@@ -62,3 +62,53 @@ def test_a_trace_step_names_its_alloc() -> None:
     # actions.py _short: an Alloc argument printed as None survived (traces must say which).
     step = Step("alloc_create", (Alloc("a1", "m0", Resources.of(cpu=500), 100, "u"),))
     assert "a1@m0" in str(step)
+
+
+def test_requests_are_nonnegative_and_name_their_shortfall() -> None:
+    # model.py Resources.is_nonnegative (`v >= 0` to `v >= -1`) and shortfall (returning None).
+    assert Resources.of(cpu=500).is_nonnegative() and not Resources.of(cpu=-1).is_nonnegative()
+    assert Resources.of(cpu=500, ram=10).shortfall(Resources.of(cpu=400, ram=10)) == ("cpu",)
+
+
+def test_an_alloc_at_the_floor_priority_counts_as_reserved_at_it() -> None:
+    # model.py machine_reserved: `a.priority >= min_priority` to `>` survived.
+    m0 = Machine("m0", Resources.of(cpu=4000))
+    s = CellState(machines=FMap({"m0": m0}), allocs=FMap({"a": Alloc("a", "m0", Resources.of(cpu=1000), 200)}))
+    assert s.machine_reserved("m0", min_priority=200) == Resources.of(cpu=1000)
+    assert s.machine_reserved("m0", min_priority=201) == Resources()
+
+
+def test_alloc_priorities_run_from_zero() -> None:
+    # actions.py alloc_create: `0 <= priority` to `0 < priority` survived.
+    from spec.actions import alloc_create
+
+    s = CellState(machines=FMap({"m0": Machine("m0", Resources.of(cpu=4000))}))
+    assert alloc_create(s, Alloc("a", "m0", Resources.of(cpu=1000), 0)) is not None
+    assert alloc_create(s, Alloc("a", "m0", Resources.of(cpu=1000), -1)) is None
+
+
+def test_constraint_operators() -> None:
+    # model.py Constraint.holds: EQ flipped to != survived (the Hypothesis tests draw it rarely).
+    from spec.model import Constraint, ConstraintOp
+
+    m = Machine("m0", Resources.of(cpu=1), attrs=(("rack", "r1"),))
+    assert Constraint("rack", ConstraintOp.EQ, ("r1",)).holds(m)
+    assert not Constraint("rack", ConstraintOp.EQ, ("r2",)).holds(m)
+    assert Constraint("rack", ConstraintOp.NE, ("r2",)).holds(m)
+    assert Constraint("rack", ConstraintOp.IN, ("r0", "r1")).holds(m)
+    assert not Constraint("rack", ConstraintOp.NOT_IN, ("r0", "r1")).holds(m)
+
+
+def test_a_trace_step_names_its_machine() -> None:
+    # actions.py _short: a Machine argument printed as None survived.
+    assert "Machine(m0)" in str(Step("machine_add", (Machine("m0", Resources.of(cpu=1)),)))
+
+
+def test_indexes_of_large_maps_follow_their_changes() -> None:
+    # model.py's index update (maps of 64 entries or more keep indexes): returning None from
+    # it survived, since the other spec tests use small cells.
+    s = _cell_with_job(70)
+    assert len(s.tasks_of("u/j")) == 70
+    s2 = submit(s, Job("u", "k", 100, 3, SMALL))
+    assert s2 is not None
+    assert len(s2.tasks_of("u/k")) == 3 and len(s2.tasks_of("u/j")) == 70
