@@ -341,3 +341,24 @@ def test_map_reply_skips_tasks_no_longer_running_there():
     # absent from the reply: lost only once the borglet had reported it
     assert map_reply(cell, "m1", {"tasks": []}, {T0}).steps == [("lost", (T0,), "unknown to its borglet")]
     assert map_reply(placed_cell(), "m1", {"tasks": []}, {T0}).steps == []
+
+
+def test_a_tracked_map_pops_a_missing_key_to_its_default_and_records_it():
+    from reference.master.cell import Tracked
+
+    t = Tracked({"a": 1})
+    assert t.pop("x", 5) == 5 and t.written == {"x"}
+    assert t.pop("a") == 1 and "a" not in t
+
+
+def test_changed_keys_of_maps_made_apart_are_found_by_comparison():
+    # Maps not made from one another by one step have no record of their change: their keys
+    # are compared entry by entry (by identity), both ways.
+    from reference.master.cell import _changed_keys
+    from spec.model import FMap
+
+    one, two, three = object(), object(), object()
+    before = FMap({"a": one, "b": two})
+    assert _changed_keys(before, before) == set()
+    assert _changed_keys(before, FMap({"a": one, "c": three})) == {"b", "c"}
+    assert _changed_keys(before, before.set("a", three)) == {"a"}
