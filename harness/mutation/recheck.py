@@ -11,11 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import tempfile
 from pathlib import Path
 
-from harness.mutation.run import PACKAGES, ROOT, enumerate_mutants, mutate, run_killer
+from harness.mutation.run import PACKAGES, ROOT, copy_tree, draw, try_mutant
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,20 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     survivors = {pkg: set(r["survivors"]) for pkg, r in json.loads(Path(args.json).read_text()).items()}
     rng = random.Random(args.seed)  # drawn package by package, as the run draws them
     with tempfile.TemporaryDirectory(prefix="minborg-recheck-") as tmp:
-        work = Path(tmp) / "tree"
-        shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(".git", "__pycache__", ".tox", "*.egg-info", "mutants", ".venv"))
+        work = copy_tree(tmp)
         for pkg, (files, tests) in PACKAGES.items():
-            everyone = [m for f in files for m in enumerate_mutants(f)]
-            chosen = everyone if args.sample <= 0 or args.sample >= len(everyone) else rng.sample(everyone, args.sample)
+            _, chosen = draw(files, rng, args.sample)
             alive = [m for m in chosen if m.label() in survivors.get(pkg, set())]
             still = 0
             for m in alive:
-                original = (ROOT / m.path).read_text()
-                (work / m.path).write_text(mutate(original, m))
-                try:
-                    killed, _ = run_killer(work, [t for t in tests if (work / t).exists()])
-                finally:
-                    (work / m.path).write_text(original)
+                killed, _ = try_mutant(work, m, [t for t in tests if (work / t).exists()])
                 still += not killed
                 print(f"{pkg}: {'killed now' if killed else 'still alive'} {m.label()}", flush=True)
             print(f"{pkg}: {len(chosen) - still} of {len(chosen)} killed with today's tests", flush=True)

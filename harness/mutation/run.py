@@ -117,6 +117,30 @@ def mutate(source: str, m: Mutant) -> str:
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
+def draw(files: list[str], rng: random.Random, sample: int) -> tuple[list[Mutant], list[Mutant]]:
+    """Every mutant of `files`, and the sample of them a run with this generator tests."""
+    everyone = [m for f in files for m in enumerate_mutants(f)]
+    return everyone, everyone if sample <= 0 or sample >= len(everyone) else rng.sample(everyone, sample)
+
+
+def try_mutant(work: Path, m: Mutant, tests: list[str]) -> tuple[bool, float]:
+    """Apply `m` in the copy at `work`, run the killers, put the file back: (killed, seconds)."""
+    target = work / m.path
+    original = (ROOT / m.path).read_text()
+    target.write_text(mutate(original, m))
+    try:
+        return run_killer(work, tests)
+    finally:
+        target.write_text(original)
+
+
+def copy_tree(tmp: str) -> Path:
+    """A copy of the repository to mutate, without what a run does not need."""
+    work = Path(tmp) / "tree"
+    shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(".git", "__pycache__", ".tox", "*.egg-info", "mutants", ".venv"))
+    return work
+
+
 def run_killer(work: Path, tests: list[str]) -> tuple[bool, float]:
     """(killed, seconds): a mutant is killed when the tests fail or time out."""
     t0 = time.monotonic()
@@ -139,23 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     results = {}
     with tempfile.TemporaryDirectory(prefix="minborg-mutation-") as tmp:
-        work = Path(tmp) / "tree"
-        shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(".git", "__pycache__", ".tox", "*.egg-info", "mutants", ".venv"))
+        work = copy_tree(tmp)
         for pkg, (files, tests) in PACKAGES.items():
             if args.package and pkg not in args.package:
                 continue
             tests = [t for t in tests if (work / t).exists()]
-            everyone = [m for f in files for m in enumerate_mutants(f)]
-            chosen = everyone if args.sample <= 0 or args.sample >= len(everyone) else rng.sample(everyone, args.sample)
+            everyone, chosen = draw(files, rng, args.sample)
             killed, survivors, secs = 0, [], 0.0
             for m in chosen:
-                target = work / m.path
-                original = (ROOT / m.path).read_text()
-                target.write_text(mutate(original, m))
-                try:
-                    k, s = run_killer(work, tests)
-                finally:
-                    target.write_text(original)
+                k, s = try_mutant(work, m, tests)
                 secs += s
                 killed += k
                 if not k:
