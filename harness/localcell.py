@@ -159,7 +159,7 @@ class LocalCell:
         i = self._next_machine
         self._next_machine += 1
         name = name or f"machine{i}"
-        url = url or f"http://{launcher.HOST}:{launcher.free_ports(1, launcher.HOST)[0]}"
+        url = url or self.unused_address()
         port = int(url.rsplit(":", 1)[1])
         argv = [
             sys.executable, "-m", "reference.borglet", "--name", name, "--listen", f"{launcher.HOST}:{port}",

@@ -346,6 +346,12 @@ class CellMachine(RuleBasedStateMachine):
         assert self.c.cell is not None
         return self.c.cell
 
+    def _due_back(self, name: str, since: float) -> bool:
+        """A faulted borglet may come back once its machine was last seen down, or PAUSE_LIMIT_S
+        after the fault (the cell may never have noticed a short one)."""
+        m = self.prev.state.machines.get(name) if self.prev is not None else None
+        return (m is not None and not m.up) or time.monotonic() - since > PAUSE_LIMIT_S
+
     def _steady(self) -> list[str]:
         """Borglets running and not paused that a fault may hit next: all but the first
         machine, which no fault touches, so tasks there live long enough (tens of seconds)
@@ -360,10 +366,8 @@ class CellMachine(RuleBasedStateMachine):
         while); else SIGKILL one, leaving its tasks running orphaned until it is back."""
         cell = self._cell()
         if cell.down_borglets:
-            seen = self.prev.state.machines if self.prev is not None else {}
             for name in sorted(cell.down_borglets):
-                m = seen.get(name)
-                if (m is not None and not m.up) or time.monotonic() - self.down_since.get(name, 0.0) > PAUSE_LIMIT_S:
+                if self._due_back(name, self.down_since.get(name, 0.0)):
                     cell.restart_borglet(name)
                     self.c.coverage.faults["borglet_restart"] += 1
                     self._close_window(name, grace=LOST_GRACE_S)
@@ -396,10 +400,8 @@ class CellMachine(RuleBasedStateMachine):
         """Resume paused borglets whose machines the cell has declared down (they come back
         up, running nothing), then pause one or two others (the sheltered machine never)."""
         cell = self._cell()
-        seen = self.prev.state.machines if self.prev is not None else {}
         for name in sorted(cell.paused):
-            m = seen.get(name)
-            if (m is not None and not m.up) or time.monotonic() - cell.paused[name] > PAUSE_LIMIT_S:
+            if self._due_back(name, cell.paused[name]):
                 cell.resume_borglet(name)
                 self.c.coverage.faults["borglet_resume"] += 1
         names = self._steady()
