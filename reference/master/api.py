@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reference.jobspec import validation_errors
@@ -25,6 +27,15 @@ from reference.master.writer import NotLeader, WriteFailed
 from spec.actions import EvictReason
 
 RETRY_AFTER_S = "1"
+
+
+def _settle(answer: asyncio.Future[Any], r: Any) -> None:
+    if answer.done():
+        return
+    if r.error is not None:
+        answer.set_exception(r.error)
+    else:
+        answer.set_result((r.result, r.revision))
 
 
 def detail(field: str, error: str) -> dict[str, Any]:
@@ -92,14 +103,25 @@ def make_app(replica: Replica) -> FastAPI:
         body["revision"] = revision
         return JSONResponse(status_code=status, content=body, headers={"X-Minborg-Revision": str(revision)})
 
-    def write(
+    async def write(
         request: Request, payload: Any, change: Callable[[Draft], Any], render: Callable[[Any, int], JSONResponse]
     ) -> Response:
-        """Run a write here if leading, else forward it; errors become 4xx/503, never a 500."""
+        """Run a write here if leading, else forward it; errors become 4xx/503, never a 500.
+
+        The handler stays on the event loop: the writer's thread commits the change (with
+        whatever else is queued) and calls back. Handing each write to the thread pool
+        instead cost a thread hop per request (docs/decisions.md)."""
         if not replica.is_leader:
-            return forwarder.forward(request, payload)
+            return await run_in_threadpool(forwarder.forward, request, payload)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Any] = loop.create_future()
+
+        def done(r: Any) -> None:
+            loop.call_soon_threadsafe(_settle, answer, r)
+
+        replica.writer.submit(change, done)
         try:
-            result, revision = replica.writer.mutate(change)
+            result, revision = await answer
         except ApiError as err:
             return JSONResponse(status_code=err.status, content={"detail": err.errors})
         except NotLeader:
@@ -176,8 +198,8 @@ def make_app(replica: Replica) -> FastAPI:
     # --- jobs ----------------------------------------------------------------------------------
 
     @app.post("/v1/jobs", status_code=201)
-    def post_job(request: Request, payload: Any = Body(None)) -> Response:
-        return write(
+    async def post_job(request: Request, payload: Any = Body(None)) -> Response:
+        return await write(
             request,
             payload,
             lambda d: submit_job(d, payload),
@@ -211,9 +233,9 @@ def make_app(replica: Replica) -> FastAPI:
         )
 
     @app.patch("/v1/jobs/{user}/{name}")
-    def patch_job(user: str, name: str, request: Request, payload: Any = Body(None)) -> Response:
+    async def patch_job(user: str, name: str, request: Request, payload: Any = Body(None)) -> Response:
         key = f"{user}/{name}"
-        return write(
+        return await write(
             request,
             payload,
             lambda d: update_job(d, key, payload),
@@ -223,9 +245,9 @@ def make_app(replica: Replica) -> FastAPI:
         )
 
     @app.delete("/v1/jobs/{user}/{name}")
-    def delete_job(user: str, name: str, request: Request) -> Response:
+    async def delete_job(user: str, name: str, request: Request) -> Response:
         key = f"{user}/{name}"
-        return write(request, None, lambda d: kill_job(d, key), lambda n, rev: stamped({"killed": n}, rev))
+        return await write(request, None, lambda d: kill_job(d, key), lambda n, rev: stamped({"killed": n}, rev))
 
     @app.get("/v1/jobs/{user}/{name}/tasks")
     async def get_tasks(user: str, name: str) -> JSONResponse:
@@ -237,9 +259,9 @@ def make_app(replica: Replica) -> FastAPI:
         return stamped({"tasks": [views.task_view(cell, t, cell_name) for t in tasks]}, cell.revision)
 
     @app.delete("/v1/jobs/{user}/{name}/tasks/{index}")
-    def delete_task(user: str, name: str, index: int, request: Request) -> Response:
+    async def delete_task(user: str, name: str, index: int, request: Request) -> Response:
         key = f"{user}/{name}"
-        return write(
+        return await write(
             request,
             None,
             lambda d: kill_task(d, key, index),
@@ -268,7 +290,7 @@ def make_app(replica: Replica) -> FastAPI:
         )
 
     @app.post("/v1/machines", status_code=201)
-    def post_machine(request: Request, payload: Any = Body(None)) -> Response:
+    async def post_machine(request: Request, payload: Any = Body(None)) -> Response:
         if not isinstance(payload, dict):
             return JSONResponse(status_code=422, content=detail("", "the body must be a JSON object"))
         try:
@@ -286,7 +308,7 @@ def make_app(replica: Replica) -> FastAPI:
             d.step("machine_add", machine, reason="machine added")
             return machine.name
 
-        return write(
+        return await write(
             request,
             payload,
             change,
@@ -294,7 +316,7 @@ def make_app(replica: Replica) -> FastAPI:
         )
 
     @app.delete("/v1/machines/{name}")
-    def delete_machine(name: str, request: Request) -> Response:
+    async def delete_machine(name: str, request: Request) -> Response:
         def change(d: Draft) -> int:
             if name not in d.state.machines:
                 raise ApiError(404, "name", f"no machine {name}")
@@ -306,7 +328,7 @@ def make_app(replica: Replica) -> FastAPI:
             d.machines.pop(name, None)
             return len(running)
 
-        return write(
+        return await write(
             request, None, change, lambda n, rev: stamped({"removed": name, "evicted": n}, rev)
         )
 

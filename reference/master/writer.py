@@ -1,13 +1,16 @@
 """The leader's one writer: changes a Draft of the cached cell and commits its diff in fenced, batched etcd txns.
 
-All mutations on a leader go through `Writer.mutate`. Mutations that arrive while a write
-is in flight queue up, and the next writer commits them together (group commit): it takes
-the cached cell, runs each queued change on a Draft of the cell the previous change left (a
-change that raises leaves no trace, and the others go on), writes what they changed in
-one `Election.fenced_commit` (so a deposed leader writes nothing), and waits until its own
-watch cache shows the write before the next group starts. A write is acknowledged only after
-its txn committed. etcd allows 128 ops per txn by default; a bigger diff is split, tasks
-first, so a watcher never sees a job without its tasks' records being on their way.
+All mutations on a leader go through `Writer.mutate`, which blocks its thread, or
+`Writer.submit`, which returns at once and calls back (the API's handlers run on the event
+loop, which must not block). Mutations that arrive while a write is in flight queue up, and
+the next writer (a `mutate` caller, or the writer's own thread for submitted ones) commits
+them together (group commit): it takes the cached cell, runs each queued change on a Draft
+of the cell the previous change left (a change that raises leaves no trace, and the others
+go on), writes what they changed in one `Election.fenced_commit` (so a deposed leader
+writes nothing), and waits until its own watch cache shows the write before the next group
+starts. A write is acknowledged only after its txn committed. etcd allows 128 ops per txn
+by default; a bigger diff is split, tasks first, so a watcher never sees a job without its
+tasks' records being on their way.
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ class _Request:
     result: Any = None
     error: BaseException | None = None
     revision: int = 0
+    on_done: Callable[[_Request], None] | None = None
 
 
 @dataclass
@@ -141,6 +145,8 @@ class Writer:
         self._lock = threading.Lock()  # held by the one thread committing a group
         self._queue: list[_Request] = []
         self._queue_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
         self.groups = 0  # groups committed, and the changes in them: their ratio is the mean group size
         self.grouped = 0
 
@@ -165,6 +171,34 @@ class Writer:
         if request.error is not None:
             raise request.error
         return request.result, request.revision
+
+    def submit(self, change: Callable[[Draft], Any], done: Callable[[_Request], None]) -> None:
+        """Queue `change` and return at once; `done(request)` is called, from the writer's
+        thread, once it was committed or failed (see `mutate` for what the request holds)."""
+        with self._queue_lock:
+            self._queue.append(_Request(change, on_done=done))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="writer", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _serve(self) -> None:
+        """The writer's thread: commits what `submit` queued (a `mutate` caller that gets the
+        writer first commits it instead, with its own change)."""
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while True:
+                with self._lock:
+                    with self._queue_lock:
+                        group = self._queue[: self.max_group]
+                        del self._queue[: self.max_group]
+                    if not group:
+                        break
+                    try:
+                        self._run_group(group)
+                    except Exception:  # its changes were failed and answered; go on serving
+                        log.exception("the writer's group failed")
 
     def _run_group(self, group: list[_Request]) -> None:
         finished = False
@@ -215,6 +249,11 @@ class Writer:
                 if not finished and r.error is None:
                     r.error = WriteFailed("the writer stopped before this change was committed")
                 r.done = True
+                if r.on_done is not None:
+                    try:
+                        r.on_done(r)
+                    except Exception:
+                        log.exception("a write's completion callback failed")
 
     def _commit(self, all_ops: list[ops.Op]) -> int:
         revision = 0

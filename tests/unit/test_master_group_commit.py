@@ -160,3 +160,91 @@ def test_group_size_is_bounded() -> None:
         t.join(10)
     assert max(len(b) for b in election.txns) <= 3
     assert len(w.cache.cell().state.machines) == 10
+
+
+class Answers:
+    """What `Writer.submit` called back with, by name."""
+
+    def __init__(self) -> None:
+        self.got: dict[str, object] = {}
+        self.cond = threading.Condition()
+
+    def callback(self, name: str):
+        def done(r) -> None:
+            assert r.done
+            with self.cond:
+                self.got[name] = r.error if r.error is not None else (r.result, r.revision)
+                self.cond.notify_all()
+
+        return done
+
+    def wait(self, n: int) -> dict[str, object]:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.got) >= n, 10), self.got
+            return dict(self.got)
+
+
+def test_submitted_changes_are_committed_by_the_writers_thread_and_called_back() -> None:
+    w, election = writer(delay=0.02)
+    answers = Answers()
+    caller = threading.get_ident()
+    threads: set[int] = set()
+
+    def add_here(name: str):
+        inner = add(name)
+
+        def change(d: Draft) -> int:
+            threads.add(threading.get_ident())
+            return inner(d)
+
+        return change
+
+    for i in range(10):
+        w.submit(add_here(f"m{i}"), answers.callback(f"m{i}"))
+    got = answers.wait(10)
+    assert sorted(v[0] for v in got.values()) == list(range(1, 11))  # each saw those before it
+    revisions = [got[f"m{i}"][1] for i in range(10)]
+    assert revisions == sorted(revisions) and revisions[-1] == election.revision
+    assert caller not in threads  # the submitter never ran a change
+    assert len(election.txns) < 10 and w.grouped == 10
+    assert sorted(w.cache.cell().state.machines.keys()) == sorted(f"m{i}" for i in range(10))
+
+
+def test_submitted_changes_fail_alone_or_with_their_group() -> None:
+    w, election = writer()
+    answers = Answers()
+
+    def bad(d: Draft) -> None:
+        raise ValueError("refused")
+
+    w.submit(bad, answers.callback("bad"))
+    w.submit(add("m0"), answers.callback("m0"))
+    got = answers.wait(2)
+    assert isinstance(got["bad"], ValueError) and got["m0"] == (1, 2)
+
+    election.fail_with = StoreUnavailable("etcd down")
+    w.submit(add("m1"), answers.callback("m1"))
+    assert isinstance(answers.wait(3)["m1"], WriteFailed)
+    election.fail_with = None
+    election.is_leader = False
+    w.submit(add("m2"), answers.callback("m2"))
+    assert isinstance(answers.wait(4)["m2"], NotLeader)
+
+
+def test_the_writers_thread_outlives_a_group_that_broke() -> None:
+    w, election = writer()
+    answers = Answers()
+    real_cell = w.cache.cell
+    broken = [True]
+
+    def cell() -> Cell:
+        if broken.pop() if broken else False:
+            raise RuntimeError("cache broke")
+        return real_cell()
+
+    w.cache.cell = cell  # type: ignore[method-assign]
+    w.submit(add("m0"), answers.callback("m0"))
+    got = answers.wait(1)
+    assert isinstance(got["m0"], WriteFailed)  # answered, not left hanging
+    w.submit(add("m1"), answers.callback("m1"))
+    assert answers.wait(2)["m1"] == (1, 2)
