@@ -1,6 +1,7 @@
 """The master's write path against direct etcd, measured again and again on fresh cells.
 
-    python -m loadtests.writes [--runs 3] [--users 4] [--seconds 15] [--out DIR]
+    minborg bench writes [--runs 3] [--users 4] [--seconds 15] [--out DIR]
+    (or python -m loadtests.writes ...)
 
 Each run starts a fresh 1-replica cell, writes fenced txns straight to its etcd through
 `StoreClient` (the client and txn shape the master uses, `--users` clients for 5 s), then

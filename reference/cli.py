@@ -258,6 +258,12 @@ def bench_cell(ctx: typer.Context) -> None:
     _run_main("reference.master.bench", "the cell benchmark", ctx.args)
 
 
+@bench_app.command("writes", **PASS_THROUGH)
+def bench_writes(ctx: typer.Context) -> None:
+    """The master's writes against direct etcd, on fresh 1-replica cells (try --help)."""
+    _run_main("loadtests.writes", "the write-path benchmark", ctx.args)
+
+
 @app.command("conformance", **PASS_THROUGH)
 def conformance(ctx: typer.Context) -> None:
     """Run the conformance suite against a cell, or a local one it starts (try --help)."""

@@ -96,6 +96,12 @@ def test_pass_through_arguments_reach_the_spec_explorer() -> None:
     assert "--machines" in result.output
 
 
+def test_pass_through_arguments_reach_the_write_path_bench() -> None:
+    result = runner.invoke(app, ["bench", "writes", "--help"])
+    assert result.exit_code == 0
+    assert "--runs" in result.output and "direct etcd" in result.output
+
+
 # --- job files ------------------------------------------------------------------------------
 
 
