@@ -112,3 +112,37 @@ def test_indexes_of_large_maps_follow_their_changes() -> None:
     s2 = submit(s, Job("u", "k", 100, 3, SMALL))
     assert s2 is not None
     assert len(s2.tasks_of("u/k")) == 3 and len(s2.tasks_of("u/j")) == 70
+
+
+def _parity(key: int, value: int) -> str:
+    _parity.calls += 1  # type: ignore[attr-defined]
+    return "even" if value % 2 == 0 else "odd"
+
+
+_parity.calls = 0  # type: ignore[attr-defined]
+
+
+def test_a_derived_maps_index_is_updated_from_the_changed_keys_not_rebuilt() -> None:
+    # model.py:166, the index update returning None: the derived map still answered right
+    # (a lost index is rebuilt on the next read), so only the cost shows it.
+    m = FMap({i: i for i in range(100)})
+    assert len(m.group(_parity)["even"]) == 50
+    _parity.calls = 0  # type: ignore[attr-defined]
+    m2 = m.set(3, 4)  # one changed key: its old and new entries are looked at, nothing else
+    assert m2.group(_parity)["even"] == m.group(_parity)["even"] | {3}
+    assert 3 not in m2.group(_parity)["odd"]
+    assert _parity.calls <= 2  # type: ignore[attr-defined]
+
+
+def test_prod_never_preempts_prod_judges_only_steps_whose_tasks_exist() -> None:
+    # invariants.py:171: returning None (not "no violation") for a preemption whose victim
+    # or preemptor is absent survived.
+    from spec.actions import EvictReason
+    from spec.invariants import prod_never_preempts_prod
+
+    s = _cell_with_job(2)
+    ghost = TaskId("u/ghost", 0)
+    real = next(iter(s.tasks))
+    for victim, preemptor in ((ghost, real), (real, ghost)):
+        step = Step("evict", (victim, EvictReason.PREEMPTION, preemptor))
+        assert prod_never_preempts_prod(s, step, s) == []
