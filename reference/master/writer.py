@@ -8,9 +8,10 @@ them together (group commit): it takes the cached cell, runs each queued change 
 of the cell the previous change left (a change that raises leaves no trace, and the others
 go on), writes what they changed in one `Election.fenced_commit` (so a deposed leader
 writes nothing), and waits until its own watch cache shows the write before the next group
-starts. A write is acknowledged only after its txn committed. etcd allows 128 ops per txn
-by default; a bigger diff is split, tasks first, so a watcher never sees a job without its
-tasks' records being on their way.
+starts; with concurrent writers, the writer's thread holds a group open for up to a
+millisecond for one more change (`GROUP_DELAY_S`). A write is acknowledged only after its
+txn committed. etcd allows 128 ops per txn by default; a bigger diff is split, tasks first,
+so a watcher never sees a job without its tasks' records being on their way.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_OPS_PER_TXN = 120  # under etcd's default --max-txn-ops of 128
 MAX_GROUP = 64  # changes committed together at most (docs/decisions.md)
+# How long the writer's thread may hold a group open for one more change, when the last group
+# held two or more (so writers are concurrent): PostgreSQL's commit_delay with
+# commit_siblings, for the same reason. docs/decisions.md has the measurement.
+GROUP_DELAY_S = 0.001
 
 
 class NotLeader(Exception):
@@ -133,6 +138,7 @@ class Writer:
         clock: Callable[[], float] = time.time,
         max_ops: int = MAX_OPS_PER_TXN,
         max_group: int = MAX_GROUP,
+        group_delay: float = GROUP_DELAY_S,
         on_txn: Callable[[str, int], None] | None = None,
     ) -> None:
         self.cache = cache
@@ -141,10 +147,13 @@ class Writer:
         self.clock = clock
         self.max_ops = max_ops
         self.max_group = max_group
+        self.group_delay = group_delay
         self._on_txn = on_txn  # (outcome, ops) for metrics
         self._lock = threading.Lock()  # held by the one thread committing a group
         self._queue: list[_Request] = []
         self._queue_lock = threading.Lock()
+        self._queued = threading.Condition(self._queue_lock)  # notified by `submit`
+        self._last_group = 0  # changes in the writer thread's last group
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.groups = 0  # groups committed, and the changes in them: their ratio is the mean group size
@@ -177,6 +186,7 @@ class Writer:
         thread, once it was committed or failed (see `mutate` for what the request holds)."""
         with self._queue_lock:
             self._queue.append(_Request(change, on_done=done))
+            self._queued.notify()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="writer", daemon=True)
                 self._thread.start()
@@ -189,16 +199,30 @@ class Writer:
             self._wake.wait()
             self._wake.clear()
             while True:
+                self._hold_open()
                 with self._lock:
                     with self._queue_lock:
                         group = self._queue[: self.max_group]
                         del self._queue[: self.max_group]
+                    self._last_group = len(group)  # 0 once idle: the next lone change does not wait
                     if not group:
                         break
                     try:
                         self._run_group(group)
                     except Exception:  # its changes were failed and answered; go on serving
                         log.exception("the writer's group failed")
+
+    def _hold_open(self) -> None:
+        """Wait up to `group_delay` for the queue to hold one change more than the last group,
+        when that group held two or more. With concurrent writers, the clients answered by
+        the last group are sending their next changes: waiting a millisecond for them makes
+        groups larger and txns fewer (each txn costs the leader more than a change does).
+        A lone writer never waits."""
+        if self.group_delay <= 0 or self._last_group < 2:
+            return
+        want = min(self._last_group + 1, self.max_group)
+        with self._queued:
+            self._queued.wait_for(lambda: len(self._queue) >= want, self.group_delay)
 
     def _run_group(self, group: list[_Request]) -> None:
         finished = False

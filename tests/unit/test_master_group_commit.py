@@ -248,3 +248,40 @@ def test_the_writers_thread_outlives_a_group_that_broke() -> None:
     assert isinstance(got["m0"], WriteFailed)  # answered, not left hanging
     w.submit(add("m1"), answers.callback("m1"))
     assert answers.wait(2)["m1"] == (1, 2)
+
+
+def test_the_writers_thread_holds_a_group_open_for_concurrent_writers_only() -> None:
+    w, election = writer()
+    w.group_delay = 30.0  # far longer than the test: a wait would show as a timeout
+    answers = Answers()
+    w.submit(add("m0"), answers.callback("m0"))  # alone: committed at once
+    assert answers.wait(1)["m0"] == (1, 2)
+
+    # A change that holds the writer's thread while two more queue: those two then make
+    # one group (with the blocker, if the thread woke late). After it the writer waits for
+    # one change more than that group held, and commits those that trickle in together.
+    w.group_delay = 1.0
+    gate = threading.Event()
+
+    def blocker(d: Draft) -> None:
+        assert gate.wait(5)
+
+    w.submit(blocker, answers.callback("blocker"))
+    w.submit(add("m1"), answers.callback("m1"))
+    w.submit(add("m2"), answers.callback("m2"))
+    gate.set()
+    answers.wait(4)
+    last = w._last_group  # 2, or 3 where the blocker was still queued with them
+    assert got_pair(answers) and last >= 2
+    before = len(election.txns)
+    for i in range(3, 3 + last + 1):
+        time.sleep(0.05)
+        w.submit(add(f"m{i}"), answers.callback(f"m{i}"))
+    answers.wait(4 + last + 1)
+    assert len(election.txns) == before + 1  # one txn for all of them
+    assert len(w.cache.cell().state.machines) == 3 + last + 1
+
+
+def got_pair(answers: Answers) -> bool:
+    """m1 and m2 were committed in one txn (the same revision)."""
+    return answers.got["m1"][1] == answers.got["m2"][1]
