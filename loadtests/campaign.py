@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--processes", type=int, default=2, help="Locust worker processes")
     load.add_argument("--step-start", type=int, default=2)
     load.add_argument("--step-users", type=int, default=4)
-    load.add_argument("--max-users", type=int, default=42)
+    load.add_argument("--max-users", type=int, default=62)
     load.add_argument("--step-seconds", type=float, default=12.0)
     load.add_argument("--slo-p95-ms", type=float, default=None,
                       help="p95 SLO of a step (default 250 control plane, 100 service)")  # fmt: skip
