@@ -154,7 +154,6 @@ class Writer:
         self._queue_lock = threading.Lock()
         self._queued = threading.Condition(self._queue_lock)  # notified by `submit`
         self._last_group = 0  # changes in the writer thread's last group
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.groups = 0  # groups committed, and the changes in them: their ratio is the mean group size
         self.grouped = 0
@@ -173,10 +172,7 @@ class Writer:
             with self._lock:
                 if request.done:
                     break  # the thread that held the lock committed this one with its group
-                with self._queue_lock:
-                    group = self._queue[: self.max_group]
-                    del self._queue[: self.max_group]
-                self._run_group(group)
+                self._run_group(self._take())
         if request.error is not None:
             raise request.error
         return request.result, request.revision
@@ -190,27 +186,30 @@ class Writer:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="writer", daemon=True)
                 self._thread.start()
-        self._wake.set()
+
+    def _take(self) -> list[_Request]:
+        """The next group: the oldest queued changes, at most `max_group`."""
+        with self._queue_lock:
+            group = self._queue[: self.max_group]
+            del self._queue[: self.max_group]
+        return group
 
     def _serve(self) -> None:
         """The writer's thread: commits what `submit` queued (a `mutate` caller that gets the
         writer first commits it instead, with its own change)."""
         while True:
-            self._wake.wait()
-            self._wake.clear()
-            while True:
-                self._hold_open()
-                with self._lock:
-                    with self._queue_lock:
-                        group = self._queue[: self.max_group]
-                        del self._queue[: self.max_group]
-                    self._last_group = len(group)  # 0 once idle: the next lone change does not wait
-                    if not group:
-                        break
+            self._hold_open()
+            with self._lock:
+                group = self._take()
+                self._last_group = len(group)  # 0 once idle: the next lone change does not wait
+                if group:
                     try:
                         self._run_group(group)
                     except Exception:  # its changes were failed and answered; go on serving
                         log.exception("the writer's group failed")
+            if not group:
+                with self._queued:
+                    self._queued.wait_for(lambda: bool(self._queue))
 
     def _hold_open(self) -> None:
         """Wait up to `group_delay` for the queue to hold one change more than the last group,
