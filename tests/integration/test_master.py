@@ -155,6 +155,9 @@ def test_frozen_leader_is_fenced(cell: LocalCell) -> None:
     # Back from its pause, the old leader knows its lease is gone: it does not claim to lead,
     # and a write sent to it is forwarded to the new leader, not written by it.
     wait_for(lambda: cell.request("GET", "/healthz", master=leader).json()["role"] == "follower", 10, "old leader follows")
+    # Its watch may still show the leader key naming it for a moment after it wakes; while it
+    # does, a write sent to it is refused with a 503 to retry rather than forwarded.
+    wait_for(lambda: cell.get("/v1/cell", master=leader)["leader"] == new.name, 10, "old leader sees the new one")
     r = cell.request("POST", "/v1/jobs", master=leader, json=sleeper_job("via-old", count=0))
     assert r.status_code == 201 and r.headers.get("X-Minborg-Leader") == new.name
     cell.request("DELETE", "/v1/jobs/bob/fenced")
