@@ -72,6 +72,11 @@ class Sampler:
                         for x in tasks
                     ]
 
+    def seen_live(self, incarnations: dict[int, int]) -> bool:
+        """Whether every index -> incarnation given was seen live in some sample."""
+        live = {parse_task_id(k)[1:3] for k in self.spans()}
+        return all((index, inc) in live for index, inc in incarnations.items())
+
     def spans(self) -> dict[str, tuple[float, float]]:
         """task id -> (first, last) time it was seen live."""
         out: dict[str, tuple[float, float]] = {}
@@ -141,10 +146,13 @@ def test_roll_and_resize_never_run_two_incarnations_at_once(cell: LocalCell, tmp
         shown = watch_task_states(cell, time.monotonic() + 1.5)
         rolled = wait_for(lambda: newest_running(cell, 3, first), 30, "the roll")
         rolled_done = time.monotonic()
+        # The shrink stops indices 1 and 2 at once: make sure the sampler saw them run first.
+        wait_for(lambda: sampler.seen_live(rolled), 10, "the sampler to see the rolled processes")
         assert cell.request("PATCH", "/v1/jobs/bob/slow", json={"task_count": 1}).status_code == 200
         time.sleep(0.3)
         assert cell.request("PATCH", "/v1/jobs/bob/slow", json={"task_count": 3}).status_code == 200
-        wait_for(lambda: newest_running(cell, 3, {i: n for i, n in rolled.items() if i}), 30, "the grow")
+        grown = wait_for(lambda: newest_running(cell, 3, {i: n for i, n in rolled.items() if i}), 30, "the grow")
+        wait_for(lambda: sampler.seen_live(grown), 10, "the sampler to see the grown processes")
         time.sleep(0.5)
     found, checked = double_running(sampler.samples)
     assert checked >= 8, "too few processes sampled"  # 3 first, 3 rolled, 2 grown
