@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--kill-grace", type=float, default=3.0, help="seconds from SIGTERM to SIGKILL"
     )
+    parser.add_argument(
+        "--start-rate",
+        type=float,
+        default=200.0,
+        help="task processes started per second at most; the rest wait in the queue (default 200)",
+    )
     parser.add_argument("--log-level", default="info")
     return parser
 
@@ -59,6 +65,8 @@ def main(argv: list[str] | None = None) -> None:
         attrs = quantity.parse_pairs(args.attrs)
     except ValueError as err:
         parser.error(str(err))
+    if args.start_rate <= 0:
+        parser.error(f"--start-rate must be a positive number of starts per second, not {args.start_rate}")
     logging.basicConfig(
         level=args.log_level.upper(),
         format=f"%(asctime)s borglet[{args.name}] %(levelname)s %(name)s: %(message)s",
@@ -71,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         attrs=attrs,
         failure_domain=args.failure_domain,
         kill_grace_s=args.kill_grace,
+        start_rate=args.start_rate,
     )
     borglet = Borglet(config, choose(args.isolation, args.name))
     borglet.load()

@@ -1,4 +1,5 @@
-"""Pure borglet decisions: reconcile desired vs actual, restarts and backoff, memory-pressure victims."""
+"""Pure borglet decisions: which syncs to apply, reconcile desired vs actual, tombstones, restarts
+and backoff, memory-pressure victims."""
 
 from __future__ import annotations
 
@@ -9,6 +10,45 @@ BACKOFF_INITIAL_S = 0.1
 BACKOFF_CAP_S = 10.0
 # A run at least this long counts as healthy: the next failure starts the backoff from scratch.
 BACKOFF_RESET_AFTER_S = 10.0
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The newest sync a borglet applied: its leader's epoch, its place in that leader's order,
+    and the etcd revision its desired set was computed at. Persisted with the task table."""
+
+    epoch: int = 0
+    seq: int = 0
+    revision: int = 0
+
+
+def refusal(fence: Fence, epoch: int, seq: int, revision: int) -> str | None:
+    """None when a sync may be applied, else why it is refused.
+
+    A sync from an older leader is fenced off (`stale_epoch`); within one epoch only a newer
+    sync applies (`stale_seq`: a sync delayed, replayed or given up on by its master must not
+    undo a later one); and a desired set computed at an older revision than one already applied
+    (`stale_revision`: a new leader whose watch still lags) must not bring back a task the cell
+    had already taken away. Revisions are etcd's, so they order the syncs of every leader.
+    """
+    if epoch < fence.epoch:
+        return "stale_epoch"
+    if epoch == fence.epoch and seq <= fence.seq:
+        return "stale_seq"
+    if revision < fence.revision:
+        return "stale_revision"
+    return None
+
+
+def expired_tombstones(tombstones: Mapping[str, int], applied_revision: int) -> list[str]:
+    """Tombstones (task id -> revision of the sync that forgot it) no sync can contradict any more.
+
+    Once a sync newer in revision than the one that forgot a task has been applied, the fence
+    refuses every sync computed before that task left the desired set, and the cell never lists
+    a task id again once it left (a new placement is a new id): the tombstone can go. Bounded by
+    the tasks forgotten at the newest revision, never by a count that could drop a live one.
+    """
+    return [tid for tid, revision in tombstones.items() if revision < applied_revision]
 
 
 @dataclass(frozen=True)
@@ -27,8 +67,8 @@ def reconcile(
     """Decide what to start, kill and forget.
 
     desired: task ids the master lists; active: every known task id -> whether its process is
-    still wanted alive by us (False once it ended or is being killed); ended_before: ids this
-    borglet ran and forgot. A task id is started at most once, so a forgotten id that is listed
+    still wanted alive by us (False once it ended or is being killed; True while it is queued to
+    start); ended_before: ids this borglet ran and forgot. A task id is started at most once, so a forgotten id that is listed
     again is restored as ended instead of started.
     """
     desired_list = list(dict.fromkeys(desired))

@@ -11,7 +11,7 @@ from prometheus_client.registry import Collector
 
 from reference.borglet.supervisor import Borglet
 
-STATES = ("STARTING", "RUNNING", "FINISHED", "FAILED", "KILLED")
+STATES = ("QUEUED", "STARTING", "RUNNING", "FINISHED", "FAILED", "KILLED")
 
 
 class BorgletCollector(Collector):
@@ -78,12 +78,19 @@ class BorgletCollector(Collector):
 
         syncs = CounterMetricFamily(
             "minborg_borglet_syncs",
-            "Syncs applied and refused as stale",
+            "Syncs applied, and refused by reason (stale_epoch, stale_seq, stale_revision, need_full)",
             labels=["machine", "result"],
         )
         syncs.add_metric([machine, "applied"], self.borglet.syncs)
-        syncs.add_metric([machine, "stale"], self.borglet.stale_syncs)
+        for reason in ("stale_epoch", "stale_seq", "stale_revision", "need_full"):
+            syncs.add_metric([machine, reason], self.borglet.refused[reason])
         yield syncs
+
+        queued = GaugeMetricFamily(
+            "minborg_borglet_queued_tasks", "Tasks waiting for their process to start", labels=["machine"]
+        )
+        queued.add_metric([machine], report["queued"])
+        yield queued
 
         epoch = GaugeMetricFamily(
             "minborg_borglet_epoch", "Highest leader epoch seen", labels=["machine"]

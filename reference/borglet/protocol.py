@@ -1,4 +1,10 @@
-"""The master<->borglet sync protocol: the desired task set a master sends, as validated models."""
+"""The master<->borglet sync protocol: the desired task set a master sends, as validated models.
+
+A sync is fenced and ordered: the borglet applies it only when its (epoch, seq) is newer than the
+last one it applied and its revision (the etcd revision the desired set was computed at) is not
+older than any it applied. A sync carries either the whole desired set (`tasks`) or, for a
+machine with many tasks, only what changed since an earlier sync the borglet applied (`delta`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TaskState = Literal["STARTING", "RUNNING", "FINISHED", "FAILED", "KILLED"]
+TaskState = Literal["QUEUED", "STARTING", "RUNNING", "FINISHED", "FAILED", "KILLED"]
 RestartPolicy = Literal["never", "on_failure", "always"]
 ENDED_STATES: frozenset[str] = frozenset({"FINISHED", "FAILED", "KILLED"})
 
@@ -46,10 +52,22 @@ class TaskSpec(BaseModel):
     health_check: HealthCheck | None = None
 
 
+class Delta(BaseModel):
+    """The desired set as a change to the one of sync `base_seq` (same epoch)."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_seq: int = Field(ge=0)
+    add: list[TaskSpec] = Field(default_factory=list)
+    remove: list[str] = Field(default_factory=list)
+
+
 class SyncRequest(BaseModel):
-    """The complete desired set for this machine, fenced by the leader's epoch."""
+    """What this machine should run, fenced by the leader's epoch and ordered by `seq`."""
 
     model_config = ConfigDict(extra="ignore")
     master: str = ""
-    epoch: int = 0
-    tasks: list[TaskSpec] = Field(default_factory=list)
+    epoch: int = Field(default=0, ge=0)
+    seq: int = Field(default=0, ge=0, description="orders the syncs of one epoch")
+    revision: int = Field(default=0, ge=0, description="etcd revision the set was computed at")
+    tasks: list[TaskSpec] = Field(default_factory=list, description="the whole desired set")
+    delta: Delta | None = Field(default=None, description="instead of `tasks`: what changed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from reference.borglet.metrics import make_registry, render
 from reference.borglet.protocol import SyncRequest
-from reference.borglet.supervisor import Borglet, StaleEpoch
+from reference.borglet.supervisor import Borglet, SyncRefused
 
 
 def make_app(borglet: Borglet, kill_tasks_on_exit: bool = False) -> FastAPI:
@@ -35,20 +36,23 @@ def make_app(borglet: Borglet, kill_tasks_on_exit: bool = False) -> FastAPI:
     @app.post("/v1/sync", response_model=None)
     def sync(request: SyncRequest) -> Any:
         try:
-            return borglet.sync(request)
-        except StaleEpoch as stale:
+            return _json(borglet.sync(request))
+        except SyncRefused as refused:
             return JSONResponse(
                 status_code=409,
                 content={
-                    "error": str(stale),
-                    "epoch": stale.highest,
+                    "error": str(refused),
+                    "reason": refused.reason,
+                    "epoch": refused.fence.epoch,
+                    "seq": refused.fence.seq,
+                    "revision": refused.fence.revision,
                     "machine": borglet.config.name,
                 },
             )
 
-    @app.get("/v1/state")
-    def state() -> dict[str, Any]:
-        return borglet.report()
+    @app.get("/v1/state", response_model=None)
+    def state() -> Any:
+        return _json(borglet.report())
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -59,3 +63,9 @@ def make_app(borglet: Borglet, kill_tasks_on_exit: bool = False) -> FastAPI:
         return Response(content=render(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _json(report: dict[str, Any]) -> Response:
+    # A report of thousands of tasks is plain JSON already: skip FastAPI's generic encoder,
+    # which costs more than the rest of a poll.
+    return Response(content=json.dumps(report, separators=(",", ":")), media_type="application/json")

@@ -1,4 +1,12 @@
-"""The borglet's shell: applies syncs, watches task processes, restarts, kills and persists them."""
+"""The borglet's shell: applies syncs, starts queued tasks, watches their processes, restarts, kills
+and persists them.
+
+A sync only records what the master wants: new tasks join a queue that a starter thread works
+through at a bounded rate, so a sync of thousands of tasks is answered at once and a busy
+borglet keeps answering its polls. Each task is recorded as launching (and the record saved)
+before its process is spawned, so a borglet restarted at any moment finds the process by its
+environment marker instead of starting it a second time.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,19 +29,38 @@ from reference.borglet.task import Task
 
 log = logging.getLogger(__name__)
 
-MAX_TOMBSTONES = 2000  # forgotten task ids remembered so none is started twice
 CPU_RATE_WINDOW_S = 1.0  # CPU usage is a rate over at least this long; shorter is noise
+SAMPLES_PER_TICK = 200  # usage samples taken per supervisor pass: the oldest samples first
+SAVE_EVERY_S = 1.0  # the task table is rewritten at most this often, except before a start
 FIRST_PROBE_DELAY_S = 0.1
 STARTUP_PROBE_INTERVAL_S = 0.25  # probe quickly until a task is first healthy
 
 
-class StaleEpoch(Exception):
-    """A sync from a leader older than one already seen: fenced off."""
+class SyncRefused(Exception):
+    """A sync the borglet did not apply (decisions.refusal, or a delta on an unknown base)."""
 
-    def __init__(self, epoch: int, highest: int):
-        super().__init__(f"sync epoch {epoch} is older than epoch {highest} already seen")
-        self.epoch = epoch
-        self.highest = highest
+    MESSAGES = {
+        "stale_epoch": "sync epoch {epoch} is older than epoch {fence.epoch} already seen",
+        "stale_seq": "sync {epoch}/{seq} is not newer than {fence.epoch}/{fence.seq} already applied",
+        "stale_revision": "sync computed at revision {revision}, older than revision "
+        "{fence.revision} already applied",
+        "need_full": "a delta on sync {base} of epoch {epoch}, but the last applied sync is "
+        "{fence.epoch}/{fence.seq}: send the whole desired set",
+    }
+
+    def __init__(self, reason: str, fence: decisions.Fence, request: SyncRequest):
+        base = request.delta.base_seq if request.delta is not None else None
+        super().__init__(
+            self.MESSAGES[reason].format(
+                epoch=request.epoch, seq=request.seq, revision=request.revision, fence=fence, base=base
+            )
+        )
+        self.reason = reason
+        self.fence = fence
+
+    @property
+    def highest(self) -> int:
+        return self.fence.epoch
 
 
 @dataclass(frozen=True)
@@ -47,6 +74,7 @@ class MachineConfig:
     failure_domain: str = ""
     kill_grace_s: float = 3.0
     tick_s: float = 0.2
+    start_rate: float = 200.0  # task processes started per second, at most
 
 
 class Borglet:
@@ -64,22 +92,32 @@ class Borglet:
         self.clock = clock
         self.prober = prober or Prober()
         self.tasks: dict[str, Task] = {}
-        # Desired tasks not started yet because another process of their index is still
-        # stopping here; started by the supervisor loop once it is gone. Not persisted: the
-        # master lists them again on every sync.
-        self.waiting: dict[str, TaskSpec] = {}
+        # Task ids in the order they are to be started; an id whose task is no longer QUEUED
+        # (killed before it started) is skipped when its turn comes.
+        self.queue: deque[str] = deque()
         self.tombstones: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.epoch = 0
+        self.fence = decisions.Fence()
         self.master = ""
+        # The desired set of the last applied sync, the base of the next delta; None until a
+        # whole set was applied since this borglet started.
+        self.desired: dict[str, TaskSpec] | None = None
         self.syncs = 0
-        self.stale_syncs = 0
+        self.refused: Counter[str] = Counter()
         self._lock = threading.RLock()
+        self._queued = threading.Condition(self._lock)
+        self._saved_at = 0.0
         self._save_lock = threading.Lock()
         self._dirty = False
         self._snapshots = 0  # snapshots taken of the table
         self._saved = 0  # the newest snapshot written
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._starter: threading.Thread | None = None
+
+    @property
+    def epoch(self) -> int:
+        return self.fence.epoch
+
 
     @property
     def table_path(self) -> str:
@@ -88,33 +126,59 @@ class Borglet:
     # --- the API the HTTP layer uses -------------------------------------------------------
 
     def sync(self, request: SyncRequest) -> dict[str, Any]:
-        """Make the machine's tasks match the desired set; returns the report."""
+        """Record the desired set: queue new tasks, kill dropped ones; returns the report.
+
+        Raises SyncRefused, changing nothing, for a sync that is not newer than the last one
+        applied (decisions.refusal) or a delta whose base is not the last one applied.
+        """
         with self._lock:
-            if request.epoch < self.epoch:
-                self.stale_syncs += 1
-                raise StaleEpoch(request.epoch, self.epoch)
-            if request.epoch != self.epoch or request.master != self.master:
-                self._dirty = True
-            self.epoch, self.master = request.epoch, request.master
+            reason = decisions.refusal(self.fence, request.epoch, request.seq, request.revision)
+            if reason is None and request.delta is not None:
+                if (
+                    self.desired is None
+                    or request.epoch != self.fence.epoch
+                    or request.delta.base_seq != self.fence.seq
+                ):
+                    reason = "need_full"
+            if reason is not None:
+                self.refused[reason] += 1
+                raise SyncRefused(reason, self.fence, request)
+            if request.delta is None:
+                specs = {spec.task_id: spec for spec in request.tasks}
+            else:
+                specs = dict(self.desired or {})
+                for tid in request.delta.remove:
+                    specs.pop(tid, None)
+                specs.update((spec.task_id, spec) for spec in request.delta.add)
+            self.fence = decisions.Fence(request.epoch, request.seq, request.revision)
+            self.master = request.master
+            self.desired = specs
             self.syncs += 1
-            specs = {spec.task_id: spec for spec in request.tasks}
+            self._dirty = True
             plan = decisions.reconcile(
-                specs, {tid: not t.ended for tid, t in self.tasks.items()}, self.tombstones
+                specs,
+                {tid: not t.ended for tid, t in self.tasks.items()},
+                self.tombstones,
             )
             now = self.clock()
             for tid in plan.kill:
                 self._request_kill(self.tasks[tid], "not_desired", now, grace=True)
             for tid in plan.forget:
-                self._forget(tid)
+                self._forget(tid, request.revision)
             for tid in plan.restore:
                 self._restore(specs[tid])
-            # Only what the master still lists may wait; a spec it dropped is never started.
-            self.waiting = {tid: specs[tid] for tid in plan.start}
-            self._start_unblocked(now)
-            if plan.kill or plan.forget or plan.restore or plan.start:
-                self._dirty = True
+            for tid in decisions.expired_tombstones(
+                {t: int(stone.get("revision", 0)) for t, stone in self.tombstones.items()},
+                request.revision,
+            ):
+                del self.tombstones[tid]
+            for tid in plan.start:
+                self.tasks[tid] = Task(spec=specs[tid], key=processes.sanitize(tid))
+                self.queue.append(tid)
+            if plan.start:
+                self._queued.notify_all()
             report = self._report()
-        self._save_if_dirty()
+        self._save_if_dirty(force=False)
         return report
 
     def report(self) -> dict[str, Any]:
@@ -127,14 +191,34 @@ class Borglet:
         """Read tasks.json and re-adopt tasks whose processes survived the borglet's restart."""
         table = store.load(self.table_path)
         now = self.clock()
+        marked: dict[str, list[int]] | None = None
         with self._lock:
-            self.epoch = int(table.get("epoch", 0))
+            fence = table.get("fence") or {"epoch": table.get("epoch", 0)}
+            self.fence = decisions.Fence(
+                int(fence.get("epoch", 0)), int(fence.get("seq", 0)), int(fence.get("revision", 0))
+            )
             self.master = str(table.get("master", ""))
             self.tombstones = OrderedDict(table.get("tombstones", {}))
             for tid, record in table.get("tasks", {}).items():
                 task = Task.from_record(record)
                 self.tasks[tid] = task
                 if task.ended:
+                    continue
+                if task.launching and task.pid is None:
+                    # Saved just before its spawn: the process may exist; never spawn it again.
+                    if marked is None:
+                        marked = processes.marked_processes(self.config.state_dir)
+                    pids = sorted(marked.get(tid, []))
+                    if pids:
+                        task.pid = pids[0]
+                        task.create_time = processes.create_time(pids[0])
+                        task.state = "RUNNING" if task.spec.health_check is None else "STARTING"
+                    task.launching = False
+                if task.state == "QUEUED":
+                    if task.kill_reason is None:
+                        self.queue.append(tid)
+                    else:
+                        task.state, task.reason = "KILLED", task.kill_reason
                     continue
                 if task.pid is not None and processes.is_same_process(task.pid, task.create_time):
                     # Adopted: not our child, so liveness is polled with psutil from now on.
@@ -153,22 +237,27 @@ class Borglet:
                     self._release(task)
                     log.warning("%s was lost while the borglet was down", tid)
             self._dirty = True
-        self._save_if_dirty()
+        self._save_if_dirty(force=True)
 
     def start(self) -> None:
-        """Run the supervisor loop in a background thread."""
+        """Run the supervisor loop and the starter in background threads."""
         self._thread = threading.Thread(target=self._loop, name="borglet-supervisor", daemon=True)
         self._thread.start()
+        self._starter = threading.Thread(target=self._start_loop, name="borglet-starter", daemon=True)
+        self._starter.start()
 
     def stop(self, kill_tasks: bool = False, timeout_s: float | None = None) -> None:
         """Stop the loop; tasks keep running unless kill_tasks (tests, cell teardown)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        with self._lock:
+            self._queued.notify_all()
+        for thread in (self._thread, self._starter):
+            if thread is not None:
+                thread.join(timeout=5)
         if kill_tasks:
             self.kill_all("borglet_exit", timeout_s or self.config.kill_grace_s + 2)
         self._dirty = True
-        self._save_if_dirty()
+        self._save_if_dirty(force=True)
         self.prober.close()
         # Removes only the borglet's empty cgroup subtrees; groups of running tasks stay.
         self.isolation.close()
@@ -200,6 +289,84 @@ class Borglet:
             except Exception:  # the loop must outlive any one bad pass
                 log.exception("supervisor tick failed")
 
+    def _start_loop(self) -> None:
+        """Work through the queue: at most `start_rate` starts a second, one batch per second."""
+        batch = max(1, int(self.config.start_rate))
+        while not self._stop.is_set():
+            with self._lock:
+                if not self.queue:
+                    self._queued.wait(self.config.tick_s)
+                    continue
+            began = time.monotonic()
+            try:
+                started = self.start_queued(batch)
+            except Exception:
+                log.exception("starting queued tasks failed")
+                started = 0
+            if started:
+                # Spread the next batch so the rate holds; stop promptly when asked.
+                self._stop.wait(max(0.0, started / self.config.start_rate - (time.monotonic() - began)))
+            else:
+                self._stop.wait(self.config.tick_s)
+
+    def start_queued(self, limit: int | None = None) -> int:
+        """Start up to `limit` queued tasks whose index has no process still stopping here.
+
+        The batch is first marked launching and saved; each process is then spawned under the
+        lock, released between spawns so syncs and polls are answered meanwhile. A task killed
+        while its batch waits is skipped. Returns how many processes were started.
+        """
+        with self._lock:
+            stopping = self._stopping_indexes()
+            batch: list[str] = []
+            keep: deque[str] = deque()
+            while self.queue and (limit is None or len(batch) < limit):
+                tid = self.queue.popleft()
+                task = self.tasks.get(tid)
+                if task is None or task.state != "QUEUED" or task.kill_reason is not None:
+                    continue
+                if task.spec.job and (task.spec.job, task.spec.index) in stopping:
+                    log.debug("%s waits for its index to stop", tid)
+                    keep.append(tid)
+                    continue
+                task.launching = True
+                batch.append(tid)
+            keep.extend(self.queue)
+            self.queue = keep
+            if batch:
+                self._dirty = True
+        if not batch:
+            return 0
+        self._save_if_dirty(force=True)  # the write-ahead: launching is on disk before a spawn
+        started = 0
+        for tid in batch:
+            if self._stop.is_set():
+                break
+            with self._lock:
+                task = self.tasks.get(tid)
+                if task is None or task.state != "QUEUED" or not task.launching:
+                    continue
+                if task.kill_reason is not None:
+                    task.launching = False
+                    continue
+                self._start(task, self.clock())
+                started += 1
+        with self._lock:
+            for tid in reversed(batch):  # any the loop did not reach go back to the front
+                task = self.tasks.get(tid)
+                if task is not None and task.state == "QUEUED" and task.launching:
+                    task.launching = False
+                    self.queue.appendleft(tid)
+            self._dirty = True
+        return started
+
+    def _stopping_indexes(self) -> set[tuple[str, int]]:
+        return {
+            (t.spec.job, t.spec.index)
+            for t in self.tasks.values()
+            if t.spec.job and t.kill_reason is not None and not t.ended and t.pid is not None
+        }
+
     # --- one supervisor pass -------------------------------------------------------------------
 
     def tick(self) -> None:
@@ -208,15 +375,17 @@ class Borglet:
             now = self.clock()
             for task in list(self.tasks.values()):
                 self._observe(task, now)
-            self._start_unblocked(now)
-            for task in self.tasks.values():
+            due = [t for t in self.tasks.values() if t.pid is not None]
+            if len(due) > SAMPLES_PER_TICK:
+                due = sorted(due, key=lambda t: t.sampled_at)[:SAMPLES_PER_TICK]
+            for task in due:
                 self._sample(task, now)
             self._relieve_memory_pressure(now)
             for task in self.tasks.values():
                 self._maybe_probe(task, now)
                 if task.release_pending:
                     self._release(task)
-        self._save_if_dirty()
+        self._save_if_dirty(force=False)
 
     def _observe(self, task: Task, now: float) -> None:
         if task.pid is None:
@@ -272,6 +441,7 @@ class Borglet:
     def _sample(self, task: Task, now: float) -> None:
         if task.pid is None:
             return
+        task.sampled_at = now
         sample = self.isolation.sample(task.group, task.pid)
         task.ram_bytes = sample.ram_bytes
         if task.cpu_sample is None:
@@ -323,42 +493,24 @@ class Borglet:
                 task.next_probe_at = self.clock() + interval
             # A task turning RUNNING is persisted now, not on the next tick, so a borglet
             # killed right after reporting it re-adopts it as RUNNING.
-            self._save_if_dirty()
+            self._save_if_dirty(force=True)
 
         self.prober.submit(task.port, check.path, min(check.interval_s, 1.0), done)
 
     # --- starting, killing, forgetting ---------------------------------------------------
 
-    def _start(self, spec: TaskSpec, now: float) -> None:
-        task = Task(spec=spec, key=processes.sanitize(spec.task_id))
-        self.tasks[spec.task_id] = task
+    def _start(self, task: Task, now: float) -> None:
+        """First start of a queued task: its port, its cgroup, its process."""
         task.started_at = now
         try:
-            task.port = spec.port or processes.free_port(self._ports_in_use())
-            task.group = self.isolation.prepare(task.key, spec.request.cpu, spec.request.ram)
+            task.port = task.spec.port or processes.free_port(self._ports_in_use())
+            task.group = self.isolation.prepare(task.key, task.spec.request.cpu, task.spec.request.ram)
         except OSError as err:
+            task.launching = False
             task.state, task.reason = "FAILED", f"setup: {err}"
             self._release(task)
             return
         self._launch(task, now)
-
-    def _start_unblocked(self, now: float) -> None:
-        """Start each waiting task whose index has no other process still stopping here."""
-        for tid, spec in list(self.waiting.items()):
-            blocker = self._blocker(spec)
-            if blocker is not None:
-                log.debug("%s waits for %s to stop", tid, blocker)
-                continue
-            del self.waiting[tid]
-            self._start(spec, now)
-            self._dirty = True
-
-    def _blocker(self, spec: TaskSpec) -> str | None:
-        others = (
-            decisions.Running(tid, t.spec.job, t.spec.index, t.kill_reason is not None and not t.ended)
-            for tid, t in self.tasks.items()
-        )
-        return decisions.start_blocker(spec.job, spec.index, spec.task_id, others)
 
     def _launch(self, task: Task, now: float) -> None:
         spec = task.spec
@@ -371,6 +523,9 @@ class Borglet:
             MINBORG_MACHINE=self.config.name,
         )
         env.update(spec.env)
+        # Set last, so a job's environment cannot hide its processes from a /proc scan.
+        env[processes.TASK_MARKER] = spec.task_id
+        env[processes.BORGLET_MARKER] = self.config.state_dir
         log_path = os.path.join(self.config.state_dir, "tasks", task.key, "log")
         task.oom_base = self.isolation.oom_kills(task.group)
         task.restart_at = None
@@ -380,9 +535,11 @@ class Borglet:
                 self.isolation.preexec(task.group, spec.request.ram),
             )  # fmt: skip
         except (OSError, subprocess.SubprocessError) as err:
+            task.launching = False
             task.state, task.reason, task.pid = "FAILED", f"spawn: {err}", None
             self._release(task)
             return
+        task.launching = False
         task.proc, task.pid = proc, proc.pid
         task.create_time = processes.create_time(proc.pid)
         task.started_at = now
@@ -412,11 +569,9 @@ class Borglet:
         processes.signal_session(task.pid, signal.SIGTERM if grace else signal.SIGKILL)
         task.kill_deadline = now + self.config.kill_grace_s
 
-    def _forget(self, tid: str) -> None:
+    def _forget(self, tid: str, revision: int) -> None:
         task = self.tasks.pop(tid)
-        self.tombstones[tid] = task.tombstone()
-        while len(self.tombstones) > MAX_TOMBSTONES:
-            self.tombstones.popitem(last=False)
+        self.tombstones[tid] = task.tombstone(revision)
 
     def _restore(self, spec: TaskSpec) -> None:
         stone = self.tombstones[spec.task_id]
@@ -436,6 +591,7 @@ class Borglet:
 
     def _report(self) -> dict[str, Any]:
         tasks = [t.report() for t in self.tasks.values()]
+        stopping = self._stopping_indexes() if self.queue else set()
         return {
             "machine": self.config.name,
             "capacity": dict(self.config.capacity),
@@ -448,22 +604,34 @@ class Borglet:
                 "ram_bytes": sum(t["usage"]["ram_bytes"] for t in tasks),
             },
             "tasks": tasks,
-            # Listed apart from `tasks`: no process of theirs exists yet.
-            "waiting": sorted(self.waiting),
+            "fence": {"epoch": self.fence.epoch, "seq": self.fence.seq, "revision": self.fence.revision},
+            "queued": sum(1 for t in self.tasks.values() if t.state == "QUEUED"),
+            # Queued tasks whose index still has a process stopping here.
+            "waiting": sorted(
+                tid
+                for tid, t in self.tasks.items()
+                if t.state == "QUEUED" and (t.spec.job, t.spec.index) in stopping
+            ),
         }
 
-    def _save_if_dirty(self) -> None:
+    def _save_if_dirty(self, force: bool = True) -> None:
+        """Write the table if it changed: at once when forced, else at most every SAVE_EVERY_S
+        (a lost unforced change is one the next sync or observation makes again)."""
         # Snapshot under the state lock, write under the save lock, never holding the save lock
         # while waiting for the state lock: callers may already hold the state lock.
         with self._lock:
             if not self._dirty:
                 return
+            if not force and time.monotonic() - self._saved_at < SAVE_EVERY_S:
+                return
             self._dirty = False
+            self._saved_at = time.monotonic()
             self._snapshots += 1
             seq = self._snapshots
             table = {
                 "machine": self.config.name,
-                "epoch": self.epoch,
+                "epoch": self.fence.epoch,
+                "fence": {"epoch": self.fence.epoch, "seq": self.fence.seq, "revision": self.fence.revision},
                 "master": self.master,
                 "tasks": {tid: t.to_record() for tid, t in self.tasks.items()},
                 "tombstones": dict(self.tombstones),

@@ -12,7 +12,11 @@ from reference.borglet.protocol import ENDED_STATES, TaskSpec
 _PERSISTED = (
     "key", "state", "pid", "port", "exit_code", "restarts", "healthy", "started_at", "reason",
     "group", "create_time", "kill_reason", "restart_at", "attempt", "oom_base", "ever_healthy",
+    "launching",
 )  # fmt: skip
+
+# The phase a report gives each task: where it is between the master's sync and its process.
+PHASES = {"QUEUED": "queued", "STARTING": "starting", "RUNNING": "running"}
 
 
 @dataclass
@@ -21,7 +25,7 @@ class Task:
 
     spec: TaskSpec
     key: str  # file-system-safe name for its log directory and cgroups
-    state: str = "STARTING"
+    state: str = "QUEUED"
     pid: int | None = None
     port: int = 0
     exit_code: int | None = None
@@ -44,6 +48,11 @@ class Task:
     next_probe_at: float = 0.0
     probing: bool = False
     release_pending: bool = False  # a cgroup that could not be removed yet
+    # Set (and persisted) before its process is spawned, cleared once its pid is known: a
+    # borglet restarted in between looks for the process by its environment marker instead
+    # of starting it again.
+    launching: bool = False
+    sampled_at: float = 0.0
 
     @property
     def ended(self) -> bool:
@@ -54,6 +63,7 @@ class Task:
         return {
             "task_id": self.spec.task_id,
             "state": self.state,
+            "phase": PHASES.get(self.state, "exited"),
             "pid": self.pid,
             "port": self.port,
             "exit_code": self.exit_code,
@@ -74,9 +84,11 @@ class Task:
         values = {name: record[name] for name in _PERSISTED if name in record}
         return cls(spec=TaskSpec.model_validate(record["spec"]), **values)
 
-    def tombstone(self) -> dict[str, Any]:
-        """What is kept after the task is forgotten, so its id is never started again."""
+    def tombstone(self, revision: int) -> dict[str, Any]:
+        """What is kept after the task is forgotten, so its id is never started again;
+        `revision` is the one of the sync that forgot it (decisions.expired_tombstones)."""
         return {
+            "revision": revision,
             "state": self.state,
             "exit_code": self.exit_code,
             "reason": self.reason,
@@ -87,4 +99,5 @@ class Task:
 
     @classmethod
     def from_tombstone(cls, spec: TaskSpec, key: str, stone: dict[str, Any]) -> Task:
-        return cls(spec=spec, key=key, **stone)
+        values = {k: v for k, v in stone.items() if k != "revision"}
+        return cls(spec=spec, key=key, **values)

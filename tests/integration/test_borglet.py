@@ -51,6 +51,7 @@ class BorgletProcess:
         self.proc: subprocess.Popen | None = None
         self.pids_seen: set[int] = set()
         self.epoch = 1
+        self.seq = 0
 
     def start(self) -> None:
         log = open(self.state_dir / f"borglet-{self.port}.log", "ab")  # noqa: SIM115
@@ -72,9 +73,11 @@ class BorgletProcess:
             return False
 
     def sync(self, *tasks: dict, epoch: int | None = None) -> dict:
+        self.seq += 1  # each sync of one master is newer than the last
         response = httpx.post(
             f"{self.url}/v1/sync",
-            json={"master": "test", "epoch": self.epoch if epoch is None else epoch, "tasks": list(tasks)},
+            json={"master": "test", "epoch": self.epoch if epoch is None else epoch,
+                  "seq": self.seq, "tasks": list(tasks)},
             timeout=5,
         )  # fmt: skip
         response.raise_for_status()
@@ -181,6 +184,12 @@ def test_runs_a_hello_world_task_and_kills_it_when_no_longer_desired(borglet: Bo
     # A stale leader is fenced off and changes nothing.
     stale = httpx.post(f"{borglet.url}/v1/sync", json={"master": "old", "epoch": 0, "tasks": []})
     assert stale.status_code == 409 and stale.json()["epoch"] == 1
+    assert stale.json()["reason"] == "stale_epoch"
+    # So is a sync of the current leader older than one already applied (delayed or replayed).
+    replay = httpx.post(
+        f"{borglet.url}/v1/sync", json={"master": "test", "epoch": 1, "seq": borglet.seq, "tasks": []}
+    )
+    assert replay.status_code == 409 and replay.json()["reason"] == "stale_seq"
     assert alive(task["pid"])
 
     borglet.sync()  # the complete desired set is now empty
@@ -244,7 +253,7 @@ def test_tasks_survive_a_borglet_sigkill_and_are_re_adopted(borglet: BorgletProc
         15,
         "RUNNING",
     )
-    gone = borglet.task("gone#0")
+    gone = wait_for(lambda: (t := borglet.task("gone#0")) and t["pid"] and t, 10, "gone#0 to start")
 
     borglet.sigkill()
     assert httpx.get(f"http://127.0.0.1:{task['port']}/", timeout=5).status_code == 200

@@ -36,7 +36,10 @@ def task(inc: int) -> dict[str, Any]:
 
 
 def sync(borglet: Borglet, *tasks: dict[str, Any]) -> dict[str, Any]:
-    return borglet.sync(SyncRequest.model_validate({"epoch": 1, "tasks": list(tasks)}))
+    seq = borglet.fence.seq + 1
+    report = borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": seq, "tasks": list(tasks)}))
+    borglet.start_queued()
+    return report
 
 
 def test_new_incarnation_waits_for_the_old_one_then_starts_without_a_sync(tmp_path) -> None:
@@ -47,16 +50,21 @@ def test_new_incarnation_waits_for_the_old_one_then_starts_without_a_sync(tmp_pa
     try:
         sync(borglet, task(0))
         time.sleep(0.3)  # let the interpreter install its SIGTERM handler
-        report = sync(borglet, task(1))  # the old one is killed, the new one must wait
-        assert "a/j/0#1@0" not in borglet.tasks
+        sync(borglet, task(1))  # the old one is killed, the new one must wait
+        report = borglet.report()
+        assert borglet.tasks["a/j/0#1@0"].pid is None
         assert report["waiting"] == ["a/j/0#1@0"]
-        assert [t["task_id"] for t in report["tasks"]] == ["a/j/0#0@0"]
+        assert {t["task_id"]: t["phase"] for t in report["tasks"]} == {
+            "a/j/0#0@0": "running",
+            "a/j/0#1@0": "queued",
+        }
         deadline = time.monotonic() + 5
-        while "a/j/0#1@0" not in borglet.tasks:
+        while borglet.tasks["a/j/0#1@0"].pid is None:
             assert time.monotonic() < deadline, "the new incarnation never started"
             old = borglet.tasks["a/j/0#0@0"]
             assert old.pid is not None or old.ended  # never both alive
             borglet.tick()
+            borglet.start_queued()
             time.sleep(0.02)
         assert borglet.tasks["a/j/0#0@0"].state == "KILLED"
         assert borglet.tasks["a/j/0#1@0"].pid is not None
@@ -79,8 +87,11 @@ def test_a_waiting_task_the_master_drops_never_starts(tmp_path) -> None:
         while not borglet.tasks["a/j/0#0@0"].ended:
             assert time.monotonic() < deadline
             borglet.tick()
+            borglet.start_queued()
             time.sleep(0.02)
         borglet.tick()
-        assert "a/j/0#1@0" not in borglet.tasks
+        assert borglet.start_queued() == 0
+        dropped = borglet.tasks["a/j/0#1@0"]
+        assert (dropped.pid, dropped.state, dropped.reason) == (None, "KILLED", "not_desired")
     finally:
         borglet.stop(kill_tasks=True, timeout_s=2)

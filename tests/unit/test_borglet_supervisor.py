@@ -36,7 +36,9 @@ def test_restart_backoff_follows_the_injected_clock(tmp_path):
     borglet = Borglet(config, RlimitIsolation(), clock=clock)
     spec = {"task_id": "t#0", "command": [FALSE], "restart_policy": "on_failure"}
     try:
-        borglet.sync(SyncRequest.model_validate({"epoch": 1, "tasks": [spec]}))
+        borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 1, "tasks": [spec]}))
+        assert borglet.tasks["t#0"].state == "QUEUED" and borglet.tasks["t#0"].pid is None
+        assert borglet.start_queued() == 1
         for restarts, delay in [(0, 0.1), (1, 0.2), (2, 0.4)]:
             wait_for_exit(borglet, "t#0")
             task = borglet.tasks["t#0"]
@@ -49,11 +51,11 @@ def test_restart_backoff_follows_the_injected_clock(tmp_path):
             borglet.tick()
             assert task.pid is not None and task.restarts == restarts + 1
         # The sync that drops it kills it for good: no restart after that.
-        borglet.sync(SyncRequest.model_validate({"epoch": 1, "tasks": []}))
+        borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 2, "tasks": []}))
         wait_for_exit(borglet, "t#0")
         clock.now += 60
         borglet.tick()
         assert borglet.tasks["t#0"].state == "KILLED"
-        assert borglet.sync(SyncRequest.model_validate({"epoch": 1, "tasks": []}))["tasks"] == []
+        assert borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 3, "tasks": []}))["tasks"] == []
     finally:
         borglet.stop(kill_tasks=True, timeout_s=2)
