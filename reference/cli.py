@@ -96,10 +96,16 @@ def cell_up(
             help="MIN:MAX: add machines while tasks wait for room, remove idle ones.",
         ),
     ] = None,
+    fresh: Annotated[
+        bool,
+        typer.Option("--fresh", help="Delete the cell already in the state dir (its etcd data, task tables, logs) and start a new one."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start etcd, the master replicas and the borglets, and register every machine."""
+    """Start a cell: etcd, the master replicas and the borglets. A state dir that holds a stopped
+    cell is resumed on its data (jobs kept, running tasks re-adopted); --fresh starts anew."""
     out = errors if as_json else console
+    resuming = not fresh and (state_dir_path(state_dir) / launcher.CELL_FILE).exists()
     bounds = None
     if autoscale_machines is not None:
         from reference.elastic.cellscaler import parse_bounds
@@ -117,14 +123,15 @@ def cell_up(
         etcd_members=etcd_members,
         toxiproxy=toxiproxy,
         autoscale_machines=bounds,
-        progress=lambda msg: out.print(f"[dim]{msg}[/dim]"),
+        fresh=fresh,
+        progress=lambda msg: out.print(msg if msg.startswith("--fresh") else f"[dim]{msg}[/dim]"),
     )
     if as_json:
         print_json(info.to_json())
         return
     console.print(
         key_values(
-            f"cell {info.cell} is up",
+            f"cell {info.cell} is up" + (" again on its data" if resuming else ""),
             [
                 ("state dir", info.state_dir),
                 ("masters", ", ".join(info.master_urls)),
@@ -142,16 +149,44 @@ def cell_up(
 @cell_app.command("down")
 @handles_errors
 def cell_down(state_dir: StateDirOpt = None) -> None:
-    """Stop every process of the local cell (tasks, borglets, masters, etcd); keep its files."""
-    running = len(launcher.CellInfo.load(state_dir).running())
-    info = launcher.down(state_dir, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
-    if running == 0:
-        console.print(f"cell {info.cell} was not running; nothing to stop")
+    """Stop every process of the local cell (tasks, borglets, masters, etcd); keep its files.
+
+    After the borglets stop, task processes still running under the state dir (found by the
+    borglet dir in their environment) are killed; the counts found and left are printed."""
+    result = launcher.shut_down(state_dir, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    info, left = result.info, len(result.survivors) + len(result.tasks_left)
+    stray = f"{result.tasks_found} stray task process(es) found and killed, {len(result.tasks_left)} left"
+    if left:
+        listing = ", ".join(
+            [f"{r.role} {r.name} (pid {r.pid})" for r in result.survivors]
+            + [f"task {t.task_id or '?'} (pid {t.pid})" for t in result.tasks_left]
+        )
+        raise fail(f"cell {info.cell}: {left} process(es) still running after cell down: {listing}")
+    if result.processes == 0:
+        console.print(f"cell {info.cell} was not running ({stray}); its files are in {info.state_dir}")
         return
     console.print(
-        f"cell {info.cell} is down: {running} process(es) stopped, none left running "
-        f"(files kept in {info.state_dir})"
+        f"cell {info.cell} is down: {result.processes} process(es) stopped, {stray}; "
+        f"none left running (files kept in {info.state_dir})"
     )
+
+
+@cell_app.command("restart")
+@handles_errors
+def cell_restart(
+    control_plane: Annotated[
+        bool, typer.Option("--control-plane", help="Restart etcd and the masters only; the borglets keep running.")
+    ] = False,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Restart the cell on its data: etcd and the masters, and the borglets unless
+    --control-plane. Tasks keep running throughout and are re-adopted; whatever had died
+    (a SIGKILLed control plane) is started again."""
+    info = launcher.restart(
+        state_dir, control_plane=control_plane, progress=lambda msg: console.print(f"[dim]{msg}[/dim]")
+    )
+    what = "control plane" if control_plane else "cell"
+    console.print(f"cell {info.cell}: {what} restarted on its data (state dir {info.state_dir})")
 
 
 @cell_app.command("status")

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
@@ -20,6 +21,7 @@ import httpx
 import psutil
 
 import reference
+from reference import procscan
 from reference.borglet.quantity import parse_capacity, parse_pairs
 from reference.client import CELL_FILE, CellClient, ClientError, state_dir_path
 from reference.store.etcd_cluster import EtcdCluster, EtcdClusterError, free_ports
@@ -27,9 +29,13 @@ from reference.store.etcd_cluster import EtcdCluster, EtcdClusterError, free_por
 HOST = "127.0.0.1"
 CLUSTER_SIZES = (1, 3, 5)
 DEFAULT_CAPACITY = "cpu=4000m,ram=8GiB"
-# Subdirectories a cell owns inside its state dir; `up` replaces them when the previous
-# cell there is stopped, so a fresh etcd never meets an old member's data dir.
-OWNED_DIRS = ("etcd", "machines", "logs")
+# Subdirectories a cell owns inside its state dir, and what each holds: `up` resumes the
+# cell they hold, and only `up --fresh` deletes them.
+OWNED_DIRS = {
+    "etcd": "the etcd data: every machine, job, task and quota of the cell",
+    "machines": "the borglets' task tables and task logs",
+    "logs": "the processes' logs",
+}
 
 # Bounds on every wait. Python processes importing FastAPI take about a second each on a
 # loaded two-core host; an election needs one lease TTL at most after the masters are up.
@@ -56,7 +62,8 @@ class Role(StrEnum):
 @dataclass(frozen=True)
 class ProcessRecord:
     """One process of the cell. The start time tells it apart from a later process that
-    reuses its pid, so `down` never signals an unrelated process."""
+    reuses its pid, so `down` never signals an unrelated process; the command line is what
+    `up` and `restart` run again to bring it back on its data."""
 
     role: Role
     name: str
@@ -64,6 +71,7 @@ class ProcessRecord:
     create_time: float
     url: str
     log: str
+    command: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,7 +115,8 @@ class CellInfo:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CellInfo:
         procs = tuple(
-            ProcessRecord(**{**p, "role": Role(p["role"])}) for p in data.get("processes", [])
+            ProcessRecord(**{**p, "role": Role(p["role"]), "command": tuple(p.get("command") or ())})
+            for p in data.get("processes", [])
         )
         return cls(
             cell=data["cell"],
@@ -198,7 +207,7 @@ def spawn(
         )  # fmt: skip
     _children[popen.pid] = popen
     return ProcessRecord(
-        role, name, popen.pid, psutil.Process(popen.pid).create_time(), url, str(log)
+        role, name, popen.pid, psutil.Process(popen.pid).create_time(), url, str(log), tuple(command)
     )
 
 
@@ -296,16 +305,22 @@ def up(
     *,
     autoscale_machines: tuple[int, int] | None = None,
     master_args: Sequence[str] = (),
+    fresh: bool = False,
     progress: Progress | None = None,
 ) -> CellInfo:
     """Start a local cell and return its cell file's contents once a leader exists and every
-    machine is registered. On any failure everything started so far is stopped again."""
+    machine is registered. On any failure everything started so far is stopped again.
+
+    A state dir that holds a stopped cell is resumed on its data (`resume`; the shape
+    arguments then come from its cell file); `fresh` deletes that cell first instead."""
     say = progress or (lambda _msg: None)
     etcd_members = replicas if etcd_members is None else etcd_members
     _check_arguments(cell, replicas, machines, machine_capacity, etcd_members)
-    server = find_toxiproxy_server() if toxiproxy else None
     root = state_dir_path(state_dir)
-    _prepare_state_dir(root)
+    if not fresh and (root / CELL_FILE).exists():
+        return resume(root, progress=say)
+    server = find_toxiproxy_server() if toxiproxy else None
+    _prepare_state_dir(root, say)
     workdir = os.getcwd()
     env = child_env(workdir)
     info = CellInfo(cell, str(root), workdir, time.time(), (), (), {})
@@ -398,17 +413,20 @@ def _check_arguments(
         raise LauncherError(f"invalid --machine-capacity: {err}") from None
 
 
-def _prepare_state_dir(root: Path) -> None:
-    """Refuse a running cell; clear a stopped one's data so the new cell starts empty."""
+def _prepare_state_dir(root: Path, say: Progress) -> None:
+    """Refuse a running cell; delete a stopped one (saying what goes) so the new cell starts empty."""
     if (root / CELL_FILE).exists():
-        previous = CellInfo.load(root)
-        if previous.running():
-            raise LauncherError(
-                f"a cell is already running in {root} (masters {', '.join(previous.master_urls)}); "
-                "stop it with `minborg cell down` or choose another --state-dir"
-            )
-        for name in OWNED_DIRS:
-            shutil.rmtree(root / name, ignore_errors=True)
+        _refuse_running(CellInfo.load(root))
+        stragglers = procscan.scan(root)
+        if stragglers:
+            say(f"--fresh: killing {len(stragglers)} task process(es) of the old cell still running")
+            left = procscan.kill(root, stragglers)
+            if left:
+                raise LauncherError(f"task processes of the old cell would not die: pids {[p.pid for p in left]}")
+        for name, what in OWNED_DIRS.items():
+            if (root / name).exists():
+                say(f"--fresh: deleting {root / name} ({what})")
+                shutil.rmtree(root / name, ignore_errors=True)
     else:
         leftovers = [name for name in OWNED_DIRS if (root / name).exists()]
         if leftovers:
@@ -421,6 +439,7 @@ def _prepare_state_dir(root: Path) -> None:
 
 
 def _etcd_records(cluster: EtcdCluster) -> tuple[ProcessRecord, ...]:
+    # Without a command: etcd members are brought back by EtcdCluster from its own state file.
     return tuple(
         ProcessRecord(Role.ETCD, m.name, m.pid, m.create_time, url, str(cluster.log_path(i)))
         for i, (m, url) in enumerate(zip(cluster.members, cluster.client_urls, strict=True))
@@ -552,6 +571,165 @@ def _register_machines(info: CellInfo, capacity: str) -> None:
                     raise LauncherError(f"could not register machine {name}: {err}") from None
 
 
+# --- resume and restart -----------------------------------------------------------------------
+
+
+def _refuse_running(info: CellInfo) -> None:
+    alive = info.running()
+    if alive:
+        names = ", ".join(f"{p.role} {p.name}" for p in alive[:6]) + (", ..." if len(alive) > 6 else "")
+        raise LauncherError(
+            f"a cell is already running in {info.state_dir}: {len(alive)} of its "
+            f"{len(info.processes)} processes are alive ({names}). To restart it on its data: "
+            "`minborg cell restart`; to stop it (its files stay): `minborg cell down`; or choose "
+            "another --state-dir"
+        )
+
+
+def _check_resumable(info: CellInfo) -> None:
+    """Refuse a cell whose files cannot bring it back (a cell file without commands, no etcd data)."""
+    root = Path(info.state_dir)
+    bare = [p.name for p in info.processes if p.role is not Role.ETCD and not p.command]
+    if bare:
+        raise LauncherError(
+            f"the cell file in {root} does not record how {', '.join(bare)} were started (it predates "
+            "resuming cells); start a new cell with `minborg cell up --fresh`"
+        )
+    try:
+        cluster = EtcdCluster.load(root / "etcd")
+    except EtcdClusterError:
+        raise LauncherError(f"no etcd data in {root / 'etcd'}: start a new cell with `minborg cell up --fresh`") from None
+    missing = [str(cluster.data_dir(i)) for i in range(len(cluster.members)) if not cluster.data_dir(i).is_dir()]
+    if missing:
+        raise LauncherError(f"etcd data dirs missing: {', '.join(missing)}; start a new cell with `minborg cell up --fresh`")
+    if not Path(info.workdir).is_dir():
+        raise LauncherError(f"the cell's working directory {info.workdir} is gone; start a new cell with --fresh")
+
+
+def resume(state_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None) -> CellInfo:
+    """Bring a stopped cell back on its data: etcd members on their data dirs, the masters
+    (which rejoin and elect), the borglets on their state dirs (they re-adopt the tasks that
+    still run and report the others lost); machines stay registered in etcd."""
+    say = progress or (lambda _msg: None)
+    info = CellInfo.load(state_dir)
+    _refuse_running(info)
+    _check_resumable(info)
+    shape = Counter(p.role for p in info.processes)
+    say(
+        f"resuming cell {info.cell} from {info.state_dir}: {shape[Role.ETCD]} etcd member(s), "
+        f"{shape[Role.MASTER]} master(s), {shape[Role.BORGLET]} machine(s), as recorded "
+        "(the shape options apply to a new cell only: --fresh)"
+    )
+    info = replace(info, started_at=time.time(), stopped_at=None)
+    info.save()
+    return _start_missing(info, say)
+
+
+def restart(
+    state_dir: str | os.PathLike[str] | None = None,
+    control_plane: bool = False,
+    progress: Progress | None = None,
+) -> CellInfo:
+    """Restart etcd and the masters on their data and, unless `control_plane`, the borglets
+    on their state dirs. Tasks keep running throughout: the borglets are stopped without
+    their tasks (SIGKILL to the borglet alone) and re-adopt them when they start again.
+    Whatever was already dead (a SIGKILLed control plane) is simply started."""
+    say = progress or (lambda _msg: None)
+    info = CellInfo.load(state_dir)
+    _check_resumable(info)
+    if info.of_role(Role.AUTOSCALER):
+        stop_processes(info.of_role(Role.AUTOSCALER))  # it writes the cell file: read it after
+        info = CellInfo.load(state_dir)
+    masters = [m for m in info.of_role(Role.MASTER) if is_alive(m)]
+    if masters:
+        say(f"masters: stopping {len(masters)}")  # they resign: the leader key goes at once
+        stop_processes(masters)
+    etcd = [m for m in info.of_role(Role.ETCD) if is_alive(m)]
+    if etcd:
+        say(f"etcd: stopping {len(etcd)} member(s)")
+        cluster = _clusters.pop(info.state_dir, None) or EtcdCluster.load(Path(info.state_dir) / "etcd")
+        cluster.stop()
+        stop_processes(etcd, timeout=5.0)
+    if not control_plane:
+        borglets = [b for b in info.of_role(Role.BORGLET) if is_alive(b)]
+        if borglets:
+            say(f"borglets: stopping {len(borglets)}, their tasks left running")
+            for record in borglets:
+                kill_process(record, signal.SIGKILL)  # SIGTERM would kill its tasks with it
+    info = replace(info, started_at=time.time(), stopped_at=None)
+    info.save()
+    return _start_missing(info, say)
+
+
+def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
+    """Start every process of the cell file that is not running, on its data, and wait until
+    a leader is elected. On failure what runs is left running (`cell status` shows it)."""
+    root = Path(info.state_dir)
+    env = child_env(info.workdir)
+    try:
+        if any(not is_alive(m) for m in info.of_role(Role.ETCD)):
+            cluster = EtcdCluster.load(root / "etcd")
+            _clusters[str(root)] = cluster
+            say(f"etcd: starting {sum(not is_alive(m) for m in info.of_role(Role.ETCD))} member(s) on their data")
+            cluster.resume(READY_TIMEOUT_S)
+            info = _with(info, Role.ETCD, _etcd_records(cluster))
+        toxiproxy = [p for p in info.of_role(Role.TOXIPROXY) if not is_alive(p)]
+        if toxiproxy:
+            say("toxiproxy: starting the server and its proxies again")
+            info = _with(info, Role.TOXIPROXY, _respawn(toxiproxy, info, env))
+            _wait_ready(info.of_role(Role.TOXIPROXY), "/version", READY_TIMEOUT_S)
+            _recreate_proxies(info.toxiproxy_url or "", info.proxies)
+        for role, what in ((Role.MASTER, "masters"), (Role.BORGLET, "borglets")):
+            dead = [p for p in info.of_role(role) if not is_alive(p)]
+            if dead:
+                say(f"{what}: starting {', '.join(p.name for p in dead)}")
+                info = _with(info, role, _respawn(dead, info, env))
+        _wait_ready(info.of_role(Role.BORGLET), "/healthz", READY_TIMEOUT_S)
+        if info.proxies:
+            _wait_ready(info.of_role(Role.MASTER), "/healthz", READY_TIMEOUT_S)
+        leader = wait_for_leader(info, LEADER_TIMEOUT_S)
+        say(f"masters: {leader} is the leader")
+        autoscaler = [p for p in info.of_role(Role.AUTOSCALER) if not is_alive(p)]
+        if autoscaler:
+            say("cell autoscaler: starting it again")
+            info = _with(info, Role.AUTOSCALER, _respawn(autoscaler, info, env))
+    except LauncherError as err:
+        raise LauncherError(
+            f"{err}\ncell {info.cell} is partly up: `minborg cell status` shows what runs; "
+            "`minborg cell restart` tries again, `minborg cell down` stops it"
+        ) from None
+    except EtcdClusterError as err:
+        raise LauncherError(
+            f"etcd did not come back on its data: {err}\n`minborg cell down` stops what runs"
+        ) from None
+    return info
+
+
+def _respawn(records: Sequence[ProcessRecord], info: CellInfo, env: dict[str, str]) -> list[ProcessRecord]:
+    return [
+        spawn(r.role, r.name, list(r.command), r.url, Path(r.log), info.workdir, env) for r in records
+    ]
+
+
+def _with(info: CellInfo, role: Role, records: Iterable[ProcessRecord]) -> CellInfo:
+    """The cell file with the given records of `role` replacing those of the same name; saved."""
+    new = {r.name: r for r in records}
+    processes = tuple(new.pop(p.name, p) if p.role is role else p for p in info.processes)
+    info = replace(info, processes=processes + tuple(new.values()))
+    info.save()
+    return info
+
+
+def _recreate_proxies(api: str, proxies: Sequence[ProxyRecord]) -> None:
+    """Create each recorded proxy again on its recorded address (a new server has none)."""
+    with httpx.Client(timeout=5.0) as http:
+        for p in proxies:
+            body = {"name": p.name, "listen": p.listen, "upstream": p.upstream, "enabled": True}
+            response = http.post(api + "/proxies", json=body)
+            if response.status_code not in (201, 409):
+                raise LauncherError(f"toxiproxy refused proxy {p.name} on {p.listen}: {response.text}")
+
+
 # --- toxiproxy ---------------------------------------------------------------------------------
 
 TOXIPROXY_ENV = "MINBORG_TOXIPROXY_SERVER"
@@ -661,23 +839,54 @@ def _start_toxiproxy(
 # --- down and status ---------------------------------------------------------------------------
 
 
-def down(
+@dataclass(frozen=True)
+class Stopped:
+    """What `shut_down` did: the cell processes it found running, the task processes a scan
+    of /proc still found under the state dir once the borglets had stopped (all killed), and
+    what is left of either (nothing, unless the kernel refused)."""
+
+    info: CellInfo
+    processes: int
+    tasks_found: int
+    tasks_left: tuple[procscan.TaskProcess, ...]
+    survivors: tuple[ProcessRecord, ...]
+
+
+def shut_down(
     state_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None
-) -> CellInfo:
+) -> Stopped:
     """Stop every process of the local cell (borglets first so their tasks die with them, then
-    masters, then etcd) and check that none is left. Files stay where they are."""
+    masters, then etcd), then find task processes that outlived their borglet (SIGKILLed, or
+    a task that left its session) by the borglet dir in their environment and kill them.
+    Files stay where they are."""
+    say = progress or (lambda _msg: None)
     info = CellInfo.load(state_dir)
     if info.of_role(Role.AUTOSCALER):
         # It adds machines to the cell file: stop it first, then read what it left there.
         stop_processes(info.of_role(Role.AUTOSCALER))
         info = CellInfo.load(state_dir)
-    survivors = _stop_cell(info, progress or (lambda _msg: None))
+    running = len(info.running())
+    survivors = _stop_cell(info, say)
+    found = procscan.scan(info.state_dir)
+    left = procscan.kill(info.state_dir, found) if found else []
+    say(f"task processes: {len(found)} found under {info.state_dir} after the borglets stopped, {len(left)} left")
     stopped = replace(info, stopped_at=time.time())
     stopped.save()
-    if survivors:
-        listing = ", ".join(f"{r.name} (pid {r.pid})" for r in survivors)
+    return Stopped(stopped, running, len(found), tuple(left), tuple(survivors))
+
+
+def down(
+    state_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None
+) -> CellInfo:
+    """`shut_down`, raising LauncherError if any process of the cell or its tasks is left."""
+    result = shut_down(state_dir, progress)
+    if result.survivors or result.tasks_left:
+        listing = ", ".join(
+            [f"{r.name} (pid {r.pid})" for r in result.survivors]
+            + [f"task {t.task_id or '?'} (pid {t.pid})" for t in result.tasks_left]
+        )
         raise LauncherError(f"processes still running after cell down: {listing}")
-    return stopped
+    return result.info
 
 
 def _stop_cell(info: CellInfo, say: Progress = lambda _msg: None) -> list[ProcessRecord]:
@@ -685,9 +894,9 @@ def _stop_cell(info: CellInfo, say: Progress = lambda _msg: None) -> list[Proces
     stop_processes(info.of_role(Role.AUTOSCALER))  # before the machines it would replace
     borglets, masters = info.of_role(Role.BORGLET), info.of_role(Role.MASTER)
     tasks = _descendants(borglets)
-    say(
-        f"borglets: stopping {sum(map(is_alive, borglets))} and their {len(tasks)} task process(es)"
-    )
+    # Re-adopted tasks are no children of their borglet: count them by their environment.
+    running = {p.pid for p in procscan.scan(info.state_dir)} | {t.pid for t in tasks}
+    say(f"borglets: stopping {sum(map(is_alive, borglets))} and their {len(running)} task process(es)")
     stop_processes(borglets)
     # A task that outlived its borglet (SIGKILLed borglet, ignored SIGTERM) leads its own session.
     stop_processes(tasks, timeout=2.0)

@@ -172,7 +172,7 @@ def make_app(replica: Replica) -> FastAPI:
     @app.get("/v1/cell")
     async def cell_status() -> JSONResponse:
         cell = replica.cache.cell()
-        leader = replica.leader()
+        leader = replica.named_leader()
         known = {**replica.peers, **cell.replicas, replica.name: replica.url}
         replicas = [
             {"name": n, "url": u, "role": "leader" if leader and leader.name == n else "follower",

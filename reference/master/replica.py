@@ -12,6 +12,7 @@ from reference.master.cache import WatchCache
 from reference.master.leader import LeaderConfig, Term
 from reference.master.metrics import MasterMetrics
 from reference.master.writer import Writer
+from reference.store import ops
 from reference.store.client import Lease, StoreClient, StoreError
 from reference.store.election import Election
 
@@ -30,6 +31,22 @@ def parse_leader_value(value: str) -> LeaderRef | None:
     """The leader key holds "name=url"."""
     name, sep, url = value.partition("=")
     return LeaderRef(name, url) if sep and name else None
+
+
+def named_leader(value: str, *, self_name: str, self_leads: bool, fresh: bool) -> LeaderRef | None:
+    """The leader a replica may name from its watch cache's leader key, or None until known.
+
+    Known means: the cache is within its staleness bound, and a key that names this replica
+    is backed by this replica's own live lease. A key naming this replica while it does not
+    lead was left by an earlier process of the same name (etcd keeps a dead holder's lease
+    for up to a TTL, and renews every lease when it restarts) or by a term that just ended.
+    """
+    ref = parse_leader_value(value)
+    if ref is None or not fresh:
+        return None
+    if ref.name == self_name and not self_leads:
+        return None
+    return ref
 
 
 class Replica:
@@ -74,6 +91,7 @@ class Replica:
 
     def start(self) -> None:
         self.cache.start()
+        self._clear_predecessor()
         self.cache.on_change(self._changed)
         self.election.start()
         self._registration.start()
@@ -104,9 +122,33 @@ class Replica:
     def leader(self) -> LeaderRef | None:
         return parse_leader_value(self.cache.cell().leader)
 
+    def named_leader(self) -> LeaderRef | None:
+        """The leader /v1/cell names: `named_leader` over this replica's cache and election."""
+        fresh = freshness.too_old(self.cache_age(), self.max_staleness) is None
+        return named_leader(self.cache.cell().leader, self_name=self.name, self_leads=self.is_leader, fresh=fresh)
+
     def cache_age(self) -> float:
         """Seconds since this replica's watch cache last heard from etcd."""
         return freshness.cache_age(time.monotonic(), self.cache.heard_at)
+
+    def _clear_predecessor(self) -> None:
+        """Delete a leader key that names this replica before this process has campaigned.
+
+        Names are unique in a cell, so the key is a dead predecessor's (a restart within its
+        lease). Deleted, guarded on its create_revision, the cell elects at once instead of
+        waiting out that lease; if the delete fails the lease still expires on its own."""
+        try:
+            kv = self.client.get_kv(self.keys.leader)
+            ref = parse_leader_value(kv.value.decode()) if kv is not None else None
+            if kv is None or ref is None or ref.name != self.name:
+                return
+            done, _ = self.client.txn(
+                [ops.create_revision(self.keys.leader, "==", kv.create_revision)], [ops.delete(self.keys.leader)]
+            )
+            if done:
+                log.info("%s removed the leader key its predecessor left (epoch %d)", self.name, kv.create_revision)
+        except StoreError as err:
+            log.info("could not check for a predecessor's leader key: %s", err)
 
     def _elected(self, token: int) -> None:
         log.info("%s leads the cell (epoch %d)", self.name, token)

@@ -227,6 +227,17 @@ class EtcdCluster:
         self._save()
         self.wait_healthy(timeout, members=[i])
 
+    def resume(self, timeout: float = 20.0) -> EtcdCluster:
+        """Start every member that is not running on its data dir, all at once (one member
+        alone has no quorum, so none would turn healthy before the others start); wait until
+        all are healthy."""
+        for i in range(len(self.members)):
+            if self._process(i) is None:
+                self._spawn(i, initial_state="existing")
+        self._save()
+        self.wait_healthy(timeout)
+        return self
+
     def pids(self) -> list[int | None]:
         """The pid of each member's process, None for a member that is not running."""
         return [p.pid if p is not None else None for p in map(self._process, range(len(self.members)))]
