@@ -77,15 +77,23 @@ def share(name: str, used: Mapping[str, Any] | None, capacity: Mapping[str, Any]
 
 
 def state_counts(counts: Mapping[str, Any] | None) -> str:
-    """{'RUNNING': 3, 'PENDING': 1} -> 'RUNNING 3, PENDING 1' (in state-machine order)."""
+    """{'RUNNING': 3, 'PENDING': 1, 'running_confirmed': 2} -> 'PENDING 1, RUNNING 3 (2 started)'
+    (in state-machine order; RUNNING is placed, "started" is what the borglets confirmed)."""
     if not counts:
         return "none"
+    counts = dict(counts)
+    started = counts.pop("running_confirmed", None)
     order = {"PENDING": 0, "RUNNING": 1, "DEAD": 2}
     items = sorted(counts.items(), key=lambda kv: (order.get(kv[0], 9), kv[0]))
     items = [kv for kv in items if kv[1]]  # zero counts are noise
     if not items:
         return "none"
-    return ", ".join(f"{styled(k)} {v}" for k, v in items)
+
+    def one(state: str, n: Any) -> str:
+        suffix = f" ({started} started)" if state == "RUNNING" and started is not None else ""
+        return f"{styled(state)} {n}{suffix}"
+
+    return ", ".join(one(k, v) for k, v in items)
 
 
 def ago(timestamp: Any) -> str:
@@ -151,6 +159,15 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
     return table(None, columns, rows)
 
 
+def started(task: Mapping[str, Any]) -> str:
+    """A RUNNING task's start as its borglet reports it: yes, queued there, or not yet seen."""
+    if task.get("state") != "RUNNING":
+        return "-"
+    if task.get("confirmed"):
+        return "yes"
+    return "queued" if task.get("borglet_state") == "QUEUED" else "not yet"
+
+
 def tasks_table(tasks: list[dict[str, Any]], title: str | None = None) -> Table:
     rows = []
     for t in sorted(tasks, key=lambda t: (t.get("index", 0), t.get("incarnation", 0))):
@@ -160,6 +177,7 @@ def tasks_table(tasks: list[dict[str, Any]], title: str | None = None) -> Table:
                 str(t.get("index", "")),
                 str(t.get("incarnation", "")),
                 styled(t.get("state")),
+                started(t),
                 t.get("machine") or "-",
                 address,
                 str(t.get("restarts", 0)),
@@ -167,7 +185,7 @@ def tasks_table(tasks: list[dict[str, Any]], title: str | None = None) -> Table:
                 str(t.get("cause") or ""),
             ]
         )
-    columns = ["index", "incarnation", "state", "machine", "host:port", "restarts", "health"]
+    columns = ["index", "incarnation", "state", "started", "machine", "host:port", "restarts", "health"]
     if any(row[-1] for row in rows):
         columns.append("cause")
     else:

@@ -62,6 +62,12 @@ class MasterMetrics:
         )  # fmt: skip
         self.txn_ops = Counter("minborg_txn_ops", "Ops in committed leader txns.", registry=r)
         self.polls = Counter("minborg_borglet_polls", "Borglet syncs sent.", registry=r)
+        self.refused = Counter(
+            "minborg_borglet_syncs_refused",
+            "Syncs a borglet refused, by reason (stale_epoch, stale_seq, stale_revision, need_full).",
+            ["reason"],
+            registry=r,
+        )
         self.holds = Counter(
             "minborg_incarnation_holds",
             "Task incarnations held back until an older process of their index stopped.",
@@ -79,9 +85,12 @@ class MasterMetrics:
         self.placed.inc(placed)
 
     def on_poll(self, event: str) -> None:
-        """The poller's events: "sent" (a sync went out) or "hold" (a new incarnation waits)."""
+        """The poller's events: "sent" (a sync went out), "hold" (a new incarnation waits) or
+        "refused_<reason>" (a borglet refused a sync)."""
         if event == "hold":
             self.holds.inc()
+        elif event.startswith("refused_"):
+            self.refused.labels(event.removeprefix("refused_")).inc()
         else:
             self.polls.inc()
 

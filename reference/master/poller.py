@@ -10,6 +10,13 @@ still live on an up machine; the machine running the old one is polled every `HO
 meanwhile, so the new one starts about that long after the old one is gone. A machine this
 poller has no reply from yet is first read (GET /v1/state) rather than synced, so a new
 leader learns what runs there before it sends, or takes away, anything.
+
+Every sync carries this leader's epoch, a sequence number (one counter per leader, so a borglet
+applies only syncs newer than the last it applied: one given up on after a timeout and
+delivered late is refused) and the revision of the view it was computed at. A machine with
+many tasks is sent only what changed since the last sync it acknowledged; after a timeout or
+a refusal the next sync carries the whole set again. A refusal other than a newer epoch is an
+answer, not a missed poll: the machine is alive.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ log = logging.getLogger(__name__)
 
 USAGE_WRITE_EVERY_S = 10.0  # usage alone is written this rarely: it changes every second
 HOLD_POLL_S = 0.2  # how often a machine whose task blocks a held one is polled
+DELTA_MIN_TASKS = 64  # a machine with at least this many desired tasks gets deltas
+REFUSED_RETRY_S = 0.2  # a refused sync (not of a newer epoch) is retried this soon
 
 
 @dataclass
@@ -44,6 +53,9 @@ class _Machine:
     misses: int = 0
     usage_written_at: float = 0.0
     sent_at: float = 0.0
+    # The seq and task ids of the last sync the borglet acknowledged: the base of a delta.
+    acked_seq: int = 0
+    acked: frozenset[str] | None = None
 
 
 class Poller:
@@ -78,6 +90,8 @@ class Poller:
         # machine -> {borglet task id: state} from its last reply: what really runs there.
         self._reported: dict[str, dict[str, str]] = {}
         self._released: set[str] = set()  # borglet task ids sent at least once
+        self._seq = 0  # syncs sent by this leader, the last one's number
+        self.refusals: dict[str, int] = {}  # refusal reason -> count
         self.holds: dict[str, reports.Hold] = {}  # task id -> why it is held, as of the last turn
 
     def start(self) -> None:
@@ -128,7 +142,7 @@ class Poller:
                     st.inflight, st.signature, st.next_at = True, signature, now + self.interval
                     st.sent_at = now
                     self._released.update(signature)
-                    work = (self._poll, name, address, desired, ids)
+                    work = (self._poll, name, address, desired, ids, cell.revision)
             if self._stop.is_set():
                 return
             self._pool.submit(*work)
@@ -191,11 +205,18 @@ class Poller:
         except Exception:
             log.exception("recording holds failed")
 
-    def _poll(self, name: str, address: str, desired: list[dict[str, Any]], ids: set[TaskId]) -> None:
+    def _poll(
+        self, name: str, address: str, desired: list[dict[str, Any]], ids: set[TaskId], revision: int
+    ) -> None:
         try:
-            reply = self._sync(address, desired)
+            reply = self._sync(name, address, desired, revision)
             if reply is None:
                 self._missed(name)
+            elif reply.get("refused"):
+                with self._lock:
+                    st = self._machines[name]
+                    st.misses = 0
+                    st.next_at = min(st.next_at, time.monotonic() + REFUSED_RETRY_S)
             else:
                 self._answered(name, reply, ids)
         except (NotLeader, WriteFailed) as err:
@@ -240,21 +261,48 @@ class Poller:
                 if isinstance(t, dict)
             }
 
-    def _sync(self, address: str, desired: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def _sync(
+        self, name: str, address: str, desired: list[dict[str, Any]], revision: int
+    ) -> dict[str, Any] | None:
+        """Send one sync; the reply, {"refused": reason} for a refusal, None for no answer."""
         if self._on_poll is not None:
             self._on_poll("sent")
-        body = {"master": self.master_name, "epoch": self.epoch, "tasks": desired}
+        ids = frozenset(str(d["task_id"]) for d in desired)
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            st = self._machines[name]
+            base, base_seq = st.acked, st.acked_seq
+            st.acked = None  # unknown until this one is answered
+        body: dict[str, Any] = {"master": self.master_name, "epoch": self.epoch, "seq": seq, "revision": revision}
+        if base is not None and len(desired) >= DELTA_MIN_TASKS:
+            body["delta"] = {
+                "base_seq": base_seq,
+                "add": [d for d in desired if d["task_id"] not in base],
+                "remove": sorted(base - ids),
+            }
+        else:
+            body["tasks"] = desired
         try:
             response = self._http.post(f"{address.rstrip('/')}/v1/sync", json=body)
         except httpx.HTTPError as err:
             log.debug("sync to %s failed: %s", address, err)
             return None
         if response.status_code == 409:
-            log.warning("borglet at %s has seen a newer leader epoch: %s", address, response.text)
-            return None
+            reason = _refusal_reason(response)
+            self.refusals[reason] = self.refusals.get(reason, 0) + 1
+            if self._on_poll is not None:
+                self._on_poll(f"refused_{reason}")
+            if reason == "stale_epoch":
+                log.warning("borglet at %s has seen a newer leader epoch: %s", address, response.text)
+                return None
+            log.info("sync %d to %s refused (%s): %s", seq, name, reason, response.text)
+            return {"refused": reason}
         if response.status_code != 200:
             log.warning("borglet at %s answered %d", address, response.status_code)
             return None
+        with self._lock:
+            st.acked, st.acked_seq = ids, seq
         return response.json()
 
     def _missed(self, name: str) -> None:
@@ -314,6 +362,15 @@ class Poller:
         if write_usage:
             with self._lock:
                 st.usage_written_at = time.monotonic()
+
+
+def _refusal_reason(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return "stale_epoch"
+    # A borglet that does not name a reason predates sequence numbers: only epochs fence it.
+    return str(body.get("reason") or "stale_epoch") if isinstance(body, dict) else "stale_epoch"
 
 
 def _task_id(d: dict[str, Any]) -> TaskId:

@@ -8,7 +8,7 @@ A reply's task states map to the spec's actions:
     KILLED (memory_pressure)    -> evict, reason reclamation
     KILLED (anything else)      -> lost       (killed by the machine, not by the cell)
     absent, though seen before  -> lost       (the borglet no longer knows it)
-    STARTING / RUNNING          -> no step; port, health, restarts and usage are recorded
+    QUEUED / STARTING / RUNNING -> no step; port, health, restarts and usage are recorded
 
 A restart in place by the borglet is not a state change: only `restarts` moves.
 
@@ -74,7 +74,16 @@ def desired_set(cell: Cell, machine: str, cell_name: str) -> tuple[list[dict[str
     return out, ids
 
 
-LIVE_STATES = frozenset({"STARTING", "RUNNING"})  # a borglet state whose process may be alive
+# A borglet state whose process may be alive: a queued task may start at any moment.
+LIVE_STATES = frozenset({"QUEUED", "STARTING", "RUNNING"})
+# A borglet state that confirms the task's process was started (see `confirmed`).
+STARTED_STATES = frozenset({"STARTING", "RUNNING"})
+
+
+def confirmed(info: TaskInfo) -> bool:
+    """Whether a RUNNING task's borglet has reported it past its queue: its process exists, or
+    is restarting in place. RUNNING in the cell means placed; this is the start users see."""
+    return info.seen and info.borglet_state in STARTED_STATES
 
 IndexKey = tuple[str, int]  # (job key, task index)
 

@@ -6,7 +6,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from reference.master.cell import Cell
-from reference.master.reports import bns_name
+from reference.master.reports import bns_name, confirmed
 from spec.model import Job, Resources, Task, TaskState, total
 
 
@@ -50,10 +50,16 @@ def job_view(cell: Cell, job: Job) -> dict[str, Any]:
 
 
 def task_counts(cell: Cell, job_key: str | None = None) -> dict[str, int]:
+    """Tasks by state, and `running_confirmed`: the RUNNING ones (placed on a machine, as in
+    Borg) whose borglet has confirmed it started their process."""
     counts = {s.value: 0 for s in TaskState}
+    started = 0
     tasks = cell.state.tasks.values() if job_key is None else tasks_by_job(cell).get(job_key, ())
     for t in tasks:
         counts[t.state.value] += 1
+        if t.state is TaskState.RUNNING and confirmed(cell.task_info(t.id)):
+            started += 1
+    counts["running_confirmed"] = started
     return counts
 
 
@@ -88,6 +94,8 @@ def task_view(cell: Cell, task: Task, cell_name: str) -> dict[str, Any]:
         "healthy": info.healthy,
         "restarts": info.restarts,
         "borglet_state": info.borglet_state or None,
+        # Placed (RUNNING) is the cell's word; this is the borglet's: its process was started.
+        "confirmed": task.state is TaskState.RUNNING and confirmed(info),
         "started_at": info.started_at or None,
         "usage": dict(info.usage),
         # What the task holds: its request since its last placement (an update rolls it), and
