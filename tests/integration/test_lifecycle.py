@@ -82,7 +82,7 @@ def tiny_job(name: str) -> dict[str, Any]:
 
 def task_processes(root: Path, count: int) -> dict[int, str]:
     """pid -> task id of the cell's task processes, once `count` of them run."""
-    found = wait_for(lambda: f if len(f := procscan.scan(root)) >= count else None, 30, f"{count} task processes")
+    found = wait_for(lambda: f if len(f := procscan.scan(root)) >= count else None, 60, f"{count} task processes")
     return {p.pid: p.task_id for p in found}
 
 
@@ -160,7 +160,7 @@ def test_down_then_up_resumes_the_cell_and_fresh_wipes_it(state_dir: Path) -> No
     api = Api(list(info.master_urls))
     r = api.call("POST", "/v1/jobs", json=sleeper_job("kept", count=2))
     assert r is not None and r.status_code == 201, r and r.text
-    wait_for(lambda: api.running("bob/kept", 2), 30, "the job's tasks")
+    wait_for(lambda: api.running("bob/kept", 2), 60, "the job's tasks")
     task_processes(state_dir, 2)
 
     down = minborg("cell", "down", *flags)
@@ -197,7 +197,7 @@ def test_down_kills_the_tasks_a_sigkilled_borglet_left_behind(state_dir: Path) -
     api = Api(list(info.master_urls))
     r = api.call("POST", "/v1/jobs", json=sleeper_job("orphans", count=3))
     assert r is not None and r.status_code == 201, r and r.text
-    wait_for(lambda: api.running("bob/orphans", 3), 30, "the job's tasks")
+    wait_for(lambda: api.running("bob/orphans", 3), 60, "the job's tasks")
     pids = task_processes(state_dir, 3)
 
     # A borglet SIGKILLed leaves its tasks running, re-parented to PID 1.
@@ -209,3 +209,25 @@ def test_down_kills_the_tasks_a_sigkilled_borglet_left_behind(state_dir: Path) -
     assert down.returncode == 0, down.stdout + down.stderr
     assert "3 stray task process(es) found and killed, 0 left" in down.stdout, down.stdout
     assert procscan.scan(state_dir) == []
+
+
+def test_full_restart_leaves_tasks_running_and_the_borglets_readopt_them(state_dir: Path) -> None:
+    info = launcher.up(state_dir, replicas=1, machines=1)
+    api = Api(list(info.master_urls))
+    r = api.call("POST", "/v1/jobs", json=sleeper_job("adopted", count=2))
+    assert r is not None and r.status_code == 201, r and r.text
+    wait_for(lambda: api.running("bob/adopted", 2), 60, "the job's tasks")
+    before = task_processes(state_dir, 2)
+    old = {p.name: p.pid for p in info.processes}
+
+    restart = minborg("cell", "restart", "--state-dir", str(state_dir))
+    assert restart.returncode == 0, restart.stdout + restart.stderr
+    assert "their tasks left running" in restart.stdout
+    info = launcher.CellInfo.load(state_dir)
+    assert all(launcher.is_alive(p) and p.pid != old[p.name] for p in info.processes), "every process is new"
+
+    api = Api(list(info.master_urls))
+    time.sleep(3.0)  # a few polls of the new leader: a task started twice would show by now
+    tasks = wait_for(lambda: api.running("bob/adopted", 2), 15, "the re-adopted tasks seen running")
+    assert sorted((t["index"], t["incarnation"]) for t in tasks) == [(0, 0), (1, 0)]
+    assert {p.pid: p.task_id for p in procscan.scan(state_dir)} == before
