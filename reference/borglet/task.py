@@ -53,6 +53,7 @@ class Task:
     # of starting it again.
     launching: bool = False
     sampled_at: float = 0.0
+    spec_record: dict[str, Any] | None = None  # the spec as saved; the spec never changes
 
     @property
     def ended(self) -> bool:
@@ -76,7 +77,9 @@ class Task:
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in _PERSISTED}
-        record["spec"] = self.spec.model_dump(mode="json")
+        if self.spec_record is None:
+            self.spec_record = self.spec.model_dump(mode="json")
+        record["spec"] = self.spec_record
         return record
 
     @classmethod

@@ -91,6 +91,7 @@ class Poller:
         self._reported: dict[str, dict[str, str]] = {}
         self._released: set[str] = set()  # borglet task ids sent at least once
         self._seq = 0  # syncs sent by this leader, the last one's number
+        self._desired: tuple[int, dict[str, tuple[list[dict[str, Any]], set[TaskId]]]] = (-1, {})
         self.refusals: dict[str, int] = {}  # refusal reason -> count
         self.holds: dict[str, reports.Hold] = {}  # task id -> why it is held, as of the last turn
 
@@ -123,8 +124,13 @@ class Poller:
     def _turn(self) -> None:
         cell = self.cache.cell()
         now = time.monotonic()
-        plans = {name: reports.desired_set(cell, name, self.cell_name) for name in cell.state.machines}
-        plans, blocking = self._hold_back(cell, plans)
+        if self._desired[0] != cell.revision:
+            # The desired sets depend on the view alone: built once per revision, not per turn.
+            self._desired = (
+                cell.revision,
+                {name: reports.desired_set(cell, name, self.cell_name) for name in cell.state.machines},
+            )
+        plans, blocking = self._hold_back(cell, self._desired[1])
         for name, (desired, ids) in plans.items():
             signature = frozenset(d["task_id"] for d in desired)
             address = cell.machines.get(name, MachineInfo()).address

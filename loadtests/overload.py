@@ -1,0 +1,336 @@
+"""Jobs of thousands of tiny tasks on small and large local cells: how fast they are placed and
+started, how fast their kill converges, what the API and the cell's processes do meanwhile.
+
+    minborg bench overload [--runs 1000x2x1,5000x10x1,10000x100x1,10000x100x3] [--out reports/overload.md]
+    (or python -m loadtests.overload ...)
+
+A run is TASKSxMACHINESxREPLICAS: a fresh local cell (real etcd, masters and borglets, every
+machine declared large enough that resources never limit), a small service job, then one job
+of TASKS tasks (`sleep 600`, 1m CPU, 4 MiB) submitted at once and, once all its processes
+exist (or after --start-timeout), killed. Measured per run:
+
+- submit-to-all-scheduled (every task RUNNING in the API: placed) and submit-to-all-started
+  (every process found in /proc), and per task the same two delays (p50, p99, max) from each
+  task's history (placed) and its borglet's start time (started);
+- kill-to-no-process (the job's last process gone from /proc) and whether any started after;
+- API read latency (GET /v1/cell every 0.2 s, round robin over the masters) p50/p99/max over
+  the whole burst;
+- peak CPU (percent of one core) and RSS of the leader, of any master and of any borglet;
+- doubles (two live processes of one task index at one /proc scan: must be 0) and orphans
+  (task processes left after `cell down`: must be 0).
+
+Task processes are judged from /proc (loadtests.procsample), never from what the cell says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from loadtests.procsample import ProcSampler, task_processes
+from loadtests.sampler import Sampler, Target
+from reference import launcher
+from reference.elastic.analysis import percentile
+
+CELL = "overload"
+CAPACITY = "cpu=64000m,ram=256GiB"  # declared, not real: resources never limit the flood
+FLOOD = ("load", "flood")
+SERVICE = ("demo", "service")
+READ_EVERY_S = 0.2
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    tasks: int
+    machines: int
+    replicas: int
+
+    @classmethod
+    def parse(cls, text: str) -> RunSpec:
+        try:
+            tasks, machines, replicas = (int(x) for x in text.lower().split("x"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected TASKSxMACHINESxREPLICAS, e.g. 1000x2x1") from None
+        if tasks < 1 or machines < 1 or replicas not in (1, 3, 5):
+            raise argparse.ArgumentTypeError(f"{text!r}: tasks and machines >= 1, replicas 1, 3 or 5")
+        return cls(tasks, machines, replicas)
+
+    def __str__(self) -> str:
+        return f"{self.tasks} tasks, {self.machines} machines, {self.replicas} replica(s)"
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    all_scheduled_s: float | None = None
+    all_started_s: float | None = None
+    started: int = 0
+    scheduled_p50_s: float | None = None
+    scheduled_p99_s: float | None = None
+    started_p50_s: float | None = None
+    started_p99_s: float | None = None
+    started_max_s: float | None = None
+    kill_to_no_process_s: float | None = None
+    started_after_kill: int = 0
+    read_p50_ms: float | None = None
+    read_p99_ms: float | None = None
+    read_max_ms: float | None = None
+    read_errors: int = 0
+    leader_cpu_peak: float = 0.0
+    master_rss_peak_mib: float = 0.0
+    borglet_cpu_peak: float = 0.0
+    borglet_rss_peak_mib: float = 0.0
+    machines_down: int = 0
+    doubles: int = 0
+    orphans: int = 0
+    timeline: list[tuple[float, int, int, int]] = field(default_factory=list)  # (s, placed, confirmed, live)
+
+    def summary(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("timeline")
+        out["spec"] = str(self.spec)
+        return out
+
+
+class Reader:
+    """GET /v1/cell every READ_EVERY_S, round robin over the masters; latencies in ms."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.latencies: list[float] = []
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
+
+    def __enter__(self) -> Reader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=10.0) as http:
+            i = 0
+            while not self._stop.wait(READ_EVERY_S):
+                url = self.urls[i % len(self.urls)]
+                i += 1
+                began = time.monotonic()
+                try:
+                    ok = http.get(f"{url}/v1/cell").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    self.latencies.append((time.monotonic() - began) * 1000)
+                else:
+                    self.errors += 1
+
+
+def flood_job(tasks: int) -> dict[str, Any]:
+    return {
+        "name": FLOOD[1], "user": FLOOD[0], "priority": 100, "task_count": tasks,
+        "request": {"cpu": "1m", "ram": "4MiB"}, "command": ["sleep", "600"], "restart_policy": "on_failure",
+    }  # fmt: skip
+
+
+def service_job() -> dict[str, Any]:
+    return {
+        "name": SERVICE[1], "user": SERVICE[0], "priority": 200, "task_count": 3,
+        "request": {"cpu": "100m", "ram": "64MiB"}, "command": ["sleep", "600"], "restart_policy": "always",
+    }  # fmt: skip
+
+
+def _targets(info: launcher.CellInfo) -> list[Target]:
+    return [
+        Target(str(p.role), p.name, p.pid)
+        for p in info.processes
+        if p.role in (launcher.Role.MASTER, launcher.Role.BORGLET)
+    ]
+
+
+def _leader(http: httpx.Client, urls: list[str]) -> str | None:
+    for url in urls:
+        try:
+            name = http.get(f"{url}/v1/cell").json().get("leader")
+        except (httpx.HTTPError, ValueError):
+            continue
+        if name:
+            return str(name)
+    return None
+
+
+def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResult:
+    """One run on a fresh cell, stopped (and checked for orphans) before returning."""
+    result = RunResult(spec)
+    root = Path(tempfile.mkdtemp(prefix="minborg-overload-"))
+    flood_prefix = f"{FLOOD[0]}/{FLOOD[1]}/"
+    info = launcher.up(root, cell=CELL, replicas=spec.replicas, machines=spec.machines, machine_capacity=CAPACITY)
+    urls = list(info.master_urls)
+    try:
+        with httpx.Client(base_url=urls[0], timeout=30.0) as http:
+            http.post("/v1/jobs", json=service_job()).raise_for_status()
+            with Sampler(lambda: _targets(info)) as usage, Reader(urls) as reader, ProcSampler(
+                (flood_prefix,), every=1.0
+            ) as procs:
+                submitted_wall, t0 = time.time(), time.monotonic()
+                http.post("/v1/jobs", json=flood_job(spec.tasks)).raise_for_status()
+                while time.monotonic() - t0 < start_timeout_s:
+                    counts = http.get(f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}").json()["tasks"]
+                    live = len(procs.samples[-1][1]) if procs.samples else 0
+                    now = time.monotonic() - t0
+                    result.timeline.append((now, counts["RUNNING"], counts.get("running_confirmed", 0), live))
+                    if result.all_scheduled_s is None and counts["RUNNING"] >= spec.tasks:
+                        result.all_scheduled_s = now
+                    if live >= spec.tasks:
+                        result.all_started_s = now
+                        break
+                    time.sleep(0.5)
+                result.started = len(procs.live(flood_prefix))
+                tasks = http.get(f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}/tasks").json()["tasks"]
+                placed_at = [
+                    next((h["at"] for h in t.get("history", []) if h["state"] == "RUNNING"), None) for t in tasks
+                ]
+                placed = [at - submitted_wall for at in placed_at if at is not None]
+                started = [t["started_at"] - submitted_wall for t in tasks if t.get("started_at")]
+                result.scheduled_p50_s, result.scheduled_p99_s = percentile(placed, 50), percentile(placed, 99)
+                result.started_p50_s, result.started_p99_s = percentile(started, 50), percentile(started, 99)
+                result.started_max_s = max(started) if started else None
+                machines = http.get("/v1/machines").json()["machines"]
+                result.machines_down = sum(1 for m in machines if m["state"] != "up")
+                leader = _leader(http, urls)
+
+                killed = time.monotonic()
+                http.delete(f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}").raise_for_status()
+                while procs.live(flood_prefix) and time.monotonic() - killed < kill_timeout_s:
+                    now = time.monotonic() - t0
+                    live = len(procs.samples[-1][1]) if procs.samples else 0
+                    result.timeline.append((now, 0, 0, live))
+                    time.sleep(0.5)
+                if not procs.live(flood_prefix):
+                    result.kill_to_no_process_s = time.monotonic() - killed
+                quiet = time.monotonic()
+                time.sleep(5.0)
+                result.started_after_kill = len(procs.started_after(quiet, flood_prefix))
+                result.timeline.append((time.monotonic() - t0, 0, 0, len(procs.live(flood_prefix))))
+            result.doubles = len(procs.doubles)
+            lat = reader.latencies
+            result.read_p50_ms, result.read_p99_ms = percentile(lat, 50), percentile(lat, 99)
+            result.read_max_ms = max(lat) if lat else None
+            result.read_errors = reader.errors
+            for s in usage.samples:
+                if s.role == launcher.Role.MASTER:
+                    result.master_rss_peak_mib = max(result.master_rss_peak_mib, s.rss_bytes / 2**20)
+                    if s.name == leader:
+                        result.leader_cpu_peak = max(result.leader_cpu_peak, s.cpu_percent)
+                elif s.role == launcher.Role.BORGLET:
+                    result.borglet_cpu_peak = max(result.borglet_cpu_peak, s.cpu_percent)
+                    result.borglet_rss_peak_mib = max(result.borglet_rss_peak_mib, s.rss_bytes / 2**20)
+    finally:
+        launcher.down(root)
+        result.orphans = len(task_processes((flood_prefix, f"{SERVICE[0]}/{SERVICE[1]}/")))
+        shutil.rmtree(root, ignore_errors=True)
+    return result
+
+
+def _fmt(value: float | None, unit: str = "s", digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f} {unit}"
+
+
+def report(results: list[RunResult], command: str, out: Path) -> None:
+    """reports/overload.md and the plot of the largest run."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = [
+        "| run | all scheduled | all started | started p50 / p99 / max | kill to no process | "
+        "API read p50 / p99 / max | leader CPU peak | borglet CPU peak | machines down | doubles | orphans |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        started = _fmt(r.all_started_s) if r.all_started_s is not None else f"{r.started} of {r.spec.tasks} by the timeout"
+        rows.append(
+            f"| {r.spec} | {_fmt(r.all_scheduled_s)} | {started} | "
+            f"{_fmt(r.started_p50_s)} / {_fmt(r.started_p99_s)} / {_fmt(r.started_max_s)} | "
+            f"{_fmt(r.kill_to_no_process_s)} | {_fmt(r.read_p50_ms, 'ms', 0)} / {_fmt(r.read_p99_ms, 'ms', 0)} / "
+            f"{_fmt(r.read_max_ms, 'ms', 0)} | {r.leader_cpu_peak:.0f}% | {r.borglet_cpu_peak:.0f}% | "
+            f"{r.machines_down} | {r.doubles} | {r.orphans} |"
+        )
+    plot = out.with_name("overload.png")
+    largest = max(results, key=lambda r: (r.spec.tasks, r.spec.machines, r.spec.replicas))
+    _plot(largest, plot)
+    text = [
+        "# Overload: jobs of thousands of tiny tasks",
+        "",
+        f"Regenerate with `{command}` (each run a fresh local cell on this machine; see "
+        "`loadtests/overload.py` for what is measured and how).",
+        "",
+        *rows,
+        "",
+        "Scheduled: every task RUNNING in the API (placed on a machine, Borg's RUNNING). Started: its "
+        "process found in /proc. Per-task delays are from the submission; started p50/p99/max are "
+        "from the borglets' start times. Targets on a 2-core machine: a 10,000-task job on 100 "
+        "machines all started within 60 s and gone within 15 s of its kill; API read p99 under 1 s "
+        "throughout; zero doubles, zero orphans.",
+        "",
+        f"![placed, confirmed and live processes over time, {largest.spec}]({plot.name})",
+        "",
+        "```json",
+        json.dumps([r.summary() for r in results], indent=1),
+        "```",
+        "",
+    ]
+    out.write_text("\n".join(text))
+
+
+def _plot(result: RunResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [p[0] for p in result.timeline]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(t, [p[1] for p in result.timeline], label="placed (RUNNING in the API)")
+    ax.plot(t, [p[2] for p in result.timeline], label="started (confirmed by borglets)")
+    ax.plot(t, [p[3] for p in result.timeline], label="live processes (/proc)")
+    ax.set_xlabel("seconds since the submission")
+    ax.set_ylabel("tasks")
+    ax.set_title(f"Overload: {result.spec}")
+    ax.legend(loc="best")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+DEFAULT_RUNS = "1000x2x1,5000x2x1,10000x2x1,1000x10x1,5000x10x1,10000x10x1,10000x100x1,10000x100x3"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="minborg bench overload", description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", default=DEFAULT_RUNS, help=f"TASKSxMACHINESxREPLICAS,... (default {DEFAULT_RUNS})")
+    parser.add_argument("--start-timeout", type=float, default=180.0, help="seconds to wait for every process")
+    parser.add_argument("--kill-timeout", type=float, default=60.0, help="seconds to wait for the kill")
+    parser.add_argument("--out", type=Path, default=Path("reports/overload.md"))
+    args = parser.parse_args(argv)
+    runs = [RunSpec.parse(x) for x in args.runs.split(",") if x]
+    results = []
+    for spec in runs:
+        print(f"run: {spec}", flush=True)
+        result = run(spec, args.start_timeout, args.kill_timeout)
+        print(json.dumps(result.summary()), flush=True)
+        results.append(result)
+        report(results, f"minborg bench overload --runs {args.runs}", args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
