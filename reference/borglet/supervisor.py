@@ -281,6 +281,12 @@ class Borglet:
                     processes.signal_session(task.pid, signal.SIGKILL)
         time.sleep(0.1)
         self.tick()
+        # Whatever a task left outside its session (a daemon that called setsid) still carries
+        # this borglet's marker: nothing it started outlives it.
+        for tid, pids in processes.marked_processes(self.config.state_dir).items():
+            log.warning("killing %d stray process(es) of %s", len(pids), tid or "?")
+            for pid in pids:
+                processes.signal_session(pid, signal.SIGKILL)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.config.tick_s):

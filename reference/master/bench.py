@@ -64,7 +64,8 @@ def task_start(cell: LocalCell, count: int) -> dict[str, float]:
     r.raise_for_status()
 
     def started() -> list[dict[str, Any]] | None:
-        ts = [t for t in cell.tasks("bench", "start") if t["state"] == "RUNNING" and t.get("started_at")]
+        # Started as the borglets confirm it (a placed task may still wait in a borglet's queue).
+        ts = [t for t in cell.tasks("bench", "start") if t["state"] == "RUNNING" and t.get("confirmed") and t.get("started_at")]
         return ts if len(ts) >= count else None
 
     tasks = wait_for(started, 120, f"{count} tasks started", every=0.2)
