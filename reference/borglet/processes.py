@@ -11,6 +11,8 @@ from hashlib import sha1
 
 import psutil
 
+from reference import procscan
+
 # Process start times agree to within this many seconds between two psutil reads.
 CREATE_TIME_TOLERANCE_S = 0.05
 
@@ -87,40 +89,14 @@ def signal_session(pid: int, sig: int) -> None:
 
 # Every task process carries these in its environment, and its children inherit them, so a scan
 # of /proc finds a task's processes even after they left its session or the borglet restarted.
-TASK_MARKER = "MINBORG_TASK_ID"
-BORGLET_MARKER = "MINBORG_BORGLET_DIR"
-
-
-def environ_of(pid: int) -> dict[str, str] | None:
-    """The environment a process started with, or None if it is gone or unreadable."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return None
-    out: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            out[key.decode(errors="replace")] = value.decode(errors="replace")
-    return out
+TASK_MARKER = procscan.TASK_ID_ENV
+BORGLET_MARKER = procscan.BORGLET_DIR_ENV
 
 
 def marked_processes(borglet_dir: str) -> dict[str, list[int]]:
     """task id -> pids of live processes marked as started by the borglet of `borglet_dir`."""
     found: dict[str, list[int]] = {}
-    needle = f"{BORGLET_MARKER}={borglet_dir}\0".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                raw = handle.read() + b"\0"
-        except OSError:
-            continue
-        if needle not in raw:
-            continue
-        env = environ_of(int(entry)) or {}
-        if env.get(BORGLET_MARKER) == borglet_dir and is_same_process(int(entry), None):
-            found.setdefault(env.get(TASK_MARKER, ""), []).append(int(entry))
+    for p in procscan.scan(borglet_dir):
+        if os.path.normpath(p.borglet_dir) == os.path.normpath(borglet_dir) and is_same_process(p.pid, None):
+            found.setdefault(p.task_id, []).append(p.pid)
     return found
