@@ -89,6 +89,7 @@ class RunResult:
     master_rss_peak_mib: float = 0.0
     borglet_cpu_peak: float = 0.0
     borglet_rss_peak_mib: float = 0.0
+    kill_at_s: float | None = None  # seconds from the submission to the kill
     machines_down: int = 0
     doubles: int = 0
     orphans: int = 0
@@ -210,12 +211,14 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
                 leader = _leader(http, urls)
 
                 killed = time.monotonic()
+                result.kill_at_s = killed - t0
                 http.delete(f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}").raise_for_status()
-                while procs.live(flood_prefix) and time.monotonic() - killed < kill_timeout_s:
-                    now = time.monotonic() - t0
-                    live = len(procs.samples[-1][1]) if procs.samples else 0
-                    result.timeline.append((now, 0, 0, live))
-                    time.sleep(0.5)
+                while time.monotonic() - killed < kill_timeout_s:
+                    live = len(procs.live(flood_prefix))
+                    result.timeline.append((time.monotonic() - t0, 0, 0, live))
+                    if not live:
+                        break
+                    time.sleep(0.25)
                 if not procs.live(flood_prefix):
                     result.kill_to_no_process_s = time.monotonic() - killed
                 quiet = time.monotonic()
@@ -301,6 +304,8 @@ def _plot(result: RunResult, path: Path) -> None:
     ax.plot(t, [p[1] for p in result.timeline], label="placed (RUNNING in the API)")
     ax.plot(t, [p[2] for p in result.timeline], label="started (confirmed by borglets)")
     ax.plot(t, [p[3] for p in result.timeline], label="live processes (/proc)")
+    if result.kill_at_s is not None:
+        ax.axvline(result.kill_at_s, color="red", linestyle="--", label="job killed")
     ax.set_xlabel("seconds since the submission")
     ax.set_ylabel("tasks")
     ax.set_title(f"Overload: {result.spec}")

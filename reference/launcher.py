@@ -40,6 +40,9 @@ OWNED_DIRS = {
 # Bounds on every wait. Python processes importing FastAPI take about a second each on a
 # loaded two-core host; an election needs one lease TTL at most after the masters are up.
 READY_TIMEOUT_S = 30.0
+# Each process a launch starts at once adds this much to the wait for all to answer: a hundred
+# borglets starting together on two cores take minutes, not seconds, to import and listen.
+READY_PER_PROCESS_S = 1.5
 LEADER_TIMEOUT_S = 45.0
 # A borglet stopping with --kill-tasks-on-exit gives each task its kill grace (3 s) first.
 STOP_TIMEOUT_S = 15.0
@@ -373,7 +376,7 @@ def up(
         )
         info.save()
 
-        _wait_ready(borglets, "/healthz", READY_TIMEOUT_S)
+        _wait_ready(borglets, "/healthz", READY_TIMEOUT_S + READY_PER_PROCESS_S * len(borglets))
         if info.proxies:
             # Toxiproxy accepts a connection before its upstream listens and then drops it,
             # which a client cannot tell from a lost answer: wait until every master listens.
@@ -684,7 +687,8 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
             if dead:
                 say(f"{what}: starting {', '.join(p.name for p in dead)}")
                 info = _with(info, role, _respawn(dead, info, env))
-        _wait_ready(info.of_role(Role.BORGLET), "/healthz", READY_TIMEOUT_S)
+        borglets = info.of_role(Role.BORGLET)
+        _wait_ready(borglets, "/healthz", READY_TIMEOUT_S + READY_PER_PROCESS_S * len(borglets))
         if info.proxies:
             _wait_ready(info.of_role(Role.MASTER), "/healthz", READY_TIMEOUT_S)
         leader = wait_for_leader(info, LEADER_TIMEOUT_S)
