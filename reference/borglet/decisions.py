@@ -166,6 +166,8 @@ def memory_pressure_victims(candidates: Iterable[Candidate], capacity_ram: int) 
     tasks = list(candidates)
     total = sum(c.ram_bytes for c in tasks)
     victims: list[str] = []
+    if total <= capacity_ram:
+        return victims  # the common case, on every supervisor pass: no sort
     order = sorted(tasks, key=lambda c: (c.priority, -c.started_at, c.task_id))
     for candidate in order:
         if total <= capacity_ram:
