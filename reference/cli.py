@@ -287,6 +287,12 @@ def bench_scheduler(ctx: typer.Context) -> None:
     _run_main("reference.scheduler.bench", "the scheduler benchmark", ctx.args)
 
 
+@bench_app.command("packing", **PASS_THROUGH)
+def bench_packing(ctx: typer.Context) -> None:
+    """The FGD paper's GPU packing experiment over every policy; writes reports/packing.md (try --help)."""
+    _run_main("reference.scheduler.packing_bench", "the packing benchmark", ctx.args)
+
+
 @bench_app.command("cell", **PASS_THROUGH)
 def bench_cell(ctx: typer.Context) -> None:
     """Benchmark a live cell through its API (try --help)."""

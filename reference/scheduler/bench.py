@@ -13,10 +13,10 @@ from typing import Any
 
 from .config import SchedulerConfig
 from .engine import plan_pass
-from .policies import POLICIES
+from .policies import POLICY_NAMES
 from .snapshot import Snapshot
 from .study import arrivals, busiest_moment, compaction, lower_bound
-from .trace import read_trace
+from .trace import DEFAULT_PODS, read_trace
 from .workload import synthetic_cell
 
 
@@ -105,11 +105,11 @@ def synthetic(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def trace_study(args: argparse.Namespace) -> dict[str, Any]:
-    machines, pods = read_trace(Path(args.trace))
+    machines, pods = read_trace(Path(args.trace), args.pods)
     when, live = busiest_moment(pods)
     bound = lower_bound(machines, live)
     seeds = list(range(args.seed, args.seed + args.compaction_seeds))
-    policies = [args.policy] if args.only_policy else list(POLICIES)
+    policies = [args.policy] if args.only_policy else list(POLICY_NAMES)
     rows = {}
     for name in policies:
         cfg = SchedulerConfig(policy=name)
@@ -122,7 +122,7 @@ def trace_study(args: argparse.Namespace) -> dict[str, Any]:
             "allocation_at_saturation": {k: round(v, 4) for k, v in arr.alloc_at_end.items()},
             "compaction_machines_median": median,
             "compaction_machines_per_seed": each,
-            "compaction_ratio_to_lower_bound": round(median / bound, 3) if bound else None,
+            "compaction_ratio_to_lower_bound": round(median / bound, 3) if bound and median is not None else None,
         }
     return {
         "workload": f"trace {args.trace}: {len(machines)} machines, {len(pods)} tasks in creation order",
@@ -138,13 +138,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--machines", type=int, default=10000)
     p.add_argument("--tasks", type=int, default=100000)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--policy", default="borg_hybrid", choices=sorted(POLICIES))
+    p.add_argument("--policy", default="borg_hybrid", choices=sorted(POLICY_NAMES))
     p.add_argument("--no-equivalence-classes", action="store_true")
     p.add_argument("--no-score-cache", action="store_true")
     p.add_argument("--no-relaxed-randomization", action="store_true")
     p.add_argument("--ablation", action="store_true", help="also compare all techniques on vs off")
     p.add_argument("--ablation-sample", type=int, default=2000, help="tasks timed per ablation variant")
     p.add_argument("--trace", help="the openb trace folder: run the policy study on it instead")
+    p.add_argument("--pods", default=DEFAULT_PODS, help="the pod list: a file name in --trace or a path")
     p.add_argument("--compaction-seeds", type=int, default=5)
     p.add_argument("--only-policy", action="store_true", help="trace study of --policy alone")
     p.add_argument("--json", action="store_true")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from spec.model import CPU, GPU, RAM, TaskId, is_prod
 
 from .snapshot import Snapshot
@@ -116,8 +118,10 @@ class CellView:
         self.reclaimed: list[bool] = [False] * len(machines)
         self.victims: list[list[Victim]] = [[] for _ in machines]
         self.vmin: list[int] = [1 << 30] * len(machines)  # lowest victim priority on each machine
-        self.version = [0] * len(machines)
+        self.version = np.zeros(len(machines), dtype=np.int64)  # read a whole sample at once
         self.ref_free: list[list[int]] = [list(c) for c in self.cap]
+        # The GPU requests (whole, share) of the tasks on each machine, counted: GpuClustering's input.
+        self.gkinds: list[dict[tuple[int, int], int]] = [{} for _ in machines]
         self.pkgs: list[set[str]] = [set(snapshot.packages.get(n, ())) for n in self.names]
         rng = random.Random(seed)
         self.salt = [rng.random() for _ in machines]
@@ -145,10 +149,12 @@ class CellView:
                 else:
                     req = held  # counts, and is released by preemption, at its reservation
             self._consume(mi, req)
+            self.add_kind(mi, req)
             self.victims[mi].append(Victim(t.id, t.id.job, t.priority, req, shares))
         for mi, vs in enumerate(self.victims):
             self.vmin[mi] = min((v.priority for v in vs), default=1 << 30)
         self.ref_free = [list(f) for f in self.free]
+        self.ref_gfree = [list(g) for g in self.gfree]
 
     def free_for(self, mi: int, prod: bool) -> list[int]:
         """What a task may use on machine `mi`: prod beside prod requests, others beside reservations."""
@@ -186,13 +192,37 @@ class CellView:
             gfree[i] -= a
         return picks
 
+    def gpu_kind(self, req: tuple[int, ...]) -> tuple[int, int] | None:
+        milli = req[self.gpu_dim] if self.gpu_dim is not None else 0
+        return split_gpu(milli) if milli else None
+
+    def add_kind(self, mi: int, req: tuple[int, ...]) -> None:
+        kind = self.gpu_kind(req)
+        if kind is not None:
+            kinds = self.gkinds[mi]
+            kinds[kind] = kinds.get(kind, 0) + 1
+
+    def forget_kind(self, mi: int, req: tuple[int, ...]) -> None:
+        kind = self.gpu_kind(req)
+        kinds = self.gkinds[mi]
+        if kind in kinds:
+            kinds[kind] -= 1
+            if not kinds[kind]:
+                del kinds[kind]
+
     def touch(self, mi: int, threshold: float) -> bool:
-        """Bump the machine's version when its free resources drifted more than `threshold`
-        of capacity since the last bump: cached scores older than the version are stale."""
+        """Bump the machine's version when any resource drifted more than `threshold` of its
+        capacity since the last bump, or when any GPU changed: cached scores older than the
+        version are stale."""
         f, ref, cap = self.free[mi], self.ref_free[mi], self.cap[mi]
-        for i in range(len(f)):
-            if abs(f[i] - ref[i]) > threshold * cap[i]:
-                self.version[mi] += 1
-                self.ref_free[mi] = list(f)
-                return True
-        return False
+        moved = self.gfree[mi] != self.ref_gfree[mi]
+        if not moved:
+            for i in range(len(f)):
+                if abs(f[i] - ref[i]) > threshold * cap[i]:
+                    moved = True
+                    break
+        if moved:
+            self.version[mi] += 1
+            self.ref_free[mi] = list(f)
+            self.ref_gfree[mi] = list(self.gfree[mi])
+        return moved

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from spec.model import Constraint, ConstraintOp
 
@@ -31,6 +32,7 @@ class TaskClass:
     priority: int
     constraints: tuple[Constraint, ...]
     compiled: tuple[Compiled, ...]
+    need: Any = None  # req as a numpy vector, made on first use by the prefilter
 
 
 def class_key(task: PendingTask) -> tuple:

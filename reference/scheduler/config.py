@@ -28,8 +28,10 @@ class SchedulerConfig:
     score_cache: bool = True
     relaxed_randomization: bool = True
     cache_threshold: float = 0.02  # fraction of capacity a machine's free may drift before rescoring
+    mix_threshold: float = 0.05  # L1 drift of fgd's mix of task shapes before rescoring
     relaxed_min_feasible: int = 50
     relaxed_fraction: float = 0.05
+    relaxed_shared_start: bool = True  # every class walks the random order from one start
     queue_order: QueueOrder = QueueOrder.PRIORITY_ROUND_ROBIN
 
     def sample_size(self, machines: int) -> int:

@@ -4,7 +4,10 @@ The pipeline for each task, in Nomad's terms: a seeded random source of machines
 feasibility (constraints, free resources, GPUs, preemptible victims) -> policy score plus
 the built-in terms -> limit (relaxed randomization) -> max score. Equivalence classes share
 the feasible sample and its scores between tasks with the same needs; the score cache
-reuses a (class, machine) score until that machine's version moves.
+reuses a (class, machine) score while the machine's version has not moved: a version moves
+when any resource drifts more than `cache_threshold` of capacity, when any GPU changes, and
+(for `fgd`) when the mix of task shapes drifts. Every cached score in a sample is checked
+before each pick, wherever it ranks.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import numpy as np
 from spec.model import is_prod
 
 from .cellview import CellView, Victim, gpu_take
-from .classes import TaskClass, class_key, make_class
+from .classes import TaskClass, class_key, constraint_holds, make_class
 from .config import SchedulerConfig
-from .feasibility import choose_victims, constraints_hold, fits_free
+from .feasibility import Prefilter, choose_victims, constraints_hold, fits_free
+from .fragmentation import ShapeMix, fgd_place
 from .plan import Placement, Plan, Preemption, Reason, Unschedulable
-from .policies import policy_named
+from .policies import gpu_clustering, gpu_packing, policy_named
 from .queue import ordered
 from .reasons import amount, diagnose
 from .snapshot import PendingTask, Snapshot
@@ -30,13 +34,14 @@ from .snapshot import PendingTask, Snapshot
 class _Sample:
     """One class's feasible machines found so far, with cached scores and the versions they saw."""
 
-    __slots__ = ("machines", "doms", "scores", "versions", "size", "holes", "valid", "cursor", "offset")
+    __slots__ = ("machines", "doms", "scores", "versions", "mix", "size", "holes", "valid", "cursor", "offset")
 
     def __init__(self, capacity: int, offset: int) -> None:
         self.machines = np.zeros(capacity, dtype=np.int64)
         self.doms = np.zeros(capacity, dtype=np.int64)  # failure domain of each slot's machine
         self.scores = np.full(capacity, -np.inf)
-        self.versions = [0] * capacity
+        self.versions = np.zeros(capacity, dtype=np.int64)
+        self.mix = 0  # the shape mix's version the scores saw (fgd only)
         self.size = 0  # slots in use, holes included
         self.holes: list[int] = []  # slots of machines that stopped fitting
         self.valid = 0
@@ -55,13 +60,22 @@ class Pass:
         recent_disruptions: Mapping[str, int] | None,
     ) -> None:
         self.cfg = config
-        self.policy = policy_named(config.policy)
+        self.policy = policy_named(config.policy)  # None: a GPU-aware policy, see _gpu_score
         self.cell = CellView(snapshot, seed ^ 0x5A17)
         self.n = len(self.cell.names)
         self.k = config.sample_size(self.n)
         self.rng = random.Random(seed)
         self.order = list(range(self.n))
         self.rng.shuffle(self.order)
+        # With a shared start, every class walks the same random order from the same place:
+        # the samples of different classes overlap and placements fill the same machines
+        # first (see docs/decisions.md for what this buys in packing and costs in speed).
+        self.offset = self.rng.randrange(max(self.n, 1))
+        self.order_np = np.array(self.order, dtype=np.int64)
+        self.pre = Prefilter(self.cell)
+        threshold = config.mix_threshold if config.score_cache else 0.0
+        self.mix = ShapeMix(threshold) if config.policy == "fgd" else None
+        self.gpu_max = max((sum(g) for g in self.cell.gcap), default=0)
         self.dom = np.array(self.cell.dom, dtype=np.int64)
         self.disrupted: dict[str, int] = dict(recent_disruptions or {})
         self.job_dom: dict[str, np.ndarray] = {}  # a job's tasks per failure domain
@@ -112,6 +126,8 @@ class Pass:
                 break
         else:
             if not cls.gpu or gpu_take(cell.gfree[mi], cell.gcap[mi], cls.gpu_whole, cls.gpu_share) is not None:
+                if self.policy is None:
+                    return self._gpu_score(cls, mi, free)
                 return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi])
         if not self.cfg.preemption or cls.priority <= cell.vmin[mi]:
             return None
@@ -124,9 +140,46 @@ class Pass:
             for i, a in enumerate(v.req):
                 free[i] += a
             penalty += self.cfg.preemption_per_victim + self.cfg.preemption_per_priority * (v.priority + 1)
+        if self.policy is None:
+            return self._gpu_score(cls, mi, free) - penalty  # judged on the GPUs as they are now
         return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi]) - penalty
 
+    def _gpu_score(self, cls: TaskClass, mi: int, free: list[int]) -> float:
+        """The GPU-aware policies, fed from the working cell."""
+        cell, name = self.cell, self.cfg.policy
+        gfree = cell.gfree[mi]
+        if name == "fgd":
+            return self._fgd(cls, mi, free, gfree)[0]
+        if name == "gpu_packing":
+            return gpu_packing(cls.gpu_whole, cls.gpu_share, gfree)
+        kind = (cls.gpu_whole, cls.gpu_share) if cls.gpu else None
+        return gpu_clustering(kind, cell.gkinds[mi], sum(gfree), self.gpu_max)
+
+    def _fgd(self, cls: TaskClass, mi: int, free: list[int], gfree: list[int]) -> tuple[float, list[tuple[int, int]]]:
+        mix = self.mix
+        assert mix is not None
+        allowed = None
+        if mix.constrained:
+            attrs = self.cell.attrs[mi]
+            allowed = [all(constraint_holds(c, attrs) for c in g[2]) for g, _ in mix.frozen]
+        return fgd_place(free[0], cls.req[0], gfree, cls.gpu_whole, cls.gpu_share, mix.frozen, mix.frozen_total, allowed)
+
+    def _gpus(self, cls: TaskClass, mi: int) -> list[tuple[int, int]]:
+        """The GPUs a placement takes: fgd's own choice, else the fullest GPU that fits a share."""
+        cell = self.cell
+        if self.mix is not None:
+            return self._fgd(cls, mi, cell.free_for(mi, is_prod(cls.priority)), cell.gfree[mi])[1]
+        picks = gpu_take(cell.gfree[mi], cell.gcap[mi], cls.gpu_whole, cls.gpu_share)
+        assert picks is not None, "checked by pick"
+        return picks
+
     # --- the sample of feasible machines of a class ---------------------------------------
+
+    def _start(self) -> int:
+        """Where a new class's walk of the random order begins."""
+        if self.cfg.relaxed_shared_start:
+            return self.offset
+        return self.rng.randrange(max(self.n, 1))
 
     def _set(self, s: _Sample, slot: int, mi: int, score: float | None) -> None:
         if score is None:
@@ -138,27 +191,48 @@ class Pass:
         s.scores[slot] = score
         s.versions[slot] = self.cell.version[mi]
 
+    def _refresh(self, cls: TaskClass, s: _Sample) -> None:
+        """Rescores every cached score whose machine's version moved since, wherever it ranks;
+        all of them when the shape mix moved (fgd)."""
+        size = s.size
+        live = s.scores[:size] != -np.inf
+        if self.mix is not None and s.mix != self.mix.version:
+            s.mix = self.mix.version
+            stale = live
+        else:
+            stale = live & (s.versions[:size] != self.cell.version[s.machines[:size]])
+        for slot in np.flatnonzero(stale).tolist():
+            self._rescore(cls, s, slot)
+
     def _rescore(self, cls: TaskClass, s: _Sample, slot: int) -> None:
         mi = int(s.machines[slot])
         self._set(s, slot, mi, self.evaluate(cls, mi))
 
     def _refill(self, cls: TaskClass, s: _Sample) -> None:
         """Relaxed randomization: walk the random order until the sample holds k feasible machines."""
-        n, order = self.n, self.order
-        while s.valid < self.k and s.cursor < n:
-            mi = order[(s.offset + s.cursor) % n]
-            s.cursor += 1
-            score = self.evaluate(cls, mi)
-            if score is None:
-                continue
-            slot = s.holes.pop() if s.holes else s.size
-            if slot == s.size:
-                s.size += 1
-            s.machines[slot] = mi
-            s.doms[slot] = self.cell.dom[mi]
-            s.scores[slot] = score
-            s.versions[slot] = self.cell.version[mi]
-            s.valid += 1
+        n, k, run = self.n, self.k, 32
+        while s.valid < k and s.cursor < n:
+            start = s.cursor
+            end = min(n, start + run)
+            ids = self.order_np[(s.offset + np.arange(start, end)) % n]
+            s.cursor = end
+            for h in self.pre.passing(cls, ids, self.cfg.preemption).tolist():
+                mi = int(ids[h])
+                score = self.evaluate(cls, mi)
+                if score is None:
+                    continue
+                slot = s.holes.pop() if s.holes else s.size
+                if slot == s.size:
+                    s.size += 1
+                s.machines[slot] = mi
+                s.doms[slot] = self.cell.dom[mi]
+                s.scores[slot] = score
+                s.versions[slot] = self.cell.version[mi]
+                s.valid += 1
+                if s.valid >= k:
+                    s.cursor = start + h + 1  # the rest of the run is still unseen
+                    break
+            run = min(run * 2, 4096)
 
     def _totals(self, s: _Sample, task: PendingTask) -> np.ndarray:
         """Cached class scores plus the job's own terms: spreading and package locality."""
@@ -199,9 +273,11 @@ class Pass:
 
     def pick(self, cls: TaskClass, s: _Sample, task: PendingTask) -> tuple[int, int, list[Victim], float] | None:
         """(slot, machine, victims, score) of the best machine in the sample, or None: fits nowhere."""
-        cache = self.cfg.score_cache
-        if not cache:
+        if self.cfg.score_cache:
+            self._refresh(cls, s)
+        else:
             # Without the cache every task scores its class's sample afresh.
+            s.mix = self.mix.version if self.mix is not None else 0
             for slot in range(s.size):
                 if s.scores[slot] != -np.inf:
                     self._rescore(cls, s, slot)
@@ -213,14 +289,12 @@ class Pass:
             total = self._totals(s, task)
             slot = int(total.argmax())
             mi = int(s.machines[slot])
-            if not cache or s.versions[slot] == self.cell.version[mi]:
-                if cache:
-                    self.stats.cache_hits += 1
-                # A cached score may be slightly stale; feasibility is always checked exactly.
-                victims = self._victims(cls, mi)
-                if victims is not None:
-                    return slot, mi, victims, float(total[slot])
-            self._rescore(cls, s, slot)
+            # A cached score may be stale within the threshold; feasibility is checked exactly.
+            victims = self._victims(cls, mi)
+            if victims is not None:
+                self.stats.cache_hits += self.cfg.score_cache
+                return slot, mi, victims, float(total[slot])
+            self._set(s, slot, mi, None)
 
     # --- committing a placement -----------------------------------------------------------
 
@@ -234,6 +308,7 @@ class Pass:
                 free[i] += a
             for g, a in v.gpu_shares:
                 gfree[g] += a
+            cell.forget_kind(mi, v.req)
             self.disrupted[v.job] = self.disrupted.get(v.job, 0) + 1
             self.plan.preemptions.append(
                 Preemption(v.id, task.id, name, f"priority {task.priority} preempts {v.priority} on {name}")
@@ -241,13 +316,13 @@ class Pass:
         if victims:
             cell.vmin[mi] = min((v.priority for v in cell.victims[mi]), default=1 << 30)
         if cls.gpu:
-            picks = gpu_take(gfree, cell.gcap[mi], cls.gpu_whole, cls.gpu_share)
-            assert picks is not None, "checked by pick"
-            for g, a in picks:
+            for g, a in self._gpus(cls, mi):
                 gfree[g] -= a
+            cell.add_kind(mi, cls.req)
         for d, a in cls.nz:
             free[d] -= a
         cell.touch(mi, self.cfg.cache_threshold if self.cfg.score_cache else 0.0)
+        self.pre.update(mi)
         self.plan.placements.append(Placement(task.id, name, tuple(v.id for v in victims), score))
         if self.cfg.spread_weight:
             self._job_domains(task.job)[cell.dom[mi]] += 1
@@ -313,9 +388,12 @@ class Pass:
                     self.stats.classes += 1
                     if cfg.equivalence_classes:
                         classes[key] = cls
+                if self.mix is not None:  # fgd: the mix of shapes seen so far, this one included
+                    group = (cls.gpu_whole, cls.gpu_share, cls.compiled) if cls.gpu else None
+                    self.mix.add(group, cls.req[0])
                 s = samples.get(key) if cfg.equivalence_classes else None
                 if s is None:
-                    s = _Sample(max(capacity, 1), self.rng.randrange(max(self.n, 1)))
+                    s = _Sample(max(capacity, 1), self._start())
                     if cfg.equivalence_classes:
                         samples[key] = s
                 got = self.pick(cls, s, task)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+
 from spec.model import is_prod, may_preempt
 
 from .cellview import CellView, Victim, gpu_take
@@ -91,3 +93,66 @@ def _release(v: Victim, free: list[int], gfree: list[int], sign: int) -> None:
         free[i] += sign * a
     for g, a in v.gpu_shares:
         gfree[g] += sign * a
+
+
+class Prefilter:
+    """Necessary conditions for fitting, checked on a run of machines at once (numpy).
+
+    It never rejects a machine that the exact check (`Pass.evaluate`) would accept: a
+    machine passes when it is up, its constraints hold, and either every resource it has
+    free (slack included for non-prod tasks) covers the request or, with preemption on, it
+    runs something of lower priority. GPUs are judged on their total here, one by one in
+    the exact check. The walk of relaxed randomization uses it to skip full machines
+    without a Python call per machine.
+    """
+
+    def __init__(self, cell: CellView) -> None:
+        self.cell = cell
+        n, d = len(cell.names), len(cell.dims)
+        self.free = np.array(cell.free, dtype=np.int64).reshape(n, d)
+        self.slack = np.array(cell.slack, dtype=np.int64).reshape(n, d)
+        self.up = np.array(cell.up, dtype=bool)
+        self.vmin = np.array(cell.vmin, dtype=np.int64)
+        self._codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+        self._masks: dict[tuple, np.ndarray] = {}
+
+    def update(self, mi: int) -> None:
+        """Mirror machine `mi` after a placement or an eviction changed it."""
+        self.free[mi] = self.cell.free[mi]
+        self.vmin[mi] = self.cell.vmin[mi]
+
+    def allowed(self, cls: TaskClass) -> np.ndarray:
+        """Machines where the class's constraints hold and that are up, cached per constraint set."""
+        mask = self._masks.get(cls.compiled)
+        if mask is None:
+            mask = self.up.copy()
+            for attr, positive, values in cls.compiled:
+                codes, index = self._column(attr)
+                hit = np.isin(codes, [index[v] for v in values if v in index])
+                mask &= hit if positive else ~hit
+            self._masks[cls.compiled] = mask
+        return mask
+
+    def _column(self, attr: str) -> tuple[np.ndarray, dict[str, int]]:
+        got = self._codes.get(attr)
+        if got is None:
+            index: dict[str, int] = {}
+            codes = np.array(
+                [index.setdefault(a[attr], len(index)) if attr in a else -1 for a in self.cell.attrs], dtype=np.int64
+            )
+            got = self._codes[attr] = (codes, index)
+        return got
+
+    def passing(self, cls: TaskClass, ids: np.ndarray, preemption: bool) -> np.ndarray:
+        """Indices into `ids` of the machines that may fit the class."""
+        need = cls.need
+        if need is None:
+            need = cls.need = np.array(cls.req, dtype=np.int64)
+        free = self.free[ids]
+        if not is_prod(cls.priority):
+            free = free + self.slack[ids]
+        ok = (free >= need).all(axis=1)
+        if preemption:
+            ok |= self.vmin[ids] < cls.priority
+        ok &= self.allowed(cls)[ids]
+        return np.flatnonzero(ok)

@@ -1,4 +1,8 @@
-"""Scoring policies: each a small pure function of one (request, free, capacity) triple, 0..100, higher is better.
+"""Scoring policies: each a small pure function, 0..100, higher is better.
+
+Most policies see one machine as a (request, free, capacity) triple, one number per
+resource. The GPU-aware ones (`GPU_POLICIES`, the baselines of the FGD paper) also see the
+machine's GPUs one by one; `fgd` itself lives in `fragmentation.py`.
 
 Arguments are equal-length sequences over the cell's resource dimensions, CPU first and RAM
 second (the Kubernetes formulas look at those two only). `free` is what the machine has free
@@ -9,7 +13,7 @@ not have (capacity 0) are left out, so a CPU-only machine is judged on what it h
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 Vec = Sequence[int]
 Policy = Callable[[Vec, Vec, Vec, float], float]
@@ -80,9 +84,63 @@ def k8s_balanced(req: Vec, free: Vec, cap: Vec, salt: float = 0.0) -> float:
     return float(int((1 - std) * MAX_SCORE))
 
 
+def dot_prod(req: Vec, free: Vec, cap: Vec, salt: float = 0.0) -> float:
+    """Tetris's alignment as FGD's simulator ranks it: the smaller the dot product of the
+    request and what is free (each as a fraction of capacity), the better.
+
+    100 * (1 - mean over resources of (req / cap) * (free / cap)), `free` before the placement.
+    """
+    terms = [(r / c) * (f / c) for r, f, c in zip(req, free, cap, strict=True) if c > 0]
+    return MAX_SCORE * (1.0 - sum(terms) / len(terms))
+
+
 def random_fit(req: Vec, free: Vec, cap: Vec, salt: float = 0.0) -> float:
     """The baseline: any feasible machine, chosen by the seeded per-machine salt."""
     return MAX_SCORE * salt
+
+
+def gpu_packing(whole: int, share: int, gfree: Sequence[int], gunit: int = 1000) -> float:
+    """GpuPacking (FGD's baseline): GPUs already in use first, then idle GPUs on a machine in
+    use, then an idle machine; integer maths as in the simulator.
+
+    - no GPU asked: 0;
+    - every GPU idle: 100 // 3 - idle GPUs, at least the idle GPUs;
+    - the request needs idle GPUs (whole ones, or a share that fits no GPU in use):
+      100 // 2 - idle GPUs taken, at least 100 // 3;
+    - a share on a GPU in use (the fullest that fits): 100 - (free % of that GPU) // 10, at least 50.
+    """
+    if not whole and not share:
+        return 0.0
+    idle = sum(1 for f in gfree if f == gunit)
+    if idle == len(gfree):
+        return float(max(MAX_SCORE // 3 - idle, idle))
+    if whole:
+        return float(max(MAX_SCORE // 2 - whole, MAX_SCORE // 3))
+    fitting = [f for f in gfree if f >= share]
+    if not fitting:
+        return 0.0  # infeasible: the engine never asks
+    fullest = min(fitting)
+    if fullest == gunit:
+        return float(max(MAX_SCORE // 2 - 1, MAX_SCORE // 3))
+    return float(max(MAX_SCORE - (fullest * 100 // gunit) // 10, MAX_SCORE // 2))
+
+
+def gpu_clustering(kind: object, kinds_here: Collection[object], gpu_free: int, gpu_max: int) -> float:
+    """GpuClustering (FGD's baseline): tasks with the same GPU request together.
+
+    `kind` is the task's GPU request (None: no GPU), `kinds_here` the GPU requests of the tasks
+    on the machine, `gpu_free` its free GPU milli, `gpu_max` the largest machine's GPU milli.
+    A fullness term 25 * (gpu_max - gpu_free) // gpu_max is added to a base: 75 where only this
+    kind runs, 50 where it runs among others, 25 on a machine without GPU tasks, 0 elsewhere.
+    """
+    if kind is None or gpu_max <= 0:
+        return 0.0
+    full = (MAX_SCORE // 4) * (gpu_max - gpu_free) // gpu_max
+    if kind in kinds_here:
+        base = 75 if len(kinds_here) == 1 else 50
+    else:
+        base = 25 if not kinds_here else 0
+    return float(base + full)
 
 
 POLICIES: dict[str, Policy] = {
@@ -92,11 +150,18 @@ POLICIES: dict[str, Policy] = {
     "k8s_least_allocated": k8s_least_allocated,
     "k8s_balanced": k8s_balanced,
     "random_fit": random_fit,
+    "dot_prod": dot_prod,
 }
+# Policies that see each GPU: the engine calls them through adapters (see engine.Pass).
+GPU_POLICIES = ("gpu_packing", "gpu_clustering", "fgd")
+POLICY_NAMES: tuple[str, ...] = (*POLICIES, *GPU_POLICIES)
 
 
-def policy_named(name: str) -> Policy:
+def policy_named(name: str) -> Policy | None:
+    """The scalar policy of that name, None for a GPU-aware one; ValueError if there is none."""
+    if name in GPU_POLICIES:
+        return None
     try:
         return POLICIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}") from None
+        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}") from None

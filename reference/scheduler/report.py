@@ -29,7 +29,7 @@ def plots(synth: dict[str, Any], trace: dict[str, Any], out: Path) -> None:
     rows = trace["policies"]
     names = list(rows)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    axes[0].bar(names, [rows[n]["compaction_ratio_to_lower_bound"] for n in names])
+    axes[0].bar(names, [rows[n]["compaction_ratio_to_lower_bound"] or float("nan") for n in names])
     axes[0].set_title("compaction: machines / lower bound (lower is better)")
     axes[1].bar(names, [rows[n]["placed_before_first_failure"] for n in names])
     axes[1].set_title("tasks placed before the first that fits nowhere")
@@ -54,6 +54,10 @@ def plots(synth: dict[str, Any], trace: dict[str, Any], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "ablation.png", dpi=100)
     plt.close(fig)
+
+
+def _machines(n: float | None) -> str:
+    return "does not fit" if n is None else f"{n:g}"
 
 
 def verdict(ok: bool) -> str:
@@ -120,9 +124,12 @@ def render(cmd: str, synth: dict[str, Any], trace: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {r['placed_before_first_failure']:,} | {r['placed_total']:,} | "
             f"{a['cpu']:.3f} / {a['ram']:.3f} / {a['gpu']:.3f} | {b['cpu']:.3f} / {b['ram']:.3f} / {b['gpu']:.3f} | "
-            f"{r['compaction_machines_median']} | {r['compaction_machines_per_seed']} | {r['compaction_ratio_to_lower_bound']} |"
+            f"{_machines(r['compaction_machines_median'])} | {r['compaction_machines_per_seed']} | {r['compaction_ratio_to_lower_bound'] or ''} |"
         )
     lines += [
+        "",
+        "A compaction of `does not fit` means the tasks do not all fit even in the whole cell for some seed",
+        "(those seeds show `None`); the cell then has no compacted size for that policy.",
         "",
         "![policies](scheduler/policies.png)",
         "",
@@ -132,7 +139,7 @@ def render(cmd: str, synth: dict[str, Any], trace: dict[str, Any]) -> str:
         "|---|---|---|",
         f"| ≥ {TARGET_RATE:,} placements/s at 10,000 machines, all techniques on | {run['placements_per_second']:,} | {verdict(run['placements_per_second'] >= TARGET_RATE)} |",
         f"| techniques ≥ {TARGET_SPEEDUP}x faster than none | {abl['speedup_on_vs_off_same_sample']}x (same sample), {abl['speedup_full_on_vs_sample_off']}x (full run vs sample) | {verdict(abl['speedup_on_vs_off_same_sample'] >= TARGET_SPEEDUP)} on the same sample, {verdict(abl['speedup_full_on_vs_sample_off'] >= TARGET_SPEEDUP)} full vs sample |",
-        f"| borg_hybrid needs no more machines than best_fit | {hybrid} vs {best} | {verdict(hybrid <= best)} |",
+        f"| borg_hybrid needs no more machines than best_fit | {_machines(hybrid)} vs {_machines(best)} | {verdict(hybrid is not None and (best is None or hybrid <= best))} |",
         f"| peak RSS < 1 GiB | {synth['peak_rss_mib']} MiB | {verdict(synth['peak_rss_mib'] < TARGET_RSS_MIB)} |",
         "",
     ]

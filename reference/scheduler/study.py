@@ -80,14 +80,15 @@ def fits_all(machines: Sequence[Machine], tasks: Sequence[PendingTask], config: 
     return not plan.unschedulable
 
 
-def compact(machines: Sequence[Machine], tasks: Sequence[PendingTask], config: SchedulerConfig, seed: int) -> int:
+def compact(machines: Sequence[Machine], tasks: Sequence[PendingTask], config: SchedulerConfig, seed: int) -> int | None:
     """Borg's cell compaction for one seed: remove machines in a seeded random order and binary
-    search the most that can go with every task still placed; returns the machines left."""
+    search the most that can go with every task still placed; returns the machines left, or
+    None when the tasks do not all fit even in the whole cell."""
     order = list(machines)
     random.Random(seed).shuffle(order)
     lo, hi = 0, len(order)  # removing lo machines fits; removing hi is not known to
     if not fits_all(order, tasks, config, seed):
-        return len(order) + 1  # does not fit even in the whole cell
+        return None
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if fits_all(order[mid:], tasks, config, seed):
@@ -99,7 +100,11 @@ def compact(machines: Sequence[Machine], tasks: Sequence[PendingTask], config: S
 
 def compaction(
     machines: Sequence[Machine], tasks: Sequence[PendingTask], config: SchedulerConfig, seeds: Sequence[int]
-) -> tuple[float, list[int]]:
-    """The median over seeds of the machines the tasks need, with each seed's figure."""
+) -> tuple[float | None, list[int | None]]:
+    """The median over seeds of the machines the tasks need, with each seed's figure (None:
+    does not fit in the whole cell). The median is None when any seed does not fit: a cell
+    that fits only sometimes has no compacted size."""
     found = [compact(machines, tasks, config, s) for s in seeds]
-    return statistics.median(found), found
+    if any(f is None for f in found):
+        return None, found
+    return statistics.median(f for f in found if f is not None), found

@@ -1,0 +1,154 @@
+"""Fragmentation Gradient Descent (FGD, Weng et al., USENIX ATC '23): the policy `fgd`, pure.
+
+A machine's GPU fragmentation, measured against a mix of task shapes, is the GPU capacity
+(milli) that a task drawn from the mix could not use there: all of the machine's free GPU
+when the task does not fit at all (too little CPU, too few suitable GPUs, a GPU model it may
+not use), else the free GPU left on GPUs too small for it (a share cannot span GPUs; a task
+of whole GPUs can use only untouched ones). Averaged over the mix this is
+
+    F = free GPU - E[usable],   usable = free milli on the GPUs that can host the shape's
+                                          per-GPU demand, 0 when the shape does not fit,
+
+and FGD places a task where F grows least. As in the paper, only CPU and GPUs decide
+whether a shape fits (memory is left out), and tasks without GPUs count as shapes that can
+use none of the GPU. The score is 100 * sigmoid((F before - F after) / 1000): monotone in
+the change, so it ranks exactly as the change does.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right, insort
+from collections.abc import Sequence
+
+GPU_UNIT = 1000
+MAX_SCORE = 100
+# A GPU-demand group: (whole GPUs, share milli, compiled constraints).
+Group = tuple[int, int, tuple]
+
+
+class ShapeMix:
+    """The task shapes seen so far: per GPU-demand group, the sorted CPU demands of its tasks.
+
+    `version` moves when the mix has drifted more than `threshold` in L1 distance from the mix
+    at the last move; `frozen` is the mix as of that move, which is what scores read, so a
+    cached score is exact for the mix it was computed with.
+    """
+
+    def __init__(self, threshold: float = 0.0) -> None:
+        self.threshold = threshold
+        self.version = 0
+        self.live: dict[Group, list[int]] = {}
+        self.nogpu = 0
+        self.total = 0
+        self.frozen: tuple[tuple[Group, list[int]], ...] = ()
+        self.frozen_total = 0
+        self.constrained = False  # some group has constraints: check them per machine
+        self._at_freeze: dict[tuple[Group, int], int] = {}
+        self._shapes: dict[tuple[Group, int], int] = {}
+
+    def add(self, group: Group | None, cpu: int) -> bool:
+        """Counts one task (group None: no GPU); True when the frozen mix moved."""
+        self.total += 1
+        if group is None:
+            self.nogpu += 1
+        else:
+            insort(self.live.setdefault(group, []), cpu)
+        key = (group, cpu)
+        self._shapes[key] = self._shapes.get(key, 0) + 1
+        if self.frozen_total and self._drift() <= self.threshold:
+            return False
+        self.frozen = tuple((g, list(c)) for g, c in self.live.items())
+        self.frozen_total = self.total
+        self.constrained = any(g[2] for g, _ in self.frozen)
+        self._at_freeze = dict(self._shapes)
+        self.version += 1
+        return True
+
+    def _drift(self) -> float:
+        n, m = self.total, self.frozen_total
+        before = self._at_freeze
+        d = sum(abs(c / n - before.get(k, 0) / m) for k, c in self._shapes.items())
+        return d + sum(c / m for k, c in before.items() if k not in self._shapes)
+
+
+def usable(gfree: Sequence[int], whole: int, share: int) -> int:
+    """Free GPU milli a shape could use on these GPUs: on GPUs with room for its per-GPU
+    demand, when there are enough of them; else 0. A shape of whole GPUs plus a share (rare)
+    is judged as one more whole GPU."""
+    if share and not whole:
+        need, count = share, 1
+    else:
+        need, count = GPU_UNIT, whole + (1 if share else 0)
+    room = [f for f in gfree if f >= need]
+    if len(room) < count:
+        return 0
+    return sum(room)
+
+
+def fragmentation(cpu_free: int, gfree: Sequence[int], mix: Sequence[tuple[Group, list[int]]], total: int, allowed: Sequence[bool] | None = None) -> float:
+    """F in milli-GPUs: free GPU minus the mix's expected usable GPU on this machine.
+
+    `mix` holds (group, sorted CPU demands); `total` counts every task, those without GPUs
+    included; `allowed[i]` says whether group i's constraints hold here (None: all hold).
+    """
+    free = sum(gfree)
+    if not total or not free:
+        return float(free)
+    expected = 0
+    for i, ((whole, share, _), cpus) in enumerate(mix):
+        if allowed is not None and not allowed[i]:
+            continue
+        fit = bisect_right(cpus, cpu_free)
+        if fit:
+            expected += fit * usable(gfree, whole, share)
+    return free - expected / total
+
+
+def fgd_score(before: float, after: float) -> float:
+    """100 * sigmoid((before - after) / 1000): 50 when F does not move, higher when it shrinks."""
+    x = (before - after) / GPU_UNIT
+    return MAX_SCORE / (1.0 + math.exp(-x))
+
+
+def fgd_place(
+    cpu_free: int,
+    cpu_ask: int,
+    gfree: Sequence[int],
+    whole: int,
+    share: int,
+    mix: Sequence[tuple[Group, list[int]]],
+    total: int,
+    allowed: Sequence[bool] | None = None,
+) -> tuple[float, list[tuple[int, int]]]:
+    """FGD's score for placing the task on this machine and the GPUs it would take.
+
+    A share goes to the GPU that leaves the least fragmentation (the first such GPU); whole
+    GPUs are untouched ones, the first in index order (which untouched GPUs does not matter).
+    The caller has checked that the task fits.
+    """
+    before = fragmentation(cpu_free, gfree, mix, total, allowed)
+    cpu_after = cpu_free - cpu_ask
+    after = list(gfree)
+    picks = []
+    for g, f in enumerate(gfree):
+        if len(picks) == whole:
+            break
+        if f == GPU_UNIT:
+            picks.append((g, GPU_UNIT))
+            after[g] = 0
+    if not share:
+        return fgd_score(before, fragmentation(cpu_after, after, mix, total, allowed)), picks
+    best: tuple[float, int] | None = None
+    tried: set[int] = set()
+    for g, f in enumerate(after):
+        if f < share or f in tried:
+            continue  # GPUs with the same free milli leave the same fragmentation
+        tried.add(f)
+        after[g] = f - share
+        frag = fragmentation(cpu_after, after, mix, total, allowed)
+        after[g] = f
+        if best is None or frag < best[0]:
+            best = (frag, g)
+    assert best is not None, "the caller checked that the share fits"
+    return fgd_score(before, best[0]), [*picks, (best[1], share)]
