@@ -256,6 +256,30 @@ def _count(value: Any) -> Any:
     return len(value) if isinstance(value, list | dict) else value
 
 
+# --- the cell's events -------------------------------------------------------------------------
+
+
+@app.command("events")
+@handles_errors
+def events(
+    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
+    since: Annotated[
+        int | None, typer.Option("--since", help="From this etcd revision (default: all the replica still holds).")
+    ] = None,
+    job: Annotated[str | None, typer.Option("--job", help="Only this job's events (USER/NAME).")] = None,
+    follow_for: Annotated[float, typer.Option("--for", min=1, help="With -f: stop after this many seconds.")] = 3600,
+    master: MasterOpt = None,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """The cell's events: tasks scheduled, started, exited, OOM-killed, evicted, lost...; jobs
+    submitted and removed; machines down and up."""
+    from reference.cli_watch import event_line, follow
+
+    with client(master, state_dir) as cell:
+        follow(cell, "/v1/events", since=0 if since is None else since, for_s=follow_for, line=event_line,
+               say=lambda text: console.print(text, soft_wrap=True, markup=False), follow=follow_, job=job)  # fmt: skip
+
+
 # --- commands that run another program's main ------------------------------------------------
 
 

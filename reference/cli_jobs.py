@@ -23,12 +23,15 @@ from reference.cli_common import (
 from reference.cli_render import (
     console,
     errors,
+    events_table,
     jobs_table,
     key_values,
     machines_table,
+    pending_line,
     print_json,
     resources,
     state_counts,
+    task_fields,
     tasks_table,
 )
 
@@ -54,11 +57,19 @@ def submit(
     file: Annotated[
         Path, typer.Argument(help="A job file (YAML), e.g. examples/hello_world.yaml.")
     ],
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Return once the cell accepted the job, without waiting.")
+    ] = False,
+    wait: Annotated[
+        float, typer.Option("--wait", min=1, help="Seconds to wait for every task to start, at most.")
+    ] = 300,
     master: MasterOpt = None,
     state_dir: StateDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Validate a job file locally, then submit it to the cell."""
+    """Validate a job file locally, submit it, then wait until every task runs (its borglet
+    confirmed the start) or one fails, printing placements and starts; exits 1 if a task
+    fails or the wait times out. --detach returns as soon as the cell accepted the job."""
     try:
         spec = jobspec.load_job_file(file)
     except jobspec.JobFileError as err:
@@ -68,25 +79,55 @@ def submit(
         raise typer.Exit(EXIT_USAGE) from None
     with client(master, state_dir) as cell:
         answer = cell.submit(spec.canonical())
-    if as_json:
-        print_json(answer)
-        return
-    console.print(
-        f"submitted [bold]{spec.key}[/bold]: {spec.task_count} task(s) of {resources(spec.request)} "
-        f"at priority {spec.priority} (revision {answer.get('revision', '?')})"
-    )
+        if as_json:
+            print_json(answer)
+        else:
+            console.print(
+                f"submitted [bold]{spec.key}[/bold]: {spec.task_count} task(s) of {resources(spec.request)} "
+                f"at priority {spec.priority} (revision {answer.get('revision', '?')})"
+            )
+        if detach or not isinstance(answer.get("revision"), int) or spec.task_count == 0:
+            return
+        _wait_for_start(cell, spec.key, spec.task_count, answer["revision"], wait, quiet=as_json)
+
+
+def _wait_for_start(cell: Any, key: str, count: int, revision: int, wait: float, quiet: bool) -> None:
+    from reference.cli_watch import StartWatch, wait_for_start
+
+    say = (lambda text: errors.print(text, soft_wrap=True)) if quiet else (lambda text: console.print(text, soft_wrap=True))
+    watcher = StartWatch(count, say)
+    # The submission's own revision created the tasks: replay from just before it.
+    outcome = wait_for_start(cell, key, revision - 1, watcher, wait)
+    if outcome == "done":
+        say(f"[green]all {count} task(s) of {key} started[/green]")
+    elif outcome == "failed":
+        raise fail(f"{watcher.failed}; see `minborg task show {key} INDEX` and `minborg task logs {key} INDEX`")
+    elif outcome == "timeout":
+        raise fail(f"not every task of {key} started within {wait:.0f}s; see `minborg job show {key}`")
 
 
 @job_app.command("list")
 @handles_errors
 def list_jobs(
     user: Annotated[str | None, typer.Option("--user", help="Only this user's jobs.")] = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="After the list, print each change to the jobs as it happens.")
+    ] = False,
+    watch_for: Annotated[float, typer.Option("--for", min=1, help="With -w: stop after this many seconds.")] = 3600,
     master: MasterOpt = None,
     state_dir: StateDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the cell's jobs."""
+    """List the cell's jobs (-w: then watch them)."""
     with client(master, state_dir) as cell:
+        if watch:
+            from reference.cli_watch import follow, job_line
+
+            answer = cell.request("GET", "/v1/jobs", params={"user": user} if user else None)
+            console.print(jobs_table(answer["jobs"]) if answer["jobs"] else "no jobs")
+            follow(cell, "/v1/jobs", since=answer["revision"], for_s=watch_for, line=job_line,
+                   say=lambda text: console.print(text, soft_wrap=True, markup=False), user=user)  # fmt: skip
+            return
         jobs = cell.jobs(user)
     if as_json:
         print_json(jobs)
@@ -123,6 +164,8 @@ def show(
     ]
     if spec.get("constraints"):
         pairs.append(("constraints", json.dumps(spec["constraints"])))
+    for entry in answer.get("pending") or []:
+        pairs.append(("pending", pending_line(entry)))
     console.print(key_values(None, pairs))
 
 
@@ -209,6 +252,100 @@ def list_tasks(
         print_json(tasks)
     else:
         console.print(tasks_table(tasks, title=f"tasks of {key}"))
+
+
+@task_app.command("show")
+@handles_errors
+def show_task(
+    job: JobArg,
+    index: Annotated[int, typer.Argument(min=0, help="The task's index in its job.")],
+    incarnation: Annotated[
+        int | None, typer.Option("--incarnation", help="This incarnation instead of the latest.")
+    ] = None,
+    master: MasterOpt = None,
+    state_dir: StateDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one task: its fields, why it is pending, and its events (scheduled, started, exited...)."""
+    key = job_key(job)
+    with client(master, state_dir) as cell:
+        task = cell.task(key, index, incarnation)
+    if as_json:
+        print_json(task)
+        return
+    console.print(task_fields(task))
+    console.print(events_table(task.get("events") or []))
+
+
+@task_app.command("logs")
+@handles_errors
+def task_logs(
+    job: JobArg,
+    index: Annotated[int, typer.Argument(min=0, help="The task's index in its job.")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing what the task writes, across its restarts.")
+    ] = False,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Its stderr instead of its stdout.")] = False,
+    tail: Annotated[int, typer.Option("--tail", "-n", min=0, max=10000, help="Lines to print first.")] = 100,
+    incarnation: Annotated[
+        int | None, typer.Option("--incarnation", help="This incarnation instead of the latest.")
+    ] = None,
+    follow_for: Annotated[
+        float, typer.Option("--for", min=1, max=3600, help="With -f: stop after this many seconds.")
+    ] = 600,
+    master: MasterOpt = None,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Print a task's stdout (or --stderr), fetched from its machine through a master."""
+    import sys
+    import time
+
+    key = job_key(job)
+    stream = "stderr" if stderr else "stdout"
+    with client(master, state_dir) as cell:
+        if not follow:
+            sys.stdout.buffer.write(cell.logs(key, index, stream=stream, tail=tail, incarnation=incarnation))
+            return
+        deadline = time.monotonic() + follow_for
+        current = incarnation
+        while True:
+            params: dict[str, Any] = {"stream": stream, "tail": tail, "follow": "true",
+                                      "max_s": max(1.0, deadline - time.monotonic())}  # fmt: skip
+            if current is not None:
+                params["incarnation"] = current
+            for chunk in cell.stream(f"/v1/jobs/{key}/tasks/{index}/logs", params, max_s=follow_for):
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.flush()
+            if incarnation is not None or time.monotonic() >= deadline:
+                return
+            # The incarnation ended: follow the next one the job's restart policy makes.
+            task = cell.task(key, index)
+            if current is None:
+                current = int(task.get("incarnation", 0))
+            newer = _wait_newer(cell, key, index, current, deadline)
+            if newer is None:
+                return
+            errors.print(f"[dim]--- incarnation {newer['incarnation']} on {newer.get('machine')} ---[/dim]")
+            current, tail = int(newer["incarnation"]), 0
+
+
+def _wait_newer(cell: Any, key: str, index: int, current: int, deadline: float) -> dict[str, Any] | None:
+    """The task's next incarnation once it has a machine; None when there is none (it stays
+    dead) or the deadline passes."""
+    import time
+
+    while time.monotonic() < deadline:
+        task = cell.task(key, index)
+        if int(task.get("incarnation", 0)) > current and task.get("last_machine"):
+            return task
+        if int(task.get("incarnation", 0)) == current and task.get("state") == "DEAD":
+            time.sleep(1.0)  # a restart may come: the master restarts DEAD tasks by policy
+            again = cell.task(key, index)
+            if int(again.get("incarnation", 0)) == current:
+                return None
+            continue
+        time.sleep(0.5)
+    return None
 
 
 @task_app.command("kill")

@@ -260,3 +260,63 @@ def processes_table(processes: list[dict[str, Any]]) -> Table:
         for p in processes
     ]
     return table("processes", ("role", "name", "pid", "process", "url"), rows)
+
+
+# --- one task: its fields and its events -------------------------------------------------------
+
+EVENT_STYLE = {
+    "scheduled": "cyan", "started": "green", "healthy": "green", "finished": "green",
+    "restarted": "yellow", "unhealthy": "red", "exited": "red", "signaled": "red", "oom": "red",
+    "spawn_failed": "red", "evicted": "yellow", "lost": "red", "killed": "red",
+}  # fmt: skip
+
+
+def pending_line(entry: Mapping[str, Any]) -> str:
+    """{'reason': ..., 'tasks': 3, 'indices': [0, 1, 2]} -> '3 task(s) [0, 1, 2]: 0 of 4 machines fit: ...'."""
+    indices = entry.get("indices") or []
+    shown = ", ".join(str(i) for i in indices) + (", ..." if entry.get("tasks", 0) > len(indices) else "")
+    reason = entry.get("reason") or "[dim]no reason yet: the scheduler has not looked at them[/dim]"
+    return f"{entry.get('tasks')} task(s) [{shown}]: [yellow]{reason}[/yellow]"
+
+
+def when(timestamp: Any) -> str:
+    if not isinstance(timestamp, int | float) or not timestamp:
+        return "-"
+    return time.strftime("%H:%M:%S", time.localtime(timestamp)) + f" ({ago(timestamp)})"
+
+
+def task_fields(task: Mapping[str, Any]) -> Table:
+    address = f"{task['host']}:{task['port']}" if task.get("host") and task.get("port") else "-"
+    pairs: list[tuple[str, Any]] = [
+        ("task", f"{task.get('job')}/{task.get('index')}#{task.get('incarnation')}"),
+        ("state", styled(task.get("state"))),
+        ("started", started(task)),
+        ("machine", task.get("machine") or (f"- (last: {task['last_machine']})" if task.get("last_machine") else "-")),
+        ("host:port", address),
+        ("pid", str(task.get("pid") or "-")),
+        ("bns", str(task.get("bns") or "-")),
+        ("restarts", str(task.get("restarts", 0))),
+        ("health", health(task.get("healthy"))),
+        ("cause", str(task.get("cause") or "-")),
+        ("request", resources(task.get("request"))),
+        ("usage", resources(task.get("usage"))),
+        ("started at", when(task.get("started_at"))),
+    ]
+    if task.get("pending_reason"):
+        pairs.insert(2, ("pending", f"[yellow]{task['pending_reason']}[/yellow]"))
+    return key_values(None, pairs)
+
+
+def events_table(events: list[Mapping[str, Any]]) -> Table:
+    rows = []
+    for e in events:
+        kind = str(e.get("kind", ""))
+        style = EVENT_STYLE.get(kind)
+        rows.append(
+            [
+                when(e.get("at")),
+                f"[{style}]{kind}[/{style}]" if style else kind,
+                str(e.get("detail", "")),
+            ]
+        )
+    return table("events", ("when", "event", "detail"), rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,6 +168,12 @@ class CellClient:
         self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """One API call; returns the decoded JSON body of a 2xx answer."""
+        return _body(self.send(method, path, json=json, params=params))
+
+    def send(
+        self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        """One API call; returns the 2xx answer as it came (ClientError for anything else)."""
         deadline = self._clock() + self.retry_s
         idempotent = method.upper() in ("GET", "HEAD")
         while True:
@@ -197,7 +203,7 @@ class CellClient:
                 self._prefer(url)
                 if response.status_code >= 400:
                     raise ClientError(response.status_code, _detail(response), url)
-                return _body(response)
+                return response
             if self._clock() + wait > deadline:
                 raise ClientError(
                     503 if any(": 503" in f for f in failures) else NO_ANSWER,
@@ -232,6 +238,56 @@ class CellClient:
     def tasks(self, key: str) -> list[dict[str, Any]]:
         return self.request("GET", f"/v1/jobs/{_key(key)}/tasks")["tasks"]
 
+    def task(self, key: str, index: int, incarnation: int | None = None) -> dict[str, Any]:
+        params = {"incarnation": incarnation} if incarnation is not None else None
+        return self.request("GET", f"/v1/jobs/{_key(key)}/tasks/{index}", params=params)["task"]
+
+    def logs(
+        self, key: str, index: int, *, stream: str = "stdout", tail: int = 100, incarnation: int | None = None
+    ) -> bytes:
+        """The last `tail` lines of a task's stdout or stderr, fetched by a master from its machine."""
+        params: dict[str, Any] = {"stream": stream, "tail": tail}
+        if incarnation is not None:
+            params["incarnation"] = incarnation
+        return self.send("GET", f"/v1/jobs/{_key(key)}/tasks/{index}/logs", params=params).content
+
+    def stream(self, path: str, params: dict[str, Any], *, max_s: float) -> Iterator[bytes]:
+        """A streamed GET (logs that follow, server-sent events), from the first replica that
+        answers; ends when the server ends it. ClientError for a refusal."""
+        failures: list[str] = []
+        timeout = httpx.Timeout(self._http.timeout.connect, read=max_s + 30.0)
+        for url in list(self.urls):
+            began = False
+            try:
+                with self._http.stream("GET", url + path, params=params, timeout=timeout) as response:
+                    if response.status_code == 503:
+                        response.read()
+                        failures.append(f"{url}: 503 {format_detail(_detail(response))}")
+                        continue
+                    if response.status_code >= 400:
+                        response.read()
+                        raise ClientError(response.status_code, _detail(response), url)
+                    self._prefer(url)
+                    began = True
+                    yield from response.iter_raw()
+                    return
+            except httpx.TransportError as err:
+                if began:
+                    return  # cut after it began: the stream just ends
+                failures.append(f"{url}: {_reason(err)}")
+        raise ClientError(NO_ANSWER, "no master replica could serve the stream: " + "; ".join(failures))
+
+    def watch(
+        self, path: str, *, since: int | None = None, timeout_s: float = 300.0, **params: Any
+    ) -> Iterator[Message]:
+        """The messages of a watch (`/v1/jobs`, `/v1/jobs/U/N/tasks`, `/v1/machines`, `/v1/events`)."""
+        query: dict[str, Any] = {"timeout_s": timeout_s, **{k: v for k, v in params.items() if v is not None}}
+        if path != "/v1/events":
+            query["watch"] = "true"
+        if since is not None:
+            query["since"] = since
+        yield from parse_sse(self.stream(path, query, max_s=timeout_s))
+
     def kill_task(self, key: str, index: int) -> dict[str, Any]:
         return self.request("DELETE", f"/v1/jobs/{_key(key)}/tasks/{index}")
 
@@ -247,6 +303,36 @@ class CellClient:
 
     def resolve(self, bns_name: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/bns/{bns_name}")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One server-sent event of a watch: its type, the revision it reflects, its JSON data."""
+
+    event: str
+    revision: int
+    data: dict[str, Any]
+
+
+def parse_sse(chunks: Iterable[bytes]) -> Iterator[Message]:
+    """Server-sent events from the raw chunks of a stream, as each completes."""
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        while b"\n\n" in buffer:
+            block, buffer = buffer.split(b"\n\n", 1)
+            fields: dict[str, str] = {}
+            for line in block.decode(errors="replace").split("\n"):
+                if line and not line.startswith(":"):
+                    name, _, value = line.partition(":")
+                    fields[name] = value.removeprefix(" ")
+            if "data" in fields:
+                try:
+                    data = json.loads(fields["data"])
+                except ValueError:
+                    data = {"raw": fields["data"]}
+                rev = fields.get("id", "0")
+                yield Message(fields.get("event", "message"), int(rev) if rev.isdigit() else 0, data)
 
 
 def split_key(key: str) -> tuple[str, str]:

@@ -12,6 +12,7 @@ from hashlib import sha1
 import psutil
 
 from reference import procscan
+from reference.borglet import logs
 
 # Process start times agree to within this many seconds between two psutil reads.
 CREATE_TIME_TOLERANCE_S = 0.05
@@ -38,24 +39,28 @@ def spawn(
     command: list[str],
     env: Mapping[str, str],
     cwd: str | None,
-    log_path: str,
+    log_dir: str,
 ) -> subprocess.Popen:
-    """Start a task in its own session with stdout and stderr appended to its log file.
+    """Start a task in its own session with stdout and stderr appended to their files in
+    `log_dir` (borglet/logs.py).
 
     No pre-exec hook, so CPython spawns with vfork: the borglet's size does not slow it down.
     """
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    with open(log_path, "ab") as log:
+    out, err = logs.open_streams(log_dir)
+    try:
         return subprocess.Popen(
             command,
             env=dict(env),
             cwd=cwd,
             stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            stdout=out,
+            stderr=err,
             start_new_session=True,
             close_fds=True,
         )
+    finally:
+        os.close(out)
+        os.close(err)
 
 
 def create_time(pid: int) -> float | None:

@@ -1,16 +1,18 @@
-"""The borglet's HTTP API: /v1/sync for the master, /v1/state, /healthz and /metrics."""
+"""The borglet's HTTP API: /v1/sync for the master, /v1/state, task logs, /healthz and /metrics."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from reference.borglet import logs
 from reference.borglet.metrics import make_registry, render
 from reference.borglet.protocol import SyncRequest
 from reference.borglet.supervisor import Borglet, SyncRefused
@@ -24,9 +26,12 @@ def make_app(borglet: Borglet, kill_tasks_on_exit: bool = False) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         borglet.start()
+        rotator = logs.Rotator(borglet.config.state_dir, borglet.log_keys)
+        rotator.start()
         try:
             yield
         finally:
+            rotator.stop()
             borglet.stop(kill_tasks=kill_tasks_on_exit)
 
     app = FastAPI(title=f"minborg borglet {borglet.config.name}", lifespan=lifespan)
@@ -54,6 +59,35 @@ def make_app(borglet: Borglet, kill_tasks_on_exit: bool = False) -> FastAPI:
     def state() -> Any:
         return _json(borglet.report())
 
+    @app.get("/v1/tasks/{task_id:path}/logs", response_model=None)
+    async def task_logs(
+        task_id: str, stream: str = "stdout", tail: int = 100, follow: bool = False, max_s: float = 300.0
+    ) -> Any:
+        """A task's stdout or stderr: its last `tail` lines, then with follow=true what it
+        writes next, until it ends or `max_s` seconds pass (at most an hour)."""
+        problem = _log_params(stream, tail, max_s)
+        if problem is not None:
+            return JSONResponse(status_code=422, content={"detail": [problem]})
+        key = borglet.log_key(task_id)
+        text = logs.tail(borglet.config.state_dir, key, stream, tail)
+        if text is None:
+            return JSONResponse(
+                status_code=404,
+                content={"detail": [{"field": "task_id", "error": _no_log(borglet, task_id)}]},
+            )
+        if not follow:
+            return Response(content=text, media_type="text/plain; charset=utf-8")
+
+        async def body() -> Any:
+            yield text
+            async for chunk in logs.follow(
+                borglet.config.state_dir, key, stream, ended=lambda: borglet.task_ended(task_id),
+                max_s=max_s, clock=time.monotonic,
+            ):  # fmt: skip
+                yield chunk
+
+        return StreamingResponse(body(), media_type="text/plain; charset=utf-8")
+
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
         return {"ok": True, "machine": borglet.config.name}
@@ -63,6 +97,23 @@ def make_app(borglet: Borglet, kill_tasks_on_exit: bool = False) -> FastAPI:
         return Response(content=render(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _log_params(stream: str, tail: int, max_s: float) -> dict[str, str] | None:
+    if stream not in logs.STREAMS:
+        return {"field": "stream", "error": f"must be stdout or stderr, not {stream!r}"}
+    if not 0 <= tail <= logs.MAX_TAIL_LINES:
+        return {"field": "tail", "error": f"must be between 0 and {logs.MAX_TAIL_LINES} lines"}
+    if not 0 < max_s <= logs.MAX_FOLLOW_S:
+        return {"field": "max_s", "error": f"must be above 0 and at most {logs.MAX_FOLLOW_S:.0f} seconds"}
+    return None
+
+
+def _no_log(borglet: Borglet, task_id: str) -> str:
+    state = borglet.task_state(task_id)
+    if state is None:
+        return f"machine {borglet.config.name} has no log of task {task_id}: it never ran here"
+    return f"task {task_id} has no log on machine {borglet.config.name}: it is {state}, its process never started"
 
 
 def _json(report: dict[str, Any]) -> Response:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference.borglet import decisions, processes, store
+from reference.borglet import decisions, logs, processes, store
 from reference.borglet.health import Prober
 from reference.borglet.isolation import Isolation
 from reference.borglet.protocol import SyncRequest, TaskSpec
@@ -187,6 +187,34 @@ class Borglet:
     def report(self) -> dict[str, Any]:
         with self._lock:
             return self._report()
+
+    # --- what the log endpoints ask (borglet/logs.py) ------------------------------------------
+
+    def log_keys(self) -> list[str]:
+        """The log directories of tasks whose process runs: the ones that can still grow."""
+        with self._lock:
+            return [t.key for t in self.tasks.values() if t.pid is not None]
+
+    @staticmethod
+    def log_key(task_id: str) -> str:
+        return processes.sanitize(task_id)
+
+    def task_ended(self, task_id: str) -> bool:
+        with self._lock:
+            task = self.tasks.get(task_id)
+            return task is None or task.ended
+
+    def task_state(self, task_id: str) -> str | None:
+        """'FAILED (spawn: ...)' for a known or forgotten task, None for one never seen here."""
+        with self._lock:
+            task = self.tasks.get(task_id)
+            state, reason = (task.state, task.reason) if task else (None, None)
+            if task is None and task_id in self.tombstones:
+                stone = self.tombstones[task_id]
+                state, reason = stone.get("state"), stone.get("reason")
+        if state is None:
+            return None
+        return f"{state} ({reason})" if reason else str(state)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -571,8 +599,8 @@ class Borglet:
         return env
 
     def _spawn(self, task: Task, group: dict[str, str], env: dict[str, str]) -> subprocess.Popen:
-        log_path = os.path.join(self.config.state_dir, "tasks", task.key, "log")
-        proc = processes.spawn(task.spec.command, env, task.spec.cwd, log_path)
+        log_dir = logs.task_dir(self.config.state_dir, task.key)
+        proc = processes.spawn(task.spec.command, env, task.spec.cwd, log_dir)
         self.isolation.attach(group, proc.pid, task.spec.request.ram)
         return proc
 

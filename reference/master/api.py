@@ -16,7 +16,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reference.jobspec import validation_errors
-from reference.master import freshness, views
+from reference.master import freshness, logs, views
+from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
 from reference.master.machines import MachineBody, machine_from_body
@@ -79,6 +80,7 @@ def make_app(replica: Replica) -> FastAPI:
     app = FastAPI(title=f"minborg master {replica.name}", version="1")
     cell_name = replica.config.cell_name
     forwarder = Forwarder(replica)
+    task_logs = logs.LogProxy()
     metrics = replica.metrics
 
     # Added first, so it runs inside Observe: refused reads are counted too.
@@ -212,8 +214,15 @@ def make_app(replica: Replica) -> FastAPI:
             ),
         )
 
-    @app.get("/v1/jobs")
-    async def list_jobs(user: str | None = None) -> JSONResponse:
+    @app.get("/v1/jobs", response_model=None)
+    async def list_jobs(
+        request: Request, user: str | None = None, watch: bool = False, since: int | None = None,
+        timeout_s: float = watches.DEFAULT_TIMEOUT_S,
+    ) -> Response:  # fmt: skip
+        if watch:
+            select, render, initial = watches.job_messages(replica.cache, user)
+            return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s,
+                                  select=select, render=render, initial=initial)  # fmt: skip
         cell = replica.cache.cell()
         jobs = [
             views.job_view(cell, j)
@@ -229,7 +238,12 @@ def make_app(replica: Replica) -> FastAPI:
         if job is None:
             return JSONResponse(status_code=404, content=detail("job", f"no job {user}/{name}"))
         return stamped(
-            {"job": views.job_view(cell, job), "tasks": views.task_counts(cell, job.key)}, cell.revision
+            {
+                "job": views.job_view(cell, job),
+                "tasks": views.task_counts(cell, job.key),
+                "pending": views.pending_reasons(cell, job.key),
+            },
+            cell.revision,
         )
 
     @app.patch("/v1/jobs/{user}/{name}")
@@ -249,10 +263,17 @@ def make_app(replica: Replica) -> FastAPI:
         key = f"{user}/{name}"
         return await write(request, None, lambda d: kill_job(d, key), lambda n, rev: stamped({"killed": n}, rev))
 
-    @app.get("/v1/jobs/{user}/{name}/tasks")
-    async def get_tasks(user: str, name: str) -> JSONResponse:
+    @app.get("/v1/jobs/{user}/{name}/tasks", response_model=None)
+    async def get_tasks(
+        user: str, name: str, request: Request, watch: bool = False, since: int | None = None,
+        timeout_s: float = watches.DEFAULT_TIMEOUT_S,
+    ) -> Response:  # fmt: skip
         cell = replica.cache.cell()
         key = f"{user}/{name}"
+        if watch:
+            select, render, initial = watches.task_messages(replica.cache, key, cell_name)
+            return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s,
+                                  select=select, render=render, initial=initial)  # fmt: skip
         tasks = views.job_tasks(cell, key)
         if key not in cell.state.jobs and not tasks:
             return JSONResponse(status_code=404, content=detail("job", f"no job {key}"))
@@ -271,6 +292,24 @@ def make_app(replica: Replica) -> FastAPI:
             ),
         )
 
+    @app.get("/v1/jobs/{user}/{name}/tasks/{index}")
+    async def get_task(user: str, name: str, index: int, incarnation: int | None = None) -> JSONResponse:
+        cell = replica.cache.cell()
+        found = logs.find_task(cell, f"{user}/{name}", index, incarnation)
+        if isinstance(found, JSONResponse):
+            return found
+        return stamped({"task": views.task_view(cell, found, cell_name)}, cell.revision)
+
+    @app.get("/v1/jobs/{user}/{name}/tasks/{index}/logs", response_model=None)
+    async def get_task_logs(
+        user: str, name: str, index: int, stream: str = "stdout", tail: int = 100, follow: bool = False,
+        incarnation: int | None = None, max_s: float = 300.0,
+    ) -> Response:  # fmt: skip
+        return await task_logs.fetch(
+            replica.cache.cell(), f"{user}/{name}", index, incarnation,
+            stream=stream, tail=tail, follow=follow, max_s=max_s,
+        )  # fmt: skip
+
     @app.get("/v1/jobs/{user}/{name}/endpoints")
     async def get_endpoints(user: str, name: str) -> JSONResponse:
         cell = replica.cache.cell()
@@ -279,10 +318,25 @@ def make_app(replica: Replica) -> FastAPI:
             return JSONResponse(status_code=404, content=detail("job", f"no job {key}"))
         return stamped({"endpoints": views.endpoints(cell, key, cell_name)}, cell.revision)
 
+    @app.get("/v1/events", response_model=None)
+    async def cell_events(
+        request: Request, since: int | None = None, job: str | None = None, timeout_s: float = watches.DEFAULT_TIMEOUT_S
+    ) -> Response:
+        """Task events, jobs submitted and removed, machines down and up: server-sent events."""
+        select, render = watches.event_messages(job)
+        return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s,
+                              select=select, render=render, initial=None)  # fmt: skip
+
     # --- machines ------------------------------------------------------------------------------
 
-    @app.get("/v1/machines")
-    async def list_machines() -> JSONResponse:
+    @app.get("/v1/machines", response_model=None)
+    async def list_machines(
+        request: Request, watch: bool = False, since: int | None = None, timeout_s: float = watches.DEFAULT_TIMEOUT_S
+    ) -> Response:
+        if watch:
+            select, render, initial = watches.machine_messages(replica.cache)
+            return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s,
+                                  select=select, render=render, initial=initial)  # fmt: skip
         cell = replica.cache.cell()
         return stamped(
             {"machines": [views.machine_view(cell, n) for n in sorted(cell.state.machines)]},

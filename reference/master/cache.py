@@ -23,6 +23,7 @@ from typing import TypeVar
 
 from reference.master import codec
 from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo, is_pass_work
+from reference.master.changes import Change, ChangeLog
 from reference.store import ops
 from reference.store.client import StoreClient, StoreError
 from reference.store.watch import PrefixWatch
@@ -75,6 +76,8 @@ class WatchCache:
         self._stopped = threading.Event()
         self._listeners: list[Callable[[int], None]] = []
         self.reloads = 0
+        # The last changes to jobs, tasks and machines, for watches (master/changes.py).
+        self.changes = ChangeLog()
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -185,6 +188,7 @@ class WatchCache:
             for key, value, _ in kvs:
                 self._put(key, value)
             self._revision = revision
+            self.changes.reset(revision)
             self._view = None
             self._last = None  # a reload builds the next view from scratch
             self._cond.notify_all()
@@ -216,6 +220,7 @@ class WatchCache:
             # Events and progress notifications alike prove the watch still hears etcd.
             self._heard_at = time.monotonic()
             for e in events:
+                self._log_change(e)
                 if e.kind == "PUT":
                     self._put(e.key, e.value)
                 else:
@@ -223,6 +228,7 @@ class WatchCache:
             changed = bool(events)
             if changed or revision > self._revision:
                 self._revision = max(self._revision, revision)
+                self.changes.advance(self._revision)
                 if changed:
                     self._view = None
                 elif self._view is not None:
@@ -234,6 +240,14 @@ class WatchCache:
                     listener(self._revision)
                 except Exception:  # a listener's bug must not stop the cache
                     log.exception("watch cache listener failed")
+
+    def _log_change(self, e: ops.WatchEvent) -> None:
+        k = e.key.decode()
+        for kind, prefix in (("task", self.keys.tasks), ("job", self.keys.jobs), ("machine", self.keys.machines)):
+            if k.startswith(prefix):
+                value = e.value if e.kind == "PUT" else None
+                self.changes.record(Change(e.mod_revision, kind, k[len(prefix) :], value, self._raw.get(e.key)))
+                return
 
     def _put(self, key: bytes, value: bytes) -> None:
         self._raw[key] = value

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reference.jobspec import JobSpec
+from reference.master import events
 from spec.actions import ACTIONS, restart_allowed
 from spec.model import CellState, Job, QuotaKey, Resources, Task, TaskId, TaskState
 
@@ -49,6 +50,10 @@ class TaskInfo:
     # Wall-clock time the autoscaler chose this task to leave (0: not draining). A draining
     # task still runs but is out of the endpoints and BNS, so clients stop calling it first.
     draining_since: float = 0.0
+    pid: int = 0  # the process its borglet last reported (0: none now)
+    machine: str = ""  # the machine of its latest placement, kept after it left (for its logs)
+    events: tuple[tuple[int, float, str, str], ...] = ()  # master/events.py, oldest first
+    pending: str = ""  # while PENDING: why the last scheduling pass found it no place
 
     def with_history(self, state: str, at: float, reason: str) -> TaskInfo:
         entries = (*self.history, (state, at, reason))[-HISTORY_LIMIT:]
@@ -202,7 +207,7 @@ class Draft:
         nxt = ACTIONS[action](before, *args)
         if nxt is None:
             return False
-        self._record(before, nxt, reason or action)
+        self._record(before, nxt, reason or action, action)
         self._jobs_stepped |= _changed_keys(before.jobs, nxt.jobs)
         self._machines_stepped |= _changed_keys(before.machines, nxt.machines)
         self.state = nxt
@@ -221,7 +226,7 @@ class Draft:
     def machine_keys(self) -> set[str]:
         return self._machines_stepped | self.machines.written
 
-    def _record(self, before: CellState, after: CellState, reason: str) -> None:
+    def _record(self, before: CellState, after: CellState, reason: str, action: str = "") -> None:
         old, new = before.tasks, after.tasks
         for tid in _changed_keys(old, new):
             task, prev = new.get(tid), old.get(tid)
@@ -237,8 +242,19 @@ class Draft:
                     info = replace(
                         info, port=0, healthy=None, borglet_state="", seen=False, usage=(),
                         started_at=0.0, placement=info.placement + (task.machine is not None),
+                        pid=0, machine=task.machine or info.machine,
                     )
+                info = self._with_event(info, action, reason, prev, task)
                 self.tasks[tid] = info.with_history(task.state.value, self.now, reason)
+
+    def _with_event(self, info: TaskInfo, action: str, reason: str, prev: Task | None, task: Task) -> TaskInfo:
+        job = self.state.jobs.get(task.id.job)
+        policy = job.restart_policy.value if job is not None else None
+        event = events.from_step(action, reason, prev, task, policy)
+        if event is None:
+            return info
+        pending = info.pending if task.state is TaskState.PENDING else ""
+        return replace(info, events=events.append(info.events, self.now, [event]), pending=pending)
 
     def task_info(self, tid: TaskId) -> TaskInfo:
         return self.tasks.get(tid) or TaskInfo()
@@ -247,8 +263,17 @@ class Draft:
         return self.machines.get(name) or MachineInfo()
 
     def set_task_info(self, tid: TaskId, info: TaskInfo) -> None:
-        if tid in self.state.tasks:
-            self.tasks[tid] = info
+        """Take a task's runtime facts (its borglet's report). Its events, its last machine
+        and its pending reason are the cell's own record: kept from the draft, with events
+        added for what changed in the facts (events.from_report)."""
+        task = self.state.tasks.get(tid)
+        if task is None:
+            return
+        cur = self.task_info(tid)
+        found = events.from_report(cur, info, task.machine)
+        self.tasks[tid] = replace(
+            info, events=events.append(cur.events, self.now, found), machine=cur.machine, pending=cur.pending
+        )
 
     @property
     def changed(self) -> bool:

@@ -200,6 +200,10 @@ def encode_task(t: Task, info: TaskInfo) -> bytes:
             "usage": dict(info.usage),
             "history": [list(h) for h in info.history],
             "draining_since": info.draining_since,
+            "pid": info.pid,
+            "last_machine": info.machine,
+            "events": [list(e) for e in info.events],
+            "pending": info.pending,
         }
     )
 
@@ -228,6 +232,10 @@ def decode_task(raw: bytes) -> tuple[Task, TaskInfo]:
         usage=tuple(sorted(d.get("usage", {}).items())),
         history=tuple((h[0], float(h[1]), h[2]) for h in d.get("history", [])),
         draining_since=float(d.get("draining_since", 0.0)),
+        pid=int(d.get("pid") or 0),
+        machine=d.get("last_machine") or "",
+        events=tuple((int(e[0]), float(e[1]), str(e[2]), str(e[3])) for e in d.get("events", [])),
+        pending=d.get("pending", ""),
     )
     return task, info
 

@@ -14,10 +14,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reference.elastic.jobscaler import JobAutoscaler
 from reference.elastic.reclaimer import Reclaimer
+from reference.master import events
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, is_pass_work
 from reference.master.poller import Poller
@@ -149,6 +150,31 @@ class Unschedulable:
             self.tasks, self.epoch = set(), -1
             return
         self.tasks = self.tasks | unplaced  # killed ones linger harmlessly until the next reset
+
+
+# Pending reasons written per pass at most: tasks of one job share a class and its reasons, so
+# a job of thousands of unschedulable tasks gets them on its first tasks at once and on the
+# rest over later passes, instead of one pass rewriting every task record of the job.
+PENDING_REASONS_PER_PASS = 200
+
+
+def record_pending_reasons(d: Draft, plan: Plan) -> int:
+    """Write why each unschedulable task of a plan found no place (TaskInfo.pending), where it
+    changed; returns how many were written."""
+    machines = len(d.state.machines)
+    written = 0
+    for u in sorted(plan.unschedulable, key=lambda u: (u.task.job, u.task.index)):
+        task = d.state.tasks.get(u.task)
+        if task is None or task.state is not TaskState.PENDING:
+            continue
+        text = events.pending_summary(u.reasons, machines)
+        info = d.task_info(u.task)
+        if info.pending != text:
+            d.tasks[u.task] = replace(info, pending=text)
+            written += 1
+            if written >= PENDING_REASONS_PER_PASS:
+                break
+    return written
 
 
 class Term:
@@ -295,12 +321,13 @@ class Term:
         plan = plan_for(state, self.scheduler, seed=self.passes, pending_ids=to_plan, running_ids=running)
         placed = self._apply(d, plan)
         self.unschedulable.found(to_plan - {p.task for p in plan.placements}, pending, epoch)
+        record_pending_reasons(d, plan)
         return placed
 
     def _apply(self, d: Draft, plan: Plan) -> int:
         placed = 0
         for step in plan_steps(plan):
-            reason = "scheduled" if step.action == "schedule" else "preempted"
+            reason = "scheduled" if step.action == "schedule" else f"preempted by {step.args[-1]}"
             if d.step(step.action, *step.args, reason=reason) and step.action == "schedule":
                 placed += 1
         return placed

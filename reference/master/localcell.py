@@ -119,11 +119,13 @@ class LocalCell:
         master_args: tuple[str, ...] = (),
         etcd_heartbeat_ms: int = HEARTBEAT_MS,
         etcd_election_ms: int = ELECTION_MS,
+        isolation: str = "rlimit",
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.cell = cell
         self.capacity = capacity
+        self.isolation = isolation
         self.etcd = EtcdCluster(
             self.workdir / "etcd", members=3, heartbeat_ms=etcd_heartbeat_ms, election_ms=etcd_election_ms
         )
@@ -170,7 +172,7 @@ class LocalCell:
             sys.executable, "-m", "reference.borglet", "--name", name,
             "--listen", f"127.0.0.1:{port}", "--capacity", self.capacity,
             "--attrs", f"rack=r{len(self.borglets) % 2}", "--failure-domain", f"r{len(self.borglets) % 2}",
-            "--state-dir", str(state), "--isolation", "rlimit", "--kill-tasks-on-exit",
+            "--state-dir", str(state), "--isolation", self.isolation, "--kill-tasks-on-exit",
             "--kill-grace", "1",
         ]  # fmt: skip
         proc = Proc(name, port, argv, self.workdir / f"borglet-{name}.log")

@@ -193,6 +193,7 @@ def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]
             restarts=int(r.get("restarts") or 0),
             borglet_state=state,
             started_at=float(r.get("started_at") or 0.0),
+            pid=int(r.get("pid") or 0),
             seen=True,
             reason=reason,
         )

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from reference.master.cell import Cell
+from reference.master import events
+from reference.master.cell import Cell, JobInfo, TaskInfo
 from reference.master.reports import bns_name, confirmed
 from spec.model import Job, Resources, Task, TaskState, total
 
@@ -33,8 +34,8 @@ def tasks_by_job(cell: Cell) -> dict[str, list[Task]]:
     return index
 
 
-def job_view(cell: Cell, job: Job) -> dict[str, Any]:
-    info = cell.jobs.get(job.key)
+def job_view(cell: Cell, job: Job, info: JobInfo | None = None) -> dict[str, Any]:
+    info = info if info is not None else cell.jobs.get(job.key)
     doc: dict[str, Any] = info.spec.canonical() if info is not None else {}
     doc.update(
         name=job.name,
@@ -78,8 +79,8 @@ def is_reachable(cell: Cell, task: Task) -> bool:
     return is_serving(cell, task) and not cell.task_info(task.id).draining_since
 
 
-def task_view(cell: Cell, task: Task, cell_name: str) -> dict[str, Any]:
-    info = cell.task_info(task.id)
+def task_view(cell: Cell, task: Task, cell_name: str, info: TaskInfo | None = None) -> dict[str, Any]:
+    info = info if info is not None else cell.task_info(task.id)
     address = cell.machines[task.machine].address if task.machine in cell.machines else ""
     return {
         "job": task.id.job,
@@ -104,7 +105,25 @@ def task_view(cell: Cell, task: Task, cell_name: str) -> dict[str, Any]:
         "reservation": task.reserved.as_dict() if task.state is TaskState.RUNNING else None,
         "draining": bool(info.draining_since),
         "history": [{"state": s, "at": at, "reason": r} for s, at, r in info.history],
+        "pid": info.pid or None,
+        "last_machine": info.machine or None,
+        "pending_reason": info.pending or None if task.state is TaskState.PENDING else None,
+        "events": events.as_json(info.events),
     }
+
+
+def pending_reasons(cell: Cell, job_key: str) -> list[dict[str, Any]]:
+    """Why a job's PENDING tasks wait: each distinct reason with its tasks' indices. Tasks the
+    scheduler has not yet looked at, or whose reason is not written yet, count as "no reason yet"."""
+    by_reason: dict[str, list[int]] = {}
+    for index, task in sorted(live_indices(cell, job_key).items()):
+        if task.state is TaskState.PENDING:
+            reason = cell.task_info(task.id).pending or ""
+            by_reason.setdefault(reason, []).append(index)
+    return [
+        {"reason": reason or None, "tasks": len(indices), "indices": indices[:20]}
+        for reason, indices in sorted(by_reason.items(), key=lambda kv: (not kv[0], -len(kv[1])))
+    ]
 
 
 def quota_views(cell: Cell) -> list[dict[str, Any]]:

@@ -214,7 +214,7 @@ def test_restarts_a_failing_task_in_place_and_keeps_finished_ones(borglet: Borgl
     assert task["exit_code"] == 1 and task["reason"] == "exit 1"
     finished = wait_for(lambda: (t := borglet.task("bob/batch/1#0"))["state"] == "FINISHED" and t)
     assert (finished["exit_code"], finished["restarts"]) == (0, 0)
-    log = next((borglet.state_dir / "tasks").glob("bob_batch_1_0-*")) / "log"
+    log = next((borglet.state_dir / "tasks").glob("bob_batch_1_0-*")) / "stdout"
     assert log.read_text().strip() == "done"
 
 

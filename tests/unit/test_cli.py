@@ -149,7 +149,7 @@ def test_submit_sends_the_canonical_job(monkeypatch: pytest.MonkeyPatch) -> None
 
     fake = CellClient(["http://m0"], transport=httpx.MockTransport(handler))
     monkeypatch.setattr(cli_jobs, "client", lambda *a, **kw: fake)
-    result = runner.invoke(app, ["job", "submit", str(REPO / "examples" / "hello_world.yaml")])
+    result = runner.invoke(app, ["job", "submit", "--detach", str(REPO / "examples" / "hello_world.yaml")])
     assert result.exit_code == 0, result.output
     assert "revision 7" in result.output
     assert seen[0]["request"] == {"cpu": "100m", "ram": 64 * 1024 * 1024}

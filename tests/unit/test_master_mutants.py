@@ -98,7 +98,9 @@ def test_new_tasks_get_a_first_history_entry_and_default_facts():
     assert d.step("submit", SPEC.to_spec_job(), reason="submitted")
     assert set(d.tasks) == {T0, T1}  # two new tasks, none before
     for tid in (T0, T1):
-        assert d.tasks[tid] == TaskInfo(history=(("PENDING", 2.0, "submitted"),))
+        assert d.tasks[tid] == TaskInfo(
+            history=(("PENDING", 2.0, "submitted"),), events=((1, 2.0, "submitted", "submitted"),)
+        )
     assert d.step("schedule", T0, "m2")  # a first placement: placement 0 + 1 = 1
     assert d.tasks[T0].placement == 1
     assert d.tasks[T0].history == (("PENDING", 2.0, "submitted"), ("RUNNING", 2.0, "schedule"))

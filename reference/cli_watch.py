@@ -1,0 +1,147 @@
+"""What the command line prints while it watches: a submitted job's tasks until they all run, job changes, and the cell's events."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference.client import CellClient, ClientError, Message
+
+
+@dataclass
+class StartWatch:
+    """Follows a job's tasks after its submission: says when each is placed, confirmed started
+    by its borglet, or pending (and why), and decides when the wait is over.
+
+    Done when every index below `task_count` runs with its start confirmed, or finished;
+    failed as soon as one index's latest incarnation died for another reason than a kill."""
+
+    task_count: int
+    say: Callable[[str], None]
+    tasks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    _said: set[tuple[int, int, str]] = field(default_factory=set)
+    failed: str | None = None
+
+    def _once(self, task: dict[str, Any], what: str, text: str) -> None:
+        key = (int(task["index"]), int(task["incarnation"]), what)
+        if key not in self._said:
+            self._said.add(key)
+            self.say(text)
+
+    def take(self, message: Message) -> None:
+        task = message.data.get("task")
+        if not isinstance(task, dict) or message.event == "DELETED":
+            return
+        index, inc = int(task.get("index", 0)), int(task.get("incarnation", 0))
+        known = self.tasks.get(index)
+        if known is not None and int(known.get("incarnation", 0)) > inc:
+            return  # an older incarnation's change, replayed
+        self.tasks[index] = task
+        state, name = task.get("state"), f"task {index}"
+        if state == "PENDING" and task.get("pending_reason"):
+            self._once(task, "pending:" + task["pending_reason"], f"{name} pending: {task['pending_reason']}")
+        elif state == "RUNNING":
+            self._once(task, "placed", f"{name} placed on {task.get('machine')}")
+            if task.get("confirmed"):
+                pid = f" (pid {task['pid']})" if task.get("pid") else ""
+                self._once(task, "started", f"{name} started on {task.get('machine')}{pid}")
+        elif state == "DEAD":
+            cause = task.get("cause")
+            last = (task.get("events") or [{}])[-1]
+            detail = last.get("detail") or cause
+            if cause == "finished":
+                self._once(task, "finished", f"{name} finished")
+            elif cause != "killed":
+                self._once(task, "dead", f"{name} {last.get('kind') or cause}: {detail}")
+                self.failed = f"task {index} (incarnation {inc}) {cause}: {detail}"
+
+    @property
+    def done(self) -> bool:
+        if self.failed is not None:
+            return True
+        for index in range(self.task_count):
+            t = self.tasks.get(index)
+            ok = t is not None and (
+                (t.get("state") == "RUNNING" and t.get("confirmed"))
+                or (t.get("state") == "DEAD" and t.get("cause") == "finished")
+            )
+            if not ok:
+                return False
+        return True
+
+
+def wait_for_start(
+    cell: CellClient, key: str, since: int, watcher: StartWatch, timeout_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> str:  # fmt: skip
+    """Watch the job's tasks from `since` until `watcher` is done or the time is up: returns
+    "done", "failed", "timeout", or "unsupported" (the stream carried no message at all)."""
+    deadline = clock() + timeout_s
+    cursor = since
+    while clock() < deadline:
+        got = False
+        for message in cell.watch(f"/v1/jobs/{key}/tasks", since=cursor, timeout_s=max(1.0, deadline - clock())):
+            got = True
+            cursor = max(cursor, message.revision)
+            watcher.take(message)
+            if watcher.done:
+                return "failed" if watcher.failed else "done"
+        if not got:
+            return "unsupported"
+    return "timeout"
+
+
+def job_line(message: Message) -> str:
+    job = message.data.get("job") or {}
+    return (
+        f"{message.revision:>8}  {message.event:<8}  {job.get('key', '?'):<24}  priority={job.get('priority')}  "
+        f"tasks={job.get('task_count')}  version={job.get('version')}"
+    )
+
+
+def event_line(message: Message) -> str:
+    d = message.data
+    at = time.strftime("%H:%M:%S", time.localtime(d["at"])) if isinstance(d.get("at"), int | float) else "        "
+    if message.event == "task":
+        return f"{at}  {message.revision:>8}  {d.get('task', '?'):<28}  {d.get('kind', ''):<12}  {d.get('detail', '')}"
+    subject = d.get("job") or d.get("machine") or "?"
+    return f"{at}  {message.revision:>8}  {message.event + ' ' + subject:<28}  {d.get('kind', '')}"
+
+
+def follow(
+    cell: CellClient, path: str, *, since: int | None, for_s: float, line: Callable[[Message], str],
+    say: Callable[[str], None], follow: bool = True, clock: Callable[[], float] = time.monotonic, **params: Any,
+) -> int:  # fmt: skip
+    """Print each message of a watch (bookmarks aside) until `for_s` seconds pass, reconnecting
+    from the last revision seen; without `follow`, stop once the replay is printed. A `since`
+    older than the replica's log starts from the oldest change it holds. Returns how many were printed."""
+    deadline = clock() + for_s
+    printed = 0
+    cursor = since
+    while clock() < deadline:
+        try:
+            stream: Iterable[Message] = cell.watch(
+                path, since=cursor, timeout_s=max(1.0, deadline - clock()) if follow else 1.0, **params
+            )
+            for message in stream:
+                cursor = message.revision if cursor is None else max(cursor, message.revision)
+                if message.event == "bookmark":
+                    if not follow:
+                        return printed
+                    continue
+                if message.event == "error":
+                    raise ClientError(410, message.data.get("error", "the watch fell behind"))
+                say(line(message))
+                printed += 1
+        except ClientError as err:
+            item = err.detail[0] if isinstance(err.detail, list) and err.detail else err.detail
+            floor = item.get("floor") if isinstance(item, dict) else None
+            if err.status == 410 and isinstance(floor, int) and cursor is not None and cursor < floor:
+                cursor = floor
+                continue
+            raise
+        if not follow:
+            return printed
+    return printed

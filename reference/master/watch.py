@@ -1,0 +1,222 @@
+"""Watches as server-sent events: jobs, a job's tasks, machines, and the cell's task events, resumable from a revision.
+
+A stream replays the watch cache's change log (master/changes.py) after `since`, then follows
+it. Each message's `id` is the etcd revision it reflects, so a client that reconnects with
+`since` (or `Last-Event-ID`) set to the last id it saw misses nothing. Without `since`, a
+watch first lists what exists now (`ADDED` at the current revision). A revision older than
+the log holds is refused with 410: list again and watch from the list's revision. A stream
+lasts at most `timeout_s` seconds (the client reconnects), sends a `bookmark` with the
+current revision every few seconds, and a comment line to keep idle connections open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from reference.master import codec, views
+from reference.master.cache import WatchCache
+from reference.master.changes import Change, TooOld
+
+POLL_S = 0.2
+BOOKMARK_EVERY_S = 5.0
+MAX_TIMEOUT_S = 3600.0
+DEFAULT_TIMEOUT_S = 300.0
+
+# One message: (event type, revision, data).
+Message = tuple[str, int, dict[str, Any]]
+
+
+def sse(event: str, revision: int, data: dict[str, Any]) -> bytes:
+    return f"id: {revision}\nevent: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def gone(since: int, floor: int) -> JSONResponse:
+    return JSONResponse(
+        status_code=410,
+        content={
+            "detail": [
+                {
+                    "field": "since",
+                    "error": f"revision {since} is older than the oldest change this replica can replay "
+                    f"(revision {floor}): list again without since, then watch from the list's revision",
+                    "floor": floor,
+                }
+            ],
+            "floor": floor,
+        },
+    )
+
+
+def _since(request: Request, since: int | None) -> int | None:
+    if since is not None:
+        return since
+    last = request.headers.get("last-event-id")
+    return int(last) if last and last.isdigit() else None
+
+
+def stream(
+    request: Request,
+    cache: WatchCache,
+    *,
+    since: int | None,
+    timeout_s: float,
+    select: Callable[[Change], bool],
+    render: Callable[[Change], Iterable[Message]],
+    initial: Callable[[], Iterable[Message]] | None,
+) -> Response:
+    """A server-sent event stream of the changes `select` keeps, as `render` words them."""
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:
+        return JSONResponse(
+            status_code=422,
+            content={"detail": [{"field": "timeout_s", "error": f"must be above 0 and at most {MAX_TIMEOUT_S:.0f}"}]},
+        )
+    since = _since(request, since)
+    if since is not None and since < 0:
+        return JSONResponse(status_code=422, content={"detail": [{"field": "since", "error": "must be 0 or more"}]})
+    log = cache.changes
+    start = since
+    first: list[Message] = []
+    if since is None:
+        cell = cache.cell()
+        start = cell.revision
+        first = list(initial()) if initial is not None else []
+    try:
+        log.after(start)  # type: ignore[arg-type]
+    except TooOld as old:
+        return gone(old.revision, old.floor)
+
+    async def body() -> AsyncIterator[bytes]:
+        cursor: int = start  # type: ignore[assignment]
+        for message in first:
+            yield sse(*message)
+        deadline = time.monotonic() + timeout_s
+        bookmark_at = 0.0  # the first comes right after the replay: the client is caught up
+        while time.monotonic() < deadline:
+            try:
+                changes, reached = log.after(cursor)
+            except TooOld as old:
+                yield sse("error", cursor, {"status": 410, "floor": old.floor,
+                                            "error": "this watch fell behind the change log: list again"})  # fmt: skip
+                return
+            for change in changes:
+                if select(change):
+                    for message in render(change):
+                        yield sse(*message)
+            if reached > cursor:
+                cursor = reached
+            if time.monotonic() >= bookmark_at:
+                bookmark_at = time.monotonic() + BOOKMARK_EVERY_S
+                yield sse("bookmark", cursor, {"revision": cursor})
+            if await request.is_disconnected():
+                return
+            await asyncio.sleep(POLL_S)
+
+    return StreamingResponse(
+        body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+
+
+# --- what each watch selects and how it words a change -----------------------------------------
+
+
+def job_messages(cache: WatchCache, user: str | None) -> tuple[Callable, Callable, Callable]:
+    def select(c: Change) -> bool:
+        return c.kind == "job" and (user is None or c.key.partition("/")[0] == user)
+
+    def render(c: Change) -> Iterable[Message]:
+        raw = c.value if c.value is not None else c.prev
+        if raw is None:
+            return []
+        job, info = codec.decode_job(raw)
+        return [(c.type, c.revision, {"type": c.type, "job": views.job_view(cache.cell(), job, info)})]
+
+    def initial() -> Iterable[Message]:
+        cell = cache.cell()
+        for _, job in sorted(cell.state.jobs.items()):
+            if user is None or job.user == user:
+                yield "ADDED", cell.revision, {"type": "ADDED", "job": views.job_view(cell, job)}
+
+    return select, render, initial
+
+
+def task_messages(cache: WatchCache, job: str, cell_name: str) -> tuple[Callable, Callable, Callable]:
+    prefix = job + "/"
+
+    def select(c: Change) -> bool:
+        return c.kind == "task" and c.key.startswith(prefix)
+
+    def render(c: Change) -> Iterable[Message]:
+        raw = c.value if c.value is not None else c.prev
+        if raw is None:
+            return []
+        task, info = codec.decode_task(raw)
+        view = views.task_view(cache.cell(), task, cell_name, info)
+        return [(c.type, c.revision, {"type": c.type, "task": view})]
+
+    def initial() -> Iterable[Message]:
+        cell = cache.cell()
+        for task in views.job_tasks(cell, job):
+            yield "ADDED", cell.revision, {"type": "ADDED", "task": views.task_view(cell, task, cell_name)}
+
+    return select, render, initial
+
+
+def machine_messages(cache: WatchCache) -> tuple[Callable, Callable, Callable]:
+    def select(c: Change) -> bool:
+        return c.kind == "machine"
+
+    def render(c: Change) -> Iterable[Message]:
+        cell = cache.cell()
+        if c.value is None or c.key not in cell.state.machines:
+            return [("DELETED", c.revision, {"type": "DELETED", "machine": {"name": c.key}})]
+        return [(c.type, c.revision, {"type": c.type, "machine": views.machine_view(cell, c.key)})]
+
+    def initial() -> Iterable[Message]:
+        cell = cache.cell()
+        for name in sorted(cell.state.machines):
+            yield "ADDED", cell.revision, {"type": "ADDED", "machine": views.machine_view(cell, name)}
+
+    return select, render, initial
+
+
+def event_messages(job: str | None) -> tuple[Callable, Callable]:
+    """The cell's events: each task event new in a change (by its number), jobs submitted and
+    removed, machines going down and coming back."""
+
+    def select(c: Change) -> bool:
+        if job is None:
+            return True
+        return c.kind in ("task", "job") and (c.key == job or c.key.startswith(job + "/"))
+
+    def render(c: Change) -> Iterable[Message]:
+        if c.kind == "task" and c.value is not None:
+            task, info = codec.decode_task(c.value)
+            before = codec.decode_task(c.prev)[1].events if c.prev is not None else ()
+            seen = before[-1][0] if before else 0
+            for n, at, kind, detail in info.events:
+                if n > seen:
+                    yield "task", c.revision, {
+                        "task": str(task.id), "job": task.id.job, "index": task.id.index,
+                        "incarnation": task.id.incarnation, "n": n, "at": at, "kind": kind, "detail": detail,
+                        "state": task.state.value,
+                    }  # fmt: skip
+        elif c.kind == "job" and c.type in ("ADDED", "DELETED"):
+            yield "job", c.revision, {"job": c.key, "kind": "submitted" if c.type == "ADDED" else "removed"}
+        elif c.kind == "machine" and c.value is not None:
+            machine, _ = codec.decode_machine(c.value)
+            before = codec.decode_machine(c.prev)[0] if c.prev is not None else None
+            if before is None or before.up != machine.up:
+                kind = "up" if machine.up else "down"
+                yield "machine", c.revision, {"machine": machine.name, "kind": kind}
+        elif c.kind == "machine":
+            yield "machine", c.revision, {"machine": c.key, "kind": "removed"}
+
+    return select, render
+
