@@ -41,7 +41,7 @@ cell_app = typer.Typer(
     help="Start, inspect and stop a local cell on this machine.", no_args_is_help=True
 )
 bench_app = typer.Typer(
-    help="Benchmarks of the scheduler and of a live cell.", no_args_is_help=True
+    help="Benchmarks of the scheduler, of a live cell and of this command's start-up.", no_args_is_help=True
 )
 report_app = typer.Typer(help="Regenerate measured reports.", no_args_is_help=True)
 spec_app = typer.Typer(help="The executable specification.", no_args_is_help=True)
@@ -327,6 +327,12 @@ def bench_cell(ctx: typer.Context) -> None:
 def bench_overload(ctx: typer.Context) -> None:
     """Jobs of thousands of tiny tasks on fresh local cells: start, kill, doubles, orphans (try --help)."""
     _run_main("loadtests.overload", "the overload benchmark", ctx.args)
+
+
+@bench_app.command("cli", **PASS_THROUGH)
+def bench_cli(ctx: typer.Context) -> None:
+    """Start-up time of `minborg --help`, `job list` and `task list` in fresh processes (try --help)."""
+    _run_main("loadtests.cli_startup", "the command-line start-up benchmark", ctx.args)
 
 
 @bench_app.command("writes", **PASS_THROUGH)

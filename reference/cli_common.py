@@ -8,8 +8,10 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
+from reference.cellfile import client_error_message
+from reference.cli_plain import OUTPUTS, dump
 from reference.cli_render import errors
-from reference.client import CellClient, ClientError, format_detail, split_key
+from reference.client import CellClient, ClientError, split_key
 from reference.launcher import LauncherError
 
 # Exit codes: 1 the cell refused or could not be reached, 2 the user's input is invalid.
@@ -30,7 +32,11 @@ StateDirOpt = Annotated[
         help="State dir of the local cell. Default: $MINBORG_STATE_DIR, else ./.minborg.",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table (as -o json).")]
+OutputOpt = Annotated[
+    str | None,
+    typer.Option("--output", "-o", help="table (the default), wide (more columns), json or yaml."),
+]
 JobArg = Annotated[str, typer.Argument(metavar="USER/NAME", help="The job, e.g. demo/hello_world.")]
 
 P = ParamSpec("P")
@@ -41,22 +47,6 @@ def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
     """Print `error: message` on stderr; returns the Exit to raise."""
     errors.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True)
     return typer.Exit(code)
-
-
-def client_error_message(err: ClientError) -> str:
-    """A ClientError as one or more lines a person can act on."""
-    hints = {
-        404: "not found",
-        409: "conflict",
-        403: "refused (over quota?)",
-        422: "invalid request",
-        503: "no leader right now; retry in a few seconds",
-    }
-    if err.status == 0:
-        return str(err)
-    hint = hints.get(err.status)
-    prefix = f"HTTP {err.status}" + (f" ({hint})" if hint else "")
-    return f"{prefix}: {format_detail(err.detail)}"
 
 
 def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
@@ -73,6 +63,25 @@ def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
             raise fail(str(err)) from None
 
     return wrapper
+
+
+def output_of(output: str | None, as_json: bool) -> str:
+    """The output format asked for: --json is -o json."""
+    if as_json:
+        return "json"
+    if output is None:
+        return "table"
+    if output not in OUTPUTS:
+        raise typer.BadParameter(f"{output!r}: choose one of {', '.join(OUTPUTS)}", param_hint="--output")
+    return output
+
+
+def emitted(data: Any, output: str) -> bool:
+    """Print `data` as JSON or YAML when that is the output asked for; False for a table."""
+    if output in ("json", "yaml"):
+        print(dump(data, output))
+        return True
+    return False
 
 
 def client(master: str | None, state_dir: str | None, **kw: Any) -> CellClient:

@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from reference import jobspec
 from reference.cli_common import (
     EXIT_USAGE,
     JobArg,
     JsonOpt,
     MasterOpt,
+    OutputOpt,
     StateDirOpt,
     client,
+    emitted,
     fail,
     handles_errors,
     job_key,
+    output_of,
 )
+from reference.cli_plain import job_rows, render, task_rows
 from reference.cli_render import (
     console,
     errors,
     events_table,
-    jobs_table,
     key_values,
     machines_table,
     pending_line,
@@ -32,11 +36,10 @@ from reference.cli_render import (
     resources,
     state_counts,
     task_fields,
-    tasks_table,
 )
 
 job_app = typer.Typer(help="Submit, inspect, resize and kill jobs.", no_args_is_help=True)
-task_app = typer.Typer(help="Inspect and kill tasks.", no_args_is_help=True)
+task_app = typer.Typer(help="Inspect tasks, their events and logs; kill them.", no_args_is_help=True)
 machine_app = typer.Typer(help="Inspect the cell's machines.", no_args_is_help=True)
 bns_app = typer.Typer(
     help="Borg Name Service: <index>.<job>.<user>.<cell>.minborg.", no_args_is_help=True
@@ -70,6 +73,8 @@ def submit(
     """Validate a job file locally, submit it, then wait until every task runs (its borglet
     confirmed the start) or one fails, printing placements and starts; exits 1 if a task
     fails or the wait times out. --detach returns as soon as the cell accepted the job."""
+    from reference import jobspec  # pydantic: imported by the commands that read job files
+
     try:
         spec = jobspec.load_job_file(file)
     except jobspec.JobFileError as err:
@@ -116,38 +121,39 @@ def list_jobs(
     watch_for: Annotated[float, typer.Option("--for", min=1, help="With -w: stop after this many seconds.")] = 3600,
     master: MasterOpt = None,
     state_dir: StateDirOpt = None,
+    output: OutputOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List the cell's jobs (-w: then watch them)."""
+    fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
         if watch:
             from reference.cli_watch import follow, job_line
 
             answer = cell.request("GET", "/v1/jobs", params={"user": user} if user else None)
-            console.print(jobs_table(answer["jobs"]) if answer["jobs"] else "no jobs")
+            if not emitted(answer["jobs"], fmt):
+                print(render(*job_rows(answer["jobs"], wide=fmt == "wide")) if answer["jobs"] else "no jobs")
             follow(cell, "/v1/jobs", since=answer["revision"], for_s=watch_for, line=job_line,
                    say=lambda text: console.print(text, soft_wrap=True, markup=False), user=user)  # fmt: skip
             return
         jobs = cell.jobs(user)
-    if as_json:
-        print_json(jobs)
-    elif not jobs:
-        console.print("no jobs")
-    else:
-        console.print(jobs_table(jobs))
+    if emitted(jobs, fmt):
+        return
+    print(render(*job_rows(jobs, wide=fmt == "wide")) if jobs else "no jobs")
 
 
 @job_app.command("show")
 @handles_errors
 def show(
-    job: JobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, as_json: JsonOpt = False
-) -> None:
-    """Show one job and how many of its tasks are in each state."""
+    job: JobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None,
+    as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """Show one job, how many of its tasks are in each state, and why pending ones wait."""
     key = job_key(job)
+    fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
         answer = cell.job(key)
-    if as_json:
-        print_json(answer)
+    if emitted(answer, fmt):
         return
     spec = answer.get("job", {})
     pairs: list[tuple[str, Any]] = [
@@ -185,6 +191,8 @@ def update(
     as_json: JsonOpt = False,
 ) -> None:
     """Resize a job or change its per-task request (a rolling update)."""
+    from reference import jobspec
+
     key = job_key(job)
     new_request: dict[str, int] = {}
     for name, text in (("cpu", cpu), ("ram", ram)):
@@ -236,22 +244,28 @@ def kill(
 @job_app.command("schema")
 def schema() -> None:
     """Print the JSON Schema of a job file (for editors and validators)."""
+    from reference import jobspec
+
     print(json.dumps(jobspec.json_schema(), indent=2))
 
 
 @task_app.command("list")
 @handles_errors
 def list_tasks(
-    job: JobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, as_json: JsonOpt = False
-) -> None:
-    """List a job's tasks: index, incarnation, state, machine, address, restarts, health."""
+    job: JobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None,
+    as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """List a job's tasks: index, incarnation, state, machine, address, restarts, health
+    (-o wide: pid, BNS name, last event, pending reason)."""
     key = job_key(job)
+    fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
         tasks = cell.tasks(key)
-    if as_json:
-        print_json(tasks)
-    else:
-        console.print(tasks_table(tasks, title=f"tasks of {key}"))
+    if emitted(tasks, fmt):
+        return
+    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    columns, rows = task_rows(tasks, wide=fmt == "wide", color=color)
+    print(render(columns, rows, color=color, title=f"tasks of {key}"))
 
 
 @task_app.command("show")
@@ -264,14 +278,15 @@ def show_task(
     ] = None,
     master: MasterOpt = None,
     state_dir: StateDirOpt = None,
+    output: OutputOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show one task: its fields, why it is pending, and its events (scheduled, started, exited...)."""
     key = job_key(job)
+    fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
         task = cell.task(key, index, incarnation)
-    if as_json:
-        print_json(task)
+    if emitted(task, fmt):
         return
     console.print(task_fields(task))
     console.print(events_table(task.get("events") or []))
@@ -371,13 +386,14 @@ def kill_task(
 @machine_app.command("list")
 @handles_errors
 def list_machines(
-    master: MasterOpt = None, state_dir: StateDirOpt = None, as_json: JsonOpt = False
+    master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None, as_json: JsonOpt = False
 ) -> None:
     """List machines: capacity, reserved, usage, state, isolation."""
+    fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
         machines = cell.machines()
-    if as_json:
-        print_json(machines)
+    if emitted(machines, fmt):
+        return
     elif not machines:
         console.print("no machines")
     else:
@@ -390,13 +406,14 @@ def resolve(
     name: Annotated[str, typer.Argument(help="e.g. 0.hello_world.demo.local.minborg")],
     master: MasterOpt = None,
     state_dir: StateDirOpt = None,
+    output: OutputOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Resolve a BNS name to the host:port of the task behind it."""
+    fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
         answer = cell.resolve(name)
-    if as_json:
-        print_json(answer)
+    if emitted(answer, fmt):
         return
     healthy = {True: "healthy", False: "unhealthy"}.get(answer.get("healthy"), "health unknown")
     console.print(

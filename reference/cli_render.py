@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -11,10 +12,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from reference.borglet.quantity import BYTE_RESOURCES
+from reference.cli_plain import ALIASES, ago, job_rows, quantity, resources, started, task_rows
 
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+__all__ = ["ago", "quantity", "resources", "started"]
+
+# Off a terminal, nothing is cut at 80 columns: a table as wide as its values, lines unwrapped.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
+errors = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 100_000)
 
 STATE_STYLE = {
     "RUNNING": "green",
@@ -35,39 +39,6 @@ def styled(value: Any) -> str:
     text = "" if value is None else str(value)
     style = STATE_STYLE.get(text)
     return f"[{style}]{text}[/{style}]" if style else text
-
-
-def quantity(name: str, value: Any) -> str:
-    """One resource as a person reads it: milli-CPU with 'm', bytes with a binary unit."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if name == "cpu":
-        return f"{int(value)}m"
-    if name in BYTE_RESOURCES:
-        return _bytes(int(value))
-    return str(value)
-
-
-def _bytes(value: int) -> str:
-    """Bytes in the largest binary unit that fits: 8GiB, 64MiB, 11.0MiB."""
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if value >= size:
-            return f"{value // size}{unit}" if value % size == 0 else f"{value / size:.1f}{unit}"
-    return str(value)
-
-
-# The borglet reports usage under unit-suffixed names; they read as the resource they measure.
-ALIASES = {"cpu_milli": "cpu", "ram_bytes": "ram", "disk_bytes": "disk"}
-
-
-def resources(values: Mapping[str, Any] | None) -> str:
-    """{'cpu': 4000, 'ram': 8589934592} -> 'cpu=4000m ram=8GiB'."""
-    if not values:
-        return "-"
-    if not isinstance(values, Mapping):
-        return str(values)
-    named = {ALIASES.get(k, k): v for k, v in values.items()}
-    return " ".join(f"{k}={quantity(k, v)}" for k, v in sorted(named.items()))
 
 
 def share(name: str, used: Mapping[str, Any] | None, capacity: Mapping[str, Any] | None) -> str:
@@ -94,17 +65,6 @@ def state_counts(counts: Mapping[str, Any] | None) -> str:
         return f"{styled(state)} {n}{suffix}"
 
     return ", ".join(one(k, v) for k, v in items)
-
-
-def ago(timestamp: Any) -> str:
-    if not isinstance(timestamp, int | float):
-        return str(timestamp or "-")
-    seconds = max(0.0, time.time() - timestamp)
-    if seconds < 120:
-        return f"{seconds:.0f}s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m ago"
-    return f"{seconds / 3600:.1f}h ago"
 
 
 def health(value: Any) -> str:
@@ -141,55 +101,16 @@ def key_values(title: str | None, pairs: Iterable[tuple[str, Any]]) -> Table:
 # --- one table per listing -------------------------------------------------------------------
 
 
-def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    rows = [
-        (
-            j.get("key") or f"{j.get('user')}/{j.get('name')}",
-            str(j.get("priority", "")),
-            str(j.get("task_count", "")),
-            resources(j.get("request")),
-            str(j.get("restart_policy", "")),
-            str(j.get("appclass", "")),
-            str(j.get("version", "")),
-            ago(j.get("submitted_at")),
-        )
-        for j in jobs
-    ]
-    columns = ("job", "priority", "tasks", "request", "restart", "appclass", "version", "submitted")
+def jobs_table(jobs: list[dict[str, Any]], wide: bool = False) -> Table:
+    columns, rows = job_rows(jobs, wide=wide)
     return table(None, columns, rows)
 
 
-def started(task: Mapping[str, Any]) -> str:
-    """A RUNNING task's start as its borglet reports it: yes, queued there, or not yet seen."""
-    if task.get("state") != "RUNNING":
-        return "-"
-    if task.get("confirmed"):
-        return "yes"
-    return "queued" if task.get("borglet_state") == "QUEUED" else "not yet"
-
-
-def tasks_table(tasks: list[dict[str, Any]], title: str | None = None) -> Table:
-    rows = []
-    for t in sorted(tasks, key=lambda t: (t.get("index", 0), t.get("incarnation", 0))):
-        address = f"{t['host']}:{t['port']}" if t.get("host") and t.get("port") else "-"
-        rows.append(
-            [
-                str(t.get("index", "")),
-                str(t.get("incarnation", "")),
-                styled(t.get("state")),
-                started(t),
-                t.get("machine") or "-",
-                address,
-                str(t.get("restarts", 0)),
-                health(t.get("healthy")),
-                str(t.get("cause") or ""),
-            ]
-        )
-    columns = ["index", "incarnation", "state", "started", "machine", "host:port", "restarts", "health"]
-    if any(row[-1] for row in rows):
-        columns.append("cause")
-    else:
-        rows = [row[:-1] for row in rows]  # no task has died: no cause to show
+def tasks_table(tasks: list[dict[str, Any]], title: str | None = None, wide: bool = False) -> Table:
+    columns, rows = task_rows(tasks, wide=wide)
+    for row in rows:
+        row[2] = styled(row[2])
+        row[7] = health({"healthy": True, "unhealthy": False}.get(row[7]))
     return table(title, columns, rows)
 
 

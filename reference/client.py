@@ -7,110 +7,35 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-CELL_FILE = "cell.json"
-DEFAULT_STATE_DIR = ".minborg"
-STATE_DIR_ENV = "MINBORG_STATE_DIR"
-MASTER_ENV = "MINBORG_MASTER"
+from reference.cellfile import (  # re-exported: the client's public names
+    CELL_FILE,
+    DEFAULT_STATE_DIR,
+    MASTER_ENV,
+    NO_ANSWER,
+    STATE_DIR_ENV,
+    ClientError,
+    format_detail,
+    master_urls,
+    read_cell_file,
+    split_urls,
+    state_dir_path,
+)
 
-# Status used by ClientError when no replica answered at all (there is no HTTP status).
-NO_ANSWER = 0
+__all__ = [
+    "CELL_FILE", "DEFAULT_STATE_DIR", "MASTER_ENV", "NO_ANSWER", "STATE_DIR_ENV", "CellClient", "ClientError",
+    "Endpoint", "Message", "RoundRobin", "format_detail", "master_urls", "parse_sse", "read_cell_file",
+    "split_key", "split_urls", "state_dir_path",
+]  # fmt: skip
 
 # Failover takes about one lease TTL (3 s by default) plus an election; retrying 503 for a
 # bit longer than that lets a write issued during failover succeed instead of failing.
 DEFAULT_RETRY_S = 12.0
 # A Retry-After larger than this is not honoured as is: the client would look hung.
 MAX_RETRY_AFTER_S = 3.0
-
-
-class ClientError(Exception):
-    """A request the cell refused (status >= 400) or that no replica answered (status 0)."""
-
-    def __init__(self, status: int, detail: Any, url: str | None = None) -> None:
-        super().__init__(status, detail)
-        self.status = status
-        self.detail = detail
-        self.url = url
-
-    def __str__(self) -> str:
-        head = "no answer from the cell" if self.status == NO_ANSWER else f"HTTP {self.status}"
-        return f"{head}: {format_detail(self.detail)}"
-
-
-def format_detail(detail: Any) -> str:
-    """An API error body's `detail` as readable text: one `field: error` line per problem."""
-    if isinstance(detail, list):
-        lines = [_format_item(item) for item in detail]
-        return lines[0] if len(lines) == 1 else "\n" + "\n".join(f"  {line}" for line in lines)
-    if isinstance(detail, dict):
-        return _format_item(detail)
-    return str(detail)
-
-
-def _format_item(item: Any) -> str:
-    if not isinstance(item, dict):
-        return str(item)
-    # The API's own shape is {"field", "error"}; FastAPI's default is {"loc", "msg"}.
-    field = item.get("field")
-    if field is None and "loc" in item:
-        field = ".".join(str(part) for part in item["loc"] if part != "body")
-    error = item.get("error", item.get("msg", item.get("message")))
-    if error is None:
-        return json.dumps(item, sort_keys=True)
-    return f"{field}: {error}" if field else str(error)
-
-
-# --- finding the cell ------------------------------------------------------------------
-
-
-def state_dir_path(state_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The local cell's state dir: the argument, else $MINBORG_STATE_DIR, else ./.minborg."""
-    chosen = state_dir or os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR
-    return Path(chosen).expanduser().resolve()
-
-
-def read_cell_file(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """The cell file written by `minborg cell up`, as a dict; ClientError when absent."""
-    path = state_dir_path(state_dir) / CELL_FILE
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ClientError(
-            NO_ANSWER,
-            f"no cell found: {path} does not exist. Start one with `minborg cell up`, "
-            f"or point at a running cell with --master URL or ${MASTER_ENV}",
-        ) from None
-    except ValueError as err:
-        raise ClientError(NO_ANSWER, f"unreadable cell file {path}: {err}") from None
-
-
-def split_urls(text: str) -> list[str]:
-    """'http://a:1, b:2' -> ['http://a:1', 'http://b:2'] (a bare host:port means http)."""
-    urls = []
-    for part in text.split(","):
-        part = part.strip().rstrip("/")
-        if part:
-            urls.append(part if "://" in part else f"http://{part}")
-    return urls
-
-
-def master_urls(
-    master: str | None = None, state_dir: str | os.PathLike[str] | None = None
-) -> list[str]:
-    """Master URLs from --master, else $MINBORG_MASTER, else the local cell file."""
-    for source in (master, os.environ.get(MASTER_ENV)):
-        if source and (urls := split_urls(source)):
-            return urls
-    urls = list(read_cell_file(state_dir).get("master_urls") or [])
-    if not urls:
-        raise ClientError(
-            NO_ANSWER, f"the cell file in {state_dir_path(state_dir)} lists no master"
-        )
-    return urls
 
 
 # --- the client ------------------------------------------------------------------------

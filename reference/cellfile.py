@@ -1,0 +1,124 @@
+"""Finding the cell and wording its errors: the parts of the API client that need only the standard library.
+
+The `minborg` command's fast path (cli_fast.py) reads the cell through these without importing
+httpx, and reference/client.py re-exports them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+CELL_FILE = "cell.json"
+DEFAULT_STATE_DIR = ".minborg"
+STATE_DIR_ENV = "MINBORG_STATE_DIR"
+MASTER_ENV = "MINBORG_MASTER"
+
+# Status used by ClientError when no replica answered at all (there is no HTTP status).
+NO_ANSWER = 0
+
+
+
+class ClientError(Exception):
+    """A request the cell refused (status >= 400) or that no replica answered (status 0)."""
+
+    def __init__(self, status: int, detail: Any, url: str | None = None) -> None:
+        super().__init__(status, detail)
+        self.status = status
+        self.detail = detail
+        self.url = url
+
+    def __str__(self) -> str:
+        head = "no answer from the cell" if self.status == NO_ANSWER else f"HTTP {self.status}"
+        return f"{head}: {format_detail(self.detail)}"
+
+
+def format_detail(detail: Any) -> str:
+    """An API error body's `detail` as readable text: one `field: error` line per problem."""
+    if isinstance(detail, list):
+        lines = [_format_item(item) for item in detail]
+        return lines[0] if len(lines) == 1 else "\n" + "\n".join(f"  {line}" for line in lines)
+    if isinstance(detail, dict):
+        return _format_item(detail)
+    return str(detail)
+
+
+def _format_item(item: Any) -> str:
+    if not isinstance(item, dict):
+        return str(item)
+    # The API's own shape is {"field", "error"}; FastAPI's default is {"loc", "msg"}.
+    field = item.get("field")
+    if field is None and "loc" in item:
+        field = ".".join(str(part) for part in item["loc"] if part != "body")
+    error = item.get("error", item.get("msg", item.get("message")))
+    if error is None:
+        return json.dumps(item, sort_keys=True)
+    return f"{field}: {error}" if field else str(error)
+
+
+# --- finding the cell ------------------------------------------------------------------
+
+
+def state_dir_path(state_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The local cell's state dir: the argument, else $MINBORG_STATE_DIR, else ./.minborg."""
+    chosen = state_dir or os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR
+    return Path(chosen).expanduser().resolve()
+
+
+def read_cell_file(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The cell file written by `minborg cell up`, as a dict; ClientError when absent."""
+    path = state_dir_path(state_dir) / CELL_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ClientError(
+            NO_ANSWER,
+            f"no cell found: {path} does not exist. Start one with `minborg cell up`, "
+            f"or point at a running cell with --master URL or ${MASTER_ENV}",
+        ) from None
+    except ValueError as err:
+        raise ClientError(NO_ANSWER, f"unreadable cell file {path}: {err}") from None
+
+
+def split_urls(text: str) -> list[str]:
+    """'http://a:1, b:2' -> ['http://a:1', 'http://b:2'] (a bare host:port means http)."""
+    urls = []
+    for part in text.split(","):
+        part = part.strip().rstrip("/")
+        if part:
+            urls.append(part if "://" in part else f"http://{part}")
+    return urls
+
+
+def master_urls(
+    master: str | None = None, state_dir: str | os.PathLike[str] | None = None
+) -> list[str]:
+    """Master URLs from --master, else $MINBORG_MASTER, else the local cell file."""
+    for source in (master, os.environ.get(MASTER_ENV)):
+        if source and (urls := split_urls(source)):
+            return urls
+    urls = list(read_cell_file(state_dir).get("master_urls") or [])
+    if not urls:
+        raise ClientError(
+            NO_ANSWER, f"the cell file in {state_dir_path(state_dir)} lists no master"
+        )
+    return urls
+
+
+def client_error_message(err: ClientError) -> str:
+    """A ClientError as one or more lines a person can act on."""
+    hints = {
+        404: "not found",
+        409: "conflict",
+        403: "refused (over quota?)",
+        410: "gone: list again",
+        422: "invalid request",
+        503: "no leader right now; retry in a few seconds",
+    }
+    if err.status == 0:
+        return str(err)
+    hint = hints.get(err.status)
+    prefix = f"HTTP {err.status}" + (f" ({hint})" if hint else "")
+    return f"{prefix}: {format_detail(err.detail)}"

@@ -1,0 +1,179 @@
+"""Job and task listings as plain text, with the standard library only: the same rows for the fast path (cli_fast.py) and the full command line.
+
+Tables never cut a value: a listing piped to a file or another program keeps every column
+whole, however wide. Colours (states) only when writing to a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from reference.borglet.quantity import BYTE_RESOURCES
+
+COLORS = {"green": "32", "yellow": "33", "red": "31", "cyan": "36", "dim": "2"}
+STATE_COLOR = {"RUNNING": "green", "PENDING": "yellow", "DEAD": "red", "up": "green", "down": "red"}
+OUTPUTS = ("table", "wide", "json", "yaml")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def paint(text: str, color: str | None, on: bool) -> str:
+    return f"\x1b[{COLORS[color]}m{text}\x1b[0m" if on and color in COLORS else text
+
+
+def visible_len(text: str) -> int:
+    return len(_ANSI.sub("", text))
+
+
+def render(columns: Sequence[str], rows: Iterable[Sequence[str]], *, color: bool = False, title: str | None = None) -> str:
+    """Columns two spaces apart, a rule under the header, nothing truncated."""
+    rows = [list(r) for r in rows]
+    widths = [len(c) for c in columns]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], visible_len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c + " " * (w - visible_len(c)) for c, w in zip(cells, widths, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    out = [title] if title else []
+    out.append(line([paint(c, None, color) for c in columns]))
+    out.append("  ".join("─" * w for w in widths))
+    out.extend(line(r) for r in rows)
+    return "\n".join(out)
+
+
+# --- values as a person reads them -----------------------------------------------------------
+
+
+def quantity(name: str, value: Any) -> str:
+    """One resource as a person reads it: milli-CPU with 'm', bytes with a binary unit."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if name == "cpu":
+        return f"{int(value)}m"
+    if name in BYTE_RESOURCES:
+        return _bytes(int(value))
+    return str(value)
+
+
+def _bytes(value: int) -> str:
+    """Bytes in the largest binary unit that fits: 8GiB, 64MiB, 11.0MiB."""
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= size:
+            return f"{value // size}{unit}" if value % size == 0 else f"{value / size:.1f}{unit}"
+    return str(value)
+
+
+# The borglet reports usage under unit-suffixed names; they read as the resource they measure.
+ALIASES = {"cpu_milli": "cpu", "ram_bytes": "ram", "disk_bytes": "disk"}
+
+
+def resources(values: Mapping[str, Any] | None) -> str:
+    """{'cpu': 4000, 'ram': 8589934592} -> 'cpu=4000m ram=8GiB'."""
+    if not values:
+        return "-"
+    if not isinstance(values, Mapping):
+        return str(values)
+    named = {ALIASES.get(k, k): v for k, v in values.items()}
+    return " ".join(f"{k}={quantity(k, v)}" for k, v in sorted(named.items()))
+
+
+def ago(timestamp: Any) -> str:
+    if not isinstance(timestamp, int | float):
+        return str(timestamp or "-")
+    seconds = max(0.0, time.time() - timestamp)
+    if seconds < 120:
+        return f"{seconds:.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def started(task: Mapping[str, Any]) -> str:
+    """A RUNNING task's start as its borglet reports it: yes, queued there, or not yet seen."""
+    if task.get("state") != "RUNNING":
+        return "-"
+    if task.get("confirmed"):
+        return "yes"
+    return "queued" if task.get("borglet_state") == "QUEUED" else "not yet"
+
+
+def health_text(value: Any) -> tuple[str, str | None]:
+    return {True: ("healthy", "green"), False: ("unhealthy", "red")}.get(value, ("-", None))
+
+
+# --- the listings ----------------------------------------------------------------------------
+
+
+def job_rows(jobs: list[dict[str, Any]], *, wide: bool = False) -> tuple[list[str], list[list[str]]]:
+    columns = ["job", "priority", "tasks", "request", "restart", "appclass", "version", "submitted"]
+    if wide:
+        columns += ["command", "constraints"]
+    rows = []
+    for j in jobs:
+        row = [
+            j.get("key") or f"{j.get('user')}/{j.get('name')}",
+            str(j.get("priority", "")),
+            str(j.get("task_count", "")),
+            resources(j.get("request")),
+            str(j.get("restart_policy", "")),
+            str(j.get("appclass", "")),
+            str(j.get("version", "")),
+            ago(j.get("submitted_at")),
+        ]
+        if wide:
+            row += [" ".join(j.get("command") or []), json.dumps(j.get("constraints") or [])]
+        rows.append(row)
+    return columns, rows
+
+
+def task_rows(
+    tasks: list[dict[str, Any]], *, wide: bool = False, color: bool = False
+) -> tuple[list[str], list[list[str]]]:
+    columns = ["index", "incarnation", "state", "started", "machine", "host:port", "restarts", "health"]
+    rows = []
+    for t in sorted(tasks, key=lambda t: (t.get("index", 0), t.get("incarnation", 0))):
+        address = f"{t['host']}:{t['port']}" if t.get("host") and t.get("port") else "-"
+        state = str(t.get("state") or "")
+        health, tint = health_text(t.get("healthy"))
+        row = [
+            str(t.get("index", "")),
+            str(t.get("incarnation", "")),
+            paint(state, STATE_COLOR.get(state), color),
+            started(t),
+            t.get("machine") or "-",
+            address,
+            str(t.get("restarts", 0)),
+            paint(health, tint, color),
+            str(t.get("cause") or ""),
+        ]
+        if wide:
+            last = (t.get("events") or [{}])[-1]
+            row += [
+                str(t.get("pid") or "-"),
+                str(t.get("bns") or "-"),
+                f"{last.get('kind')}: {last.get('detail')}" if last.get("kind") else "-",
+                str(t.get("pending_reason") or ""),
+            ]
+        rows.append(row)
+    if wide:
+        columns += ["cause", "pid", "bns", "last event", "pending reason"]
+    elif any(row[8] for row in rows):
+        columns.append("cause")
+    else:
+        rows = [row[:8] for row in rows]  # no task has died: no cause to show
+    return columns, rows
+
+
+def dump(data: Any, output: str) -> str:
+    """Machine-readable output: JSON (sorted, indented) or YAML."""
+    if output == "yaml":
+        import yaml
+
+        return yaml.safe_dump(data, sort_keys=True, default_flow_style=False).rstrip()
+    return json.dumps(data, indent=2, sort_keys=True, default=str)
