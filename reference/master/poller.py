@@ -43,6 +43,7 @@ USAGE_WRITE_EVERY_S = 10.0  # usage alone is written this rarely: it changes eve
 HOLD_POLL_S = 0.2  # how often a machine whose task blocks a held one is polled
 DELTA_MIN_TASKS = 64  # a machine with at least this many desired tasks gets deltas
 REFUSED_RETRY_S = 0.2  # a refused sync (not of a newer epoch) is retried this soon
+TURN_MIN_GAP_S = 0.05  # turns start at least this far apart, however many replies wake them
 
 
 @dataclass
@@ -91,7 +92,11 @@ class Poller:
         self._reported: dict[str, dict[str, str]] = {}
         self._released: set[str] = set()  # borglet task ids sent at least once
         self._seq = 0  # syncs sent by this leader, the last one's number
-        self._desired: tuple[int, dict[str, tuple[list[dict[str, Any]], set[TaskId]]]] = (-1, {})
+        self._memo: reports.Memo = {}  # desired-set entries reused across turns
+        self._reported_version = 0  # moves whenever a machine's reported tasks change
+        self._plans: tuple[Any, dict[str, tuple[list[dict[str, Any]], set[TaskId]]], set[str], dict[str, frozenset[str]]] = (
+            None, {}, set(), {}
+        )
         self.refusals: dict[str, int] = {}  # refusal reason -> count
         self.holds: dict[str, reports.Hold] = {}  # task id -> why it is held, as of the last turn
 
@@ -114,25 +119,35 @@ class Poller:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            began = time.monotonic()
             try:
                 self._turn()
             except Exception:  # one bad turn must not end the polling of the cell
                 log.exception("poller turn failed")
             self._wake.wait(0.1)
             self._wake.clear()
+            # Replies wake the loop; with many machines they would make a turn of each one.
+            self._stop.wait(max(0.0, TURN_MIN_GAP_S - (time.monotonic() - began)))
 
     def _turn(self) -> None:
         cell = self.cache.cell()
         now = time.monotonic()
-        if self._desired[0] != cell.revision:
-            # The desired sets depend on the view alone: built once per revision, not per turn.
-            self._desired = (
-                cell.revision,
-                {name: reports.desired_set(cell, name, self.cell_name) for name in cell.state.machines},
-            )
-        plans, blocking = self._hold_back(cell, self._desired[1])
+        with self._lock:
+            key = (cell.revision, self._reported_version)
+        if key != self._plans[0]:
+            # What each machine is sent depends on the view and on what the machines reported
+            # alone: built when either changed, not on every turn.
+            if len(self._memo) > 2 * len(cell.state.tasks) + 1000:
+                self._memo = {}
+            desired = {
+                name: reports.desired_set(cell, name, self.cell_name, self._memo) for name in cell.state.machines
+            }
+            plans, blocking = self._hold_back(cell, desired)
+            signatures = {name: frozenset(d["task_id"] for d in keep) for name, (keep, _) in plans.items()}
+            self._plans = (key, plans, blocking, signatures)
+        _, plans, blocking, signatures = self._plans
         for name, (desired, ids) in plans.items():
-            signature = frozenset(d["task_id"] for d in desired)
+            signature = signatures[name]
             address = cell.machines.get(name, MachineInfo()).address
             with self._lock:
                 st = self._machines.setdefault(name, _Machine())
@@ -260,12 +275,13 @@ class Poller:
             self._wake.set()
 
     def _record_report(self, name: str, reply: dict[str, Any]) -> None:
+        reported = {
+            str(t.get("task_id")): str(t.get("state", "")) for t in reply.get("tasks", []) if isinstance(t, dict)
+        }
         with self._lock:
-            self._reported[name] = {
-                str(t.get("task_id")): str(t.get("state", ""))
-                for t in reply.get("tasks", [])
-                if isinstance(t, dict)
-            }
+            if self._reported.get(name) != reported:
+                self._reported[name] = reported
+                self._reported_version += 1
 
     def _sync(
         self, name: str, address: str, desired: list[dict[str, Any]], revision: int

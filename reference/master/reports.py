@@ -42,36 +42,56 @@ def bns_name(tid: TaskId, cell: str) -> str:
     return f"{tid.index}.{name}.{user}.{cell}.minborg"
 
 
-def desired_set(cell: Cell, machine: str, cell_name: str) -> tuple[list[dict[str, Any]], set[TaskId]]:
-    """The tasks a machine's borglet should run: every task RUNNING there in the cell state."""
+Memo = dict[TaskId, tuple[Any, Any, int, dict[str, Any]]]
+
+
+def desired_set(
+    cell: Cell, machine: str, cell_name: str, memo: Memo | None = None
+) -> tuple[list[dict[str, Any]], set[TaskId]]:
+    """The tasks a machine's borglet should run: every task RUNNING there in the cell state.
+
+    `memo` (task id -> the task, job and placement an entry was built from, and the entry)
+    lets a caller that asks every turn reuse the entries of tasks that did not change: cell
+    values are immutable, so the same objects mean the same entry. Entries must not be mutated.
+    """
     out: list[dict[str, Any]] = []
     ids: set[TaskId] = set()
     for task in cell.state.running_on(machine):
         ji = cell.jobs.get(task.id.job)
         if ji is None:
             continue
-        spec = ji.spec
         info = cell.task_info(task.id)
         ids.add(task.id)
-        out.append(
-            {
-                "task_id": borglet_task_id(task.id, info),
-                "job": task.id.job,
-                "index": task.id.index,
-                "incarnation": task.id.incarnation,
-                "bns": bns_name(task.id, cell_name),
-                "command": list(spec.command),
-                "env": dict(spec.env),
-                "cwd": spec.cwd,
-                "port": 0,
-                "request": {"cpu": task.request.get("cpu"), "ram": task.request.get("ram")},
-                "priority": task.priority,
-                "restart_policy": spec.restart_policy.value,
-                "health_check": spec.health_check.model_dump() if spec.health_check else None,
-            }
-        )
+        if memo is not None:
+            hit = memo.get(task.id)
+            if hit is not None and hit[0] is task and hit[1] is ji and hit[2] == info.placement:
+                out.append(hit[3])
+                continue
+        entry = _desired_entry(task, ji, info, cell_name)
+        if memo is not None:
+            memo[task.id] = (task, ji, info.placement, entry)
+        out.append(entry)
     out.sort(key=lambda d: d["task_id"])
     return out, ids
+
+
+def _desired_entry(task: Any, ji: Any, info: TaskInfo, cell_name: str) -> dict[str, Any]:
+    spec = ji.spec
+    return {
+        "task_id": borglet_task_id(task.id, info),
+        "job": task.id.job,
+        "index": task.id.index,
+        "incarnation": task.id.incarnation,
+        "bns": bns_name(task.id, cell_name),
+        "command": list(spec.command),
+        "env": dict(spec.env),
+        "cwd": spec.cwd,
+        "port": 0,
+        "request": {"cpu": task.request.get("cpu"), "ram": task.request.get("ram")},
+        "priority": task.priority,
+        "restart_policy": spec.restart_policy.value,
+        "health_check": spec.health_check.model_dump() if spec.health_check else None,
+    }
 
 
 # A borglet state whose process may be alive: a queued task may start at any moment.
