@@ -7,7 +7,9 @@ the feasible sample and its scores between tasks with the same needs; the score 
 reuses a (class, machine) score while the machine's version has not moved: a version moves
 when any resource drifts more than `cache_threshold` of capacity, when any GPU changes, and
 (for `fgd`) when the mix of task shapes drifts. Every cached score in a sample is checked
-before each pick, wherever it ranks.
+before each pick, wherever it ranks. Every class walks the random order from one shared
+start, and the walk skips machines a vectorized prefilter rules out. Preemption is the last
+resort: a class's sample takes machines that need victims only once none fits as it is.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from .snapshot import PendingTask, Snapshot
 class _Sample:
     """One class's feasible machines found so far, with cached scores and the versions they saw."""
 
-    __slots__ = ("machines", "doms", "scores", "versions", "mix", "size", "holes", "valid", "cursor", "offset")
+    __slots__ = ("machines", "doms", "scores", "versions", "mix", "size", "holes", "valid", "cursor", "offset", "preempting")
 
     def __init__(self, capacity: int, offset: int) -> None:
         self.machines = np.zeros(capacity, dtype=np.int64)
@@ -47,6 +49,7 @@ class _Sample:
         self.valid = 0
         self.cursor = 0  # how far along the random machine order this class has looked
         self.offset = offset  # where in that order it started
+        self.preempting = False  # True once no machine fits without preemption: victims count
 
 
 class Pass:
@@ -71,8 +74,7 @@ class Pass:
         # the samples of different classes overlap and placements fill the same machines
         # first (see docs/decisions.md for what this buys in packing and costs in speed).
         self.offset = self.rng.randrange(max(self.n, 1))
-        self.order_np = np.array(self.order, dtype=np.int64)
-        self.pre = Prefilter(self.cell)
+        self.pre = Prefilter(self.cell, self.order)
         threshold = config.mix_threshold if config.score_cache else 0.0
         self.mix = ShapeMix(threshold) if config.policy == "fgd" else None
         self.gpu_max = max((sum(g) for g in self.cell.gcap), default=0)
@@ -92,19 +94,20 @@ class Pass:
 
     # --- scoring of one (class, machine) pair ---------------------------------------------
 
-    def _victims(self, cls: TaskClass, mi: int) -> list[Victim] | None:
+    def _victims(self, cls: TaskClass, mi: int, preempt: bool = True) -> list[Victim] | None:
         """[] when the request fits as is, the victims to evict when it fits only so, else None."""
         cell = self.cell
         if not cell.up[mi] or not constraints_hold(cls, cell, mi):
             return None
         if fits_free(cls, cell, mi):
             return []
-        if not self.cfg.preemption or cls.priority <= cell.vmin[mi]:
+        if not preempt or not self.cfg.preemption or cls.priority <= cell.vmin[mi]:
             return None
         return choose_victims(cls, cell, mi, self.disrupted, self.cfg.max_disruptions_per_job)
 
-    def evaluate(self, cls: TaskClass, mi: int) -> float | None:
-        """The machine's score for the class, or None when it is not feasible.
+    def evaluate(self, cls: TaskClass, mi: int, preempt: bool = True) -> float | None:
+        """The machine's score for the class, or None when it is not feasible (without
+        preemption when `preempt` is False).
 
         The common case (constraints hold, the request fits what is free) is inlined: this is
         the unit of work the scalability techniques save, so it is kept as cheap as it can be.
@@ -129,7 +132,7 @@ class Pass:
                 if self.policy is None:
                     return self._gpu_score(cls, mi, free)
                 return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi])
-        if not self.cfg.preemption or cls.priority <= cell.vmin[mi]:
+        if not preempt or not self.cfg.preemption or cls.priority <= cell.vmin[mi]:
             return None
         victims = choose_victims(cls, cell, mi, self.disrupted, self.cfg.max_disruptions_per_job)
         if victims is None:
@@ -206,7 +209,7 @@ class Pass:
 
     def _rescore(self, cls: TaskClass, s: _Sample, slot: int) -> None:
         mi = int(s.machines[slot])
-        self._set(s, slot, mi, self.evaluate(cls, mi))
+        self._set(s, slot, mi, self.evaluate(cls, mi, s.preempting))
 
     def _refill(self, cls: TaskClass, s: _Sample) -> None:
         """Relaxed randomization: walk the random order until the sample holds k feasible machines."""
@@ -214,11 +217,12 @@ class Pass:
         while s.valid < k and s.cursor < n:
             start = s.cursor
             end = min(n, start + run)
-            ids = self.order_np[(s.offset + np.arange(start, end)) % n]
+            lo = s.offset + start
+            ids = self.pre.ids
             s.cursor = end
-            for h in self.pre.passing(cls, ids, self.cfg.preemption).tolist():
-                mi = int(ids[h])
-                score = self.evaluate(cls, mi)
+            for h in self.pre.passing(cls, lo, s.offset + end, s.preempting).tolist():
+                mi = int(ids[lo + h])
+                score = self.evaluate(cls, mi, s.preempting)
                 if score is None:
                     continue
                 slot = s.holes.pop() if s.holes else s.size
@@ -285,12 +289,16 @@ class Pass:
             if s.valid < self.k and s.cursor < self.n:
                 self._refill(cls, s)
             if s.valid == 0:
-                return None
+                if s.preempting or not self.cfg.preemption:
+                    return None
+                # Preemption is the last resort: only when no machine fits as it is.
+                s.preempting, s.cursor = True, 0
+                continue
             total = self._totals(s, task)
             slot = int(total.argmax())
             mi = int(s.machines[slot])
             # A cached score may be stale within the threshold; feasibility is checked exactly.
-            victims = self._victims(cls, mi)
+            victims = self._victims(cls, mi, s.preempting)
             if victims is not None:
                 self.stats.cache_hits += self.cfg.score_cache
                 return slot, mi, victims, float(total[slot])

@@ -100,29 +100,35 @@ class Prefilter:
 
     It never rejects a machine that the exact check (`Pass.evaluate`) would accept: a
     machine passes when it is up, its constraints hold, and either every resource it has
-    free (slack included for non-prod tasks) covers the request or, with preemption on, it
-    runs something of lower priority. GPUs are judged on their total here, one by one in
-    the exact check. The walk of relaxed randomization uses it to skip full machines
-    without a Python call per machine.
+    free (slack included for non-prod tasks) covers the request or, with `preempt`, it runs
+    something of lower priority. GPUs are judged on their total here, one by one in the
+    exact check. The walk of relaxed randomization uses it to skip full machines without a
+    Python call per machine. Rows are laid out along the pass's random order, twice over,
+    so that any run of the walk (which wraps around) is a slice, not a gather.
     """
 
-    def __init__(self, cell: CellView) -> None:
+    def __init__(self, cell: CellView, order: list[int]) -> None:
         self.cell = cell
         n, d = len(cell.names), len(cell.dims)
-        self.free = np.array(cell.free, dtype=np.int64).reshape(n, d)
-        self.slack = np.array(cell.slack, dtype=np.int64).reshape(n, d)
-        self.up = np.array(cell.up, dtype=bool)
-        self.vmin = np.array(cell.vmin, dtype=np.int64)
+        self.ids = np.array(order + order, dtype=np.int64)  # machine at each walk position
+        self.pos = np.zeros(n, dtype=np.int64)
+        self.pos[self.ids[:n]] = np.arange(n)
+        self.n = n
+        self.free = np.array(cell.free, dtype=np.int64).reshape(n, d)[self.ids]
+        self.slack = np.array(cell.slack, dtype=np.int64).reshape(n, d)[self.ids]
+        self.up = np.array(cell.up, dtype=bool)[self.ids]
+        self.vmin = np.array(cell.vmin, dtype=np.int64)[self.ids]
         self._codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
         self._masks: dict[tuple, np.ndarray] = {}
 
     def update(self, mi: int) -> None:
         """Mirror machine `mi` after a placement or an eviction changed it."""
-        self.free[mi] = self.cell.free[mi]
-        self.vmin[mi] = self.cell.vmin[mi]
+        p = int(self.pos[mi])
+        self.free[p] = self.free[p + self.n] = self.cell.free[mi]
+        self.vmin[p] = self.vmin[p + self.n] = self.cell.vmin[mi]
 
     def allowed(self, cls: TaskClass) -> np.ndarray:
-        """Machines where the class's constraints hold and that are up, cached per constraint set."""
+        """Walk positions whose machine is up and holds the class's constraints, cached per constraint set."""
         mask = self._masks.get(cls.compiled)
         if mask is None:
             mask = self.up.copy()
@@ -140,19 +146,19 @@ class Prefilter:
             codes = np.array(
                 [index.setdefault(a[attr], len(index)) if attr in a else -1 for a in self.cell.attrs], dtype=np.int64
             )
-            got = self._codes[attr] = (codes, index)
+            got = self._codes[attr] = (codes[self.ids], index)
         return got
 
-    def passing(self, cls: TaskClass, ids: np.ndarray, preemption: bool) -> np.ndarray:
-        """Indices into `ids` of the machines that may fit the class."""
+    def passing(self, cls: TaskClass, lo: int, hi: int, preempt: bool) -> np.ndarray:
+        """Offsets from `lo` of the walk positions in [lo, hi) whose machines may fit the class."""
         need = cls.need
         if need is None:
             need = cls.need = np.array(cls.req, dtype=np.int64)
-        free = self.free[ids]
+        free = self.free[lo:hi]
         if not is_prod(cls.priority):
-            free = free + self.slack[ids]
+            free = free + self.slack[lo:hi]
         ok = (free >= need).all(axis=1)
-        if preemption:
-            ok |= self.vmin[ids] < cls.priority
-        ok &= self.allowed(cls)[ids]
+        if preempt:
+            ok |= self.vmin[lo:hi] < cls.priority
+        ok &= self.allowed(cls)[lo:hi]
         return np.flatnonzero(ok)

@@ -83,3 +83,12 @@ def test_preemption_through_the_spec_sends_victims_back_to_pending():
     assert not check_state(after)
     states = {t.id.job: t.state.value for t in after.tasks.values() if t.id.job == "bob/be"}
     assert states == {"bob/be": "PENDING"}
+
+
+def test_preemption_is_the_last_resort():
+    # a is full of best effort that prod could evict; b has room. The sample takes machines
+    # that need victims only once none fits as it is: prod goes to b, nothing is preempted.
+    snap = Snapshot((m("a"), m("b", cpu=64000)), (run("be/fill", 0, 4000, "a"),), (pend("prod/x", 200, 1000),))
+    for cfg in (SchedulerConfig(policy="best_fit"), SchedulerConfig(policy="best_fit").without_techniques()):
+        plan = plan_pass(snap, cfg)
+        assert [p.machine for p in plan.placements] == ["b"] and not plan.preemptions
