@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reference.jobspec import validation_errors
-from reference.master import freshness, logs, views
+from reference.master import freshness, logs, ui, views
 from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
@@ -171,9 +171,7 @@ def make_app(replica: Replica) -> FastAPI:
     def metrics_text() -> Response:
         return Response(content=metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/v1/cell")
-    async def cell_status() -> JSONResponse:
-        cell = replica.cache.cell()
+    def cell_overview(cell: Any) -> dict[str, Any]:
         leader = replica.named_leader()
         known = {**replica.peers, **cell.replicas, replica.name: replica.url}
         replicas = [
@@ -181,21 +179,25 @@ def make_app(replica: Replica) -> FastAPI:
              "live": n in cell.replicas}
             for n, u in sorted(known.items())
         ]  # fmt: skip
-        return stamped(
-            {
-                "cell": cell_name,
-                "leader": leader.name if leader else None,
-                "leader_url": leader.url if leader else None,
-                "replicas": replicas,
-                "machines": {
-                    "up": sum(1 for m in cell.state.machines.values() if m.up),
-                    "down": sum(1 for m in cell.state.machines.values() if not m.up),
-                },
-                "jobs": len(cell.state.jobs),
-                "tasks": views.task_counts(cell),
+        return {
+            "cell": cell_name,
+            "leader": leader.name if leader else None,
+            "leader_url": leader.url if leader else None,
+            "replicas": replicas,
+            "machines": {
+                "up": sum(1 for m in cell.state.machines.values() if m.up),
+                "down": sum(1 for m in cell.state.machines.values() if not m.up),
             },
-            cell.revision,
-        )
+            "jobs": len(cell.state.jobs),
+            "tasks": views.task_counts(cell),
+        }
+
+    @app.get("/v1/cell")
+    async def cell_status() -> JSONResponse:
+        cell = replica.cache.cell()
+        return stamped(cell_overview(cell), cell.revision)
+
+    ui.install(app, replica, task_logs, cell_overview)
 
     # --- jobs ----------------------------------------------------------------------------------
 
