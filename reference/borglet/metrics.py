@@ -33,48 +33,64 @@ class BorgletCollector(Collector):
             tasks.add_metric([machine, state], by_state.get(state, 0))
         yield tasks
 
-        restarts = GaugeMetricFamily(
+        # Prometheus' conventions: base units (cores, bytes) in the name, one unit per metric,
+        # _total on counters (a task id's restarts only grow).
+        restarts = CounterMetricFamily(
             "minborg_borglet_task_restarts", "In-place restarts of each task",
             labels=["machine", "task_id"],
         )  # fmt: skip
         cpu = GaugeMetricFamily(
-            "minborg_borglet_task_cpu_milli", "CPU usage of each task in milli-CPU",
+            "minborg_borglet_task_cpu_usage_cores", "CPU usage of each task in cores",
             labels=["machine", "task_id"],
         )  # fmt: skip
         ram = GaugeMetricFamily(
-            "minborg_borglet_task_ram_bytes", "RAM usage of each task in bytes",
+            "minborg_borglet_task_memory_usage_bytes", "Memory (RSS) of each task in bytes",
             labels=["machine", "task_id"],
         )  # fmt: skip
         for task in report["tasks"]:
             labels = [machine, task["task_id"]]
             restarts.add_metric(labels, task["restarts"])
-            cpu.add_metric(labels, task["usage"]["cpu_milli"])
+            cpu.add_metric(labels, task["usage"]["cpu_milli"] / 1000)
             ram.add_metric(labels, task["usage"]["ram_bytes"])
         yield restarts
         yield cpu
         yield ram
 
-        restarts_total = GaugeMetricFamily(
-            "minborg_borglet_restarts",
-            "In-place restarts summed over known tasks",
+        known = GaugeMetricFamily(
+            "minborg_borglet_known_task_restarts",
+            "In-place restarts summed over the tasks the borglet still knows (falls when it forgets one)",
             labels=["machine"],
         )
-        restarts_total.add_metric([machine], sum(t["restarts"] for t in report["tasks"]))
-        yield restarts_total
+        known.add_metric([machine], sum(t["restarts"] for t in report["tasks"]))
+        yield known
 
-        usage = GaugeMetricFamily(
-            "minborg_borglet_usage", "Summed task usage", labels=["machine", "resource"]
-        )
-        usage.add_metric([machine, "cpu_milli"], report["usage"]["cpu_milli"])
-        usage.add_metric([machine, "ram_bytes"], report["usage"]["ram_bytes"])
-        yield usage
+        for name, value, text in (
+            ("minborg_borglet_cpu_usage_cores", report["usage"]["cpu_milli"] / 1000, "CPU usage of all tasks in cores"),
+            ("minborg_borglet_memory_usage_bytes", report["usage"]["ram_bytes"], "Memory of all tasks in bytes"),
+        ):
+            usage = GaugeMetricFamily(name, text, labels=["machine"])
+            usage.add_metric([machine], value)
+            yield usage
 
-        capacity = GaugeMetricFamily(
-            "minborg_borglet_capacity", "Declared machine capacity", labels=["machine", "resource"]
-        )
-        for name, value in report["capacity"].items():
-            capacity.add_metric([machine, name], value)
-        yield capacity
+        capacity = report["capacity"]
+        for resource, name, scale, text in (
+            ("cpu", "minborg_borglet_capacity_cpu_cores", 1000, "Declared CPU capacity in cores"),
+            ("ram", "minborg_borglet_capacity_memory_bytes", 1, "Declared memory capacity in bytes"),
+            ("disk", "minborg_borglet_capacity_disk_bytes", 1, "Declared disk capacity in bytes"),
+        ):
+            if resource in capacity:
+                family = GaugeMetricFamily(name, text, labels=["machine"])
+                family.add_metric([machine], capacity[resource] / scale)
+                yield family
+        others = {k: v for k, v in capacity.items() if k not in ("cpu", "ram", "disk")}
+        if others:
+            units = GaugeMetricFamily(
+                "minborg_borglet_capacity_units", "Declared capacity of counted resources (GPUs, ports)",
+                labels=["machine", "resource"],
+            )  # fmt: skip
+            for name, value in sorted(others.items()):
+                units.add_metric([machine, name], value)
+            yield units
 
         syncs = CounterMetricFamily(
             "minborg_borglet_syncs",

@@ -60,11 +60,16 @@ class Observe:
             return
         started = time.perf_counter()
         status = 500  # what the client sees if the app raises before answering
+        # A stream (a watch, followed logs) lasts as long as its client wants: counted, not timed.
+        streaming = b"follow=true" in scope.get("query_string", b"")
 
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, streaming
             if message["type"] == "http.response.start":
                 status = message["status"]
+                streaming = streaming or any(
+                    k == b"content-type" and v.startswith(b"text/event-stream") for k, v in message.get("headers", ())
+                )
             await send(message)
 
         try:
@@ -73,7 +78,8 @@ class Observe:
             # The router put the matched route in the scope on the way in.
             path = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.requests.labels(path, scope["method"], str(status)).inc()
-            self.metrics.latency.labels(path, scope["method"]).observe(time.perf_counter() - started)
+            if not streaming:
+                self.metrics.latency.labels(path, scope["method"]).observe(time.perf_counter() - started)
 
 
 def make_app(replica: Replica) -> FastAPI:
@@ -223,8 +229,8 @@ def make_app(replica: Replica) -> FastAPI:
     ) -> Response:  # fmt: skip
         if watch:
             select, render, initial = watches.job_messages(replica.cache, user)
-            return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s,
-                                  select=select, render=render, initial=initial)  # fmt: skip
+            return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s, select=select,
+                                  render=render, initial=initial, streams=metrics.streams, kind="jobs")  # fmt: skip
         cell = replica.cache.cell()
         jobs = [
             views.job_view(cell, j)
@@ -274,8 +280,8 @@ def make_app(replica: Replica) -> FastAPI:
         key = f"{user}/{name}"
         if watch:
             select, render, initial = watches.task_messages(replica.cache, key, cell_name)
-            return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s,
-                                  select=select, render=render, initial=initial)  # fmt: skip
+            return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s, select=select,
+                                  render=render, initial=initial, streams=metrics.streams, kind="tasks")  # fmt: skip
         tasks = views.job_tasks(cell, key)
         if key not in cell.state.jobs and not tasks:
             return JSONResponse(status_code=404, content=detail("job", f"no job {key}"))
@@ -326,8 +332,8 @@ def make_app(replica: Replica) -> FastAPI:
     ) -> Response:
         """Task events, jobs submitted and removed, machines down and up: server-sent events."""
         select, render = watches.event_messages(job)
-        return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s,
-                              select=select, render=render, initial=None)  # fmt: skip
+        return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s, select=select,
+                              render=render, initial=None, streams=metrics.streams, kind="events")  # fmt: skip
 
     # --- machines ------------------------------------------------------------------------------
 
@@ -337,8 +343,8 @@ def make_app(replica: Replica) -> FastAPI:
     ) -> Response:
         if watch:
             select, render, initial = watches.machine_messages(replica.cache)
-            return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s,
-                                  select=select, render=render, initial=initial)  # fmt: skip
+            return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s, select=select,
+                                  render=render, initial=initial, streams=metrics.streams, kind="machines")  # fmt: skip
         cell = replica.cache.cell()
         return stamped(
             {"machines": [views.machine_view(cell, n) for n in sorted(cell.state.machines)]},

@@ -46,13 +46,13 @@ class MasterMetrics:
             ["route", "method", "status"], registry=r,
         )  # fmt: skip
         self.latency = Histogram(
-            "minborg_api_request_seconds", "API request latency by route and method.",
+            "minborg_api_request_duration_seconds", "API request latency by route and method (streams are not timed).",
             ["route", "method"], registry=r,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )  # fmt: skip
         self.leader = Gauge("minborg_leader", "1 while this replica leads the cell.", registry=r)
         self.pass_seconds = Histogram(
-            "minborg_scheduling_pass_seconds", "Duration of one scheduling pass (plan and write).",
+            "minborg_scheduling_pass_duration_seconds", "Duration of one scheduling pass (plan and write).",
             registry=r, buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )  # fmt: skip
         self.placed = Counter("minborg_placements", "Tasks placed by the scheduler.", registry=r)
@@ -73,6 +73,10 @@ class MasterMetrics:
             "Task incarnations held back until an older process of their index stopped.",
             registry=r,
         )
+        self.streams = Gauge(
+            "minborg_watch_streams", "Open server-sent event streams (watches, events, followed logs) by kind.",
+            ["kind"], registry=r,
+        )  # fmt: skip
         r.register(_CellCollector(cell))
 
     def on_txn(self, outcome: str, n: int) -> None:

@@ -70,6 +70,8 @@ def stream(
     select: Callable[[Change], bool],
     render: Callable[[Change], Iterable[Message]],
     initial: Callable[[], Iterable[Message]] | None,
+    streams: Any = None,
+    kind: str = "",
 ) -> Response:
     """A server-sent event stream of the changes `select` keeps, as `render` words them."""
     if not 0 < timeout_s <= MAX_TIMEOUT_S:
@@ -93,6 +95,16 @@ def stream(
         return gone(old.revision, old.floor)
 
     async def body() -> AsyncIterator[bytes]:
+        if streams is not None:
+            streams.labels(kind).inc()
+        try:
+            async for chunk in messages():
+                yield chunk
+        finally:
+            if streams is not None:
+                streams.labels(kind).dec()
+
+    async def messages() -> AsyncIterator[bytes]:
         cursor: int = start  # type: ignore[assignment]
         for message in first:
             yield sse(*message)

@@ -1,0 +1,81 @@
+"""The master's and the borglet's metrics follow Prometheus' naming conventions, and the Grafana
+dashboard in docs/ queries only metrics they expose."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from reference.borglet.metrics import BorgletCollector
+from reference.master.cell import Cell
+from reference.master.metrics import MasterMetrics
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class FakeBorglet:
+    syncs = 1
+    refused = {"stale_epoch": 0, "stale_seq": 0, "stale_revision": 0, "need_full": 0}
+
+    def report(self) -> dict:
+        usage = {"cpu_milli": 250, "ram_bytes": 4096}
+        return {"machine": "m1", "capacity": {"cpu": 4000, "ram": 2**30, "disk": 2**34, "gpu": 2}, "usage": usage,
+                "tasks": [{"task_id": "a/b/0#0@1", "state": "RUNNING", "restarts": 2, "usage": usage}],
+                "queued": 0, "epoch": 3}  # fmt: skip
+
+
+def exposed() -> dict[str, str]:
+    """Every sample name either exposes -> its metric type."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    master = MasterMetrics(lambda: Cell())
+    master.requests.labels("/v1/jobs", "GET", "200").inc()
+    master.latency.labels("/v1/jobs", "GET").observe(0.01)
+    master.pass_seconds.observe(0.01)
+    master.on_txn("committed", 2)
+    master.on_poll("sent")
+    master.on_poll("hold")
+    master.on_poll("refused_stale_seq")
+    master.streams.labels("events").inc()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BorgletCollector(FakeBorglet()))  # type: ignore[arg-type]
+    names: dict[str, str] = {}
+    for text in (master.render().decode(), generate_latest(registry).decode()):
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                names[sample.name] = family.type
+    return names
+
+
+def test_counters_end_in_total_and_units_are_base_units_in_the_name() -> None:
+    names = exposed()
+    for name, kind in names.items():
+        assert name.startswith("minborg_"), name
+        if kind == "counter" and not name.endswith("_created"):
+            assert name.endswith("_total"), name
+        if kind == "histogram":
+            assert re.search(r"_seconds(_bucket|_count|_sum)$", name), name
+        assert "_milli" not in name and "_ram_" not in name, f"{name}: base units (cores, bytes) only"
+    assert "minborg_borglet_cpu_usage_cores" in names and "minborg_api_request_duration_seconds_bucket" in names
+
+
+def test_the_grafana_dashboard_queries_only_exposed_metrics() -> None:
+    dashboard = json.loads((REPO / "docs" / "grafana" / "minborg.json").read_text())
+    names = set(exposed())
+    used: set[str] = set()
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            used |= set(re.findall(r"\bminborg_[a-z_]+", target["expr"]))
+    assert used and used <= names, sorted(used - names)
+    # Panels do not overlap on Grafana's 24-column grid.
+    cells = set()
+    for panel in dashboard["panels"]:
+        g = panel["gridPos"]
+        assert g["x"] + g["w"] <= 24
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, panel["title"]
+                cells.add((x, y))
