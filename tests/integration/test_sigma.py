@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from reference.client import CellClient
 from tests.integration.cellkit import LocalCell, free_port, hello_job, sleeper_job, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
@@ -149,9 +150,23 @@ def test_the_dashboard_shows_the_cell_a_job_and_a_task_and_follows_changes(
 
 
 def test_a_down_machine_is_red_and_an_unknown_job_is_a_404(cell: LocalCell, browser: Browser, tmp_path: Path) -> None:
+    since = cell.get("/v1/cell")["revision"]
     b2 = next(b for b in cell.borglets if b.name == "b2")
+    on_b2 = [m for m in cell.get("/v1/machines")["machines"] if m["name"] == "b2"][0]["tasks"]
+    assert on_b2, "the scheduler spread the jobs: b2 runs tasks"
     b2.kill()
     wait_for(lambda: any(m["state"] == "down" for m in cell.get("/v1/machines")["machines"]), 15, "b2 down")
+    # Its tasks were lost with it: the cell's event stream says so, task by task.
+    with CellClient([cell.masters[0].url]) as api:
+        lost = wait_for(
+            lambda: [m.data for m in api.watch("/v1/events", since=since, timeout_s=1)
+                     if m.event == "task" and m.data["kind"] == "lost"],
+            15, "the lost events",
+        )  # fmt: skip
+        down = [m.data for m in api.watch("/v1/events", since=since, timeout_s=1) if m.event == "machine"]
+    assert {e["task"] for e in lost} == set(on_b2), (lost, on_b2)
+    assert all(e["detail"] == "machine b2 down (was on b2)" for e in lost), lost
+    assert {"machine": "b2", "kind": "down"} in down
     browser.open(f"{cell.masters[0].url}/ui")
     text = wait_for(lambda: (t := browser.text()) and "1 down" in t and t, 15, "the down machine")
     color = browser.call(
