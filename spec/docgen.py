@@ -19,6 +19,8 @@ from .actions import ACTIONS, apply
 from .explore import Scope, canonical, enabled_steps, explore, initial_state, report, walk
 from .invariants import INVARIANTS
 from .model import BAND_FLOOR, CellState, is_prod
+from .protocol_actions import ACTIONS as PROTOCOL_ACTIONS
+from .protocol_invariants import INVARIANTS as PROTOCOL_INVARIANTS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
 BEGIN, END = "<!-- FIGURES BEGIN -->", "<!-- FIGURES END -->"
@@ -137,8 +139,59 @@ def render(figures: str) -> str:
         figures.strip() or "(no figures recorded yet: run `python -m spec.docgen --measure`)",
         END,
         "",
+        *protocol_section(),
     ]
     return "\n".join(lines)
+
+
+def protocol_section() -> list[str]:
+    """The master-borglet sync protocol (spec/protocol_*.py): its rules, actions and invariants."""
+    lines = [
+        "## The master-borglet sync protocol",
+        "",
+        "`spec/protocol_model.py`, `spec/protocol_actions.py` and `spec/protocol_invariants.py` "
+        "model the messages between the leader and the borglets, where the sections above model "
+        "the cell. The state: etcd's committed history of task slots (per index: its incarnation, "
+        "its machine, whether it is desired), the leaders (an epoch, the revision their view "
+        "reflects, their sync count), a bounded bag of syncs in flight, and per machine the "
+        "borglet's persisted fence, tasks and tombstones and its in-memory queue; a ghost history "
+        "of every start and kill serves the invariants. A sync carries (epoch, seq, revision) and "
+        "the machine's complete desired set at that revision. The borglet's rules:",
+        "",
+        "1. It applies a sync only if (epoch, seq) is greater than the last applied (epoch, seq) "
+        "and the revision is no lower than the highest it applied; otherwise nothing changes.",
+        "2. Applying: a listed incarnation that is neither known nor tombstoned is queued (started "
+        "later by `start_next`); a listed tombstoned one is restored as ended, never started; a "
+        "known one not listed is killed (running, then stopping, then ended), and once ended and "
+        "not listed it is forgotten into the tombstones with the sync's revision.",
+        "3. A tombstone may be dropped once a sync of a strictly greater revision was applied.",
+        "4. An incarnation killed as not desired never runs again (in-place restarts keep its identity).",
+        "",
+        "The old rules, kept as a variant that the checker must fail: the fence compares epochs "
+        "only, and a tombstone may be dropped at any time.",
+        "",
+        "| action | guard | effect |",
+        "|---|---|---|",
+    ]
+    for name, fn in PROTOCOL_ACTIONS.items():
+        guard, effect = guard_and_effect(fn)
+        lines.append(f"| `{name}` | {guard} | {effect} |")
+    lines += ["", "| invariant | kind | what must hold |", "|---|---|---|"]
+    for inv in PROTOCOL_INVARIANTS:
+        kind = "state" if inv.state_check is not None else "step"
+        lines.append(f"| `{inv.name}` | {kind} | {inv.doc} |")
+    lines += [
+        "",
+        "`python -m spec.protocol_explore [--machines M] [--indices T] [--incarnations K] "
+        "[--epochs E] [--syncs-per-epoch S] [--in-flight N] [--rules new|old|...]` explores every "
+        "state of the bounded scope breadth-first, with states identified up to a renaming of "
+        "machines and of task indices (`--no-symmetry` turns that off) and syncs their borglet "
+        "will refuse forever dropped from the network (`--no-pruning` keeps them); on a violation "
+        "it prints the shortest trace with the state after each step. Figures and the reasoning "
+        "behind the fence and the tombstone rule are in docs/decisions.md.",
+        "",
+    ]
+    return lines
 
 
 def current_figures(path: Path = DOC) -> str:

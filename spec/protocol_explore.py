@@ -106,7 +106,10 @@ def explore(
                 continue
             res.transitions += 1
             res.actions_fired[step.action] += 1
-            bad = violations(s, step, nxt, invariants)
+            key = norm(nxt)
+            # State invariants are checked once per state (they hold of a whole symmetry class
+            # or of none); step invariants on every transition.
+            bad = violations(s, step, nxt, invariants, states=key not in parent)
             if bad:
                 path = _path(parent, s)
                 res.violation = Violation(
@@ -114,7 +117,6 @@ def explore(
                     replay(bounds, table, path, norm, step, nxt) if symmetry else _unreduced(bounds, table, path, step),
                 )
                 break
-            key = norm(nxt)
             if key not in parent:
                 parent[key] = s
                 frontier.append((key, d + 1))

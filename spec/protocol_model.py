@@ -8,7 +8,7 @@ task indices are small ints; an incarnation is `(index, incarnation)`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 Inc = tuple[int, int]  # (task index, incarnation)
@@ -61,7 +61,7 @@ class Bounds:
     indices: int = 1
     incarnations: int = 2  # per index: 0 .. incarnations-1
     epochs: int = 2
-    syncs_per_epoch: int = 3  # each leader sends at most this many syncs, to all machines together
+    syncs_per_epoch: int = 2  # each leader sends at most this many syncs, to all machines together
     in_flight: int = 2  # syncs in the network at once, duplicates included
     deposed_send: bool = False  # a deposed leader keeps sending syncs of its epoch
 
@@ -174,8 +174,22 @@ class ProtocolState:
     def leader(self) -> Leader:
         return self.leaders[-1]
 
-    def with_(self, **changes: object) -> ProtocolState:
-        return replace(self, _hash=None, **changes)  # type: ignore[arg-type]
+    def with_(
+        self,
+        history: tuple[Cell, ...] | None = None,
+        leaders: tuple[Leader, ...] | None = None,
+        network: tuple[Sync, ...] | None = None,
+        borglets: tuple[Borglet, ...] | None = None,
+        ghost: Ghost | None = None,
+    ) -> ProtocolState:
+        # Spelled out rather than dataclasses.replace: the explorer makes a state per step.
+        return ProtocolState(
+            self.history if history is None else history,
+            self.leaders if leaders is None else leaders,
+            self.network if network is None else network,
+            self.borglets if borglets is None else borglets,
+            self.ghost if ghost is None else ghost,
+        )
 
     def with_borglet(self, machine: int, b: Borglet) -> ProtocolState:
         return self.with_(borglets=self.borglets[:machine] + (b,) + self.borglets[machine + 1 :])

@@ -50,7 +50,8 @@ def _borglet(b: Borglet, pi: tuple[int, ...]) -> Borglet:
     )
 
 
-def permute(s: ProtocolState, sigma: tuple[int, ...], pi: tuple[int, ...]) -> ProtocolState:
+def permute(s: ProtocolState, sigma: tuple[int, ...], pi: tuple[int, ...],
+            history: tuple[Cell, ...] | None = None) -> ProtocolState:
     """The state with machine m renamed sigma[m] and index i renamed pi[i]."""
     borglets: list[Borglet] = list(s.borglets)
     for m, b in enumerate(s.borglets):
@@ -64,7 +65,7 @@ def permute(s: ProtocolState, sigma: tuple[int, ...], pi: tuple[int, ...]) -> Pr
         tuple(sorted((_inc(x, pi), sigma[m]) for x, m in s.ghost.killed)),
     )
     return ProtocolState(
-        history=tuple(_cell(c, sigma, pi) for c in s.history),
+        history=_history(s, sigma, pi) if history is None else history,
         leaders=s.leaders,
         network=network,
         borglets=tuple(borglets),
@@ -72,14 +73,25 @@ def permute(s: ProtocolState, sigma: tuple[int, ...], pi: tuple[int, ...]) -> Pr
     )
 
 
+def _history(s: ProtocolState, sigma: tuple[int, ...], pi: tuple[int, ...]) -> tuple[Cell, ...]:
+    return tuple(_cell(c, sigma, pi) for c in s.history)
+
+
 def canonical(s: ProtocolState) -> ProtocolState:
-    """The least of the state's images under every permutation of machines and of indices."""
+    """The least of the state's images under every permutation of machines and of indices.
+
+    States order by their history first, so an image whose history is already greater is
+    passed over without renaming the rest.
+    """
     best = s
     for sigma in _perms(len(s.borglets)):
         for pi in _perms(len(s.cell)):
             if all(a == b for a, b in enumerate(sigma)) and all(a == b for a, b in enumerate(pi)):
                 continue
-            img = permute(s, sigma, pi)
+            history = _history(s, sigma, pi)
+            if history > best.history:
+                continue
+            img = permute(s, sigma, pi, history)
             if img < best:
                 best = img
     return best
