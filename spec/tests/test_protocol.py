@@ -195,6 +195,16 @@ def test_a_sync_carries_the_desired_set_at_its_leaders_view():
     assert full is None  # two in flight: the network's bound
 
 
+def test_a_deposed_leader_sends_on_only_where_the_scope_says_so():
+    s = commit_kill(placed(), 0)
+    on = Bounds(machines=2, indices=1, incarnations=2, epochs=2, syncs_per_epoch=3, in_flight=2, deposed_send=True)
+    both = elect(s, 1, bounds=on)
+    assert [ld.epoch for ld in both.leaders] == [1, 2]
+    assert send_sync(both, 1, 0, bounds=on).network == (Sync(1, 1, 2, 0, ()),)
+    assert [ld.epoch for ld in elect(s, 1, bounds=B).leaders] == [2]
+    assert elect(both, 0, bounds=on) is None  # no epoch left
+
+
 def test_prune_drops_only_syncs_refused_forever():
     late, fresh = Sync(1, 1, 1, 0, (X,)), Sync(1, 3, 2, 0, ())
     s = with_borglet(placed(), Borglet(fence=Fence(1, 2, 2, 2))).with_(network=(late, fresh))
