@@ -112,10 +112,11 @@ def explore(
             bad = violations(s, step, nxt, invariants, states=key not in parent)
             if bad:
                 path = _path(parent, s)
-                res.violation = Violation(
-                    sorted({n for n, _ in bad}), [m for _, m in bad],
-                    replay(bounds, table, path, norm, step, nxt) if symmetry else _unreduced(bounds, table, path, step),
-                )
+                trace = replay(bounds, table, path, norm, step, nxt) if symmetry else _unreduced(bounds, table, path, step)
+                # named as in the concrete trace, which may rename machines and indices
+                before = trace[-2][1] if len(trace) > 1 else initial_state(bounds.machines, bounds.indices)
+                bad = violations(before, trace[-1][0], trace[-1][1], invariants)
+                res.violation = Violation(sorted({n for n, _ in bad}), [m for _, m in bad], trace)
                 break
             if key not in parent:
                 parent[key] = s

@@ -294,6 +294,13 @@ def test_symmetry_reduction_saves_states_and_keeps_the_verdict(rules):
         assert len(reduced.violation.trace) == len(full.violation.trace)
 
 
+def test_symmetry_over_indices_divides_by_up_to_four():
+    two = Bounds(machines=2, indices=2, incarnations=1, epochs=1, syncs_per_epoch=1, in_flight=2)
+    reduced, full = explore(two, NEW_RULES), explore(two, NEW_RULES, symmetry=False)
+    assert reduced.violation is None and full.violation is None
+    assert full.states > 3 * reduced.states  # 2! machines x 2! indices; fixed points keep it under 4
+
+
 @pytest.mark.parametrize("rules", [OLD_RULES, NEW_RULES], ids=lambda r: r.name)
 def test_pruning_saves_states_and_keeps_the_verdict(rules):
     pruned = explore(SMALL, rules, pruning=True)
