@@ -109,3 +109,79 @@ def test_change_types() -> None:
     assert Change(1, "job", "k", b"v", None).type == "ADDED"
     assert Change(1, "job", "k", b"v", b"u").type == "MODIFIED"
     assert Change(1, "job", "k", None, b"u").type == "DELETED"
+
+
+# --- pending reasons: written by the leader, grouped in the job's view ----------------------------
+
+
+def pending_cell(count: int) -> Cell:
+    """A job of `count` PENDING tasks on a cell of one machine."""
+    from reference.jobspec import parse_job
+    from reference.master.cell import JobInfo
+    from spec.actions import submit
+
+    spec = parse_job({"name": "big", "user": "alice", "task_count": count, "request": {"cpu": "100m"},
+                      "command": ["sleep", "100"]})  # fmt: skip
+    state = submit(machine_add(CellState(), M2), spec.to_spec_job())
+    return Cell(state, jobs={"alice/big": JobInfo(spec)})  # type: ignore[arg-type]
+
+
+def plan_of(cell: Cell, detail: str):  # type: ignore[no-untyped-def]
+    from reference.scheduler.plan import Plan, Reason, Unschedulable
+
+    reasons = (Reason("cpu", detail, 0),)
+    return Plan(unschedulable=[Unschedulable(tid, reasons) for tid in sorted(cell.state.tasks, key=str)])
+
+
+def test_a_pass_writes_pending_reasons_where_they_changed_at_most_200() -> None:
+    from reference.master.leader import PENDING_REASONS_PER_PASS, record_pending_reasons
+    from reference.master.views import pending_reasons
+
+    cell = pending_cell(250)
+    d = Draft(cell, 1.0)
+    assert record_pending_reasons(d, plan_of(cell, "0 of 1 machines have 8000m free")) == PENDING_REASONS_PER_PASS
+    # Job and index order: the first 200 indices have it.
+    written = sorted(tid.index for tid in d.tasks.written)
+    assert written == list(range(200))
+    after = Cell(d.state, jobs=cell.jobs, tasks=dict(d.tasks.data))
+    groups = pending_reasons(after, "alice/big")
+    assert [(g["reason"], g["tasks"]) for g in groups] == [
+        ("0 of 1 machines fit: cpu: 0 of 1 machines have 8000m free", 200), (None, 50)
+    ]  # fmt: skip
+    assert groups[0]["indices"] == list(range(20))  # the first 20 named
+    # The next pass writes the other 50 and leaves the 200 alone.
+    d2 = Draft(after, 2.0)
+    assert record_pending_reasons(d2, plan_of(after, "0 of 1 machines have 8000m free")) == 50
+    assert min(tid.index for tid in d2.tasks.written) == 200
+
+
+def test_a_scheduled_task_drops_its_pending_reason() -> None:
+    from reference.master.leader import record_pending_reasons
+
+    cell = pending_cell(1)
+    d = Draft(cell, 1.0)
+    record_pending_reasons(d, plan_of(cell, "0 of 1 machines have 8000m free"))
+    tid = next(iter(cell.state.tasks))
+    assert d.tasks[tid].pending
+    assert d.step("schedule", tid, "m2", reason="scheduled")
+    assert d.tasks[tid].pending == "" and d.tasks[tid].events[-1][2:] == ("scheduled", "on m2")
+
+
+# --- the event stream: which task events a change adds ------------------------------------------
+
+
+def test_the_event_stream_sends_only_the_events_a_change_added() -> None:
+    from reference.master import codec
+    from reference.master.watch import event_messages
+    from spec.model import Resources, Task, TaskState
+
+    task = Task(T0, TaskState.RUNNING, "m1", 100, Resources.of(cpu=100))
+    before = TaskInfo(events=((1, 1.0, "submitted", "submitted"), (2, 1.0, "scheduled", "on m1")))
+    after = TaskInfo(events=(*before.events, (3, 2.0, "started", "pid 7 on m1")))
+    select, render = event_messages("alice/web")
+    change = Change(9, "task", "alice/web/0/0", codec.encode_task(task, after), codec.encode_task(task, before))
+    assert select(change) and not select(Change(9, "task", "bob/x/0/0", b"", None))
+    messages = list(render(change))
+    assert [(m[0], m[1], m[2]["kind"], m[2]["n"]) for m in messages] == [("task", 9, "started", 3)]
+    created = Change(8, "task", "alice/web/0/0", codec.encode_task(task, before), None)
+    assert [m[2]["kind"] for m in render(created)] == ["submitted", "scheduled"]
