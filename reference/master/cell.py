@@ -250,6 +250,12 @@ class Draft:
     def _with_event(self, info: TaskInfo, action: str, reason: str, prev: Task | None, task: Task) -> TaskInfo:
         job = self.state.jobs.get(task.id.job)
         policy = job.restart_policy.value if job is not None else None
+        if prev is None and action == "restart" and task.id.incarnation > 0:
+            # Say why: the end of the incarnation it replaces, whose record the cell drops.
+            before = TaskId(task.id.job, task.id.index, task.id.incarnation - 1)
+            ended = self.base.task_info(before).events
+            if ended:
+                reason = f"{reason}; incarnation {before.incarnation} {ended[-1][2]}: {ended[-1][3]}"
         event = events.from_step(action, reason, prev, task, policy)
         if event is None:
             return info

@@ -185,3 +185,26 @@ def test_the_event_stream_sends_only_the_events_a_change_added() -> None:
     assert [(m[0], m[1], m[2]["kind"], m[2]["n"]) for m in messages] == [("task", 9, "started", 3)]
     created = Change(8, "task", "alice/web/0/0", codec.encode_task(task, before), None)
     assert [m[2]["kind"] for m in render(created)] == ["submitted", "scheduled"]
+
+
+def test_a_restart_by_policy_says_how_the_incarnation_it_replaces_ended() -> None:
+    from reference.jobspec import parse_job
+    from reference.master.cell import JobInfo
+    from spec.actions import submit
+    from spec.model import TaskId
+
+    spec = parse_job({"name": "w", "user": "alice", "task_count": 1, "request": {"cpu": "100m"},
+                      "command": ["false"], "restart_policy": "on_failure"})  # fmt: skip
+    state = submit(machine_add(CellState(), M2), spec.to_spec_job())
+    d = Draft(Cell(state, jobs={"alice/w": JobInfo(spec)}), 1.0)  # type: ignore[arg-type]
+    first = TaskId("alice/w", 0, 0)
+    d.step("schedule", first, "m2")
+    d.step("fail", first, reason="exit 3")
+    cell = Cell(d.state, jobs={"alice/w": JobInfo(spec)}, tasks=dict(d.tasks.data))
+    d2 = Draft(cell, 2.0)
+    assert d2.step("restart", first, reason="restart after failed")
+    second = d2.tasks[TaskId("alice/w", 0, 1)]
+    assert second.events == (
+        (1, 2.0, "restarted",
+         "new incarnation 1 (policy on_failure): restart after failed; incarnation 0 exited: exit code 3"),
+    )  # fmt: skip
