@@ -60,11 +60,15 @@ def submit(
     file: Annotated[
         Path, typer.Argument(help="A job file (YAML), e.g. examples/hello_world.yaml.")
     ],
-    detach: Annotated[
-        bool, typer.Option("--detach", "-d", help="Return once the cell accepted the job, without waiting.")
-    ] = False,
     wait: Annotated[
-        float, typer.Option("--wait", min=1, help="Seconds to wait for every task to start, at most.")
+        bool,
+        typer.Option(
+            "--wait/--detach",
+            help="Wait (the default) until every task started, or --detach: return once the cell accepted the job.",
+        ),
+    ] = True,
+    wait_timeout: Annotated[
+        float, typer.Option("--wait-timeout", min=1, help="Seconds to wait for every task to start, at most.")
     ] = 300,
     master: MasterOpt = None,
     state_dir: StateDirOpt = None,
@@ -91,9 +95,9 @@ def submit(
                 f"submitted [bold]{spec.key}[/bold]: {spec.task_count} task(s) of {resources(spec.request)} "
                 f"at priority {spec.priority} (revision {answer.get('revision', '?')})"
             )
-        if detach or not isinstance(answer.get("revision"), int) or spec.task_count == 0:
+        if not wait or not isinstance(answer.get("revision"), int) or spec.task_count == 0:
             return
-        _wait_for_start(cell, spec.key, spec.task_count, answer["revision"], wait, quiet=as_json)
+        _wait_for_start(cell, spec.key, spec.task_count, answer["revision"], wait_timeout, quiet=as_json)
 
 
 def _wait_for_start(cell: Any, key: str, count: int, revision: int, wait: float, quiet: bool) -> None:

@@ -93,3 +93,11 @@ def test_submit_exits_1_when_a_task_fails(monkeypatch: pytest.MonkeyPatch) -> No
     assert result.exit_code == 1
     assert "task 1 spawn_failed: could not start: spawn: nope" in result.output
     assert "minborg task logs demo/hello_world" in result.output
+
+
+def test_submit_detach_returns_without_watching(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = fake_cell("", monkeypatch)
+    result = CliRunner().invoke(app, ["job", "submit", "--detach", str(REPO / "examples" / "hello_world.yaml")])
+    assert result.exit_code == 0 and [r.method for r in seen] == ["POST"]
+    explicit = CliRunner().invoke(app, ["job", "submit", "--wait", "--help"])
+    assert "--wait" in explicit.output and "--detach" in explicit.output and "default" in explicit.output
