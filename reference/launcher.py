@@ -43,6 +43,7 @@ READY_TIMEOUT_S = 30.0
 # Each process a launch starts at once adds this much to the wait for all to answer: a hundred
 # borglets starting together on two cores take minutes, not seconds, to import and listen.
 READY_PER_PROCESS_S = 1.5
+MASTER_MAX_TXN_OPS = 1000  # under the local etcd's --max-txn-ops, with room to spare
 LEADER_TIMEOUT_S = 45.0
 # A borglet stopping with --kill-tasks-on-exit gives each task its kill grace (3 s) first.
 STOP_TIMEOUT_S = 15.0
@@ -460,7 +461,9 @@ def _start_master(
     command = [
         sys.executable, "-m", "reference.master", "--name", name, "--listen", f"{HOST}:{port}",
         "--etcd", ",".join(etcd_urls), "--cell", cell, "--advertise", urls[name],
-        *(["--peers", peers] if peers else []), *extra,
+        *(["--peers", peers] if peers else []),
+        # The cell's etcd takes larger txns than etcd's default (etcd_cluster.MAX_TXN_OPS).
+        "--max-txn-ops", str(MASTER_MAX_TXN_OPS), *extra,
     ]  # fmt: skip
     log = root / "logs" / f"{name}.log"
     return spawn(Role.MASTER, name, command, urls[name], log, workdir, env)

@@ -35,6 +35,8 @@ SAMPLES_PER_TICK = 200  # usage samples taken per supervisor pass at most: the o
 # reading every task's counters on every pass cost more than everything else an idle borglet does.
 SAMPLE_EVERY_S = CPU_RATE_WINDOW_S
 SAVE_EVERY_S = 1.0  # the task table is rewritten at most this often, except before a start
+RELEASES_PER_TICK = 200  # cgroups of ended tasks removed per pass, outside the lock
+OBSERVE_CHUNK = 200  # tasks observed per hold of the lock in a pass
 FIRST_PROBE_DELAY_S = 0.1
 STARTUP_PROBE_INTERVAL_S = 0.25  # probe quickly until a task is first healthy
 
@@ -116,6 +118,9 @@ class Borglet:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._starter: threading.Thread | None = None
+        # Cgroups of ended tasks, removed by the supervisor loop outside the lock: removing
+        # thousands after a job's kill, under the lock, kept syncs waiting past their timeout.
+        self._to_release: deque[dict[str, str]] = deque()
 
     @property
     def epoch(self) -> int:
@@ -292,6 +297,7 @@ class Borglet:
         self._dirty = True
         self._save_if_dirty(force=True)
         self.prober.close()
+        self.release_groups()
         # Removes only the borglet's empty cgroup subtrees; groups of running tasks stay.
         self.isolation.close()
 
@@ -320,6 +326,7 @@ class Borglet:
             log.warning("killing %d stray process(es) of %s", len(pids), tid or "?")
             for pid in pids:
                 processes.signal_session(pid, signal.SIGKILL)
+        self.release_groups()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.config.tick_s):
@@ -407,8 +414,17 @@ class Borglet:
         """Observe exits, escalate kills, restart, sample usage, relieve memory pressure, probe."""
         with self._lock:
             now = self.clock()
-            for task in list(self.tasks.values()):
-                self._observe(task, now)
+            tasks = list(self.tasks.values())
+        # In chunks, the lock let go between them: thousands of exits at once (a job's kill)
+        # must not keep a sync waiting past its master's timeout.
+        for i in range(0, len(tasks), OBSERVE_CHUNK):
+            if i:
+                time.sleep(0)  # let a thread waiting for the lock take it
+            with self._lock:
+                for task in tasks[i : i + OBSERVE_CHUNK]:
+                    if self.tasks.get(task.spec.task_id) is task:
+                        self._observe(task, now)
+        with self._lock:
             due = [t for t in self.tasks.values() if t.pid is not None and now - t.sampled_at >= SAMPLE_EVERY_S]
             if len(due) > SAMPLES_PER_TICK:
                 due = sorted(due, key=lambda t: t.sampled_at)[:SAMPLES_PER_TICK]
@@ -417,9 +433,23 @@ class Borglet:
             self._relieve_memory_pressure(now)
             for task in self.tasks.values():
                 self._maybe_probe(task, now)
-                if task.release_pending:
-                    self._release(task)
+        self.release_groups(RELEASES_PER_TICK)
         self._save_if_dirty(force=False)
+
+    def release_groups(self, limit: int | None = None) -> int:
+        """Remove the cgroups of ended tasks (killing what is left in them), outside the lock;
+        a group that cannot go yet is retried on a later pass. Returns how many went."""
+        done = 0
+        for _ in range(len(self._to_release) if limit is None else min(limit, len(self._to_release))):
+            try:
+                group = self._to_release.popleft()
+            except IndexError:
+                break
+            if self.isolation.release(group):
+                done += 1
+            else:
+                self._to_release.append(group)
+        return done
 
     def _observe(self, task: Task, now: float) -> None:
         if task.pid is None:
@@ -574,7 +604,7 @@ class Borglet:
                 # the cell; the process goes now, and its group with it.
                 processes.signal_session(proc.pid, signal.SIGKILL)
                 task.launching = False
-                task.release_pending = True
+                self._release(task)
                 return False
             self._launched(task, proc, self.clock())
         return True
@@ -660,8 +690,9 @@ class Borglet:
         )
 
     def _release(self, task: Task) -> None:
-        task.release_pending = not self.isolation.release(task.group)
-        if not task.release_pending:
+        """Hand the ended task's cgroup to `release_groups`."""
+        if task.group:
+            self._to_release.append(task.group)
             task.group = {}
 
     def _ports_in_use(self) -> set[int]:

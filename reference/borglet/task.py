@@ -47,7 +47,6 @@ class Task:
     cpu_sample: tuple[float, int] | None = None  # (clock, cumulative CPU ns) of the last rate
     next_probe_at: float = 0.0
     probing: bool = False
-    release_pending: bool = False  # a cgroup that could not be removed yet
     # Set (and persisted) before its process is spawned, cleared once its pid is known: a
     # borglet restarted in between looks for the process by its environment marker instead
     # of starting it again.

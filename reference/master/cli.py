@@ -9,6 +9,7 @@ import signal
 from reference.borglet import quantity
 from reference.master import freshness
 from reference.master.leader import LeaderConfig
+from reference.master.writer import MAX_OPS_PER_TXN
 from spec.model import Resources
 
 
@@ -49,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=freshness.DEFAULT_MAX_STALENESS_S,
         help="refuse reads (503) when etcd was last heard longer ago than this, in seconds",
     )
+    p.add_argument(
+        "--max-txn-ops",
+        type=int,
+        default=MAX_OPS_PER_TXN,
+        help=f"operations per etcd txn at most, under etcd's --max-txn-ops (default {MAX_OPS_PER_TXN}, "
+        "under etcd's default of 128; local cells raise both)",
+    )
     p.add_argument("--advertise", default=None, help="URL other replicas reach this one at")
     p.add_argument("--peers", default="", help="name=url,... of the other replicas (for /v1/cell)")
     p.add_argument("--default-quota", default=None, help="quota of user '*' per band, e.g. cpu=100,ram=1TiB")
@@ -73,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
         quota = parse_quota(args.default_quota) if args.default_quota else None
     except ValueError as err:
         parser.error(str(err))
+    if args.max_txn_ops < 2:
+        parser.error(f"--max-txn-ops must be at least 2, not {args.max_txn_ops}")
     if args.poll_interval <= 0 or args.down_after < 1 or args.lease_ttl < 1 or args.max_staleness <= 0:
         parser.error("--poll-interval must be > 0, --down-after >= 1, --lease-ttl >= 1, --max-staleness > 0")
     logging.basicConfig(
@@ -98,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         lease_ttl=args.lease_ttl,
         peers=peers,
         max_staleness=args.max_staleness,
+        max_txn_ops=args.max_txn_ops,
     )
     replica.start()
     signal.signal(signal.SIGTERM, _exit_cleanly)

@@ -11,7 +11,7 @@ from reference.master import codec, freshness
 from reference.master.cache import WatchCache
 from reference.master.leader import LeaderConfig, Term
 from reference.master.metrics import MasterMetrics
-from reference.master.writer import Writer
+from reference.master.writer import MAX_OPS_PER_TXN, Writer
 from reference.store import ops
 from reference.store.client import Lease, StoreClient, StoreError
 from reference.store.election import Election
@@ -60,6 +60,7 @@ class Replica:
         lease_ttl: float = 2.0,
         peers: dict[str, str] | None = None,
         max_staleness: float = freshness.DEFAULT_MAX_STALENESS_S,
+        max_txn_ops: int = MAX_OPS_PER_TXN,
     ) -> None:
         self.name = name
         self.url = url
@@ -80,7 +81,9 @@ class Replica:
             on_elected=self._elected,
             on_deposed=self._deposed,
         )
-        self.writer = Writer(self.cache, self.election, self.keys, on_txn=self.metrics.on_txn)
+        self.writer = Writer(
+            self.cache, self.election, self.keys, on_txn=self.metrics.on_txn, max_ops=max_txn_ops
+        )
         self._term: Term | None = None
         self._term_lock = threading.Lock()
         self._stop = threading.Event()

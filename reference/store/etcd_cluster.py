@@ -35,6 +35,7 @@ ELECTION_MS = 500
 # an idle watch. A short interval lets watchers tell a quiet store from a dead connection
 # with a small read timeout, and lets a watch cache say which revision it reflects.
 PROGRESS_NOTIFY = "1s"
+MAX_TXN_OPS = 1024  # etcd's default is 128; each op here is one small key, far under --max-request-bytes
 
 
 class EtcdClusterError(RuntimeError):
@@ -355,6 +356,9 @@ class EtcdCluster:
             "--election-timeout", str(self.election_ms),
             "--experimental-watch-progress-notify-interval", PROGRESS_NOTIFY,
             "--log-level", "warn",
+            # A kill of a job of thousands of tasks is thousands of puts: fewer, larger txns
+            # (masters of local cells are started with --max-txn-ops to match).
+            "--max-txn-ops", str(MAX_TXN_OPS),
         ]
         if self.unsafe_no_fsync:
             cmd.append("--unsafe-no-fsync")
