@@ -37,6 +37,7 @@ from reference.cli_render import (
     state_counts,
     task_fields,
 )
+from reference.client import ClientError
 
 job_app = typer.Typer(help="Submit, inspect, resize and kill jobs.", no_args_is_help=True)
 task_app = typer.Typer(help="Inspect tasks, their events and logs; kill them.", no_args_is_help=True)
@@ -326,26 +327,30 @@ def task_logs(
             sys.stdout.buffer.write(cell.logs(key, index, stream=stream, tail=tail, incarnation=incarnation))
             return
         deadline = time.monotonic() + follow_for
-        current = incarnation
+        # The incarnation followed is named in every request, so that a restart by the job's
+        # policy while it streams is seen as the next one, not taken for this one.
+        current = incarnation if incarnation is not None else int(cell.task(key, index).get("incarnation", 0))
         while True:
             params: dict[str, Any] = {"stream": stream, "tail": tail, "follow": "true",
                                       "max_s": max(1.0, deadline - time.monotonic())}  # fmt: skip
-            if current is not None:
-                params["incarnation"] = current
-            for chunk in cell.stream(f"/v1/jobs/{key}/tasks/{index}/logs", params, max_s=follow_for):
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.buffer.flush()
+            params["incarnation"] = current
+            try:
+                for chunk in cell.stream(f"/v1/jobs/{key}/tasks/{index}/logs", params, max_s=follow_for):
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.buffer.flush()
+            except ClientError as err:
+                # Replaced by a newer incarnation before its stream began: move on to it.
+                if err.status != 404 or incarnation is not None or "incarnation" not in str(err):
+                    raise
             if incarnation is not None or time.monotonic() >= deadline:
                 return
-            # The incarnation ended: follow the next one the job's restart policy makes.
-            task = cell.task(key, index)
-            if current is None:
-                current = int(task.get("incarnation", 0))
+            # The incarnation ended: follow the next one the job's restart policy makes, from
+            # its first line.
             newer = _wait_newer(cell, key, index, current, deadline)
             if newer is None:
                 return
-            errors.print(f"[dim]--- incarnation {newer['incarnation']} on {newer.get('machine')} ---[/dim]")
-            current, tail = int(newer["incarnation"]), 0
+            errors.print(f"[dim]--- incarnation {newer['incarnation']} on {newer.get('last_machine')} ---[/dim]")
+            current, tail = int(newer["incarnation"]), 10_000
 
 
 def _wait_newer(cell: Any, key: str, index: int, current: int, deadline: float) -> dict[str, Any] | None:
@@ -355,8 +360,8 @@ def _wait_newer(cell: Any, key: str, index: int, current: int, deadline: float) 
 
     while time.monotonic() < deadline:
         task = cell.task(key, index)
-        if int(task.get("incarnation", 0)) > current and task.get("last_machine"):
-            return task
+        if int(task.get("incarnation", 0)) > current and (task.get("started_at") or task.get("state") == "DEAD"):
+            return task  # its process started (or it died trying): it has logs to follow
         if int(task.get("incarnation", 0)) == current and task.get("state") == "DEAD":
             time.sleep(1.0)  # a restart may come: the master restarts DEAD tasks by policy
             again = cell.task(key, index)

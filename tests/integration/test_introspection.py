@@ -3,6 +3,7 @@ each way a task ends, pending reasons, and watches resumed from a revision."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ import pytest
 
 from reference.borglet import cgroups
 from reference.client import CellClient, ClientError
-from tests.integration.cellkit import LocalCell, sleeper_job, wait_for
+from tests.integration.cellkit import REPO, LocalCell, sleeper_job, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -185,3 +186,31 @@ def test_a_watch_resumed_from_a_revision_misses_nothing(cell: LocalCell, api: Ce
     assert old.value.status == 410 and "list again" in str(old.value)
     tasks = [m for m in api.watch("/v1/jobs/ivy/w2/tasks", timeout_s=1) if m.event == "ADDED"]
     assert [m.data["task"]["index"] for m in tasks] == [0]
+
+
+def test_follow_moves_to_the_next_incarnation_when_the_machine_dies(cell: LocalCell, api: CellClient) -> None:
+    """Last in this file: it kills a borglet of the module's cell."""
+    code = "import os, time; print('run', os.getpid(), flush=True); time.sleep(120)"
+    assert cell.submit(py_job("mover", code, restart_policy="on_failure")).status_code == 201
+    first = wait_for(lambda: (t := api.task("ivy/mover", 0))["started_at"] and t, 20, "a first start")
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "reference.cli", "task", "logs", "ivy/mover", "0", "-f", "--for", "20",
+         "--master", cell.masters[0].url],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(3.0)  # the command is up and following incarnation 0
+        machine = next(b for b in cell.borglets if b.name == first["machine"])
+        machine.kill()  # SIGKILL: the machine goes down, its task is lost and restarted elsewhere
+        out, err = follower.communicate(timeout=40)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait(5)
+    assert follower.returncode == 0, err
+    runs = [line for line in out.splitlines() if line.startswith("run ")]
+    assert len(set(runs)) == 2, (out, err)  # one line of each incarnation, in one command
+    assert "--- incarnation 1 on " in err, err
+    second = api.task("ivy/mover", 0)
+    assert second["incarnation"] == 1 and second["last_machine"] != first["machine"]
+    assert "lost" in second["events"][0]["detail"], second["events"]
