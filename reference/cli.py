@@ -13,10 +13,13 @@ from reference import launcher
 from reference.cli_common import (
     JsonOpt,
     MasterOpt,
+    OutputOpt,
     StateDirOpt,
     client,
+    emitted,
     fail,
     handles_errors,
+    output_of,
 )
 from reference.cli_demo import demo
 from reference.cli_jobs import bns_app, job_app, machine_app, task_app
@@ -192,15 +195,15 @@ def cell_restart(
 @cell_app.command("status")
 @handles_errors
 def cell_status(
-    master: MasterOpt = None, state_dir: StateDirOpt = None, as_json: JsonOpt = False
+    master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None, as_json: JsonOpt = False
 ) -> None:
     """Leader, replicas, etcd revision, machines up/down and tasks by state."""
+    fmt = output_of(output, as_json)
     local = None
     if not (master or os.environ.get(MASTER_ENV)):
         local = launcher.status(state_dir)
         if not local["running"]:
-            if as_json:
-                print_json({"local": local, "cell": None, "machines": None})
+            if emitted({"local": local, "cell": None, "machines": None}, fmt):
                 return
             raise fail(
                 f"cell {local['cell']} in {local['state_dir']} is not running; start it with `minborg cell up`"
@@ -218,8 +221,7 @@ def cell_status(
     if machines is not None:
         counts = {"up": sum(m.get("state") == "up" for m in machines)}
         counts["down"] = len(machines) - counts["up"]
-    if as_json:
-        print_json({"local": local, "cell": overview, "machines": counts})
+    if emitted({"local": local, "cell": overview, "machines": counts}, fmt):
         return
     _print_status(local, overview, counts)
 
@@ -270,14 +272,27 @@ def events(
     follow_for: Annotated[float, typer.Option("--for", min=1, help="With -f: stop after this many seconds.")] = 3600,
     master: MasterOpt = None,
     state_dir: StateDirOpt = None,
+    output: OutputOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """The cell's events: tasks scheduled, started, exited, OOM-killed, evicted, lost...; jobs
-    submitted and removed; machines down and up."""
+    submitted and removed; machines down and up.
+
+    With -o json (or yaml), one JSON object a line."""
+    import json
+
     from reference.cli_watch import event_line, follow
 
+    fmt = output_of(output, as_json)
+
+    def line(message: Any) -> str:
+        if fmt in ("json", "yaml"):  # a stream: one compact JSON object a line either way
+            return json.dumps({"event": message.event, "revision": message.revision, **message.data}, sort_keys=True)
+        return event_line(message)
+
     with client(master, state_dir) as cell:
-        follow(cell, "/v1/events", since=0 if since is None else since, for_s=follow_for, line=event_line,
-               say=lambda text: console.print(text, soft_wrap=True, markup=False), follow=follow_, job=job)  # fmt: skip
+        follow(cell, "/v1/events", since=0 if since is None else since, for_s=follow_for, line=line,
+               say=lambda text: print(text, flush=True), follow=follow_, job=job)  # fmt: skip
 
 
 # --- commands that run another program's main ------------------------------------------------
