@@ -137,6 +137,28 @@ class Reader:
                     self.errors += 1
 
 
+def write(http: httpx.Client, method: str, path: str, **kwargs: object) -> int:
+    """A write, retried while the cell answers 503 (no leader reachable, or the forward to it
+    timed out under load: the documented answer to retry). A retried kill that finds its job
+    already gone took effect on an earlier try."""
+    deadline = time.monotonic() + 60
+    retried = False
+    while True:
+        try:
+            status = http.request(method, path, **kwargs).status_code
+        except httpx.TimeoutException:
+            status = 503
+        if status != 503 or time.monotonic() > deadline:
+            return 200 if (retried and method == "DELETE" and status == 404) else status
+        retried = True
+        time.sleep(1.0)
+
+
+def _ok(status: int, what: str) -> None:
+    if status >= 300:
+        raise RuntimeError(f"could not {what}: HTTP {status}")
+
+
 def flood_job(tasks: int) -> dict[str, Any]:
     return {
         "name": FLOOD[1], "user": FLOOD[0], "priority": 100, "task_count": tasks,
@@ -177,16 +199,21 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
     flood_prefix = f"{FLOOD[0]}/{FLOOD[1]}/"
     info = launcher.up(root, cell=CELL, replicas=spec.replicas, machines=spec.machines, machine_capacity=CAPACITY)
     urls = list(info.master_urls)
+    leader_url = httpx.get(f"{urls[0]}/v1/cell", timeout=30).json().get("leader_url") or urls[0]
     try:
-        with httpx.Client(base_url=urls[0], timeout=30.0) as http:
-            http.post("/v1/jobs", json=service_job()).raise_for_status()
+        with httpx.Client(base_url=leader_url, timeout=30.0) as http:
+            _ok(write(http, "POST", "/v1/jobs", json=service_job()), "submit the service job")
             with Sampler(lambda: _targets(info)) as usage, Reader(urls) as reader, ProcSampler(
                 (flood_prefix,), every=1.0
             ) as procs:
                 submitted_wall, t0 = time.time(), time.monotonic()
-                http.post("/v1/jobs", json=flood_job(spec.tasks)).raise_for_status()
+                _ok(write(http, "POST", "/v1/jobs", json=flood_job(spec.tasks)), "submit the flood job")
                 while time.monotonic() - t0 < start_timeout_s:
-                    counts = http.get(f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}").json()["tasks"]
+                    try:
+                        counts = http.get(f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}").json()["tasks"]
+                    except (httpx.HTTPError, ValueError, KeyError):
+                        time.sleep(0.5)  # a read refused or slow under the load: try again
+                        continue
                     live = len(procs.samples[-1][1]) if procs.samples else 0
                     now = time.monotonic() - t0
                     result.timeline.append((now, counts["RUNNING"], counts.get("running_confirmed", 0), live))
@@ -212,7 +239,7 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
 
                 killed = time.monotonic()
                 result.kill_at_s = killed - t0
-                http.delete(f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}").raise_for_status()
+                _ok(write(http, "DELETE", f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}"), "kill the flood job")
                 while time.monotonic() - killed < kill_timeout_s:
                     live = len(procs.live(flood_prefix))
                     result.timeline.append((time.monotonic() - t0, 0, 0, live))

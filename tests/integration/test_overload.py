@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from loadtests.overload import write
 from loadtests.procsample import ProcSampler, index_of, task_processes
 
 pytestmark = pytest.mark.integration
@@ -38,23 +39,6 @@ def minborg(state_dir: Path, *args: str, timeout: float = 180.0) -> subprocess.C
         [sys.executable, "-m", "reference.cli", *args, "--state-dir", str(state_dir)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
-
-
-def write(http: httpx.Client, method: str, path: str, **kwargs: object) -> int:
-    """A write, retried while the cell answers 503 (no leader reachable, or the forward to it
-    timed out under load: the documented answer to retry). A retried kill that finds its job
-    already gone took effect on an earlier try."""
-    deadline = time.monotonic() + 60
-    retried = False
-    while True:
-        try:
-            status = http.request(method, path, **kwargs).status_code
-        except httpx.TimeoutException:
-            status = 503
-        if status != 503 or time.monotonic() > deadline:
-            return 200 if (retried and method == "DELETE" and status == 404) else status
-        retried = True
-        time.sleep(1.0)
 
 
 @pytest.fixture()
