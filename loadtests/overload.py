@@ -141,7 +141,7 @@ def write(http: httpx.Client, method: str, path: str, **kwargs: object) -> int:
     """A write, retried while the cell answers 503 (no leader reachable, or the forward to it
     timed out under load: the documented answer to retry). A retried kill that finds its job
     already gone took effect on an earlier try."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     retried = False
     while True:
         try:
@@ -201,7 +201,7 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
     urls = list(info.master_urls)
     leader_url = httpx.get(f"{urls[0]}/v1/cell", timeout=30).json().get("leader_url") or urls[0]
     try:
-        with httpx.Client(base_url=leader_url, timeout=30.0) as http:
+        with httpx.Client(base_url=leader_url, timeout=120.0) as http:
             _ok(write(http, "POST", "/v1/jobs", json=service_job()), "submit the service job")
             with Sampler(lambda: _targets(info)) as usage, Reader(urls) as reader, ProcSampler(
                 (flood_prefix,), every=1.0

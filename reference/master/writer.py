@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MAX_OPS_PER_TXN = 120  # under etcd's default --max-txn-ops of 128
+MAX_TXN_BYTES = 1 << 20  # under etcd's default --max-request-bytes of 1.5 MiB
 MAX_GROUP = 64  # changes committed together at most (docs/decisions.md)
 # How long the writer's thread may hold a group open for one more change, when the last group
 # held two or more (so writers are concurrent): PostgreSQL's commit_delay with
@@ -98,8 +99,30 @@ def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
     return task_ops + other + deletes
 
 
-def chunks(items: list[ops.Op], size: int) -> list[list[ops.Op]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
+def chunks(items: list[ops.Op], size: int, max_bytes: int | None = None) -> list[list[ops.Op]]:
+    """Txns of at most `size` ops and, with `max_bytes`, at most that many bytes of keys and
+    values (etcd refuses a request over its --max-request-bytes, 1.5 MiB by default)."""
+    if max_bytes is None:
+        return [items[i : i + size] for i in range(0, len(items), size)]
+    out: list[list[ops.Op]] = []
+    batch: list[ops.Op] = []
+    used = 0
+    for op in items:
+        cost = _op_bytes(op)
+        if batch and (len(batch) >= size or used + cost > max_bytes):
+            out.append(batch)
+            batch, used = [], 0
+        batch.append(op)
+        used += cost
+    if batch:
+        out.append(batch)
+    return out
+
+
+def _op_bytes(op: ops.Op) -> int:
+    # Keys and values travel base64-encoded here: 3 bytes of data for every 4 characters.
+    body = next(iter(op.values()), {})
+    return 16 + sum(len(v) for k, v in body.items() if k in ("key", "value", "range_end")) * 3 // 4
 
 
 @dataclass
@@ -280,7 +303,7 @@ class Writer:
 
     def _commit(self, all_ops: list[ops.Op]) -> int:
         revision = 0
-        for batch in chunks(all_ops, self.max_ops):
+        for batch in chunks(all_ops, self.max_ops, MAX_TXN_BYTES):
             revision = self._commit_batch(batch)
         if revision:
             return revision

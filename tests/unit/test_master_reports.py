@@ -7,6 +7,7 @@ from reference.master import codec
 from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo, borglet_task_id
 from reference.master.reports import desired_set, map_reply
 from reference.master.writer import chunks, diff_ops
+from reference.store import ops as store_ops
 from spec.actions import EvictReason, machine_add, schedule, submit
 from spec.model import CellState, Machine, Resources, TaskId, TaskState
 
@@ -96,4 +97,9 @@ def test_diff_writes_only_what_changed_and_batches() -> None:
     d.jobs.pop("alice/web")
     assert any("request_delete_range" in op for op in diff_ops(cell, d, codec.Keys("c1")))
     assert [len(c) for c in chunks(list(range(250)), 120)] == [120, 120, 10]  # type: ignore[arg-type]
+    # 400 puts of a 4,000-character (3,000-byte) value and a short key: 16 + (12 + 4000) * 3 // 4
+    # = 3,025 bytes each, so 346 fit under 1 MiB (346 * 3025 = 1,046,650 <= 1,048,576).
+    big = [store_ops.put("k" * 9, "v" * 3000) for _ in range(400)]
+    assert [len(c) for c in chunks(big, 1000, 1 << 20)] == [346, 54]
+    assert [len(c) for c in chunks(big, 100, 1 << 20)] == [100, 100, 100, 100]
     assert cell.state.tasks[T1].state is TaskState.RUNNING  # the base is never changed
