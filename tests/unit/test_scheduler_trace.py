@@ -106,3 +106,18 @@ def test_packing_workload_and_the_arrived_prefix(tmp_path):
     assert sum(t.request.get("gpu") for t in prefix) >= 4000 > sum(t.request.get("gpu") for t in prefix[:-1])
     r = unallocated(ms, tasks, SchedulerConfig(policy="best_fit"), 3)
     assert 0.0 <= r.unallocated_pct <= 100.0 and r.placed + r.skipped == r.arrived_tasks == len(prefix)
+
+
+def test_bench_packing_on_tiny_files_writes_its_report(tmp_path):
+    pytest.importorskip("matplotlib")
+    from reference.scheduler import packing_bench
+
+    pods = write(tmp_path, "pods.csv", "cpu_milli,memory_mib,num_gpu,gpu_milli\n100,1,1,500\n100,1,0,0\n100,1,1,1000\n")
+    nodes = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\na,4000,64,2,T4\nb,4000,64,2,T4\n")
+    args = ["--pods", str(pods), "--nodes", str(nodes), "--seeds", "2", "--off-seeds", "1",
+            "--policy", "best_fit", "--policy", "fgd", "--out", str(tmp_path / "out")]
+    assert packing_bench.main(args) == 0
+    report = (tmp_path / "out" / "packing.md").read_text()
+    assert "| fgd | " in report and "(n=2)" in report and "minborg bench packing --pods" in report
+    bad = write(tmp_path, "bad.csv", "cpu_milli,memory_mib,num_gpu,gpu_milli\n1,1,x,0\n")
+    assert packing_bench.main(["--pods", str(bad), "--nodes", str(nodes), "--out", str(tmp_path / "o2")]) == 2
