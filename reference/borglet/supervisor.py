@@ -250,6 +250,7 @@ class Borglet:
                     if pids:
                         task.pid = pids[0]
                         task.create_time = processes.create_time(pids[0])
+                        task.started_at = task.create_time or now
                         task.state = "RUNNING" if task.spec.health_check is None else "STARTING"
                     task.launching = False
                 if task.state == "QUEUED":
@@ -364,6 +365,7 @@ class Borglet:
         """
         with self._lock:
             stopping = self._stopping_indexes()
+            taken = self._ports_in_use()
             batch: list[str] = []
             keep: deque[str] = deque()
             while self.queue and (limit is None or len(batch) < limit):
@@ -375,6 +377,14 @@ class Borglet:
                     log.debug("%s waits for its index to stop", tid)
                     keep.append(tid)
                     continue
+                if not task.port:
+                    # Chosen before the write-ahead, so a process adopted after a crash keeps it.
+                    try:
+                        task.port = task.spec.port or processes.free_port(taken)
+                    except OSError as err:
+                        self._failed_to_start(task, f"setup: {err}")
+                        continue
+                    taken.add(task.port)
                 task.launching = True
                 batch.append(tid)
             keep.extend(self.queue)
@@ -385,12 +395,10 @@ class Borglet:
             return 0
         self._save_if_dirty(force=True)  # the write-ahead: launching is on disk before a spawn
         started = 0
-        with self._lock:
-            taken = self._ports_in_use()
         for tid in batch:
             if self._stop.is_set():
                 break
-            if self._start(tid, taken):
+            if self._start(tid):
                 started += 1
         with self._lock:
             for tid in reversed(batch):  # any the loop did not reach go back to the front
@@ -563,7 +571,7 @@ class Borglet:
 
     # --- starting, killing, forgetting ---------------------------------------------------
 
-    def _start(self, tid: str, taken: set[int]) -> bool:
+    def _start(self, tid: str) -> bool:
         """First start of a queued, launching task. Its cgroup and its process are made
         outside the lock (they take milliseconds of kernel time each), so syncs and polls are
         answered between starts; a task killed meanwhile has its new process killed at once."""
@@ -574,12 +582,6 @@ class Borglet:
             if task.kill_reason is not None:
                 task.launching = False
                 return False
-            try:
-                task.port = task.spec.port or processes.free_port(taken)
-            except OSError as err:
-                self._failed_to_start(task, f"setup: {err}")
-                return False
-            taken.add(task.port)
             env = self._task_env(task)
         spec = task.spec
         proc: subprocess.Popen | None = None
