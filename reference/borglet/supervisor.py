@@ -654,7 +654,9 @@ class Borglet:
         task.launching = False
         task.proc, task.pid = proc, proc.pid
         task.create_time = processes.create_time(proc.pid)
-        task.started_at = now
+        # The process's own creation time: the same figure a borglet that adopts the process
+        # after a crash reads back, so a task's start time never changes under re-adoption.
+        task.started_at = task.create_time or now
         # exit_code and reason describe the current process; the previous run's are gone.
         task.exit_code, task.reason = None, None
         task.cpu_sample = None
