@@ -10,9 +10,10 @@ task ids of one (job, index) whose processes are both alive when re-checked afte
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterable
+
+from loadtests.periodic import Periodic
 
 TASK_ID = b"TASK_ID="
 
@@ -70,31 +71,21 @@ def doubles_in(pids: dict[int, str]) -> list[tuple[tuple[str, int], list[str]]]:
     return found
 
 
-class ProcSampler:
+class ProcSampler(Periodic):
     """Scans /proc every `every` seconds in a thread (bounded by the run it is used in)."""
 
     def __init__(self, prefixes: Iterable[str], every: float = 0.5) -> None:
+        # A scan of thousands of processes can take seconds on a busy machine.
+        super().__init__(every, "proc-sampler", join_timeout_s=60.0)
         self.prefixes = tuple(prefixes)
-        self.every = every
         self.samples: list[tuple[float, dict[int, str]]] = []  # (monotonic time, pid -> task id)
         self.doubles: list[tuple[float, tuple[str, int], list[str]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="proc-sampler", daemon=True)
 
-    def __enter__(self) -> ProcSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            t = time.monotonic()
-            pids = task_processes(self.prefixes)
-            self.samples.append((t, pids))
-            self.doubles += [(t, key, ids) for key, ids in doubles_in(pids)]
+    def tick(self) -> None:
+        t = time.monotonic()
+        pids = task_processes(self.prefixes)
+        self.samples.append((t, pids))
+        self.doubles += [(t, key, ids) for key, ids in doubles_in(pids)]
 
     def live(self, prefix: str) -> set[str]:
         """Task ids with a live process now (a fresh scan, not a sample)."""

@@ -9,7 +9,6 @@ and in the master's /metrics.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import httpx
 import pytest
 
 from harness.history import double_running, parse_task_id
+from loadtests.periodic import Periodic
 from tests.integration.cellkit import REPO, LocalCell, Proc, wait_for
 
 pytestmark = pytest.mark.integration
@@ -38,39 +38,31 @@ def slow_job(count: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-class Sampler:
+class Sampler(Periodic):
     """Polls every borglet's state in one thread, in turn: a sample holds when its request was
     sent and when the answer arrived (the state it shows held at some moment in between)."""
 
     def __init__(self, borglets: list[Proc], every: float = 0.1) -> None:
+        super().__init__(every, "sampler")
         self.borglets = borglets
-        self.every = every
         self.samples: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+        self._http = httpx.Client(timeout=2.0)
 
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
+    def tick(self) -> None:
+        for b in self.borglets:
+            sent = time.monotonic()
+            try:
+                tasks = self._http.get(f"{b.url}/v1/state").json()["tasks"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                continue
+            t = time.monotonic()
+            self.samples += [
+                {"t": t, "t0": sent, "t1": t, "machine": b.name, "task_id": x["task_id"], "state": x["state"]}
+                for x in tasks
+            ]
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=2.0) as http:
-            while not self._stop.wait(self.every):
-                for b in self.borglets:
-                    sent = time.monotonic()
-                    try:
-                        tasks = http.get(f"{b.url}/v1/state").json()["tasks"]
-                    except (httpx.HTTPError, ValueError, KeyError):
-                        continue
-                    t = time.monotonic()
-                    self.samples += [
-                        {"t": t, "t0": sent, "t1": t, "machine": b.name, "task_id": x["task_id"], "state": x["state"]}
-                        for x in tasks
-                    ]
+    def close(self) -> None:
+        self._http.close()
 
     def seen_live(self, incarnations: dict[int, int]) -> bool:
         """Whether every index -> incarnation given was seen live in some sample."""
