@@ -28,7 +28,6 @@ import argparse
 import json
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from loadtests.periodic import Periodic
 from loadtests.procsample import ProcSampler, task_processes
 from loadtests.sampler import Sampler, Target
 from reference import launcher
@@ -102,39 +102,32 @@ class RunResult:
         return out
 
 
-class Reader:
+class Reader(Periodic):
     """GET /v1/cell every READ_EVERY_S, round robin over the masters; latencies in ms."""
 
     def __init__(self, urls: list[str]) -> None:
+        super().__init__(READ_EVERY_S, "reader")
         self.urls = urls
         self.latencies: list[float] = []
         self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
+        self._reads = 0
+        self._http = httpx.Client(timeout=10.0)
 
-    def __enter__(self) -> Reader:
-        self._thread.start()
-        return self
+    def tick(self) -> None:
+        url = self.urls[self._reads % len(self.urls)]
+        self._reads += 1
+        began = time.monotonic()
+        try:
+            ok = self._http.get(f"{url}/v1/cell").status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if ok:
+            self.latencies.append((time.monotonic() - began) * 1000)
+        else:
+            self.errors += 1
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=10.0) as http:
-            i = 0
-            while not self._stop.wait(READ_EVERY_S):
-                url = self.urls[i % len(self.urls)]
-                i += 1
-                began = time.monotonic()
-                try:
-                    ok = http.get(f"{url}/v1/cell").status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                if ok:
-                    self.latencies.append((time.monotonic() - began) * 1000)
-                else:
-                    self.errors += 1
+    def close(self) -> None:
+        self._http.close()
 
 
 def write(http: httpx.Client, method: str, path: str, **kwargs: object) -> int:
@@ -224,6 +217,17 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
                         break
                     time.sleep(0.5)
                 result.started = len(procs.live(flood_prefix))
+                # /proc can see a process before its borglet's report reaches the master: give
+                # the start times a few polls to arrive before reading them.
+                confirm_by = time.monotonic() + 15
+                while time.monotonic() < confirm_by:
+                    try:
+                        counts = http.get(f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}").json()["tasks"]
+                    except (httpx.HTTPError, ValueError, KeyError):
+                        counts = {}
+                    if counts.get("running_confirmed", 0) >= result.started:
+                        break
+                    time.sleep(0.5)
                 tasks = http.get(f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}/tasks").json()["tasks"]
                 placed_at = [
                     next((h["at"] for h in t.get("history", []) if h["state"] == "RUNNING"), None) for t in tasks
