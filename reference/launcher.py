@@ -377,7 +377,7 @@ def up(
         )
         info.save()
 
-        _wait_ready(borglets, "/healthz", READY_TIMEOUT_S + READY_PER_PROCESS_S * len(borglets))
+        _wait_borglets(borglets)
         if info.proxies:
             # Toxiproxy accepts a connection before its upstream listens and then drops it,
             # which a client cannot tell from a lost answer: wait until every master listens.
@@ -508,6 +508,11 @@ def _wait_ready(records: Sequence[ProcessRecord], path: str, timeout: float) -> 
                 )
             if pending:
                 time.sleep(0.1)
+
+
+def _wait_borglets(borglets: Sequence[ProcessRecord]) -> None:
+    """Wait for borglets started together: the more of them, the longer they take to listen."""
+    _wait_ready(borglets, "/healthz", READY_TIMEOUT_S + READY_PER_PROCESS_S * len(borglets))
 
 
 def _check_running(record: ProcessRecord) -> None:
@@ -691,7 +696,7 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
                 say(f"{what}: starting {', '.join(p.name for p in dead)}")
                 info = _with(info, role, _respawn(dead, info, env))
         borglets = info.of_role(Role.BORGLET)
-        _wait_ready(borglets, "/healthz", READY_TIMEOUT_S + READY_PER_PROCESS_S * len(borglets))
+        _wait_borglets(borglets)
         if info.proxies:
             _wait_ready(info.of_role(Role.MASTER), "/healthz", READY_TIMEOUT_S)
         leader = wait_for_leader(info, LEADER_TIMEOUT_S)

@@ -63,10 +63,6 @@ class SyncRefused(Exception):
         self.reason = reason
         self.fence = fence
 
-    @property
-    def highest(self) -> int:
-        return self.fence.epoch
-
 
 @dataclass(frozen=True)
 class MachineConfig:
