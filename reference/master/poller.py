@@ -163,7 +163,7 @@ class Poller:
                     st.inflight, st.signature, st.next_at = True, signature, now + self.interval
                     st.sent_at = now
                     self._released.update(signature)
-                    work = (self._poll, name, address, desired, ids, cell.revision)
+                    work = (self._poll, name, address, desired, signature, ids, cell.revision)
             if self._stop.is_set():
                 return
             self._pool.submit(*work)
@@ -227,10 +227,16 @@ class Poller:
             log.exception("recording holds failed")
 
     def _poll(
-        self, name: str, address: str, desired: list[dict[str, Any]], ids: set[TaskId], revision: int
+        self,
+        name: str,
+        address: str,
+        desired: list[dict[str, Any]],
+        signature: frozenset[str],
+        ids: set[TaskId],
+        revision: int,
     ) -> None:
         try:
-            reply = self._sync(name, address, desired, revision)
+            reply = self._sync(name, address, desired, signature, revision)
             if reply is None:
                 self._missed(name)
             elif reply.get("refused"):
@@ -284,12 +290,11 @@ class Poller:
                 self._reported_version += 1
 
     def _sync(
-        self, name: str, address: str, desired: list[dict[str, Any]], revision: int
+        self, name: str, address: str, desired: list[dict[str, Any]], ids: frozenset[str], revision: int
     ) -> dict[str, Any] | None:
         """Send one sync; the reply, {"refused": reason} for a refusal, None for no answer."""
         if self._on_poll is not None:
             self._on_poll("sent")
-        ids = frozenset(str(d["task_id"]) for d in desired)
         with self._lock:
             self._seq += 1
             seq = self._seq
