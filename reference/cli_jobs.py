@@ -33,11 +33,11 @@ from reference.cli_render import (
     machines_table,
     pending_line,
     print_json,
-    resources,
     state_counts,
     task_fields,
 )
 from reference.client import ClientError
+from reference.resources import format_cpu, format_resources
 
 job_app = typer.Typer(help="Submit, inspect, resize and kill jobs.", no_args_is_help=True)
 task_app = typer.Typer(help="Inspect tasks, their events and logs; kill them.", no_args_is_help=True)
@@ -93,7 +93,7 @@ def submit(
             print_json(answer)
         else:
             console.print(
-                f"submitted [bold]{spec.key}[/bold]: {spec.task_count} task(s) of {resources(spec.request)} "
+                f"submitted [bold]{spec.key}[/bold]: {spec.task_count} task(s) of {format_resources(spec.request)} "
                 f"at priority {spec.priority} (revision {answer.get('revision', '?')})"
             )
         if not wait or not isinstance(answer.get("revision"), int) or spec.task_count == 0:
@@ -166,7 +166,7 @@ def show(
         ("priority", str(spec.get("priority"))),
         ("tasks wanted", str(spec.get("task_count"))),
         ("tasks", state_counts(answer.get("tasks"))),
-        ("request", resources(spec.get("request"))),
+        ("request", format_resources(spec.get("request"))),
         ("command", " ".join(spec.get("command", []))),
         ("restart policy", str(spec.get("restart_policy"))),
         ("appclass", str(spec.get("appclass"))),
@@ -217,7 +217,7 @@ def update(
             current = dict(cell.job(key).get("job", {}).get("request") or {})
             merged = {**current, **new_request}
             changes["request"] = {
-                k: (f"{v}m" if k == "cpu" and isinstance(v, int) else v) for k, v in merged.items()
+                k: (format_cpu(v) if k == "cpu" and isinstance(v, int) else v) for k, v in merged.items()
             }
         answer = cell.update(key, changes)
     if as_json:
@@ -226,7 +226,7 @@ def update(
     spec = answer.get("job", {})
     console.print(
         f"updated [bold]{key}[/bold] to version {spec.get('version', '?')}: "
-        f"{spec.get('task_count', '?')} task(s) of {resources(spec.get('request'))} "
+        f"{spec.get('task_count', '?')} task(s) of {format_resources(spec.get('request'))} "
         f"(revision {answer.get('revision', '?')})"
     )
 

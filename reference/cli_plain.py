@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from reference.borglet.quantity import BYTE_RESOURCES
+from reference.resources import format_resources
 
 COLORS = {"green": "32", "yellow": "33", "red": "31", "cyan": "36", "dim": "2"}
 STATE_COLOR = {"RUNNING": "green", "PENDING": "yellow", "DEAD": "red", "up": "green", "down": "red"}
@@ -48,39 +48,6 @@ def render(columns: Sequence[str], rows: Iterable[Sequence[str]], *, color: bool
 
 
 # --- values as a person reads them -----------------------------------------------------------
-
-
-def quantity(name: str, value: Any) -> str:
-    """One resource as a person reads it: milli-CPU with 'm', bytes with a binary unit."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if name == "cpu":
-        return f"{int(value)}m"
-    if name in BYTE_RESOURCES:
-        return _bytes(int(value))
-    return str(value)
-
-
-def _bytes(value: int) -> str:
-    """Bytes in the largest binary unit that fits: 8GiB, 64MiB, 11.0MiB."""
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if value >= size:
-            return f"{value // size}{unit}" if value % size == 0 else f"{value / size:.1f}{unit}"
-    return str(value)
-
-
-# The borglet reports usage under unit-suffixed names; they read as the resource they measure.
-ALIASES = {"cpu_milli": "cpu", "ram_bytes": "ram", "disk_bytes": "disk"}
-
-
-def resources(values: Mapping[str, Any] | None) -> str:
-    """{'cpu': 4000, 'ram': 8589934592} -> 'cpu=4000m ram=8GiB'."""
-    if not values:
-        return "-"
-    if not isinstance(values, Mapping):
-        return str(values)
-    named = {ALIASES.get(k, k): v for k, v in values.items()}
-    return " ".join(f"{k}={quantity(k, v)}" for k, v in sorted(named.items()))
 
 
 def ago(timestamp: Any) -> str:
@@ -120,7 +87,7 @@ def job_rows(jobs: list[dict[str, Any]], *, wide: bool = False) -> tuple[list[st
             j.get("key") or f"{j.get('user')}/{j.get('name')}",
             str(j.get("priority", "")),
             str(j.get("task_count", "")),
-            resources(j.get("request")),
+            format_resources(j.get("request")),
             str(j.get("restart_policy", "")),
             str(j.get("appclass", "")),
             str(j.get("version", "")),

@@ -12,9 +12,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from reference.cli_plain import ALIASES, ago, job_rows, quantity, resources, started, task_rows
+from reference.cli_plain import ago, job_rows, started, task_rows
+from reference.resources import USAGE_NAMES, format_quantity, format_resources
 
-__all__ = ["ago", "quantity", "resources", "started"]
+__all__ = ["ago", "started"]
 
 # Off a terminal, nothing is cut at 80 columns: a table as wide as its values, lines unwrapped.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
@@ -43,8 +44,8 @@ def styled(value: Any) -> str:
 
 def share(name: str, used: Mapping[str, Any] | None, capacity: Mapping[str, Any] | None) -> str:
     """'300m/4000m': how much of one resource is taken out of the machine's capacity."""
-    taken = {ALIASES.get(k, k): v for k, v in (used or {}).items()}
-    return f"{quantity(name, taken.get(name, 0))}/{quantity(name, (capacity or {}).get(name, 0))}"
+    taken = {USAGE_NAMES.get(k, k): v for k, v in (used or {}).items()}
+    return f"{format_quantity(name, taken.get(name, 0))}/{format_quantity(name, (capacity or {}).get(name, 0))}"
 
 
 def state_counts(counts: Mapping[str, Any] | None) -> str:
@@ -130,11 +131,11 @@ def machines_table(machines: list[dict[str, Any]]) -> Table:
                 share("cpu", requested, capacity),
                 share("cpu", reserved, capacity),
                 share("ram", reserved, capacity),
-                quantity("cpu", usage.get("cpu_milli", usage.get("cpu", "-"))),
-                quantity("ram", usage.get("ram_bytes", usage.get("ram", "-"))),
+                format_quantity("cpu", usage.get("cpu_milli", usage.get("cpu", "-"))),
+                format_quantity("ram", usage.get("ram_bytes", usage.get("ram", "-"))),
                 str(m.get("isolation") or "-"),
                 str(len(tasks) if isinstance(tasks, list | dict) else tasks or 0),
-                resources(others) if others else "",
+                format_resources(others) if others else "",
             ]
         )
     columns = [
@@ -219,8 +220,8 @@ def task_fields(task: Mapping[str, Any]) -> Table:
         ("restarts", str(task.get("restarts", 0))),
         ("health", health(task.get("healthy"))),
         ("cause", str(task.get("cause") or "-")),
-        ("request", resources(task.get("request"))),
-        ("usage", resources(task.get("usage"))),
+        ("request", format_resources(task.get("request"))),
+        ("usage", format_resources(task.get("usage"))),
         ("started at", when(task.get("started_at"))),
     ]
     if task.get("pending_reason"):

@@ -1,7 +1,7 @@
 """The job file (Borg's BCL, written in YAML): a strict pydantic model, its loader and its errors.
 
 A job file names a job, its user, priority, task count, per-task request and the command its
-tasks run. Quantities follow the borglet's parsers: CPU as cores (`0.25`, `2`) or milli-CPU
+tasks run. Quantities are read by `reference.resources`: CPU as cores (`0.25`, `2`) or milli-CPU
 (`"250m"`), RAM and disk as bytes with an optional unit (`"128MiB"`), other resources as
 counts. A number for CPU means cores, as in Kubernetes, so `cpu: 1` asks for a whole core.
 Unknown fields are refused, so a typo is an error rather than a silently ignored line.
@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from reference.borglet import quantity
+from reference.resources import BYTE_RESOURCES, format_cpu, parse_cpu, parse_resource
 from spec.model import (
     BAND_FLOOR,
     MAX_PRIORITY,
@@ -154,16 +154,12 @@ def parse_request_value(name: str, value: Any) -> int:
     """One resource of a task's request in its canonical unit (milli-CPU, bytes, count)."""
     if isinstance(value, bool) or value is None:
         raise ValueError("must be a quantity like 500m or 2")
-    if name == "cpu" and isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("must not be negative")
-        return round(value * 1000)  # a number is cores; "250m" is milli-CPU
     if name == "cpu":
-        if isinstance(value, str) and value.strip().endswith("m"):
-            return quantity.parse_cpu(value)
+        if isinstance(value, int | float) and value < 0:
+            raise ValueError("must not be negative")
         try:
-            return round(float(value) * 1000)
-        except (TypeError, ValueError):
+            return parse_cpu(value)  # a number is cores; "250m" is milli-CPU
+        except ValueError:
             raise ValueError("must be a quantity like 500m or 2") from None
     if isinstance(value, float):
         if value != int(value):
@@ -172,9 +168,9 @@ def parse_request_value(name: str, value: Any) -> int:
     if isinstance(value, int) and value < 0:
         raise ValueError("must not be negative")
     try:
-        return quantity.parse_resource(name, value)
+        return parse_resource(name, value)
     except ValueError as err:
-        if name in quantity.BYTE_RESOURCES:
+        if name in BYTE_RESOURCES:
             raise ValueError("must be a byte quantity like 128MiB or 2GiB") from err
         raise ValueError("must be a whole number") from err
 
@@ -262,7 +258,7 @@ class JobSpec(BaseModel):
         mistaken for cores)."""
         doc = self.model_dump(mode="json", exclude_none=False)
         doc["request"] = {
-            k: (f"{v}m" if k == "cpu" else v) for k, v in sorted(self.request.items())
+            k: (format_cpu(v) if k == "cpu" else v) for k, v in sorted(self.request.items())
         }
         doc["constraints"] = [
             {k: v for k, v in c.items() if v is not None} for c in doc["constraints"]

@@ -22,8 +22,8 @@ import psutil
 
 import reference
 from reference import procscan
-from reference.borglet.quantity import parse_capacity, parse_pairs
 from reference.client import CELL_FILE, CellClient, ClientError, state_dir_path
+from reference.resources import parse_capacity, parse_pairs
 from reference.store.etcd_cluster import EtcdCluster, EtcdClusterError, free_ports
 
 HOST = "127.0.0.1"

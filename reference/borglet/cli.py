@@ -7,9 +7,9 @@ import logging
 import os
 import signal
 
-from reference.borglet import quantity
 from reference.borglet.isolation import choose
 from reference.borglet.supervisor import Borglet, MachineConfig
+from reference.resources import parse_capacity, parse_pairs
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         host, port = parse_listen(args.listen)
-        capacity = quantity.parse_capacity(args.capacity)
-        attrs = quantity.parse_pairs(args.attrs)
+        capacity = parse_capacity(args.capacity)
+        attrs = parse_pairs(args.attrs)
     except ValueError as err:
         parser.error(str(err))
     if args.start_rate <= 0:

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reference import launcher
-from reference.borglet.quantity import parse_capacity
 from reference.client import CellClient, ClientError
 from reference.elastic.celldecisions import CellPolicy, Need, machines_to_add, machines_to_remove
 from reference.elastic.provider import LocalProvider, MachineProvider
 from reference.jobspec import parse_request_value
+from reference.resources import parse_capacity
 from spec.model import Constraint, ConstraintOp, Machine, Resources
 
 log = logging.getLogger("cellscaler")

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Protocol
 
 from reference import launcher
-from reference.borglet.quantity import parse_pairs
 from reference.client import CellClient, ClientError
 from reference.launcher import CellInfo, Role
+from reference.resources import parse_pairs
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ import argparse
 import logging
 import signal
 
-from reference.borglet import quantity
 from reference.master import freshness
 from reference.master.leader import LeaderConfig
 from reference.master.writer import MAX_OPS_PER_TXN
+from reference.resources import parse_pairs
 from spec.model import Resources
 
 
@@ -22,14 +22,14 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def parse_peers(text: str) -> dict[str, str]:
     """'m1=http://127.0.0.1:7001,m2=...' -> {'m1': 'http://127.0.0.1:7001', ...}."""
-    return quantity.parse_pairs(text)
+    return parse_pairs(text)
 
 
 def parse_quota(text: str) -> Resources:
     """'cpu=100,ram=1TiB' (CPU in cores or 500m) -> Resources."""
     from reference.jobspec import parse_request_value
 
-    pairs = quantity.parse_pairs(text)
+    pairs = parse_pairs(text)
     if not pairs:
         raise ValueError("--default-quota needs at least one resource, e.g. cpu=100,ram=1TiB")
     return Resources.of({k: parse_request_value(k, v) for k, v in pairs.items()})

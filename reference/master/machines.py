@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reference.borglet import quantity
+from reference import resources
 from reference.jobspec import NAME_PATTERN
 from reference.master.cell import MachineInfo
 from spec.model import Machine, Resources
@@ -25,13 +25,10 @@ class MachineBody(BaseModel):
 
 
 def parse_capacity(capacity: str | dict[str, Any]) -> dict[str, int]:
+    """The body's capacity in canonical units (milli-CPU, bytes, counts)."""
     if isinstance(capacity, str):
-        return quantity.parse_capacity(capacity)
-    out = {str(k): quantity.parse_resource(str(k), v) for k, v in capacity.items()}
-    for required in ("cpu", "ram"):
-        if required not in out:
-            raise ValueError(f"capacity lacks {required}: cpu and ram are required")
-    return out
+        return resources.parse_capacity(capacity)
+    return resources.capacity_from_mapping(capacity)
 
 
 def machine_from_body(body: MachineBody) -> tuple[Machine, MachineInfo]:

@@ -16,11 +16,12 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 
-from reference.cli_plain import ago, quantity, resources
+from reference.cli_plain import ago
 from reference.master import events as task_events
 from reference.master import views
 from reference.master.cell import Cell
 from reference.master.logs import LogProxy, find_task
+from reference.resources import format_quantity, format_resources
 from spec.model import band_of
 
 STATE_CLASS = {"RUNNING": "ok", "PENDING": "warn", "DEAD": "bad", "up": "ok", "down": "bad"}
@@ -115,7 +116,7 @@ def bar(resource: str, reserved: int, used: int, capacity: int) -> str:
     if capacity <= 0:
         return "-"
     r, u = min(100.0, 100 * reserved / capacity), min(100.0, 100 * used / capacity)
-    label = f"{quantity(resource, reserved)} reserved, {quantity(resource, used)} used of {quantity(resource, capacity)}"
+    label = f"{format_quantity(resource, reserved)} reserved, {format_quantity(resource, used)} used of {format_quantity(resource, capacity)}"
     return (
         f'<div class="bar" title="{e(label)}"><div class="resv" style="width:{r:.1f}%"></div>'
         f'<div class="used" style="width:{u:.1f}%"></div></div><span class="legend">{e(label)}</span>'
@@ -213,7 +214,7 @@ def job_page(cell: Cell, key: str, cell_name: str, replica_name: str) -> str | N
         pairs += [
             ("priority", f"{job.priority} ({band_of(job.priority).value})"),
             ("tasks wanted", e(job.task_count)),
-            ("request", e(resources(view.get("request")))),
+            ("request", e(format_resources(view.get("request")))),
             ("command", f"<code>{e(' '.join(view.get('command', [])))}</code>"),
             ("restart policy", e(view.get("restart_policy"))),
             ("version", e(job.version)),
@@ -250,7 +251,7 @@ def task_page(
         ("bns", e(v["bns"])),
         ("restarts", e(v["restarts"])),
         ("cause", e(v["cause"] or "-")),
-        ("usage", e(resources(v["usage"]))),
+        ("usage", e(format_resources(v["usage"]))),
     ]
     if v["pending_reason"]:
         pairs.insert(2, ("pending", f'<span class="pending">{e(v["pending_reason"])}</span>'))

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from reference.master import events
 from reference.master.cell import Cell, JobInfo, TaskInfo
 from reference.master.reports import bns_name, confirmed
+from reference.resources import format_cpu
 from spec.model import Job, Resources, Task, TaskState, total
 
 
@@ -42,7 +43,7 @@ def job_view(cell: Cell, job: Job, info: JobInfo | None = None) -> dict[str, Any
         user=job.user,
         priority=job.priority,
         task_count=job.task_count,
-        request={k: (f"{v}m" if k == "cpu" else v) for k, v in job.request.items},
+        request={k: (format_cpu(v) if k == "cpu" else v) for k, v in job.request.items},
         key=job.key,
         version=job.version,
         submitted_at=info.submitted_at if info is not None else 0.0,
