@@ -1,10 +1,12 @@
 """Pure borglet decisions: which syncs to apply, reconcile desired vs actual, tombstones, restarts
-and backoff, memory-pressure victims."""
+and backoff, re-adoption after a restart, memory-pressure victims."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 BACKOFF_INITIAL_S = 0.1
 BACKOFF_CAP_S = 10.0
@@ -125,9 +127,10 @@ def backoff_delay(attempt: int) -> float:
     return min(BACKOFF_INITIAL_S * (2 ** min(attempt, 20)), BACKOFF_CAP_S)
 
 
-def next_attempt(previous_attempt: int, ran_for_s: float) -> int:
-    """The backoff attempt number after a run of `ran_for_s`: a long run resets it."""
-    return 0 if ran_for_s >= BACKOFF_RESET_AFTER_S else previous_attempt + 1
+def restart_attempt(attempt: int, ran_for_s: float) -> int:
+    """The backoff attempt a restart uses: the task's count so far, or 0 after a run of
+    `ran_for_s` long enough to count as healthy."""
+    return 0 if ran_for_s >= BACKOFF_RESET_AFTER_S else attempt
 
 
 def ended_state(
@@ -145,6 +148,97 @@ def ended_state(
     if exit_code < 0:
         return "FAILED", f"signal {-exit_code}"
     return "FAILED", f"exit {exit_code}"
+
+
+@dataclass(frozen=True)
+class Exit:
+    """What becomes of a task whose process is gone: restarted in place once `restart_at` is
+    reached (state STARTING), or ended for good (`restart_at` None)."""
+
+    state: str
+    reason: str | None
+    restart_at: float | None
+    attempt: int  # the backoff attempt of the task's next restart
+
+
+def after_exit(
+    policy: str,
+    exit_code: int | None,
+    oom: bool,
+    kill_reason: str | None,
+    attempt: int,
+    ran_for_s: float,
+    now: float,
+) -> Exit:
+    """Restart by policy after a backoff, or end: `attempt` is the task's backoff attempt,
+    `ran_for_s` how long the process ran, `now` when its exit was seen (the same clock as
+    `restart_at`)."""
+    # The kernel's OOM kill can leave a clean (or an unobserved) exit code: still a failure.
+    code_for_policy = -signal.SIGKILL if oom and exit_code in (0, None) else exit_code
+    if should_restart(policy, code_for_policy, kill_reason is not None):
+        used = restart_attempt(attempt, ran_for_s)
+        reason = ended_state(exit_code, oom, None)[1] or "exit 0"
+        return Exit("STARTING", reason, now + backoff_delay(used), used + 1)
+    state, reason = ended_state(exit_code, oom, kill_reason)
+    return Exit(state, reason, None, attempt)
+
+
+Verdict = Literal["ended", "queue", "cancel", "adopt", "resume", "lost"]
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A task as a restarted borglet finds it: its saved record, and what is left of its process."""
+
+    state: str
+    reason: str | None
+    ended: bool
+    launching: bool  # saved just before its spawn
+    has_pid: bool  # the record names a process
+    kill_reason: str | None
+    backing_off: bool  # it was waiting out a restart backoff (restart_at saved)
+    health_checked: bool
+    found: bool = False  # launching, no pid saved: a process carrying its marker runs
+    alive: bool = False  # the process (saved or found) is still the one started for it
+
+
+@dataclass(frozen=True)
+class Readoption:
+    """What a restarted borglet does with one saved task, and the task's state and reason after.
+
+    ended: nothing (it stays in the report); queue: back in the start queue; cancel: killed
+    before it started; adopt: its process lives on, polled from now (a found one is taken as
+    started); resume: its backoff is over at once; lost: its process is gone.
+    """
+
+    verdict: Verdict
+    state: str
+    reason: str | None
+
+
+def readoption(saved: Saved) -> Readoption:
+    """The verdict on one task of the saved table after a borglet restart.
+
+    A task saved just before its spawn is never spawned again: its process, if the borglet
+    finds one by its marker, is adopted; else it is still queued. A kill decided before the
+    restart stands: a queued task is cancelled, an adopted one keeps being killed.
+    """
+    if saved.ended:
+        return Readoption("ended", saved.state, saved.reason)
+    state, has_pid = saved.state, saved.has_pid
+    if saved.launching and not has_pid and saved.found:
+        state, has_pid = ("STARTING" if saved.health_checked else "RUNNING"), True
+    if state == "QUEUED":
+        if saved.kill_reason is None:
+            return Readoption("queue", state, saved.reason)
+        return Readoption("cancel", "KILLED", saved.kill_reason)
+    if has_pid and saved.alive:
+        return Readoption("adopt", state, saved.reason)
+    if not has_pid and saved.backing_off and saved.kill_reason is None:
+        return Readoption("resume", state, saved.reason)
+    if saved.kill_reason is not None:
+        return Readoption("lost", "KILLED", saved.kill_reason)
+    return Readoption("lost", "FAILED", "lost_on_restart")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reference.borglet import decisions, logs, processes, store
@@ -79,18 +79,25 @@ class MachineConfig:
 
 
 class Borglet:
-    """All task state of one machine behind one lock; the HTTP layer and the loop call in."""
+    """All task state of one machine behind one lock; the HTTP layer and the loop call in.
+
+    Two clocks: `wall_clock` times the tasks (start times, backoffs, kill deadlines, probes),
+    on the scale of a process's creation time, which is what a task's start time is; `clock`
+    paces the borglet itself (table saves, start batches, the wait for killed tasks).
+    """
 
     def __init__(
         self,
         config: MachineConfig,
         isolation: Isolation,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
         prober: Prober | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ):
         self.config = config
         self.isolation = isolation
         self.clock = clock
+        self.wall_clock = wall_clock
         self.prober = prober or Prober()
         self.tasks: dict[str, Task] = {}
         # Task ids in the order they are to be started; an id whose task is no longer QUEUED
@@ -164,7 +171,7 @@ class Borglet:
                 {tid: not t.ended for tid, t in self.tasks.items()},
                 self.tombstones,
             )
-            now = self.clock()
+            now = self.wall_clock()
             for tid in plan.kill:
                 self._request_kill(self.tasks[tid], "not_desired", now, grace=True)
             for tid in plan.forget:
@@ -224,7 +231,7 @@ class Borglet:
     def load(self) -> None:
         """Read tasks.json and re-adopt tasks whose processes survived the borglet's restart."""
         table = store.load(self.table_path)
-        now = self.clock()
+        now = self.wall_clock()
         marked: dict[str, list[int]] | None = None
         with self._lock:
             fence = table.get("fence") or {"epoch": table.get("epoch", 0)}
@@ -236,43 +243,49 @@ class Borglet:
             for tid, record in table.get("tasks", {}).items():
                 task = Task.from_record(record)
                 self.tasks[tid] = task
-                if task.ended:
-                    continue
-                if task.launching and task.pid is None:
+                saved = decisions.Saved(
+                    task.state, task.reason, task.ended, task.launching, task.pid is not None,
+                    task.kill_reason, task.restart_at is not None, task.spec.health_check is not None,
+                )  # fmt: skip
+                found = False
+                if not task.ended and task.launching and task.pid is None:
                     # Saved just before its spawn: the process may exist; never spawn it again.
                     if marked is None:
                         marked = processes.marked_processes(self.config.state_dir)
                     pids = sorted(marked.get(tid, []))
                     if pids:
+                        found = True
                         task.pid = pids[0]
                         task.create_time = processes.create_time(pids[0])
                         task.started_at = task.create_time or now
-                        task.state = "RUNNING" if task.spec.health_check is None else "STARTING"
                     task.launching = False
-                if task.state == "QUEUED":
-                    if task.kill_reason is None:
-                        self.queue.append(tid)
-                    else:
-                        task.state, task.reason = "KILLED", task.kill_reason
-                    continue
-                if task.pid is not None and processes.is_same_process(task.pid, task.create_time):
-                    # Adopted: not our child, so liveness is polled with psutil from now on.
-                    task.next_probe_at = now
-                    if task.kill_reason is not None:
-                        task.kill_deadline = now
-                    log.info("re-adopted %s (pid %d)", tid, task.pid)
-                elif task.pid is None and task.restart_at is not None and task.kill_reason is None:
-                    task.restart_at = now  # it was waiting out a backoff; carry on
-                else:
-                    task.pid = None
-                    task.healthy = None if task.spec.health_check is None else False
-                    task.state, task.reason = "FAILED", "lost_on_restart"
-                    if task.kill_reason is not None:
-                        task.state, task.reason = "KILLED", task.kill_reason
-                    self._release(task)
-                    log.warning("%s was lost while the borglet was down", tid)
+                alive = (
+                    not task.ended
+                    and task.pid is not None
+                    and processes.is_same_process(task.pid, task.create_time)
+                )
+                self._readopt(tid, task, decisions.readoption(replace(saved, found=found, alive=alive)), now)
             self._dirty = True
         self._save_if_dirty(force=True)
+
+    def _readopt(self, tid: str, task: Task, verdict: decisions.Readoption, now: float) -> None:
+        """Carry out the verdict on a task of the saved table (decisions.readoption)."""
+        task.state, task.reason = verdict.state, verdict.reason
+        if verdict.verdict == "queue":
+            self.queue.append(tid)
+        elif verdict.verdict == "adopt":
+            # Not our child, so liveness is polled with psutil from now on.
+            task.next_probe_at = now
+            if task.kill_reason is not None:
+                task.kill_deadline = now
+            log.info("re-adopted %s (pid %d)", tid, task.pid)
+        elif verdict.verdict == "resume":
+            task.restart_at = now  # it was waiting out a backoff; carry on
+        elif verdict.verdict == "lost":
+            task.pid = None
+            task.healthy = None if task.spec.health_check is None else False
+            self._release(task)
+            log.warning("%s was lost while the borglet was down", tid)
 
     def start(self) -> None:
         """Run the supervisor loop and the starter in background threads."""
@@ -301,11 +314,11 @@ class Borglet:
     def kill_all(self, reason: str, timeout_s: float) -> None:
         """Kill every task and wait (bounded) until their processes are gone."""
         with self._lock:
-            now = self.clock()
+            now = self.wall_clock()
             for task in self.tasks.values():
                 self._request_kill(task, reason, now, grace=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        deadline = self.clock() + timeout_s
+        while self.clock() < deadline:
             self.tick()
             with self._lock:
                 if all(t.pid is None for t in self.tasks.values()):
@@ -340,7 +353,7 @@ class Borglet:
                 if not self.queue:
                     self._queued.wait(self.config.tick_s)
                     continue
-            began = time.monotonic()
+            began = self.clock()
             try:
                 started = self.start_queued(batch)
             except Exception:
@@ -348,7 +361,7 @@ class Borglet:
                 started = 0
             if started:
                 # Spread the next batch so the rate holds; stop promptly when asked.
-                self._stop.wait(max(0.0, started / self.config.start_rate - (time.monotonic() - began)))
+                self._stop.wait(max(0.0, started / self.config.start_rate - (self.clock() - began)))
             else:
                 self._stop.wait(self.config.tick_s)
 
@@ -417,7 +430,7 @@ class Borglet:
     def tick(self) -> None:
         """Observe exits, escalate kills, restart, sample usage, relieve memory pressure, probe."""
         with self._lock:
-            now = self.clock()
+            now = self.wall_clock()
             tasks = list(self.tasks.values())
         # In chunks, the lock let go between them: thousands of exits at once (a job's kill)
         # must not keep a sync waiting past its master's timeout.
@@ -485,24 +498,13 @@ class Borglet:
         task.cpu_milli, task.ram_bytes, task.cpu_sample = 0, 0, None
         task.kill_deadline = None
         self._dirty = True
-        code_for_policy = -signal.SIGKILL if oom and returncode in (0, None) else returncode
-        if decisions.should_restart(
-            task.spec.restart_policy, code_for_policy, task.kill_reason is not None
-        ):
-            attempt = 0 if ran_for >= decisions.BACKOFF_RESET_AFTER_S else task.attempt
-            task.restart_at = now + decisions.backoff_delay(attempt)
-            task.attempt = attempt + 1
-            task.state = "STARTING"
-            task.reason = decisions.ended_state(returncode, oom, None)[1] or "exit 0"
-            log.info(
-                "%s exited (%s); restart in %.1fs",
-                task.spec.task_id,
-                task.reason,
-                task.restart_at - now,
-            )
+        after = decisions.after_exit(
+            task.spec.restart_policy, returncode, oom, task.kill_reason, task.attempt, ran_for, now
+        )
+        task.state, task.reason, task.restart_at, task.attempt = after.state, after.reason, after.restart_at, after.attempt
+        if after.restart_at is not None:
+            log.info("%s exited (%s); restart in %.1fs", task.spec.task_id, task.reason, after.restart_at - now)
             return
-        task.restart_at = None
-        task.state, task.reason = decisions.ended_state(returncode, oom, task.kill_reason)
         log.info("%s ended: %s %s", task.spec.task_id, task.state, task.reason or "")
         self._release(task)
 
@@ -558,7 +560,7 @@ class Borglet:
                     if task.ever_healthy
                     else min(check.interval_s, STARTUP_PROBE_INTERVAL_S)
                 )
-                task.next_probe_at = self.clock() + interval
+                task.next_probe_at = self.wall_clock() + interval
             # A task turning RUNNING is persisted now, not on the next tick, so a borglet
             # killed right after reporting it re-adopts it as RUNNING.
             self._save_if_dirty(force=True)
@@ -604,7 +606,7 @@ class Borglet:
                 task.launching = False
                 self._release(task)
                 return False
-            self._launched(task, proc, self.clock())
+            self._launched(task, proc, self.wall_clock())
         return True
 
     def _failed_to_start(self, task: Task, reason: str) -> None:
@@ -733,10 +735,10 @@ class Borglet:
         with self._lock:
             if not self._dirty:
                 return
-            if not force and time.monotonic() - self._saved_at < SAVE_EVERY_S:
+            if not force and self.clock() - self._saved_at < SAVE_EVERY_S:
                 return
             self._dirty = False
-            self._saved_at = time.monotonic()
+            self._saved_at = self.clock()
             self._snapshots += 1
             seq = self._snapshots
             table = {

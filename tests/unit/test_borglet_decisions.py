@@ -1,15 +1,21 @@
-"""Table tests of the borglet's pure decisions: reconcile, restart policy, backoff, victims."""
+"""Table tests of the borglet's pure decisions: reconcile, restart policy, backoff, what follows an
+exit, re-adoption after a restart, victims."""
 
 import pytest
 
 from reference.borglet.decisions import (
     Candidate,
+    Exit,
     Plan,
+    Readoption,
+    Saved,
+    after_exit,
     backoff_delay,
     ended_state,
     memory_pressure_victims,
-    next_attempt,
+    readoption,
     reconcile,
+    restart_attempt,
     should_restart,
 )
 
@@ -78,10 +84,77 @@ def test_backoff_rejects_negative_attempts():
 
 
 @pytest.mark.parametrize(
-    ("previous", "ran_for", "attempt"), [(0, 0.5, 1), (4, 9.9, 5), (4, 10.0, 0), (7, 3600, 0)]
+    ("attempt", "ran_for", "used"), [(0, 0.5, 0), (4, 9.9, 4), (4, 10.0, 0), (7, 3600, 0)]
 )
-def test_a_long_run_resets_the_backoff(previous, ran_for, attempt):
-    assert next_attempt(previous, ran_for) == attempt
+def test_a_long_run_resets_the_backoff(attempt, ran_for, used):
+    assert restart_attempt(attempt, ran_for) == used
+
+
+@pytest.mark.parametrize(
+    ("policy", "exit_code", "oom", "kill_reason", "attempt", "ran_for", "after"),
+    [
+        # First failure: attempt 0, restart at 100 + 0.1 * 2**0 = 100.1; the next one is attempt 1.
+        ("on_failure", 1, False, None, 0, 0.5, Exit("STARTING", "exit 1", 100.1, 1)),
+        # Third quick failure: attempt 2, 100 + 0.1 * 2**2 = 100.4.
+        ("on_failure", 1, False, None, 2, 0.5, Exit("STARTING", "exit 1", 100.4, 3)),
+        # Ran 10 s, long enough to count as healthy: back to attempt 0, 100.1.
+        ("always", 0, False, None, 6, 10.0, Exit("STARTING", "exit 0", 100.1, 1)),
+        # Attempt 7: 0.1 * 2**7 = 12.8 s, capped at 10 s: 110.
+        ("always", -11, False, None, 7, 1.0, Exit("STARTING", "signal 11", 110.0, 8)),
+        # An OOM kill whose exit code reads 0 is still a failure for on_failure.
+        ("on_failure", 0, True, None, 0, 1.0, Exit("STARTING", "oom", 100.1, 1)),
+        # A clean exit under on_failure ends it; the attempt count stays as it was.
+        ("on_failure", 0, False, None, 3, 1.0, Exit("FINISHED", None, None, 3)),
+        ("never", 2, False, None, 0, 1.0, Exit("FAILED", "exit 2", None, 0)),
+        # The borglet's own kill is never undone, whatever the policy.
+        ("always", -15, False, "not_desired", 0, 1.0, Exit("KILLED", "not_desired", None, 0)),
+    ],
+)
+def test_after_exit(policy, exit_code, oom, kill_reason, attempt, ran_for, after):
+    got = after_exit(policy, exit_code, oom, kill_reason, attempt, ran_for, now=100.0)
+    assert got == Exit(after.state, after.reason, pytest.approx(after.restart_at), after.attempt)
+
+
+def saved(state="RUNNING", reason=None, *, launching=False, pid=True, kill=None, backoff=False,
+          checked=False, found=False, alive=False) -> Saved:  # fmt: skip
+    ended = state in ("FINISHED", "FAILED", "KILLED")
+    return Saved(state, reason, ended, launching, pid, kill, backoff, checked, found, alive)
+
+
+@pytest.mark.parametrize(
+    ("task", "verdict"),
+    [
+        # Ended before the restart: reported as it was.
+        (saved("FINISHED"), Readoption("ended", "FINISHED", None)),
+        (saved("FAILED", "exit 1", pid=False), Readoption("ended", "FAILED", "exit 1")),
+        # Still queued: queued again; queued and killed before it started: killed, never started.
+        (saved("QUEUED", pid=False), Readoption("queue", "QUEUED", None)),
+        (saved("QUEUED", pid=False, kill="not_desired"), Readoption("cancel", "KILLED", "not_desired")),
+        # Saved just before its spawn and its process found by its marker: adopted as started.
+        (saved("QUEUED", launching=True, pid=False, found=True, alive=True), Readoption("adopt", "RUNNING", None)),
+        (
+            saved("QUEUED", launching=True, pid=False, checked=True, found=True, alive=True),
+            Readoption("adopt", "STARTING", None),
+        ),
+        # ... and no process found: it never started, so it is queued again (never spawned twice
+        # is the shell's part: it was not spawned).
+        (saved("QUEUED", launching=True, pid=False), Readoption("queue", "QUEUED", None)),
+        # Found, but gone before its start time was read: lost.
+        (saved("QUEUED", launching=True, pid=False, found=True), Readoption("lost", "FAILED", "lost_on_restart")),
+        # Its process outlived the borglet: adopted as it was, a kill under way kept.
+        (saved("RUNNING", alive=True), Readoption("adopt", "RUNNING", None)),
+        (saved("RUNNING", "not_desired", kill="not_desired", alive=True), Readoption("adopt", "RUNNING", "not_desired")),
+        # Its process died while the borglet was down: lost, or killed if the kill was decided.
+        (saved("RUNNING"), Readoption("lost", "FAILED", "lost_on_restart")),
+        (saved("RUNNING", kill="memory_pressure"), Readoption("lost", "KILLED", "memory_pressure")),
+        # Between restarts (no process, a backoff saved): the backoff ends at once.
+        (saved("STARTING", "exit 1", pid=False, backoff=True), Readoption("resume", "STARTING", "exit 1")),
+        # ... unless it was being killed: killed.
+        (saved("STARTING", pid=False, backoff=True, kill="not_desired"), Readoption("lost", "KILLED", "not_desired")),
+    ],
+)
+def test_readoption(task, verdict):
+    assert readoption(task) == verdict
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,15 @@
-"""The supervisor shell on an injected clock: restart backoff timing with real, short processes."""
+"""The supervisor shell on injected clocks: restart backoff timing with real, short processes, and
+the pace of its table saves."""
 
 import shutil
 import time
 
 import pytest
 
+from reference.borglet import store
 from reference.borglet.isolation import RlimitIsolation
 from reference.borglet.protocol import SyncRequest
-from reference.borglet.supervisor import Borglet, MachineConfig
+from reference.borglet.supervisor import SAVE_EVERY_S, Borglet, MachineConfig
 
 FALSE = shutil.which("false")
 
@@ -33,7 +35,7 @@ def wait_for_exit(borglet: Borglet, task_id: str) -> None:
 def test_restart_backoff_follows_the_injected_clock(tmp_path):
     clock = FakeClock()
     config = MachineConfig(name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path))
-    borglet = Borglet(config, RlimitIsolation(), clock=clock)
+    borglet = Borglet(config, RlimitIsolation(), wall_clock=clock)
     spec = {"task_id": "t#0", "command": [FALSE], "restart_policy": "on_failure"}
     try:
         borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 1, "tasks": [spec]}))
@@ -59,3 +61,25 @@ def test_restart_backoff_follows_the_injected_clock(tmp_path):
         assert borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 3, "tasks": []}))["tasks"] == []
     finally:
         borglet.stop(kill_tasks=True, timeout_s=2)
+
+
+def saved_seq(borglet: Borglet) -> int:
+    return store.load(borglet.table_path)["fence"]["seq"]
+
+
+def test_table_saves_follow_the_injected_clock(tmp_path):
+    clock = FakeClock()
+    config = MachineConfig(name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path))
+    borglet = Borglet(config, RlimitIsolation(), clock=clock)
+    try:
+        borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 1, "tasks": []}))
+        assert saved_seq(borglet) == 1  # 1000 s since no save at all: written
+        borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 2, "tasks": []}))
+        clock.now += SAVE_EVERY_S * 0.9
+        borglet.tick()
+        assert saved_seq(borglet) == 1  # 0.9 s after the last save: not yet
+        clock.now += SAVE_EVERY_S * 0.1
+        borglet.tick()
+        assert saved_seq(borglet) == 2  # 1 s after it: written
+    finally:
+        borglet.stop()
