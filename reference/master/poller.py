@@ -6,10 +6,11 @@ misses `down_after` polls in a row is marked down through the spec (`machine_dow
 are lost and restarted elsewhere by policy); one that answers again is marked up.
 
 A new incarnation is held back (`reports.hold_back`) while an older process of its index is
-still live on an up machine; the machine running the old one is polled every `HOLD_POLL_S`
-meanwhile, so the new one starts about that long after the old one is gone. A machine this
-poller has no reply from yet is first read (GET /v1/state) rather than synced, so a new
-leader learns what runs there before it sends, or takes away, anything.
+still live on an up machine; the machine running the old one is polled every
+`pollclock.HOLD_POLL_S` meanwhile, so the new one starts about that long after the old one is
+gone. A machine this poller has no reply from yet is first read (GET /v1/state) rather than
+synced, so a new leader learns what runs there before it sends, or takes away, anything.
+When each machine is due, and when it is down, is `pollclock`'s to say.
 
 Every sync carries this leader's epoch, a sequence number (one counter per leader, so a borglet
 applies only syncs newer than the last it applied: one given up on after a timeout and
@@ -31,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from reference.master import reports
+from reference.master import pollclock, reports
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, MachineInfo, borglet_task_id
 from reference.master.writer import NotLeader, WriteFailed, Writer
@@ -39,21 +40,15 @@ from spec.model import TaskId, TaskState
 
 log = logging.getLogger(__name__)
 
-USAGE_WRITE_EVERY_S = 10.0  # usage alone is written this rarely: it changes every second
-HOLD_POLL_S = 0.2  # how often a machine whose task blocks a held one is polled
 DELTA_MIN_TASKS = 64  # a machine with at least this many desired tasks gets deltas
-REFUSED_RETRY_S = 0.2  # a refused sync (not of a newer epoch) is retried this soon
 TURN_MIN_GAP_S = 0.05  # turns start at least this far apart, however many replies wake them
 
 
 @dataclass
 class _Machine:
-    next_at: float = 0.0
+    schedule: pollclock.Schedule = pollclock.Schedule()
     signature: frozenset[str] = frozenset()
     inflight: bool = False
-    misses: int = 0
-    usage_written_at: float = 0.0
-    sent_at: float = 0.0
     # The seq and task ids of the last sync the borglet acknowledged: the base of a delta.
     acked_seq: int = 0
     acked: frozenset[str] | None = None
@@ -71,6 +66,7 @@ class Poller:
         interval: float = 1.0,
         down_after: int = 3,
         on_poll: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache = cache
         self.writer = writer
@@ -80,6 +76,7 @@ class Poller:
         self.interval = interval
         self.down_after = down_after
         self._on_poll = on_poll
+        self.clock = clock
         self._machines: dict[str, _Machine] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -119,7 +116,7 @@ class Poller:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            began = time.monotonic()
+            began = self.clock()
             try:
                 self._turn()
             except Exception:  # one bad turn must not end the polling of the cell
@@ -127,11 +124,11 @@ class Poller:
             self._wake.wait(0.1)
             self._wake.clear()
             # Replies wake the loop; with many machines they would make a turn of each one.
-            self._stop.wait(max(0.0, TURN_MIN_GAP_S - (time.monotonic() - began)))
+            self._stop.wait(max(0.0, TURN_MIN_GAP_S - (self.clock() - began)))
 
     def _turn(self) -> None:
         cell = self.cache.cell()
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             key = (cell.revision, self._reported_version)
         if key != self._plans[0]:
@@ -152,16 +149,18 @@ class Poller:
             with self._lock:
                 st = self._machines.setdefault(name, _Machine())
                 if name not in self._reported:
-                    if st.inflight or now < st.next_at:
+                    if st.inflight or not pollclock.read_due(st.schedule, now):
                         continue
-                    st.inflight, st.next_at = True, now + self.interval
+                    st.inflight, st.schedule = True, pollclock.read_sent(st.schedule, now, self.interval)
                     work: tuple[Any, ...] = (self._probe, name, address)
                 else:
-                    due = st.next_at if name not in blocking else min(st.next_at, st.sent_at + HOLD_POLL_S)
-                    if st.inflight or (now < due and signature == st.signature):
+                    # The signatures compared last: equal sets cost a walk of each.
+                    if st.inflight or (
+                        not pollclock.sync_due(st.schedule, now, name in blocking) and signature == st.signature
+                    ):
                         continue
-                    st.inflight, st.signature, st.next_at = True, signature, now + self.interval
-                    st.sent_at = now
+                    st.inflight, st.signature = True, signature
+                    st.schedule = pollclock.sync_sent(st.schedule, now, self.interval)
                     self._released.update(signature)
                     work = (self._poll, name, address, desired, signature, ids, cell.revision)
             if self._stop.is_set():
@@ -242,8 +241,7 @@ class Poller:
             elif reply.get("refused"):
                 with self._lock:
                     st = self._machines[name]
-                    st.misses = 0
-                    st.next_at = min(st.next_at, time.monotonic() + REFUSED_RETRY_S)
+                    st.schedule = pollclock.refused(st.schedule, self.clock())
             else:
                 self._answered(name, reply, ids)
         except (NotLeader, WriteFailed) as err:
@@ -269,8 +267,8 @@ class Poller:
             else:
                 self._record_report(name, reply)
                 with self._lock:
-                    self._machines[name].misses = 0
-                    self._machines[name].next_at = 0.0  # sync it on the next turn
+                    st = self._machines[name]
+                    st.schedule = pollclock.read_answered(st.schedule)
         except (NotLeader, WriteFailed) as err:
             log.info("probe of %s not recorded: %s", name, err)
         except Exception:
@@ -335,22 +333,21 @@ class Poller:
     def _missed(self, name: str) -> None:
         with self._lock:
             st = self._machines[name]
-            st.misses += 1
-            misses = st.misses
-        if misses < self.down_after:
+            st.schedule = schedule = pollclock.missed(st.schedule)
+        if not pollclock.is_down(schedule, self.down_after):
             return
         cell = self.cache.cell()
         m = cell.state.machines.get(name)
         if m is None or not m.up:
             return
-        log.warning("machine %s missed %d polls: marking it down", name, misses)
+        log.warning("machine %s missed %d polls: marking it down", name, schedule.misses)
         self.writer.mutate(lambda d: d.step("machine_down", name, reason=f"machine {name} down"))
 
     def _answered(self, name: str, reply: dict[str, Any], ids: set[TaskId]) -> None:
         with self._lock:
             st = self._machines[name]
-            st.misses = 0
-            write_usage = time.monotonic() - st.usage_written_at >= USAGE_WRITE_EVERY_S
+            st.schedule = pollclock.answered(st.schedule)
+            write_usage = pollclock.usage_due(st.schedule, self.clock())
         self._record_report(name, reply)
         outcome = reports.map_reply(self.cache.cell(), name, reply, ids)
         self.usage.update(outcome.usage)
@@ -388,7 +385,7 @@ class Poller:
         self.writer.mutate(change)
         if write_usage:
             with self._lock:
-                st.usage_written_at = time.monotonic()
+                st.schedule = pollclock.usage_written(st.schedule, self.clock())
 
 
 def _refusal_reason(response: httpx.Response) -> str:

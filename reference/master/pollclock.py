@@ -1,0 +1,89 @@
+"""When the leader's poller contacts each machine, and when it declares one down (pure functions of one machine's schedule and the time).
+
+A machine is polled every `interval` seconds, and at once when its desired set changed. One
+whose report blocks a held-back task is polled every `HOLD_POLL_S` meanwhile; a refused sync
+(an answer: the machine is alive) is retried within `REFUSED_RETRY_S`; a machine first read
+rather than synced is synced on the next turn once it answered. A machine that missed
+`down_after` polls in a row is down. Usage alone is written every `USAGE_WRITE_EVERY_S`.
+
+Times are the poller's clock (monotonic); each function returns the new schedule and changes
+nothing, so the poller applies it under its lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+USAGE_WRITE_EVERY_S = 10.0  # usage alone is written this rarely: it changes every second
+HOLD_POLL_S = 0.2  # how often a machine whose task blocks a held one is polled
+REFUSED_RETRY_S = 0.2  # a refused sync (not of a newer epoch) is retried this soon
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One machine's poll times as the poller keeps them."""
+
+    next_at: float = 0.0  # the next regular poll
+    sent_at: float = 0.0  # when the last sync was sent
+    misses: int = 0  # polls in a row without an answer
+    usage_written_at: float = 0.0
+
+
+def read_due(s: Schedule, now: float) -> bool:
+    """Whether a machine not heard from yet is due for a read of its state."""
+    return now >= s.next_at
+
+
+def sync_due(s: Schedule, now: float, blocking: bool) -> bool:
+    """Whether a machine's poll time came: its next regular poll, or, when it blocks a held
+    task, `HOLD_POLL_S` after its last sync. (A changed desired set is sent at once, due or not.)"""
+    due = min(s.next_at, s.sent_at + HOLD_POLL_S) if blocking else s.next_at
+    return now >= due
+
+
+# The two below run for every poll sent: built directly, not with dataclasses.replace.
+
+
+def read_sent(s: Schedule, now: float, interval: float) -> Schedule:
+    """A read of the machine's state went out at `now`."""
+    return Schedule(now + interval, s.sent_at, s.misses, s.usage_written_at)
+
+
+def sync_sent(s: Schedule, now: float, interval: float) -> Schedule:
+    """A sync went out at `now`."""
+    return Schedule(now + interval, now, s.misses, s.usage_written_at)
+
+
+def answered(s: Schedule) -> Schedule:
+    """The machine answered a sync: it is alive."""
+    return replace(s, misses=0)
+
+
+def read_answered(s: Schedule) -> Schedule:
+    """The machine answered a read: alive, and synced on the next turn."""
+    return replace(s, misses=0, next_at=0.0)
+
+
+def refused(s: Schedule, now: float) -> Schedule:
+    """The machine refused a sync (not for a newer epoch): alive, and retried soon."""
+    return replace(s, misses=0, next_at=min(s.next_at, now + REFUSED_RETRY_S))
+
+
+def missed(s: Schedule) -> Schedule:
+    """A poll got no answer (or a refusal for a newer epoch, which this leader cannot fix)."""
+    return replace(s, misses=s.misses + 1)
+
+
+def is_down(s: Schedule, down_after: int) -> bool:
+    """Whether the machine missed enough polls in a row to be declared down."""
+    return s.misses >= down_after
+
+
+def usage_due(s: Schedule, now: float) -> bool:
+    """Whether an answer at `now` also writes the machine's and its tasks' usage."""
+    return now - s.usage_written_at >= USAGE_WRITE_EVERY_S
+
+
+def usage_written(s: Schedule, now: float) -> Schedule:
+    """The usage was written at `now`."""
+    return replace(s, usage_written_at=now)
