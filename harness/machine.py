@@ -17,7 +17,8 @@ from harness.history import History, OpKind, Outcome, parse_task_id
 from harness.localcell import LocalCell
 from harness.observe import Observation, Observer, job_of, quotas_of
 from spec import actions as spec_actions
-from spec.model import CellState, DeathCause, FMap, Job, Resources, RestartPolicy, TaskState
+from spec.fmap import FMap
+from spec.model import CellState, DeathCause, Job, Resources, RestartPolicy, TaskState
 
 SETTLE_TIMEOUT_S = 25.0
 #: How long after a machine is back (or a task on it was lost) its borglet may still run the

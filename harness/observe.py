@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.api import Api, cpu_milli
+from spec.fmap import FMap
 from spec.model import (
     ZERO,
     AppClass,
@@ -15,7 +16,6 @@ from spec.model import (
     Constraint,
     ConstraintOp,
     DeathCause,
-    FMap,
     Job,
     Machine,
     QuotaKey,

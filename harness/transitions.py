@@ -28,7 +28,8 @@ from spec.actions import (
     machine_up,
     reserve,
 )
-from spec.model import CellState, FMap, Job, Resources, Task, TaskId, TaskState
+from spec.fmap import FMap
+from spec.model import CellState, Job, Resources, Task, TaskId, TaskState
 
 #: Task steps a path may hold (a slow step, such as a failover or a borglet restarted under a
 #: placement, can hide two losses with their restarts and placements behind one poll); steps of the environment (job and machine changes seen in

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .actions import ACTIONS, EvictReason, Step, apply
+from .fmap import FMap
 from .invariants import INVARIANTS, Invariant, check_state, check_step
 from .model import (
     Alloc,
@@ -24,7 +25,6 @@ from .model import (
     CellState,
     Constraint,
     ConstraintOp,
-    FMap,
     Job,
     Machine,
     QuotaKey,

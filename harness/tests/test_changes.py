@@ -8,11 +8,11 @@ from harness.checks import check_observation
 from harness.coverage import Coverage
 from harness.observe import Observation, quotas_of, resources_of
 from harness.transitions import explain, explain_all, machine_changes, reservation_changes
+from spec.fmap import FMap
 from spec.model import (
     Band,
     CellState,
     DeathCause,
-    FMap,
     Job,
     Machine,
     QuotaKey,

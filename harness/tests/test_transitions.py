@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from harness.transitions import explain, explain_all
+from spec.fmap import FMap
 from spec.model import (
     CellState,
     DeathCause,
-    FMap,
     Job,
     Machine,
     Resources,

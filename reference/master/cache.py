@@ -27,7 +27,8 @@ from reference.master.changes import Change, ChangeLog
 from reference.store import ops
 from reference.store.client import StoreClient, StoreError
 from reference.store.watch import PrefixWatch
-from spec.model import CellState, FMap, Job, Machine, QuotaKey, Resources, Task, TaskId, TaskState
+from spec.fmap import FMap
+from spec.model import CellState, Job, Machine, QuotaKey, Resources, Task, TaskId, TaskState
 
 K = TypeVar("K")
 V = TypeVar("V")

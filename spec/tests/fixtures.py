@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from spec.actions import machine_add, schedule, submit
+from spec.fmap import FMap
 from spec.model import (
     Band,
     CellState,
     Constraint,
     ConstraintOp,
-    FMap,
     Job,
     Machine,
     QuotaKey,

@@ -8,13 +8,13 @@ import random
 
 import pytest
 
-from spec import model
-from spec.model import FMap
+from spec import fmap
+from spec.fmap import FMap
 
 
 @pytest.fixture(autouse=True)
 def index_every_map(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(model, "GROUP_MIN", 0)  # these maps are small: keep their indexes
+    monkeypatch.setattr(fmap, "GROUP_MIN", 0)  # these maps are small: keep their indexes
 
 
 def parity(key: int, value: str) -> int | None:

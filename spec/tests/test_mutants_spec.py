@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from spec.actions import Step, job_is_valid, schedule, submit, update
-from spec.model import Alloc, CellState, FMap, Job, Machine, Resources, TaskId, TaskState
+from spec.fmap import FMap
+from spec.model import Alloc, CellState, Job, Machine, Resources, TaskId, TaskState
 
 SMALL = Resources.of(cpu=500)
 LARGE = Resources.of(cpu=1000)

@@ -10,7 +10,8 @@ from reference.jobspec import parse_job
 from reference.master import views
 from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo
 from spec.actions import schedule, submit
-from spec.model import CellState, FMap, Machine, Resources, TaskId, TaskState
+from spec.fmap import FMap
+from spec.model import CellState, Machine, Resources, TaskId, TaskState
 
 AUTOSCALE = {"min": 1, "max": 5, "metric": "requests_per_task", "target": 8,
              "scale_up_cooldown": 0, "scale_down_cooldown": 0, "stabilization_s": 0, "drain_s": 5}  # fmt: skip

@@ -5,7 +5,8 @@ from __future__ import annotations
 from reference.elastic.reclaimer import apply_reservations
 from reference.master.cell import Cell, Draft
 from spec.actions import reserve, schedule, submit
-from spec.model import CellState, FMap, Job, Machine, Resources, TaskId, TaskState
+from spec.fmap import FMap
+from spec.model import CellState, Job, Machine, Resources, TaskId, TaskState
 
 M = Machine("m0", Resources.of(cpu=1000, ram=1000))
 WEB = TaskId("u/web", 0)

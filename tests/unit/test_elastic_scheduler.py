@@ -6,7 +6,8 @@ from reference.scheduler import PendingTask, Snapshot, plan_for, plan_pass
 from reference.scheduler.adapter import apply_plan
 from reference.scheduler.snapshot import RunningTask
 from spec.actions import reserve, schedule, submit
-from spec.model import CellState, FMap, Job, Machine, Resources, TaskId, TaskState
+from spec.fmap import FMap
+from spec.model import CellState, Job, Machine, Resources, TaskId, TaskState
 
 GiB = 2**30
 M = Machine("m0", Resources.of(cpu=1000, ram=4 * GiB))

@@ -12,7 +12,8 @@ from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo
 from reference.master.writer import diff_ops
 from reference.store import ops
 from spec.actions import machine_add, schedule, submit
-from spec.model import CellState, FMap, Machine, Resources, TaskId, TaskState
+from spec.fmap import FMap
+from spec.model import CellState, Machine, Resources, TaskId, TaskState
 
 KEYS = codec.Keys("c1")
 

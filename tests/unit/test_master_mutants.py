@@ -357,7 +357,7 @@ def test_changed_keys_of_maps_made_apart_are_found_by_comparison():
     # Maps not made from one another by one step have no record of their change: their keys
     # are compared entry by entry (by identity), both ways.
     from reference.master.cell import _changed_keys
-    from spec.model import FMap
+    from spec.fmap import FMap
 
     one, two, three = object(), object(), object()
     before = FMap({"a": one, "b": two})

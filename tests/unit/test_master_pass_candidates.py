@@ -11,10 +11,10 @@ import pytest
 from reference.master.cell import Cell, Draft
 from reference.master.leader import Term, TokenBucket, pass_has_work, pass_work
 from spec.actions import restart_allowed
+from spec.fmap import FMap
 from spec.model import (
     CellState,
     DeathCause,
-    FMap,
     Job,
     Machine,
     Resources,

@@ -1,10 +1,10 @@
 """When the leader's scheduling pass has work: pending, restartable or stale tasks only."""
 
 from reference.master.leader import pass_has_work
+from spec.fmap import FMap
 from spec.model import (
     CellState,
     DeathCause,
-    FMap,
     Job,
     Resources,
     RestartPolicy,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from reference.master import views
 from reference.master.cell import Cell
+from spec.fmap import FMap
 from spec.model import (
     Band,
     CellState,
-    FMap,
     Job,
     Machine,
     QuotaKey,

@@ -14,11 +14,11 @@ from reference.master.cache import WatchCache
 from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo
 from reference.master.leader import pass_has_work, pass_work
 from reference.store import ops
+from spec.fmap import FMap
 from spec.model import (
     Band,
     CellState,
     DeathCause,
-    FMap,
     Job,
     Machine,
     QuotaKey,
@@ -275,9 +275,9 @@ def test_a_progress_notification_keeps_the_view_and_its_work_set() -> None:
 def test_views_carry_the_spec_indexes_forward(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """A view's task and job maps are made from the last view's, so the spec's indexes (a
     job's tasks, a machine's running tasks, a user's jobs) are updated, not rebuilt."""
-    from spec import model
+    from spec import fmap
 
-    monkeypatch.setattr(model, "GROUP_MIN", 0)
+    monkeypatch.setattr(fmap, "GROUP_MIN", 0)
     rng = random.Random(seed)
     client = FakeClient()
     cache = WatchCache(client, KEYS)  # type: ignore[arg-type]

@@ -328,7 +328,8 @@ def test_k8s_scores_skip_absent_resources_and_cap_fractions(policy, req, free, c
 def test_an_over_quota_refusal_says_by_how_much():
     # Quota 1000m for alice's batch jobs; a job of 2 x 600m asks 1200m: short by 200m.
     from reference.scheduler.admission import admit
-    from spec.model import Band, CellState, FMap, Job, QuotaKey
+    from spec.fmap import FMap
+    from spec.model import Band, CellState, Job, QuotaKey
 
     state = CellState(quotas=FMap({QuotaKey("alice", Band.BATCH): Resources.of(cpu=1000, ram=GiB)}))
     verdict = admit(state, Job("alice", "j", 100, 2, Resources.of(cpu=600)))
@@ -350,7 +351,8 @@ def test_score_cache_hits_are_counted_only_with_the_cache_on():
 def test_the_snapshot_records_which_packages_each_machine_holds():
     # A running task of a job with a package puts that package on its machine (locality).
     from reference.scheduler.adapter import snapshot_from_state
-    from spec.model import CellState, FMap, Job, Task, TaskState
+    from spec.fmap import FMap
+    from spec.model import CellState, Job, Task, TaskState
 
     job = Job("u", "web", 100, 1, Resources.of(cpu=100), package="web-v1")
     task = Task(TaskId("u/web", 0), TaskState.RUNNING, "m0", 100, Resources.of(cpu=100))

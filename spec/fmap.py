@@ -1,0 +1,166 @@
+"""A persistent map for the cell state: immutable and hashable, it knows which keys one step changed and keeps group indexes up to date from them.
+
+The master's writer holds a cell of thousands of tasks in these maps: `changed_since` tells
+it what a step changed without comparing every entry, and `group` answers "the tasks of this
+job" at the cost of that job, not of the cell. The spec's explorer uses the same maps, small
+enough to keep no index at all.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+GROUP_MIN = 64  # maps smaller than this keep no index: a scan is as cheap, and memory is not spent
+
+
+class FMap(Mapping[K, V], Generic[K, V]):
+    """An immutable, hashable mapping. `set`, `update` and `remove` return a new map, which
+    remembers (weakly) the map it was made from and the keys that changed: `changed_since`
+    lets a user of many large maps (the master's writer) see what a step changed without
+    comparing every entry. `group` indexes the keys by a function of each entry; a map made
+    from one with an index gets the index updated from the changed keys, so the queries of
+    a cell of thousands of tasks cost what one job or machine holds, not the whole cell."""
+
+    __slots__ = ("_d", "_h", "_parent", "_changed", "_groups", "__weakref__")
+
+    def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
+        self._d: dict[K, V] = dict(items)
+        self._h: int | None = None
+        self._parent: weakref.ref[FMap[K, V]] | None = None
+        self._changed: tuple[K, ...] = ()
+        self._groups: dict[Callable[[K, V], Any], dict[Any, frozenset[K]]] | None = None
+
+    def _derived(self, d: dict[K, V], changed: tuple[K, ...]) -> FMap[K, V]:
+        out: FMap[K, V] = FMap.__new__(FMap)
+        out._d, out._h, out._parent, out._changed = d, None, weakref.ref(self), changed
+        out._groups = None
+        if self._groups:
+            out._groups = {by: _regroup(groups, by, self._d, d, changed) for by, groups in self._groups.items()}
+        return out
+
+    def group(self, by: Callable[[K, V], Any]) -> Mapping[Any, frozenset[K]]:
+        """The keys grouped by `by(key, value)` (None: in no group). `by` must be one
+        module-level function (its identity names the index) that depends only on the entry."""
+        groups = self._groups.get(by) if self._groups is not None else None
+        if groups is None:
+            built: dict[Any, set[K]] = {}
+            for k, v in self._d.items():
+                g = by(k, v)
+                if g is not None:
+                    built.setdefault(g, set()).add(k)
+            groups = {g: frozenset(ks) for g, ks in built.items()}
+            if len(self._d) >= GROUP_MIN:  # small maps (the explorer's) are grouped afresh
+                if self._groups is None:
+                    self._groups = {}
+                self._groups[by] = groups
+        return groups
+
+    def changed_since(self, other: FMap[K, V]) -> tuple[K, ...] | None:
+        """The keys whose entries may differ from `other`'s, when this map was made from
+        `other` by one `set`, `update` or `remove`; None when that is not known."""
+        if self is other:
+            return ()
+        if self._parent is not None and self._parent() is other:
+            return self._changed
+        return None
+
+    def __getitem__(self, key: K) -> V:
+        return self._d[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    # Direct dict views: the Mapping defaults go through __getitem__ per key, and the
+    # explorer spends most of its time iterating these maps.
+    def __contains__(self, key: object) -> bool:
+        return key in self._d
+
+    def get(self, key: K, default: Any = None) -> Any:
+        return self._d.get(key, default)
+
+    def keys(self):  # type: ignore[override]
+        return self._d.keys()
+
+    def values(self):  # type: ignore[override]
+        return self._d.values()
+
+    def items(self):  # type: ignore[override]
+        return self._d.items()
+
+    def __hash__(self) -> int:
+        if self._h is None:
+            self._h = hash(frozenset(self._d.items()))
+        return self._h
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FMap):
+            return self._d == other._d
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FMap({self._d!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FMap, (self._d,))  # the entries only: a weak reference does not pickle
+
+    def set(self, key: K, value: V) -> FMap[K, V]:
+        d = dict(self._d)
+        d[key] = value
+        return self._derived(d, (key,))
+
+    def update(self, items: Mapping[K, V]) -> FMap[K, V]:
+        d = dict(self._d)
+        d.update(items)
+        return self._derived(d, tuple(items))
+
+    def remove(self, key: K) -> FMap[K, V]:
+        d = dict(self._d)
+        d.pop(key, None)
+        return self._derived(d, (key,))
+
+    def successor(self, items: dict[K, V], changed: Iterable[K]) -> FMap[K, V]:
+        """A map of `items` (a dict the caller hands over and no longer changes) that differs
+        from this one only at the `changed` keys: it gets this map's indexes updated."""
+        return self._derived(items, tuple(changed))
+
+    def edit(self, put: Mapping[K, V], remove: Iterable[K] = ()) -> FMap[K, V]:
+        """`update(put)` and then `remove` of each key in `remove`, as one step."""
+        d = dict(self._d)
+        d.update(put)
+        gone = tuple(remove)
+        for key in gone:
+            d.pop(key, None)
+        return self._derived(d, tuple(dict.fromkeys((*put, *gone))))
+
+
+_MISSING: Any = object()
+
+
+def _regroup(
+    groups: dict[Any, frozenset[K]], by: Callable[[K, V], Any], old: dict[K, V], new: dict[K, V],
+    changed: tuple[K, ...],
+) -> dict[Any, frozenset[K]]:  # fmt: skip
+    """An index of `old` updated to `new`, which differ only at the `changed` keys."""
+    out = dict(groups)
+    for k in dict.fromkeys(changed):
+        was, now = old.get(k, _MISSING), new.get(k, _MISSING)
+        g0 = None if was is _MISSING else by(k, was)
+        g1 = None if now is _MISSING else by(k, now)
+        if g0 == g1:
+            continue
+        if g0 is not None:
+            left = out[g0] - {k}
+            if left:
+                out[g0] = left
+            else:
+                del out[g0]
+        if g1 is not None:
+            out[g1] = out.get(g1, frozenset()) | {k}
+    return out
