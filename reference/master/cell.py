@@ -9,6 +9,7 @@ from typing import Any
 from reference.jobspec import JobSpec
 from reference.master import events
 from spec.actions import ACTIONS, restart_allowed
+from spec.fmap import FMap
 from spec.model import CellState, Job, QuotaKey, Resources, Task, TaskId, TaskState
 
 HISTORY_LIMIT = 20  # task history entries kept in each task record
@@ -165,7 +166,7 @@ class Tracked(MutableMapping[Any, Any]):
         return f"Tracked({self.data!r})"
 
 
-def _changed_keys(before: Any, after: Any) -> set[Any]:
+def changed_keys(before: FMap[Any, Any], after: FMap[Any, Any]) -> set[Any]:
     """The keys whose entries differ between two FMaps (by identity), cheaply where `after`
     was made from `before` by one set, update or remove."""
     if before is after:
@@ -208,8 +209,8 @@ class Draft:
         if nxt is None:
             return False
         self._record(before, nxt, reason or action, action)
-        self._jobs_stepped |= _changed_keys(before.jobs, nxt.jobs)
-        self._machines_stepped |= _changed_keys(before.machines, nxt.machines)
+        self._jobs_stepped |= changed_keys(before.jobs, nxt.jobs)
+        self._machines_stepped |= changed_keys(before.machines, nxt.machines)
         self.state = nxt
         self.steps.append(action)
         return True
@@ -228,7 +229,7 @@ class Draft:
 
     def _record(self, before: CellState, after: CellState, reason: str, action: str = "") -> None:
         old, new = before.tasks, after.tasks
-        for tid in _changed_keys(old, new):
+        for tid in changed_keys(old, new):
             task, prev = new.get(tid), old.get(tid)
             if prev is task:
                 continue

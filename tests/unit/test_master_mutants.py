@@ -353,14 +353,14 @@ def test_a_tracked_map_pops_a_missing_key_to_its_default_and_records_it():
     assert t.pop("a") == 1 and "a" not in t
 
 
-def test_changed_keys_of_maps_made_apart_are_found_by_comparison():
+def testchanged_keys_of_maps_made_apart_are_found_by_comparison():
     # Maps not made from one another by one step have no record of their change: their keys
     # are compared entry by entry (by identity), both ways.
-    from reference.master.cell import _changed_keys
+    from reference.master.cell import changed_keys
     from spec.fmap import FMap
 
     one, two, three = object(), object(), object()
     before = FMap({"a": one, "b": two})
-    assert _changed_keys(before, before) == set()
-    assert _changed_keys(before, FMap({"a": one, "c": three})) == {"b", "c"}
-    assert _changed_keys(before, before.set("a", three)) == {"a"}
+    assert changed_keys(before, before) == set()
+    assert changed_keys(before, FMap({"a": one, "c": three})) == {"b", "c"}
+    assert changed_keys(before, before.set("a", three)) == {"a"}
