@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from harness import windows
 from harness.api import Api
 from harness.checks import borglet_samples, check_observation, convergence_problems
 from harness.coverage import Coverage
 from harness.history import History, OpKind, Outcome, parse_task_id
 from harness.localcell import LocalCell
 from harness.observe import Observation, Observer, job_of, quotas_of
+from harness.windows import LOST_GRACE_S
 from spec import actions as spec_actions
 from spec.fmap import FMap
-from spec.model import CellState, DeathCause, Job, Resources, RestartPolicy, TaskState
+from spec.model import CellState, Job, Resources, RestartPolicy, TaskState
 
 SETTLE_TIMEOUT_S = 25.0
-#: How long after a machine is back (or a task on it was lost) its borglet may still run the
-#: old process: one master poll to hear it is unwanted, plus the borglet's 3 s kill grace.
-LOST_GRACE_S = 10.0
 #: A paused borglet is resumed by the next cycle once its machine is seen down, or after this long.
 PAUSE_LIMIT_S = 8.0
 MAX_PHANTOMS = 3
@@ -62,6 +62,9 @@ class Context:
     failures: list[str] = field(default_factory=list)
     residents: dict[str, float] = field(default_factory=dict)  # job key -> when submitted
     resident_count: itertools.count = field(default_factory=itertools.count)
+    #: The test's clock: on the scale of the observer's (monotonic) times, which lost windows
+    #: are compared with.
+    clock: Callable[[], float] = time.monotonic
 
 
 CTX: Context | None = None
@@ -90,6 +93,7 @@ class CellMachine(RuleBasedStateMachine):
         c = ctx()
         self.c = c
         self.api = c.api
+        self.clock = c.clock
         self.example = next(c.examples)
         self.model = CellState()
         self.keys: set[str] = set()
@@ -122,7 +126,7 @@ class CellMachine(RuleBasedStateMachine):
         They are no example's jobs: observed and judged like every job, but not killed at teardown."""
         if self.c.cell is None:
             return
-        now = time.monotonic()
+        now = self.clock()
         for key, since in sorted(self.c.residents.items()):
             if now - since > RESIDENT_AGE_S and self.api.kill(key).outcome is not Outcome.FAILED:
                 del self.c.residents[key]
@@ -332,8 +336,8 @@ class CellMachine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from((0.5, 1.0, 2.0)))
     def wait(self, seconds: float) -> None:
         """Let the cell move, observing it meanwhile so polls skip fewer intermediate states."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        deadline = self.clock() + seconds
+        while self.clock() < deadline:
             time.sleep(0.3)
             self._observe_and_check()
 
@@ -351,7 +355,7 @@ class CellMachine(RuleBasedStateMachine):
         """A faulted borglet may come back once its machine was last seen down, or PAUSE_LIMIT_S
         after the fault (the cell may never have noticed a short one)."""
         m = self.prev.state.machines.get(name) if self.prev is not None else None
-        return (m is not None and not m.up) or time.monotonic() - since > PAUSE_LIMIT_S
+        return (m is not None and not m.up) or self.clock() - since > PAUSE_LIMIT_S
 
     def _steady(self) -> list[str]:
         """Borglets running and not paused that a fault may hit next: all but the first
@@ -377,7 +381,7 @@ class CellMachine(RuleBasedStateMachine):
         if not names:
             return
         name = names[i % len(names)]
-        self.down_since[name] = time.monotonic()
+        self.down_since = windows.lost_anew(self.down_since, name, self.clock())
         cell.kill_borglet(name)
         self.c.coverage.faults["borglet_kill"] += 1
 
@@ -408,7 +412,7 @@ class CellMachine(RuleBasedStateMachine):
         names = self._steady()
         for name in sorted({names[i % len(names)], names[(i + 1) % len(names)]} if names else ()):
             if len(cell.paused) < MAX_PAUSED:
-                self.down_since.setdefault(name, time.monotonic())
+                self.down_since = windows.lost_from(self.down_since, name, self.clock())
                 cell.pause_borglet(name)
                 self.c.coverage.faults["borglet_pause"] += 1
 
@@ -419,7 +423,7 @@ class CellMachine(RuleBasedStateMachine):
         declared down: they report those tasks killed, and the cell loses them one by one."""
         names = self._steady()
         for name in sorted({names[i % len(names)] for i in picks} if names else ()):
-            self.c.lost_windows.append((name, time.monotonic() - 1.0, time.monotonic() + LOST_GRACE_S))
+            self.c.lost_windows.append(windows.bounced(name, self.clock()))
             if self._cell().bounce_borglet(name):
                 self.c.coverage.faults["borglet_bounce"] += 1
 
@@ -433,11 +437,11 @@ class CellMachine(RuleBasedStateMachine):
         seen = self.prev.state.machines if self.prev is not None else {}
         for name in list(self.phantoms):
             m = seen.get(name)
-            waited = time.monotonic() - self.phantom_since.get(name, 0.0) >= PAUSE_LIMIT_S
+            waited = self.clock() - self.phantom_since.get(name, 0.0) >= PAUSE_LIMIT_S
             if m is not None and not m.up and name not in self.revived:
                 self._cell().add_borglet(name, self.phantom_address[name])
                 self.revived.add(name)
-                self.phantom_since[name] = time.monotonic()
+                self.phantom_since[name] = self.clock()
                 self.c.coverage.faults["phantom_revive"] += 1
                 continue
             if not waited and (m is None or (m.up != (name in self.revived))):
@@ -455,7 +459,7 @@ class CellMachine(RuleBasedStateMachine):
             self.c.coverage.faults["phantom_add"] += 1
             if r.outcome is not Outcome.FAILED:
                 self.phantoms.append(name)
-                self.phantom_since[name] = time.monotonic()
+                self.phantom_since[name] = self.clock()
                 self.phantom_address[name] = address
 
     def _forget_phantom(self, name: str) -> None:
@@ -503,8 +507,8 @@ class CellMachine(RuleBasedStateMachine):
         self._wait_leader()
 
     def _wait_leader(self, exclude: str | None = None, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        deadline = self.clock() + timeout
+        while self.clock() < deadline:
             body = self.api.get("/v1/cell") or {}
             if body.get("leader") and body.get("leader") != exclude:
                 return
@@ -518,7 +522,7 @@ class CellMachine(RuleBasedStateMachine):
         self._observe_and_check()
 
     def _observe_and_check(self) -> Observation | None:
-        t0 = time.monotonic()
+        t0 = self.clock()
         obs = self.observer.poll(skip=set(self.c.cell.paused) if self.c.cell is not None else set())
         if obs is None:
             return None  # no master answered (a failover): nothing to judge this time
@@ -552,45 +556,28 @@ class CellMachine(RuleBasedStateMachine):
             self.c.history.complete(op, Outcome.OK, value, at=obs.t)
 
     def _track_windows(self, obs: Observation) -> None:
-        """A machine is 'declared lost' from the moment it stops answering (or is killed)
-        until its borglet is back and has had a few seconds to kill its duplicates."""
-        for name, m in obs.state.machines.items():
-            if not m.up and name not in self.down_since:
-                self.down_since[name] = obs.t - 2.0
-            elif m.up and name in self.down_since and (
-                self.c.cell is None or (name not in self.c.cell.down_borglets and name not in self.c.cell.paused)
-            ):
-                self._close_window(name, grace=LOST_GRACE_S)
+        """Machines seen down are lost from then; those seen up again, and no longer paused or
+        killed here, are back (harness/windows.py)."""
+        cell = self.c.cell
+        faulted = set() if cell is None else {*cell.down_borglets, *cell.paused}
+        up = {name: m.up for name, m in obs.state.machines.items()}
+        self.down_since, closed = windows.seen(self.down_since, up, faulted, obs.t, self.clock())
+        self.c.lost_windows.extend(closed)
 
     def _lost_since_last(self, obs: Observation) -> None:
-        """A task lost between two polls means its machine was declared lost then, even if no
-        poll saw the machine down: its old process may outlive the new incarnation until the
-        borglet hears from the master again."""
-        if self.prev is None:
-            return
-        for tid, t in self.prev.state.tasks.items():
-            if t.state is not TaskState.RUNNING or t.machine is None:
-                continue
-            same = obs.state.tasks.get(tid)
-            if same is not None and same.state is TaskState.DEAD and same.cause is DeathCause.LOST:
-                lost = True
-            else:  # the cell keeps only the newest incarnation: ask its history why it exists
-                now = obs.state.latest(tid.job, tid.index)
-                view = obs.task_views.get(now.id, {}) if now is not None and now.id != tid else {}
-                lost = any(h.get("reason") == "restart after lost" for h in view.get("history", []))
-            if lost:
-                self.c.lost_windows.append((t.machine, self.prev.t - 1.0, obs.t + LOST_GRACE_S))
+        if self.prev is not None:
+            self.c.lost_windows.extend(windows.lost_between(self.prev, obs))
 
     def _close_window(self, name: str, grace: float) -> None:
-        start = self.down_since.pop(name, None)
-        if start is not None:
-            self.c.lost_windows.append((name, start, time.monotonic() + grace))
+        self.down_since, window = windows.back(self.down_since, name, self.clock(), grace)
+        if window is not None:
+            self.c.lost_windows.append(window)
 
     def _settle(self) -> None:
         self.c.coverage.convergence_checks += 1
-        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        deadline = self.clock() + SETTLE_TIMEOUT_S
         problems: list[str] = ["no observation"]
-        while time.monotonic() < deadline:
+        while self.clock() < deadline:
             obs = self._observe_and_check()
             if obs is not None:
                 problems = convergence_problems(self.model, obs, self.keys)
@@ -616,8 +603,8 @@ class CellMachine(RuleBasedStateMachine):
                 self.c.cell.stop_borglet(name)
         for key in self._live():
             self.api.kill(key)
-        deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while time.monotonic() < deadline:
+        deadline = self.clock() + SETTLE_TIMEOUT_S
+        while self.clock() < deadline:
             obs = self.observer.poll()
             if obs is not None and not self._still_running(obs):
                 break
