@@ -6,7 +6,7 @@
 
 Control plane: N master replicas and N etcd members, one machine running a 2-task
 hello_world (so BNS names resolve). Before Locust, the cell's own etcd is written directly
-through StoreClient (reference/store/bench.py); then the mixed control-plane ladder; then
+through StoreClient (bench/store.py); then the mixed control-plane ladder; then
 a reads-only ladder (the mix's reads with their weights, no writes, over a few jobs
 submitted for it: the read path alone); then submit-only runs at the bench's concurrency:
 jobs of no task (the master's write path alone), then a short ladder of one-task jobs that
@@ -28,13 +28,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from bench import store as store_bench
 from loadtests import cell, locustrun, machine, report
 from loadtests.history import count_5xx
 from loadtests.jobs import read_job_keys
 from loadtests.locustrun import Ladder, Target
 from loadtests.sampler import Sampler, write_csv
 from loadtests.sampler import Target as Watched
-from reference.store import bench as store_bench
 
 # Tasks of hello_world in the control-plane cell: enough for BNS resolutions to vary.
 CONTROL_SERVICE_TASKS = 2
@@ -197,7 +197,7 @@ def watched(info: Any, locust_pids: list[int]) -> Iterable[Watched]:
 
 
 def etcd_direct(endpoints: list[str], seconds: float, clients: int) -> dict[str, Any]:
-    """reference/store/bench.py's put and fenced-txn cases against the cell's own etcd."""
+    """bench/store.py's put and fenced-txn cases against the cell's own etcd."""
     started = time.time()
     results = store_bench.bench(endpoints, seconds, clients)
     return {

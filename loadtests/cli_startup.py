@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from reference.master.bench import pct
+from bench.cell import pct
 
 TARGET_S = 0.3
 

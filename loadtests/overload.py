@@ -35,11 +35,11 @@ from typing import Any
 
 import httpx
 
+from loadtests.elastic.analysis import percentile
 from loadtests.periodic import Periodic
 from loadtests.procsample import ProcSampler, task_processes
 from loadtests.sampler import Sampler, Target
 from reference import launcher
-from reference.elastic.analysis import percentile
 
 CELL = "overload"
 CAPACITY = "cpu=64000m,ram=256GiB"  # declared, not real: resources never limit the flood

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import psutil
 
+from bench import store as store_bench
 from loadtests import cell, locustrun
 from loadtests.locustrun import Ladder, Target
-from reference.store import bench as store_bench
 
 SLO_P95_MS = 250.0
 TXNS = re.compile(r'^minborg_txns_total\{outcome="committed"\} (\S+)$', re.M)

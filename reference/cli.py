@@ -323,19 +323,19 @@ def borglet(ctx: typer.Context) -> None:
 @bench_app.command("scheduler", **PASS_THROUGH)
 def bench_scheduler(ctx: typer.Context) -> None:
     """Benchmark the scheduler on a synthetic workload or a trace (try --help)."""
-    _run_main("reference.scheduler.bench", "the scheduler benchmark", ctx.args)
+    _run_main("bench.scheduler.bench", "the scheduler benchmark", ctx.args)
 
 
 @bench_app.command("packing", **PASS_THROUGH)
 def bench_packing(ctx: typer.Context) -> None:
     """The FGD paper's GPU packing experiment over every policy; writes reports/packing.md (try --help)."""
-    _run_main("reference.scheduler.packing_bench", "the packing benchmark", ctx.args)
+    _run_main("bench.scheduler.packing_bench", "the packing benchmark", ctx.args)
 
 
 @bench_app.command("cell", **PASS_THROUGH)
 def bench_cell(ctx: typer.Context) -> None:
     """Benchmark a live cell through its API (try --help)."""
-    _run_main("reference.master.bench", "the cell benchmark", ctx.args)
+    _run_main("bench.cell", "the cell benchmark", ctx.args)
 
 
 @bench_app.command("overload", **PASS_THROUGH)
@@ -389,13 +389,13 @@ def campaign_soak(ctx: typer.Context) -> None:
 @campaign_app.command("elastic", **PASS_THROUGH)
 def campaign_elastic(ctx: typer.Context) -> None:
     """Autoscaling under a rising and falling load (try --help)."""
-    _run_main("reference.elastic.campaign", "the elastic campaign", ctx.args)
+    _run_main("loadtests.elastic.campaign", "the elastic campaign", ctx.args)
 
 
 @report_app.command("scheduler", **PASS_THROUGH)
 def report_scheduler(ctx: typer.Context) -> None:
     """Regenerate the scheduler report under reports/ (try --help)."""
-    _run_main("reference.scheduler.report", "the scheduler report", ctx.args)
+    _run_main("bench.scheduler.report", "the scheduler report", ctx.args)
 
 
 @spec_app.command("explore", **PASS_THROUGH)

@@ -25,8 +25,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTEST = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
-#: Every unit test of the scheduler and of the master: a file's name says what it tests.
-SCHED_TESTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "unit").glob("test_scheduler_*.py"))
+#: Every unit test of the scheduler and of the master: a file's name says what it tests. The
+#: scheduler's include its benchmark's (bench/tests), which run whole passes over synthetic cells.
+SCHED_TESTS = sorted(
+    str(p.relative_to(ROOT)) for d in ("tests/unit", "bench/tests") for p in (ROOT / d).glob("test_scheduler_*.py")
+)
 MASTER_TESTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "unit").glob("test_master_*.py"))
 #: package -> (files to mutate, killer tests). The live stateful test is too slow to run per
 #: mutant (minutes each), so the killers are the unit tests and the harness's own tests.

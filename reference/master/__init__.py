@@ -13,5 +13,4 @@ Modules, each with one job:
 - `views`: the API's JSON for jobs, tasks and machines; BNS names.
 - `api`: the FastAPI app of docs/api.md; `forward`: writes sent on to the leader.
 - `metrics`: the Prometheus registry; `replica`: wires one replica together; `cli`: `main(argv)`.
-- `bench`: `python -m reference.master.bench`, a cell benchmark.
 """

@@ -5,5 +5,4 @@
 - `ops` builds transaction compares and ops and parses what the gateway answers.
 - `watch.PrefixWatch` follows a prefix from a revision across member failures.
 - `election.Election` elects one leader with a leased key and fences its writes.
-- `bench` measures put and fenced-txn throughput through the client.
 """

@@ -16,9 +16,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .config import SchedulerConfig
+from reference.scheduler import SchedulerConfig
+from reference.scheduler.policies import POLICY_NAMES
+
 from .packing import ARRIVED, INFLATION, gpu_capacity, unallocated, workload
-from .policies import POLICY_NAMES
 from .trace import GPU_MACHINES, TraceError, read_machines, read_pods
 
 TRACE = Path("../shared/traces/alibaba-openb-2023")

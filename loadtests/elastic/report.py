@@ -8,7 +8,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from reference.elastic.analysis import Request, Sample, per_second, scale_down_s, step_reactions
+from loadtests.elastic.analysis import (
+    Request,
+    Sample,
+    per_second,
+    read_requests,
+    scale_down_s,
+    step_reactions,
+)
 
 UP_TARGET_S, P95_TARGET_S, DOWN_EXTRA_S = 15.0, 30.0, 30.0
 
@@ -157,8 +164,6 @@ def fmt_load(x: Any) -> str:
 
 def rerender(out: Path) -> dict[str, Any]:
     """Write the report again from a campaign directory's raw records (summary.json's inputs)."""
-    from reference.elastic.campaign import read_requests
-
     summary = json.loads((out / "summary.json").read_text())
     samples = [Sample(**json.loads(line)) for line in (out / "samples.jsonl").read_text().splitlines() if line]
     args = summary.get("args", {})

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import random
 
+from reference.scheduler import PendingTask, RunningTask, Snapshot
 from spec.model import Constraint, ConstraintOp, Machine, Resources, TaskId
-
-from .snapshot import PendingTask, RunningTask, Snapshot
 
 GiB = 2**30
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from reference.scheduler import bench
-from reference.scheduler.study import busiest_moment, lower_bound
-from reference.scheduler.trace import pod_gpu_milli, read_trace
+from bench.scheduler import bench
+from bench.scheduler.study import busiest_moment, lower_bound
+from bench.scheduler.trace import pod_gpu_milli, read_trace
 
 TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "alibaba-openb-2023"
 

@@ -1,4 +1,4 @@
-"""`python -m reference.master.stepdown`: how often the master leader steps down when the etcd Raft leader is SIGKILLed.
+"""`python -m bench.stepdown`: how often the master leader steps down when the etcd Raft leader is SIGKILLed.
 
 Each trial: a 3-member etcd and one master replica (a real process; its lease keepalive is the
 one under test) are up and the master leads; the etcd member that is Raft leader is
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reference.master.bench import pct
+from bench.cell import pct
 from reference.master.localcell import LocalCell, wait_for
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS
 
@@ -55,7 +55,7 @@ def trial(cell: LocalCell, ttl: float, rng: random.Random) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reference.master.stepdown", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.stepdown", description=__doc__)
     p.add_argument("--trials", type=int, default=10)
     p.add_argument("--lease-ttl", type=float, default=2.0)
     p.add_argument("--etcd-heartbeat-ms", type=int, default=HEARTBEAT_MS)

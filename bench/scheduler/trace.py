@@ -22,9 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from reference.scheduler import PendingTask
 from spec.model import Constraint, ConstraintOp, Machine, Resources, TaskId
-
-from .snapshot import PendingTask
 
 MiB = 2**20
 # QoS to priority: latency-sensitive and guaranteed pods are production, burstable is batch.

@@ -1,4 +1,4 @@
-"""The scheduler benchmark (shell): `python -m reference.scheduler.bench [--trace DIR] ... --json`."""
+"""The scheduler benchmark (shell): `python -m bench.scheduler.bench [--trace DIR] ... --json`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .config import SchedulerConfig
-from .engine import plan_pass
-from .policies import POLICY_NAMES
-from .snapshot import Snapshot
+from reference.scheduler import SchedulerConfig, Snapshot, plan_pass
+from reference.scheduler.policies import POLICY_NAMES
+
 from .study import arrivals, busiest_moment, compaction, lower_bound
 from .trace import DEFAULT_PODS, read_trace
 from .workload import synthetic_cell

@@ -1,4 +1,4 @@
-"""Regenerates reports/scheduler.md and its plots: `python -m reference.scheduler.report`."""
+"""Regenerates reports/scheduler.md and its plots: `python -m bench.scheduler.report`."""
 
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     trace = bench.trace_study(bench.parser().parse_args(["--trace", args.trace, "--seed", str(args.seed)]))
     out = Path(args.out)
     plots(synth, trace, out / "scheduler")
-    cmd = "python -m reference.scheduler.report " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python -m bench.scheduler.report " + " ".join(argv if argv is not None else sys.argv[1:])
     (out / "scheduler.md").write_text(render(cmd.strip(), synth, trace))
     print(f"wrote {out / 'scheduler.md'}")
     return 0

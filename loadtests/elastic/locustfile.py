@@ -24,7 +24,7 @@ from typing import Any
 
 from locust import FastHttpUser, LoadTestShape, constant_throughput, events, task
 
-from reference.elastic.analysis import parse_stages
+from loadtests.elastic.analysis import parse_stages
 
 MASTER = os.environ.get("ELASTIC_MASTER", "http://127.0.0.1:7000").rstrip("/")
 JOB = os.environ.get("ELASTIC_JOB", "demo/hello_world")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference.elastic.analysis import (
+from loadtests.elastic.analysis import (
     Request,
     Sample,
     parse_stages,

@@ -1,4 +1,4 @@
-"""`python -m reference.master.bench`: start a local cell and measure task start latency, failover, lost writes, API latency and master RSS.
+"""`python -m bench.cell`: start a local cell and measure task start latency, failover, lost writes, API latency and master RSS.
 
 Task start: a 100-task job is submitted; each task's latency is the borglet's start time of
 its process minus the moment the submit was sent. Failover: the leader is SIGKILLed N

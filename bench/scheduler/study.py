@@ -8,11 +8,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from reference.scheduler import PendingTask, QueueOrder, SchedulerConfig, Snapshot, plan_pass
 from spec.model import Machine, Resources, total
 
-from .config import QueueOrder, SchedulerConfig
-from .engine import plan_pass
-from .snapshot import PendingTask, Snapshot
 from .trace import TracePod
 
 RESOURCES = ("cpu", "ram", "gpu")

@@ -1,6 +1,6 @@
 """Measure put and fenced-transaction throughput and latency through StoreClient against etcd.
 
-    python -m reference.store.bench --members 3 --seconds 5 [--clients 4] [--endpoints URL,...]
+    python -m bench.store --members 3 --seconds 5 [--clients 4] [--endpoints URL,...]
 
 Without --endpoints it starts a throwaway local cluster of --members members. The txn case
 is the shape of every master write: compare the leader key's create_revision and value, then

@@ -13,11 +13,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from reference.scheduler import PendingTask, QueueOrder, SchedulerConfig, Snapshot, plan_pass
 from spec.model import GPU, Machine, TaskId
 
-from .config import QueueOrder, SchedulerConfig
-from .engine import plan_pass
-from .snapshot import PendingTask, Snapshot
 from .trace import TracePod
 
 INFLATION = 1.3

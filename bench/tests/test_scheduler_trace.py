@@ -4,16 +4,17 @@ from pathlib import Path
 
 import pytest
 
-from reference.scheduler.config import SchedulerConfig
-from reference.scheduler.packing import arrived_prefix, gpu_capacity, unallocated, workload
-from reference.scheduler.study import compact, compaction
-from reference.scheduler.trace import (
+from bench.scheduler import packing_bench
+from bench.scheduler.packing import arrived_prefix, gpu_capacity, unallocated, workload
+from bench.scheduler.study import compact, compaction
+from bench.scheduler.trace import (
     DEFAULT_QOS,
     QOS_PRIORITY,
     TraceError,
     read_machines,
     read_pods,
 )
+from reference.scheduler import SchedulerConfig
 from spec.model import Machine, Resources
 
 MiB = 2**20
@@ -109,9 +110,6 @@ def test_packing_workload_and_the_arrived_prefix(tmp_path):
 
 
 def test_bench_packing_on_tiny_files_writes_its_report(tmp_path):
-    pytest.importorskip("matplotlib")
-    from reference.scheduler import packing_bench
-
     pods = write(tmp_path, "pods.csv", "cpu_milli,memory_mib,num_gpu,gpu_milli\n100,1,1,500\n100,1,0,0\n100,1,1,1000\n")
     nodes = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\na,4000,64,2,T4\nb,4000,64,2,T4\n")
     args = ["--pods", str(pods), "--nodes", str(nodes), "--seeds", "2", "--off-seeds", "1",

@@ -1,6 +1,6 @@
 """The elastic campaign: hello_world with autoscaling on a fresh local cell, under a Locust load that rises in steps, holds, then falls.
 
-    python -m reference.elastic.campaign --out reports/elastic/<name>
+    python -m loadtests.elastic.campaign --out reports/elastic/<name>
 
 It starts a cell of one small machine with the cell autoscaler, submits hello_world with
 `autoscale` (requests per task), runs the load, samples the job and the machines every
@@ -23,11 +23,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from loadtests.elastic.analysis import Sample, parse_stages, read_requests
+from loadtests.elastic.report import write_report
 from reference import launcher
 from reference.client import CellClient, ClientError
 from reference.elastic import cellscaler
-from reference.elastic.analysis import Request, Sample, parse_stages
-from reference.elastic.report import write_report
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -126,17 +126,6 @@ def check_own_cell(info: launcher.CellInfo, client: CellClient) -> None:
         )
 
 
-def read_requests(path: Path) -> list[Request]:
-    out = []
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        parts = line.split(",", 4)
-        if len(parts) == 5:
-            out.append(Request(float(parts[0]), float(parts[1]), parts[2] == "1", parts[3], parts[4]))
-    return out
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -221,7 +210,7 @@ def _grep(path: Path, word: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    args.command = " ".join(["python -m reference.elastic.campaign", *argv])
+    args.command = " ".join(["python -m loadtests.elastic.campaign", *argv])
     summary = run(args)
     print(json.dumps(summary.get("headline", {}), indent=2))
     print(f"report: {args.out / 'report.md'}")

@@ -1,10 +1,11 @@
-"""The elastic campaign's numbers from its raw records: per-second series and reaction times (pure functions)."""
+"""The elastic campaign's raw records and the numbers drawn from them: per-second series and reaction times."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,19 @@ class Sample:
     serving: int  # RUNNING, healthy and not draining: in the endpoints list
     draining: int
     machines: int
+
+
+def read_requests(path: Path) -> list[Request]:
+    """The locustfile's request log, one CSV line per request (wall time, ms, ok, endpoint, error);
+    empty when the load never wrote it."""
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        parts = line.split(",", 4)
+        if len(parts) == 5:
+            out.append(Request(float(parts[0]), float(parts[1]), parts[2] == "1", parts[3], parts[4]))
+    return out
 
 
 def parse_stages(text: str) -> list[tuple[float, int]]:
