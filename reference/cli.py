@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from reference import launcher
 from reference.cli_common import (
+    EXIT_USAGE,
     JsonOpt,
     MasterOpt,
     OutputOpt,
@@ -298,11 +301,29 @@ def events(
 # --- commands that run another program's main ------------------------------------------------
 
 
-def _run_main(module: str, what: str, args: list[str], attr: str = "main") -> None:
-    """Import `module` only now (heavy or optional), run its main(args), exit with its code."""
+# What each extra of pyproject.toml brings, checked before a measurement command starts: a
+# missing module is a one-line message naming the extra, not a traceback half-way through a run.
+EXTRA_MODULES = {
+    "bench": ("matplotlib",),
+    "campaigns": ("matplotlib", "locust", "chaostoolkit", "toxiproxy"),
+}
+
+
+def _needs_extra(what: str, missing: list[str], extra: str | None) -> typer.Exit:
+    return fail(escape(f"{what} needs {', '.join(missing)}: pip install -e '.[{extra}]'"), EXIT_USAGE)
+
+
+def _run_main(module: str, what: str, args: list[str], attr: str = "main", extra: str | None = None) -> None:
+    """Import `module` only now (heavy or optional), run its main(args), exit with its code.
+    With `extra`, first check that the modules that extra installs are there."""
+    missing = [m for m in EXTRA_MODULES.get(extra or "", ()) if importlib.util.find_spec(m) is None]
+    if missing and not {"--help", "-h"} & set(args):  # the help needs no extra, unless the import does
+        raise _needs_extra(what, missing, extra)
     try:
         entry: Callable[[list[str]], Any] = getattr(importlib.import_module(module), attr)
     except ImportError as err:
+        if (err.name or "").partition(".")[0] in missing:
+            raise _needs_extra(what, missing, extra) from None
         raise fail(f"{what} is not available: cannot import {module} ({err})") from None
     result = entry(list(args))
     raise typer.Exit(result if isinstance(result, int) else 0)
@@ -329,7 +350,7 @@ def bench_scheduler(ctx: typer.Context) -> None:
 @bench_app.command("packing", **PASS_THROUGH)
 def bench_packing(ctx: typer.Context) -> None:
     """The FGD paper's GPU packing experiment over every policy; writes reports/packing.md (try --help)."""
-    _run_main("bench.scheduler.packing_bench", "the packing benchmark", ctx.args)
+    _run_main("bench.scheduler.packing_bench", "the packing benchmark", ctx.args, extra="bench")
 
 
 @bench_app.command("cell", **PASS_THROUGH)
@@ -341,7 +362,7 @@ def bench_cell(ctx: typer.Context) -> None:
 @bench_app.command("overload", **PASS_THROUGH)
 def bench_overload(ctx: typer.Context) -> None:
     """Jobs of thousands of tiny tasks on fresh local cells: start, kill, doubles, orphans (try --help)."""
-    _run_main("loadtests.overload", "the overload benchmark", ctx.args)
+    _run_main("loadtests.overload", "the overload benchmark", ctx.args, extra="bench")
 
 
 @bench_app.command("cli", **PASS_THROUGH)
@@ -353,7 +374,7 @@ def bench_cli(ctx: typer.Context) -> None:
 @bench_app.command("writes", **PASS_THROUGH)
 def bench_writes(ctx: typer.Context) -> None:
     """The master's writes against direct etcd, on fresh 1-replica cells (try --help)."""
-    _run_main("loadtests.writes", "the write-path benchmark", ctx.args)
+    _run_main("loadtests.writes", "the write-path benchmark", ctx.args, extra="campaigns")
 
 
 @app.command("conformance", **PASS_THROUGH)
@@ -365,37 +386,37 @@ def conformance(ctx: typer.Context) -> None:
 @campaign_app.command("load", **PASS_THROUGH)
 def campaign_load(ctx: typer.Context) -> None:
     """Locust load campaign over 1, 3 and 5 replicas (try --help)."""
-    _run_main("loadtests.campaign", "the load campaign", ["load", *ctx.args])
+    _run_main("loadtests.campaign", "the load campaign", ["load", *ctx.args], extra="campaigns")
 
 
 @campaign_app.command("smoke", **PASS_THROUGH)
 def campaign_smoke(ctx: typer.Context) -> None:
     """The 60-second load smoke campaign (try --help)."""
-    _run_main("loadtests.campaign", "the load campaign", ["smoke", *ctx.args])
+    _run_main("loadtests.campaign", "the load campaign", ["smoke", *ctx.args], extra="campaigns")
 
 
 @campaign_app.command("chaos", **PASS_THROUGH)
 def campaign_chaos(ctx: typer.Context) -> None:
     """Chaos Toolkit experiments behind Toxiproxy, judged from their journals (try --help)."""
-    _run_main("chaos.campaign", "the chaos campaign", ["chaos", *ctx.args])
+    _run_main("chaos.campaign", "the chaos campaign", ["chaos", *ctx.args], extra="campaigns")
 
 
 @campaign_app.command("soak", **PASS_THROUGH)
 def campaign_soak(ctx: typer.Context) -> None:
     """Random faults under load, then the history checker (try --help)."""
-    _run_main("chaos.campaign", "the soak campaign", ["soak", *ctx.args])
+    _run_main("chaos.campaign", "the soak campaign", ["soak", *ctx.args], extra="campaigns")
 
 
 @campaign_app.command("elastic", **PASS_THROUGH)
 def campaign_elastic(ctx: typer.Context) -> None:
     """Autoscaling under a rising and falling load (try --help)."""
-    _run_main("loadtests.elastic.campaign", "the elastic campaign", ctx.args)
+    _run_main("loadtests.elastic.campaign", "the elastic campaign", ctx.args, extra="campaigns")
 
 
 @report_app.command("scheduler", **PASS_THROUGH)
 def report_scheduler(ctx: typer.Context) -> None:
     """Regenerate the scheduler report under reports/ (try --help)."""
-    _run_main("bench.scheduler.report", "the scheduler report", ctx.args)
+    _run_main("bench.scheduler.report", "the scheduler report", ctx.args, extra="bench")
 
 
 @spec_app.command("explore", **PASS_THROUGH)

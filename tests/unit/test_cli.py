@@ -4,6 +4,7 @@ error formatting, finding the cell, and the client's retries, failover and balan
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import httpx
@@ -100,6 +101,33 @@ def test_pass_through_arguments_reach_the_write_path_bench() -> None:
     result = runner.invoke(app, ["bench", "writes", "--help"])
     assert result.exit_code == 0
     assert "--runs" in result.output and "direct etcd" in result.output
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["bench", "packing"], "the packing benchmark needs matplotlib: pip install -e '.[bench]'"),
+        (["report", "scheduler"], "the scheduler report needs matplotlib: pip install -e '.[bench]'"),
+        (
+            ["campaign", "elastic", "--out", "x"],
+            "the elastic campaign needs matplotlib, locust, chaostoolkit, toxiproxy: pip install -e '.[campaigns]'",
+        ),
+    ],
+)
+def test_a_measurement_command_without_its_extra_names_the_extra_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch, command: list[str], message: str
+) -> None:
+    for module in ("matplotlib", "locust", "chaostoolkit", "toxiproxy"):
+        monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    result = runner.invoke(app, command)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"error: {message}"]  # one line, no traceback
+
+
+def test_the_help_of_a_measurement_command_needs_no_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = runner.invoke(app, ["bench", "packing", "--help"])
+    assert result.exit_code == 0 and "--pods" in result.output
 
 
 # --- job files ------------------------------------------------------------------------------
