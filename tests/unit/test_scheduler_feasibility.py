@@ -94,3 +94,19 @@ def test_every_policy_and_technique_combination_places_the_same_feasible_load():
             cfg = replace(cfg, equivalence_classes=flags[0], score_cache=flags[1], relaxed_randomization=flags[2])
             plan = plan_pass(Snapshot(ms, pending=pend), cfg, seed=5)
             assert len(plan.placements) == 100, (name, flags)
+
+
+def test_a_task_in_an_alloc_is_placed_on_its_machine_only_while_the_alloc_has_room():
+    # Alloc a1 on m1 reserves 2000m, its tasks use 1500m: 500m free. A 500m task fits (placed
+    # on m1, though m0 is empty); a 600m one does not, and the reason names the cpu short.
+    from reference.scheduler.snapshot import AllocView
+
+    a1 = AllocView("a1", "m1", Resources.of(cpu=2000), 200, Resources.of(cpu=1500))
+    fits = PendingTask(TaskId("u/x", 0), "u", 200, Resources.of(cpu=500), alloc="a1")
+    big = PendingTask(TaskId("u/y", 0), "u", 200, Resources.of(cpu=600), alloc="a1")
+    plan = plan_pass(Snapshot((machine("m0"), machine("m1")), pending=(fits,), allocs=(a1,)))
+    assert [(p.task, p.machine) for p in plan.placements] == [(fits.id, "m1")]
+    plan = plan_pass(Snapshot((machine("m0"), machine("m1")), pending=(big,), allocs=(a1,)))
+    assert plan.placements == []
+    (u,) = plan.unschedulable
+    assert u.task == big.id and "alloc a1: cpu 600m > 500m free" in str(u)

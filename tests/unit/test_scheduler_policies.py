@@ -165,3 +165,21 @@ def test_hybrid_prefers_the_machine_that_strands_less():
 def test_unknown_policy_says_what_exists():
     with pytest.raises(ValueError, match="best_fit"):
         policy_named("tightest")
+
+
+@pytest.mark.parametrize(
+    "policy, req, free, cap, expected",
+    [
+        # least allocated, a machine with no RAM to speak of: cpu alone, (4000-2000)*100//4000 = 50
+        ("k8s_least_allocated", (1000, 0), (3000, 0), (4000, 0), 50.0),
+        # balanced, no RAM: one fraction, std 0, score 100
+        ("k8s_balanced", (1000, 0), (3000, 0), (4000, 0), 100.0),
+        # balanced, cpu over-requested: (4000-1000+3000)/4000 = 1.5 counts as 1.0; ram 0.5;
+        # std |1.0-0.5|/2 = 0.25, score 75 (50 if 1.5 were not capped)
+        ("k8s_balanced", (3000, 5000), (1000, 10000), (4000, 10000), 75.0),
+    ],
+)
+def test_k8s_scores_skip_absent_resources_and_cap_fractions(policy, req, free, cap, expected):
+    from reference.scheduler import policies
+
+    assert getattr(policies, policy)(req, free, cap) == expected

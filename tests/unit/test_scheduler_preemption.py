@@ -1,5 +1,7 @@
 """Preemption: never inside the production bands, fewest and lowest victims first, disruption limits."""
 
+import pytest
+
 from reference.scheduler import (
     PendingTask,
     SchedulerConfig,
@@ -92,3 +94,31 @@ def test_preemption_is_the_last_resort():
     for cfg in (SchedulerConfig(policy="best_fit"), SchedulerConfig(policy="best_fit").without_techniques()):
         plan = plan_pass(snap, cfg)
         assert [p.machine for p in plan.placements] == ["b"] and not plan.preemptions
+
+
+@pytest.mark.parametrize(
+    ("limit", "recent", "placed"),
+    [
+        # a: cpu 4000, two be/svc tasks of 2000 each; prod/x asks 4000, so it needs both.
+        (None, {}, True),  # no limit
+        (2, {}, True),  # 0 recent + 2 victims = 2 <= 2
+        (3, {}, True),  # 0 + 2 = 2 <= 3
+        (3, {"be/svc": 1}, True),  # 1 + 2 = 3 <= 3
+        (1, {}, False),  # the second victim would make 0 + 2 = 2 > 1
+        (2, {"be/svc": 1}, False),  # 1 + 2 = 3 > 2
+        (2, {"other/job": 5}, True),  # another job's disruptions do not count
+    ],
+)
+def test_disruption_limit_counts_victims_of_one_placement(limit, recent, placed):
+    snap = Snapshot(
+        (m("a"),),
+        (run("be/svc", 0, 2000, "a", 0), run("be/svc", 0, 2000, "a", 1)),
+        (pend("prod/x", 200, 4000),),
+    )
+    plan = plan_pass(snap, SchedulerConfig(max_disruptions_per_job=limit), recent_disruptions=recent)
+    if placed:
+        (p,) = plan.placements
+        assert p.machine == "a"
+        assert set(p.victims) == {TaskId("be/svc", 0), TaskId("be/svc", 1)}
+    else:
+        assert not plan.placements and not plan.preemptions
