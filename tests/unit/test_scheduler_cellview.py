@@ -10,19 +10,23 @@ from spec.model import Machine, Resources, TaskId
 
 GiB = 2**30
 
+
 def machine(name, cpu=4000, gpu=0):
     res = {"cpu": cpu, "ram": 8 * GiB} | ({"gpu": gpu} if gpu else {})
     return Machine(name, Resources.of(res))
 
+
 def running(job, prio, cpu, where, i=0, gpu=0):
     res = {"cpu": cpu} | ({"gpu": gpu} if gpu else {})
     return RunningTask(TaskId(job, i), where, prio, Resources.of(res))
+
 
 def test_cellview_vec_reads_missing_dimensions_as_zero():
     cell = CellView(Snapshot((machine("a", gpu=1000),)), seed=0)
     assert cell.dims == ("cpu", "ram", "gpu")
     assert cell.vec({"cpu": 1000}) == (1000, 0, 0)
     assert cell.vec({}) == (0, 0, 0)
+
 
 def test_reclaimed_slack_is_what_prod_requested_beyond_its_reservation():
     # a: cpu 4000. A prod task requests 2000 and reserves 500 (Borg's estimate):
@@ -36,6 +40,7 @@ def test_reclaimed_slack_is_what_prod_requested_beyond_its_reservation():
     assert cell.free_for(0, True)[0] == 2000
     assert cell.free_for(0, False)[0] == 3500
 
+
 def test_running_tasks_in_allocs_or_off_the_cell_are_not_counted_twice():
     # In an alloc: counted through the alloc, not as a victim. Unknown machine: ignored.
     in_alloc = RunningTask(TaskId("be/x", 0), "a", 0, Resources.of(cpu=1000), in_alloc=True)
@@ -43,6 +48,7 @@ def test_running_tasks_in_allocs_or_off_the_cell_are_not_counted_twice():
     cell = CellView(Snapshot((machine("a"),), (in_alloc, elsewhere)), seed=0)
     assert cell.free[0][0] == 4000
     assert cell.victims == [[]]
+
 
 @pytest.mark.parametrize(
     ("used_cpu", "bumped"),

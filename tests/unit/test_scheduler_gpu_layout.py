@@ -14,13 +14,16 @@ from spec.model import Machine, Resources, TaskId
 
 GiB = 2**30
 
+
 def machine(name, cpu=4000, gpu=0):
     res = {"cpu": cpu, "ram": 8 * GiB} | ({"gpu": gpu} if gpu else {})
     return Machine(name, Resources.of(res))
 
+
 def running(job, prio, cpu, where, i=0, gpu=0):
     res = {"cpu": cpu} | ({"gpu": gpu} if gpu else {})
     return RunningTask(TaskId(job, i), where, prio, Resources.of(res))
+
 
 @pytest.mark.parametrize(
     ("milli", "layout"),
@@ -35,9 +38,11 @@ def running(job, prio, cpu, where, i=0, gpu=0):
 def test_gpu_layout(milli, layout):
     assert gpu_layout(milli) == layout
 
+
 @pytest.mark.parametrize(("milli", "split"), [(0, (0, 0)), (460, (0, 460)), (2300, (2, 300))])
 def test_split_gpu(milli, split):
     assert split_gpu(milli) == split
+
 
 @pytest.mark.parametrize(
     ("gfree", "whole", "share", "picks"),
@@ -56,12 +61,14 @@ def test_split_gpu(milli, split):
 def test_gpu_take(gfree, whole, share, picks):
     assert gpu_take(gfree, [1000, 1000], whole, share) == picks
 
+
 def test_cellview_machine_without_gpus_has_no_gpu_rows():
     # The cell has a GPU dimension (b has one GPU), so a's capacity vector reads gpu = 0:
     # a gets no GPUs at all, b one whole GPU.
     cell = CellView(Snapshot((machine("a"), machine("b", gpu=1000))), seed=0)
     assert cell.gcap == [[], [1000]]
     assert cell.gfree == [[], [1000]]
+
 
 def test_overcommitted_gpu_reads_as_full():
     # One GPU of 1000 milli; two running tasks of 600 milli each (the spec's scalar accounting
@@ -78,6 +85,7 @@ def test_overcommitted_gpu_reads_as_full():
     first, second = cell.victims[0]
     assert first.gpu_shares == [(0, 600)]
     assert second.gpu_shares == [(0, 400), (0, 200)]
+
 
 def test_overcommit_remainder_goes_to_the_gpu_with_most_free():
     # Two GPUs. Running: 700 milli (GPU 0, free 300), 800 milli (GPU 1, free 200), then 900:

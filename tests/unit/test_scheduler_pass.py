@@ -8,15 +8,19 @@ from spec.model import Machine, Resources, TaskId
 
 GiB = 2**30
 
+
 def machine(name, cpu=4000, gpu=0):
     res = {"cpu": cpu, "ram": 8 * GiB} | ({"gpu": gpu} if gpu else {})
     return Machine(name, Resources.of(res))
 
+
 def pending(job, prio, cpu, i=0, package=""):
     return PendingTask(TaskId(job, i), job.split("/")[0], prio, Resources.of(cpu=cpu), package=package)
 
+
 def three_small_tasks():
     return Snapshot((machine("a"),), (), tuple(pending("web/x", 100, 1000, i) for i in range(3)))
+
 
 @pytest.mark.parametrize(("limit", "handled"), [(None, 3), (0, 0), (1, 1), (2, 2), (5, 3)])
 def test_plan_pass_limit(limit, handled):
@@ -25,6 +29,7 @@ def test_plan_pass_limit(limit, handled):
     assert len(plan.placements) == handled
     assert plan.stats.processed == handled
 
+
 def test_score_cache_rescores_only_for_the_class_next_task():
     # One class of 3 tasks, one machine: 1 evaluation when the sample is filled, then one
     # rescoring after each placement that leaves a task of the class to go: 1 + 2 = 3.
@@ -32,6 +37,7 @@ def test_score_cache_rescores_only_for_the_class_next_task():
     assert len(plan.placements) == 3
     assert plan.stats.evaluations == 3
     assert plan.stats.classes == 1
+
 
 def test_score_cache_hits_are_counted_only_with_the_cache_on():
     # Four identical tasks on ten machines: after the first placement the class's scores

@@ -9,16 +9,20 @@ from spec.model import Machine, Resources, TaskId
 
 GiB = 2**30
 
+
 def machine(name, cpu=4000, gpu=0):
     res = {"cpu": cpu, "ram": 8 * GiB} | ({"gpu": gpu} if gpu else {})
     return Machine(name, Resources.of(res))
+
 
 def running(job, prio, cpu, where, i=0, gpu=0):
     res = {"cpu": cpu} | ({"gpu": gpu} if gpu else {})
     return RunningTask(TaskId(job, i), where, prio, Resources.of(res))
 
+
 def pending(job, prio, cpu, i=0, package=""):
     return PendingTask(TaskId(job, i), job.split("/")[0], prio, Resources.of(cpu=cpu), package=package)
+
 
 @pytest.mark.parametrize(
     ("package", "weight", "where"),
@@ -43,6 +47,7 @@ def test_package_locality(package, weight, where):
     (p,) = plan_pass(snap, cfg).placements
     assert p.machine == where
 
+
 @pytest.mark.parametrize(
     ("spread", "where"),
     [
@@ -64,6 +69,7 @@ def test_failure_domain_spreading(spread, where):
     cfg = SchedulerConfig(policy="best_fit", spread_weight=spread, locality_weight=0.0)
     (p,) = plan_pass(snap, cfg).placements
     assert p.machine == where
+
 
 def test_the_snapshot_records_which_packages_each_machine_holds():
     # A running task of a job with a package puts that package on its machine (locality).

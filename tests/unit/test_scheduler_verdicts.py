@@ -11,6 +11,7 @@ from spec.model import Resources, TaskId
 
 GiB = 2**30
 
+
 def test_admission_is_an_immutable_value():
     a = Admission(False, "over quota")
     assert not a and Admission(True)
@@ -21,6 +22,7 @@ def test_admission_is_an_immutable_value():
     assert hash(u) == hash(Unschedulable(TaskId("web/x", 0), ()))
     with pytest.raises(FrozenInstanceError):
         u.reasons = ()  # type: ignore[misc]
+
 
 def test_an_over_quota_refusal_says_by_how_much():
     # Quota 1000m for alice's batch jobs; a job of 2 x 600m asks 1200m: short by 200m.
