@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
+
 from reference.jobspec import parse_job
 from reference.master import codec
 from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo
@@ -14,6 +16,7 @@ from reference.store import ops
 from spec.actions import machine_add, schedule, submit
 from spec.fmap import FMap
 from spec.model import CellState, Machine, Resources, TaskId, TaskState
+from tests.unit.master_cells import M2, SPEC, T0, placed_cell
 
 KEYS = codec.Keys("c1")
 
@@ -148,3 +151,84 @@ def test_tracked_copies_its_base_only_on_the_first_write() -> None:
     assert chained.data is t.data
     chained.pop(2)
     assert 2 in t and 2 not in chained and chained.written == {2}
+
+
+# --- Draft.changed: one row per kind of change ----------------------------------------------------
+
+
+def _state_step(d: Draft) -> None:
+    d.step("machine_add", M2)
+
+
+def _quota(d: Draft) -> None:
+    d.quotas[("alice", "prod")] = Resources.of(cpu=1)  # type: ignore[index]  # any key
+
+
+def _new_machine(d: Draft) -> None:
+    d.machines["m1"] = MachineInfo("http://127.0.0.1:2")
+
+
+def _drop_machine(d: Draft) -> None:
+    del d.machines["m1"]
+
+
+def _new_job(d: Draft) -> None:
+    d.jobs["alice/web"] = JobInfo(SPEC, submitted_at=9.0)
+
+
+def _drop_job(d: Draft) -> None:
+    del d.jobs["alice/web"]
+
+
+def _new_task(d: Draft) -> None:
+    d.tasks[T0] = replace(d.tasks[T0], port=1)
+
+
+def _drop_task(d: Draft) -> None:
+    del d.tasks[T0]
+
+
+def _same_objects(d: Draft) -> None:
+    d.machines["m1"] = d.base.machines["m1"]  # the very same object: not a change
+
+
+@pytest.mark.parametrize(
+    ("edit", "changed"),
+    [
+        (lambda d: None, False),
+        (_same_objects, False),
+        (_state_step, True),
+        (_quota, True),
+        (_new_machine, True),
+        (_drop_machine, True),  # 0 machines != 1
+        (_new_job, True),
+        (_drop_job, True),  # 0 jobs != 1
+        (_new_task, True),
+        (_drop_task, True),  # 1 task != 2
+    ],
+)
+def test_draft_changed(edit, changed):
+    d = Draft(placed_cell(), 1.0)
+    edit(d)
+    assert d.changed is changed
+
+
+def test_a_tracked_map_pops_a_missing_key_to_its_default_and_records_it():
+    from reference.master.cell import Tracked
+
+    t = Tracked({"a": 1})
+    assert t.pop("x", 5) == 5 and t.written == {"x"}
+    assert t.pop("a") == 1 and "a" not in t
+
+
+def test_changed_keys_of_maps_made_apart_are_found_by_comparison():
+    # Maps not made from one another by one step have no record of their change: their keys
+    # are compared entry by entry (by identity), both ways.
+    from reference.master.cell import changed_keys
+    from spec.fmap import FMap
+
+    one, two, three = object(), object(), object()
+    before = FMap({"a": one, "b": two})
+    assert changed_keys(before, before) == set()
+    assert changed_keys(before, FMap({"a": one, "c": three})) == {"b", "c"}
+    assert changed_keys(before, before.set("a", three)) == {"a"}

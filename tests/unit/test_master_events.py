@@ -10,7 +10,7 @@ from reference.master.cell import Cell, Draft, TaskInfo
 from reference.master.changes import Change, ChangeLog, TooOld
 from spec.actions import machine_add
 from spec.model import CellState
-from tests.unit.test_master_mutants import M2, SPEC, T0, placed_cell
+from tests.unit.master_cells import M2, SPEC, T0, placed_cell
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from reference.master.cell import Cell
 from reference.master.metrics import MasterMetrics
 from reference.master.reports import Hold, hold_back, live_by_index, parse_borglet_task_id
@@ -101,3 +103,59 @@ def test_holds_are_counted_apart_from_polls() -> None:
     text = metrics.render().decode()
     assert "minborg_incarnation_holds_total 2.0" in text
     assert "minborg_borglet_polls_total 1.0" in text
+
+
+# --- Holds as tables: what a hold says, which processes are live, what is held ---------------------
+
+
+@pytest.mark.parametrize(
+    ("hold", "text"),
+    [
+        (Hold("alice/web/0#1@0", "", "m3"), "waiting for machine m3 to report"),
+        (Hold("alice/web/0#1@0", "alice/web/0#0@2", "m1"), "waiting for incarnation 0 to stop"),
+        (Hold("alice/web/0#1@0", "foreign-id", "m1"), "waiting for foreign-id to stop"),
+    ],
+)
+def test_hold_describe(hold, text):
+    assert hold.describe() == text
+
+
+def test_live_by_index_counts_live_parseable_ids_of_up_machines_only():
+    reported = {
+        "m1": {"alice/web/0#0@0": "RUNNING", "alice/web/1#0@0": "FINISHED", "junk": "RUNNING"},
+        "m2": {"alice/web/0#1@0": "STARTING"},
+        "m3": {"alice/web/1#1@0": "RUNNING"},  # m3 is down
+    }
+    assert live_by_index(reported, ["m2", "m1"]) == {
+        ("alice/web", 0): [("m1", "alice/web/0#0@0"), ("m2", "alice/web/0#1@0")],
+    }
+
+
+def _d(task_id: str) -> dict:
+    job, index, _ = parse_borglet_task_id(task_id)  # type: ignore[misc]
+    return {"task_id": task_id, "job": job, "index": index}
+
+
+NEW = "alice/web/0#1@0"
+
+
+OLD_LIVE = {("alice/web", 0): [("m1", "alice/web/0#0@0")]}
+
+
+@pytest.mark.parametrize(
+    ("live", "released", "unreported", "kept", "held"),
+    [
+        ({}, set(), None, [NEW], []),  # nothing else live, every machine reported: send it
+        ({}, set(), [], [NEW], []),  # an empty list of unreported machines is the same
+        ({("alice/web", 0): [("m2", NEW)]}, set(), None, [NEW], []),  # only itself is live
+        (OLD_LIVE, set(), None, [], [Hold(NEW, "alice/web/0#0@0", "m1")]),  # wait for the old one
+        (OLD_LIVE, {NEW}, None, [NEW], []),  # already released: never taken back
+        ({}, set(), ["m9", "m4"], [], [Hold(NEW, "", "m4")]),  # first unreported machine, sorted
+        ({}, {NEW}, ["m4"], [NEW], []),
+        (OLD_LIVE, set(), ["m4"], [], [Hold(NEW, "alice/web/0#0@0", "m1")]),  # the live one first
+    ],
+)
+def test_hold_back(live, released, unreported, kept, held):
+    keep, holds = hold_back([_d(NEW)], live, released, unreported)
+    assert [d["task_id"] for d in keep] == kept
+    assert holds == held

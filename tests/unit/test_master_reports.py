@@ -1,15 +1,19 @@
-"""A borglet's reply mapped to spec steps; the Draft records history; the writer's diff and batching."""
+"""Borglet task ids; a borglet's reply mapped to spec steps and task facts; the Draft records
+history; the writer's diff and batching."""
 
 from __future__ import annotations
+
+import pytest
 
 from reference.jobspec import parse_job
 from reference.master import codec
 from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo, borglet_task_id
-from reference.master.reports import desired_set, map_reply
+from reference.master.reports import desired_set, map_reply, parse_borglet_task_id
 from reference.master.writer import chunks, diff_ops
 from reference.store import ops as store_ops
 from spec.actions import EvictReason, machine_add, schedule, submit
 from spec.model import CellState, Machine, Resources, TaskId, TaskState
+from tests.unit import master_cells
 
 SPEC = parse_job({"name": "web", "user": "alice", "task_count": 2, "request": {"cpu": "100m"},
                   "command": ["sleep", "100"], "restart_policy": "never"})  # fmt: skip
@@ -103,3 +107,87 @@ def test_diff_writes_only_what_changed_and_batches() -> None:
     assert [len(c) for c in chunks(big, 1000, 1 << 20)] == [346, 54]
     assert [len(c) for c in chunks(big, 100, 1 << 20)] == [100, 100, 100, 100]
     assert cell.state.tasks[T1].state is TaskState.RUNNING  # the base is never changed
+
+
+# --- Borglet task ids and map_reply as tables (on master_cells' cell, whose infos each case sets) -----
+
+
+@pytest.mark.parametrize(
+    ("task_id", "parsed"),
+    [
+        ("alice/web/3#1@2", ("alice/web", 3, 1)),
+        ("alice/web/3#1", ("alice/web", 3, 1)),  # no placement suffix
+        ("alice/web/3", None),  # no incarnation
+        ("3#1@0", None),  # no job
+        ("alice/web/x#1@0", None),  # index not a number
+        ("alice/web/3#y@0", None),  # incarnation not a number
+        ("", None),
+    ],
+)
+def test_parse_borglet_task_id(task_id, parsed):
+    assert parse_borglet_task_id(task_id) == parsed
+
+
+def _reply(cell: Cell, tid: TaskId, **fields: object) -> dict:
+    return {"tasks": [{"task_id": borglet_task_id(tid, cell.task_info(tid)), **fields}]}
+
+
+def test_map_reply_reads_missing_fields_as_zero():
+    cell = master_cells.placed_cell()
+    out = map_reply(cell, "m1", _reply(cell, T0, state="RUNNING"), {T0})
+    assert out.steps == []
+    info = out.infos[T0]  # first report: seen flips to True, worth writing
+    assert (info.port, info.restarts, info.started_at, info.seen, info.usage) == (0, 0, 0.0, True, ())
+    assert out.usage[T0] == ()
+
+
+def test_map_reply_reads_given_fields():
+    cell = master_cells.placed_cell()
+    r = _reply(cell, T0, state="RUNNING", port=9000, restarts=3, started_at=5.5, usage={"ram": 7, "cpu": 20})
+    info = map_reply(cell, "m1", r, {T0}).infos[T0]
+    assert (info.port, info.restarts, info.started_at, info.borglet_state) == (9000, 3, 5.5, "RUNNING")
+    assert info.usage == (("cpu", 20), ("ram", 7))  # sorted by name
+
+
+@pytest.mark.parametrize(
+    ("change", "written"),
+    [
+        ({}, False),  # the same facts again: nothing to write
+        ({"usage": {"cpu": 99}}, False),  # usage alone can wait
+        ({"port": 9001}, True),
+        ({"restarts": 1}, True),
+        ({"healthy": False}, True),
+        ({"started_at": 6.0}, True),
+        ({"state": "STARTING"}, True),
+    ],
+)
+def test_map_reply_writes_only_facts_clients_act_on(change, written):
+    base = {"port": 9000, "healthy": True, "borglet_state": "RUNNING", "seen": True, "started_at": 5.0}
+    cell = master_cells.placed_cell(**base)
+    fields = {"state": "RUNNING", "port": 9000, "healthy": True, "started_at": 5.0} | change
+    out = map_reply(cell, "m1", _reply(cell, T0, **fields), {T0})
+    assert (T0 in out.infos) is written
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "step"),
+    [
+        ("FAILED", "crash", ("fail", (T0,), "crash")),
+        ("FAILED", None, ("fail", (T0,), "failed")),
+        ("FAILED", "lost_on_restart", ("lost", (T0,), "lost_on_restart")),
+        ("KILLED", "memory_pressure", ("evict", (T0, EvictReason.RECLAMATION), "memory_pressure")),
+        ("KILLED", None, ("lost", (T0,), "killed on the machine: ?")),
+        ("FINISHED", None, ("finish", (T0,), "exit 0")),
+    ],
+)
+def test_map_reply_steps(state, reason, step):
+    cell = master_cells.placed_cell(seen=True, borglet_state="RUNNING")
+    assert map_reply(cell, "m1", _reply(cell, T0, state=state, reason=reason), {T0}).steps == [step]
+
+
+def test_map_reply_skips_tasks_no_longer_running_there():
+    cell = master_cells.placed_cell(seen=True)
+    assert map_reply(cell, "m2", _reply(cell, T0, state="FINISHED"), {T0}).steps == []  # wrong machine
+    # absent from the reply: lost only once the borglet had reported it
+    assert map_reply(cell, "m1", {"tasks": []}, {T0}).steps == [("lost", (T0,), "unknown to its borglet")]
+    assert map_reply(master_cells.placed_cell(), "m1", {"tasks": []}, {T0}).steps == []
