@@ -69,3 +69,15 @@ def running(s: CellState, j: Job, machine: str = "m0", index: int = 0) -> CellSt
     nxt = schedule(s, latest.id, machine)
     assert nxt is not None, "schedule refused"
     return nxt
+
+
+SMALL = Resources.of(cpu=500)
+LARGE = Resources.of(cpu=1000)
+
+
+def cell_with_job(count: int = 2) -> CellState:
+    """Machine m0 (4000m) and job u/j of `count` pending tasks of SMALL (500m) each."""
+    base = CellState(machines=FMap({"m0": Machine("m0", Resources.of(cpu=4000))}))
+    s = submit(base, Job("u", "j", 100, count, SMALL))
+    assert s is not None
+    return s

@@ -9,11 +9,13 @@ import pytest
 from spec.actions import (
     ACTIONS,
     EvictReason,
+    Step,
     alloc_create,
     alloc_delete,
     evict,
     fail,
     finish,
+    job_is_valid,
     kill,
     kill_job,
     lost,
@@ -29,9 +31,12 @@ from spec.actions import (
     submit,
     update,
 )
+from spec.fmap import FMap
 from spec.model import (
     Alloc,
+    CellState,
     DeathCause,
+    Job,
     Machine,
     Resources,
     RestartPolicy,
@@ -41,7 +46,7 @@ from spec.model import (
     may_preempt,
 )
 
-from .fixtures import M0, cell, job, running, tid
+from .fixtures import LARGE, M0, SMALL, cell, cell_with_job, job, running, tid
 
 # --- submit ------------------------------------------------------------------------------
 
@@ -354,3 +359,53 @@ def test_batch_uses_reclaimed_resources_but_prod_does_not():
     assert schedule(s3, tid(other), "m0") is None  # prod counts prod at full requests
     placed = schedule(s2, tid(batch), "m0")
     assert reserve(placed, tid(prod), prod.request) is None  # growing back would overcommit
+
+
+# --- update, job validity and alloc priorities: their edges -------------------------------
+
+
+def test_update_rewrites_pending_requests_but_not_running_ones() -> None:
+    # actions.py update: flipping `cur.state is PENDING` or `cur.request != new.request` survived.
+    s = cell_with_job()
+    s = schedule(s, TaskId("u/j", 0, 0), "m0")
+    assert s is not None
+    s2 = update(s, "u/j", request=LARGE)
+    assert s2 is not None
+    assert s2.tasks[TaskId("u/j", 1, 0)].state is TaskState.PENDING
+    assert s2.tasks[TaskId("u/j", 1, 0)].request == LARGE  # not placed yet: takes the new request
+    assert s2.tasks[TaskId("u/j", 0, 0)].request == SMALL  # running: keeps its request until rolled
+    s3 = update(s2, "u/j", task_count=3)
+    assert s3 is not None and s3.tasks[TaskId("u/j", 1, 0)].request == LARGE
+
+
+def test_a_job_of_no_task_is_valid_and_a_negative_count_is_not() -> None:
+    # actions.py job_is_valid: `task_count >= 1` survived (a job may be submitted empty and
+    # resized later; the load campaign's write-path runs submit such jobs).
+    assert job_is_valid(Job("u", "j", 100, 0, SMALL))
+    assert not job_is_valid(Job("u", "j", 100, -1, SMALL))
+    # and `0 <= priority`: best effort (priority 0) is a valid band
+    assert job_is_valid(Job("u", "j", 0, 1, SMALL)) and not job_is_valid(Job("u", "j", -1, 1, SMALL))
+    assert submit(CellState(), Job("u", "j", 100, 0, SMALL)) is not None
+
+
+def test_alloc_priorities_run_from_zero() -> None:
+    # actions.py alloc_create: `0 <= priority` to `0 < priority` survived.
+    from spec.actions import alloc_create
+
+    s = CellState(machines=FMap({"m0": Machine("m0", Resources.of(cpu=4000))}))
+    assert alloc_create(s, Alloc("a", "m0", Resources.of(cpu=1000), 0)) is not None
+    assert alloc_create(s, Alloc("a", "m0", Resources.of(cpu=1000), -1)) is None
+
+
+# --- a trace's step names what it acts on ----------------------------------------------------
+
+
+def test_a_trace_step_names_its_alloc() -> None:
+    # actions.py _short: an Alloc argument printed as None survived (traces must say which).
+    step = Step("alloc_create", (Alloc("a1", "m0", Resources.of(cpu=500), 100, "u"),))
+    assert "a1@m0" in str(step)
+
+
+def test_a_trace_step_names_its_machine() -> None:
+    # actions.py _short: a Machine argument printed as None survived.
+    assert "Machine(m0)" in str(Step("machine_add", (Machine("m0", Resources.of(cpu=1)),)))

@@ -10,12 +10,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spec.actions import apply
+from spec.actions import Step, apply
 from spec.explore import Scope, enabled_steps, initial_state
 from spec.invariants import BY_NAME, INVARIANTS, check_state, check_step
 from spec.model import CellState, Resources, Task, TaskId, TaskState
 
-from .fixtures import cell, job, running, tid
+from .fixtures import cell, cell_with_job, job, running, tid
 
 SCOPES = [
     Scope(machines=2, tasks=3, priorities=3, max_incarnation=2, allocs=True, churn=True, reclaim=True),
@@ -80,3 +80,20 @@ def test_every_invariant_has_a_check_and_a_unique_name():
     for inv in INVARIANTS:
         assert (inv.state_check is None) != (inv.step_check is None), inv.name
         assert inv.doc
+
+
+# --- an invariant judges only the steps it can judge ------------------------------------------
+
+
+def test_prod_never_preempts_prod_judges_only_steps_whose_tasks_exist() -> None:
+    # invariants.py:171: returning None (not "no violation") for a preemption whose victim
+    # or preemptor is absent survived.
+    from spec.actions import EvictReason
+    from spec.invariants import prod_never_preempts_prod
+
+    s = cell_with_job(2)
+    ghost = TaskId("u/ghost", 0)
+    real = next(iter(s.tasks))
+    for victim, preemptor in ((ghost, real), (real, ghost)):
+        step = Step("evict", (victim, EvictReason.PREEMPTION, preemptor))
+        assert prod_never_preempts_prod(s, step, s) == []
