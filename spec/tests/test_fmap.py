@@ -73,14 +73,14 @@ def test_groups_are_not_part_of_equality_hashing_or_pickling() -> None:
 
 
 def test_fmap_keys_are_its_keys() -> None:
-    # model.py FMap.keys: returning None instead of the dict view survived.
+    # FMap.keys: returning None instead of the dict view survived.
     m = FMap({"a": 1, "b": 2})
     assert sorted(m.keys()) == ["a", "b"]
 
 
 def test_indexes_of_large_maps_follow_their_changes() -> None:
-    # model.py's index update (maps of 64 entries or more keep indexes): returning None from
-    # it survived, since the other spec tests use small cells.
+    # The index update (_regroup; maps of 64 entries or more keep indexes): returning None
+    # from it survived, since the other spec tests use small cells.
     s = cell_with_job(70)
     assert len(s.tasks_of("u/j")) == 70
     s2 = submit(s, Job("u", "k", 100, 3, SMALL))
@@ -97,8 +97,8 @@ _parity.calls = 0  # type: ignore[attr-defined]
 
 
 def test_a_derived_maps_index_is_updated_from_the_changed_keys_not_rebuilt() -> None:
-    # model.py:166, the index update returning None: the derived map still answered right
-    # (a lost index is rebuilt on the next read), so only the cost shows it.
+    # _regroup returning None: the derived map still answered right (a lost index is
+    # rebuilt on the next read), so only the cost shows it.
     m = FMap({i: i for i in range(100)})
     assert len(m.group(_parity)["even"]) == 50
     _parity.calls = 0  # type: ignore[attr-defined]
