@@ -10,7 +10,8 @@ A view costs what changed since the previous one, not the cell's size in Python:
 objects and their runtime infos live in separate dicts, so a view is one C-level copy of each
 map that changed (maps that did not change are shared with the previous view), and the set
 of tasks a scheduling pass could act on (`Cell.work`) is kept up to date from the changed
-keys, so the leader's quiet-case check does not scan the dead tasks of every killed job.
+keys, so the leader's quiet-case check does not scan the dead tasks of every killed job: each
+change's edits to those indexes are `cacheindex`'s to say, and the cache applies them.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from reference.master import codec
-from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo, is_pass_work
+from reference.master import cacheindex, codec
+from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo
 from reference.master.changes import Change, ChangeLog
 from reference.store import ops
 from reference.store.client import StoreClient, StoreError
 from reference.store.watch import PrefixWatch
 from spec.fmap import FMap
-from spec.model import CellState, Job, Machine, QuotaKey, Resources, Task, TaskId, TaskState
+from spec.model import CellState, Job, Machine, QuotaKey, Resources, Task, TaskId
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -37,14 +38,22 @@ log = logging.getLogger(__name__)
 
 
 class WatchCache:
-    def __init__(self, client: StoreClient, keys: codec.Keys, *, idle_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        client: StoreClient,
+        keys: codec.Keys,
+        *,
+        idle_timeout: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.keys = keys
+        self.clock = clock
         # A watch silent this long is reconnected to the next member; with a progress
         # notification a second, a short value moves off a hung member before reads are refused.
         self.idle_timeout = idle_timeout
-        # When etcd was last heard (a read, an event or a progress notification), on the
-        # monotonic clock: the cache is at least that fresh. None until the first read.
+        # When etcd was last heard (a read, an event or a progress notification), on `clock`:
+        # the cache is at least that fresh. None until the first read.
         self._heard_at: float | None = None
         # Spec objects and runtime infos in separate dicts: a view copies each in C.
         self._machines: dict[str, Machine] = {}
@@ -65,6 +74,8 @@ class WatchCache:
         self._latest: dict[tuple[str, int], int] = {}
         self._work: set[TaskId] = set()
         self._running: set[TaskId] = set()
+        # The maps and indexes as `cacheindex` reads them: these very dicts, never copied.
+        self._index = cacheindex.Index(self._tasks, self._jobs, self._job_tasks, self._latest, self._work)
         self._capacity_epoch = 0
         self._leader = ""
         self._replicas: dict[str, str] = {}
@@ -116,7 +127,7 @@ class WatchCache:
 
     @property
     def heard_at(self) -> float | None:
-        """The monotonic time of the last message from etcd, None if there was none yet."""
+        """The time (on `clock`) of the last message from etcd, None if there was none yet."""
         return self._heard_at
 
     def cell(self) -> Cell:
@@ -174,7 +185,7 @@ class WatchCache:
     # --- applying changes ----------------------------------------------------------------------
 
     def _reload(self) -> None:
-        asked = time.monotonic()  # the read reflects etcd no earlier than when it was sent
+        asked = self.clock()  # the read reflects etcd no earlier than when it was sent
         kvs, revision = self.client.get_prefix(self.keys.root)
         with self._cond:
             self._heard_at = asked
@@ -219,7 +230,7 @@ class WatchCache:
     def _on_events(self, events: list[ops.WatchEvent], revision: int) -> None:
         with self._cond:
             # Events and progress notifications alike prove the watch still hears etcd.
-            self._heard_at = time.monotonic()
+            self._heard_at = self.clock()
             for e in events:
                 self._log_change(e)
                 if e.kind == "PUT":
@@ -270,15 +281,11 @@ class WatchCache:
             elif k.startswith(self.keys.jobs):
                 j, ji = codec.decode_job(value)
                 self._changed_jobs.add(j.key)
-                old = self._jobs.get(j.key)
-                if old is not None and (old.request, old.constraints, old.priority) != (
-                    j.request, j.constraints, j.priority,
-                ):  # fmt: skip
-                    self._capacity_epoch += 1  # its pending tasks may fit now
+                edits = cacheindex.job_put(self._index, j)
                 self._jobs[j.key] = j
                 self._job_infos[j.key] = ji
                 self._dirty.update(("jobs", "job_infos"))
-                self._job_changed(j.key)
+                self._apply(edits)
             elif k.startswith(self.keys.tasks):
                 t, ti = codec.decode_task(value)
                 self._put_task(t, ti)
@@ -306,10 +313,11 @@ class WatchCache:
         elif k.startswith(self.keys.jobs):
             job = k[len(self.keys.jobs) :]
             self._changed_jobs.add(job)
+            edits = cacheindex.job_deleted(self._index, job)
             self._jobs.pop(job, None)
             self._job_infos.pop(job, None)
             self._dirty.update(("jobs", "job_infos"))
-            self._job_changed(job)
+            self._apply(edits)
         elif k.startswith(self.keys.tasks):
             try:
                 user, name, index, inc = k[len(self.keys.tasks) :].split("/")
@@ -330,77 +338,54 @@ class WatchCache:
     def _put_task(self, t: Task, ti: TaskInfo) -> None:
         tid = t.id
         self._changed_tasks.add(tid)
-        self._held(self._tasks.get(tid), t)
+        edits = cacheindex.task_put(self._index, t)
         self._tasks[tid] = t
         self._task_infos[tid] = ti
         self._dirty.update(("tasks", "task_infos"))
-        self._job_tasks.setdefault(tid.job, set()).add(tid)
-        index = (tid.job, tid.index)
-        latest = self._latest.get(index, -1)
-        if tid.incarnation > latest:
-            self._latest[index] = tid.incarnation
-            if latest >= 0:  # the former latest incarnation is history now
-                self._judge(TaskId(tid.job, tid.index, latest))
-        self._judge(tid)
+        self._apply(edits)
 
     def _delete_task(self, tid: TaskId) -> None:
-        old = self._tasks.pop(tid, None)
-        if old is None:
+        edits = cacheindex.task_deleted(self._index, tid)
+        if self._tasks.pop(tid, None) is None:
             return
         self._changed_tasks.add(tid)
-        self._held(old, None)
         self._task_infos.pop(tid, None)
         self._dirty.update(("tasks", "task_infos"))
-        if tid in self._work:
-            self._work.discard(tid)
-            self._dirty.add("work")
-        ids = self._job_tasks.get(tid.job)
-        if ids is not None:
-            ids.discard(tid)
-            if not ids:
-                del self._job_tasks[tid.job]
-        index = (tid.job, tid.index)
-        if self._latest.get(index) == tid.incarnation:
-            left = [o.incarnation for o in ids or () if o.index == tid.index]
-            if left:
-                self._latest[index] = max(left)
-                self._judge(TaskId(tid.job, tid.index, max(left)))
-            else:
+        self._apply(edits)
+
+    def _apply(self, edits: cacheindex.Edits) -> None:
+        """Carry out one change's edits to the indexes (cacheindex), marking what a view must copy."""
+        job_task, latest, work, running, capacity = edits
+        if job_task is not None:
+            tid, joins = job_task
+            if joins:
+                self._job_tasks.setdefault(tid.job, set()).add(tid)
+            elif (ids := self._job_tasks.get(tid.job)) is not None:
+                ids.discard(tid)
+                if not ids:
+                    del self._job_tasks[tid.job]
+        if latest is not None:
+            index, incarnation = latest
+            if incarnation is None:
                 del self._latest[index]
-
-    def _held(self, old: Task | None, new: Task | None) -> None:
-        """Keep the running set, and move the capacity epoch when what a task holds on a
-        machine changed (borglet reports that change only a task's runtime facts do not)."""
-        was = old is not None and old.state is TaskState.RUNNING
-        now = new is not None and new.state is TaskState.RUNNING
-        if now and not was:
-            self._running.add(new.id)  # type: ignore[union-attr]
-            self._dirty.add("running")
-        elif was and not now:
-            self._running.discard(old.id)  # type: ignore[union-attr]
-            self._dirty.add("running")
-        if (was or now) and (
-            not (was and now)
-            or (old.machine, old.request, old.reserved) != (new.machine, new.request, new.reserved)  # type: ignore[union-attr]
-        ):
-            self._capacity_epoch += 1
-
-    def _job_changed(self, job: str) -> None:
-        for tid in self._job_tasks.get(job, ()):
-            self._judge(tid)
-
-    def _judge(self, tid: TaskId) -> None:
-        """Put `tid` in or out of the work set after it, its job or its index changed."""
-        task = self._tasks.get(tid)
-        work = task is not None and is_pass_work(
-            task, self._jobs.get(tid.job), self._latest.get((tid.job, tid.index)) == tid.incarnation
-        )
-        if work != (tid in self._work):
-            if work:
-                self._work.add(tid)
             else:
-                self._work.discard(tid)
+                self._latest[index] = incarnation
+        if work:
+            for tid, joins in work:
+                if joins:
+                    self._work.add(tid)
+                else:
+                    self._work.discard(tid)
             self._dirty.add("work")
+        if running is not None:
+            tid, joins = running
+            if joins:
+                self._running.add(tid)
+            else:
+                self._running.discard(tid)
+            self._dirty.add("running")
+        if capacity:
+            self._capacity_epoch += 1
 
 
 _ALL_MAPS = frozenset(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 
 from reference.master import codec, freshness
@@ -132,7 +131,7 @@ class Replica:
 
     def cache_age(self) -> float:
         """Seconds since this replica's watch cache last heard from etcd."""
-        return freshness.cache_age(time.monotonic(), self.cache.heard_at)
+        return freshness.cache_age(self.cache.clock(), self.cache.heard_at)
 
     def _clear_predecessor(self) -> None:
         """Delete a leader key that names this replica before this process has campaigned.

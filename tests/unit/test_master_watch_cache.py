@@ -304,3 +304,17 @@ def test_views_carry_the_spec_indexes_forward(seed: int, monkeypatch: pytest.Mon
             assert after.live_indices(job) == want.live_indices(job)
         assert after.running_on("m0") == want.running_on("m0")
         assert after.quota_used("u", Band.BATCH) == want.quota_used("u", Band.BATCH)
+
+
+def test_freshness_is_timed_on_the_injected_clock() -> None:
+    """etcd is heard at the moment a read is sent, then at every batch of events or progress
+    notification; the replica's cache age (freshness.cache_age) is measured from there."""
+    now = [100.0]
+    client = FakeClient()
+    cache = WatchCache(client, KEYS, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert cache.heard_at is None  # never heard: infinitely old
+    cache._reload()
+    assert cache.heard_at == 100.0
+    now[0] = 103.5
+    cache._on_events([], client.revision)  # a progress notification
+    assert cache.heard_at == 103.5
