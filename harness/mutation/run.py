@@ -34,7 +34,7 @@ MASTER_TESTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "unit"
 #: package -> (files to mutate, killer tests). The live stateful test is too slow to run per
 #: mutant (minutes each), so the killers are the unit tests and the harness's own tests.
 PACKAGES: dict[str, tuple[list[str], list[str]]] = {
-    "spec": (["spec/model.py", "spec/actions.py", "spec/invariants.py"], ["spec/tests", "harness/tests"]),
+    "spec": (["spec/fmap.py", "spec/model.py", "spec/actions.py", "spec/invariants.py"], ["spec/tests", "harness/tests"]),
     "reference/scheduler": (
         [f"reference/scheduler/{n}.py" for n in ("engine", "feasibility", "policies", "queue", "classes", "admission", "plan", "cellview", "adapter")],
         SCHED_TESTS,
