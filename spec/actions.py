@@ -41,7 +41,8 @@ class EvictReason(StrEnum):
 # --- helpers shared by the guards --------------------------------------------------------
 
 
-def _next_incarnation(state: CellState, job: str, index: int) -> int:
+def next_incarnation(state: CellState, job: str, index: int) -> int:
+    """The incarnation a new task of `job`'s `index` gets: one past the newest, or 0."""
     prev = state.latest(job, index)
     return 0 if prev is None else prev.id.incarnation + 1
 
@@ -97,7 +98,8 @@ def task_fits(state: CellState, task: Task, job: Job, machine: Machine) -> bool:
     return job.request.fits_in(machine_free(state, machine.name))
 
 
-def _new_task(job: Job, index: int, incarnation: int) -> Task:
+def new_task(job: Job, index: int, incarnation: int) -> Task:
+    """A PENDING task of `job` at `index` and `incarnation`, with the job's priority and request."""
     return Task(
         id=TaskId(job.key, index, incarnation),
         state=TaskState.PENDING,
@@ -111,7 +113,7 @@ def _dead(task: Task, cause: DeathCause) -> Task:
     return Task(task.id, TaskState.DEAD, None, task.priority, ZERO, cause)
 
 
-def _with_tasks(state: CellState, changes: dict[TaskId, Task]) -> CellState:
+def with_tasks(state: CellState, changes: dict[TaskId, Task]) -> CellState:
     """Apply task changes; a new incarnation replaces the DEAD older ones of its index.
 
     The state keeps only the newest incarnation of each index (older ones are history,
@@ -151,10 +153,10 @@ def submit(state: CellState, job: Job) -> CellState | None:
     tasks = {
         t.id: t
         for t in (
-            _new_task(job, i, _next_incarnation(state, job.key, i)) for i in range(job.task_count)
+            new_task(job, i, next_incarnation(state, job.key, i)) for i in range(job.task_count)
         )
     }
-    return _with_tasks(state.with_(jobs=state.jobs.set(job.key, job)), tasks)
+    return with_tasks(state.with_(jobs=state.jobs.set(job.key, job)), tasks)
 
 
 def kill_job(state: CellState, job_key: str) -> CellState | None:
@@ -194,14 +196,14 @@ def update(
     for i in range(new.task_count):
         cur = live.get(i)
         if cur is None or (i >= old.task_count and cur.state is TaskState.DEAD):
-            changes_id = _new_task(new, i, _next_incarnation(state, job_key, i))
+            changes_id = new_task(new, i, next_incarnation(state, job_key, i))
             changes[changes_id.id] = changes_id
         elif cur.state is TaskState.PENDING and cur.request != new.request:
             changes[cur.id] = replace(cur, request=new.request)  # not placed yet: no roll needed
     for i, cur in live.items():
         if i >= new.task_count and cur.state is not TaskState.DEAD:
             changes[cur.id] = _dead(cur, DeathCause.KILLED)
-    return _with_tasks(state.with_(jobs=state.jobs.set(job_key, new)), changes)
+    return with_tasks(state.with_(jobs=state.jobs.set(job_key, new)), changes)
 
 
 def roll(state: CellState, task_id: TaskId) -> CellState | None:
@@ -213,8 +215,8 @@ def roll(state: CellState, task_id: TaskId) -> CellState | None:
     job = state.jobs.get(task_id.job)
     if job is None or task.request == job.request:
         return None
-    nxt = _new_task(job, task_id.index, task_id.incarnation + 1)
-    return _with_tasks(state, {task_id: _dead(task, DeathCause.KILLED), nxt.id: nxt})
+    nxt = new_task(job, task_id.index, task_id.incarnation + 1)
+    return with_tasks(state, {task_id: _dead(task, DeathCause.KILLED), nxt.id: nxt})
 
 
 # --- task lifecycle ----------------------------------------------------------------------
@@ -313,8 +315,8 @@ def restart(state: CellState, task_id: TaskId) -> CellState | None:
         return None
     if not restart_allowed(job.restart_policy, task.cause):
         return None
-    nxt = _new_task(job, task_id.index, task_id.incarnation + 1)
-    return _with_tasks(state, {nxt.id: nxt})
+    nxt = new_task(job, task_id.index, task_id.incarnation + 1)
+    return with_tasks(state, {nxt.id: nxt})
 
 
 def reserve(state: CellState, task_id: TaskId, reservation: Resources) -> CellState | None:

@@ -58,8 +58,8 @@ def evict_any_priority(s: CellState, task_id, reason, preemptor=None):
 def submit_ignoring_quota(s: CellState, job):
     if not A.job_is_valid(job) or job.key in s.jobs:
         return None
-    tasks = {t.id: t for t in (A._new_task(job, i, A._next_incarnation(s, job.key, i)) for i in range(job.task_count))}
-    return A._with_tasks(s.with_(jobs=s.jobs.set(job.key, job)), tasks)
+    tasks = {t.id: t for t in (A.new_task(job, i, A.next_incarnation(s, job.key, i)) for i in range(job.task_count))}
+    return A.with_tasks(s.with_(jobs=s.jobs.set(job.key, job)), tasks)
 
 
 def restart_revives_in_place(s: CellState, task_id):
@@ -75,7 +75,7 @@ def roll_without_kill(s: CellState, task_id):
     t, j = s.tasks.get(task_id), s.jobs.get(task_id.job)
     if t is None or j is None or t.state is not TaskState.RUNNING:
         return None
-    nxt = A._new_task(j, task_id.index, task_id.incarnation + 1)
+    nxt = A.new_task(j, task_id.index, task_id.incarnation + 1)
     return s.with_(tasks=s.tasks.set(nxt.id, nxt))
 
 
@@ -84,7 +84,7 @@ def roll_in_place_twice(s: CellState, task_id):
     t, j = s.tasks.get(task_id), s.jobs.get(task_id.job)
     if t is None or j is None or t.state is not TaskState.RUNNING:
         return None
-    nxt = A._new_task(j, task_id.index, task_id.incarnation + 1)
+    nxt = A.new_task(j, task_id.index, task_id.incarnation + 1)
     nxt = replace(nxt, state=TaskState.RUNNING, machine=t.machine)
     return s.with_(tasks=s.tasks.set(nxt.id, nxt))
 
