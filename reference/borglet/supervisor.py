@@ -244,9 +244,15 @@ class Borglet:
                 task = Task.from_record(record)
                 self.tasks[tid] = task
                 saved = decisions.Saved(
-                    task.state, task.reason, task.ended, task.launching, task.pid is not None,
-                    task.kill_reason, task.restart_at is not None, task.spec.health_check is not None,
-                )  # fmt: skip
+                    state=task.state,
+                    reason=task.reason,
+                    ended=task.ended,
+                    launching=task.launching,
+                    has_pid=task.pid is not None,
+                    kill_reason=task.kill_reason,
+                    backing_off=task.restart_at is not None,
+                    health_checked=task.spec.health_check is not None,
+                )
                 found = False
                 if not task.ended and task.launching and task.pid is None:
                     # Saved just before its spawn: the process may exist; never spawn it again.
