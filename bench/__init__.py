@@ -5,6 +5,7 @@
 - `cell`: task start latency, failover, lost writes, API latency and master RSS of a local cell.
 - `stepdown`: how often the master leader steps down when the etcd Raft leader is killed.
 - `store`: put and fenced-transaction throughput through StoreClient against etcd.
+- `stats`: the one percentile convention (nearest-rank) of every bench, load and chaos report.
 
 Plots need matplotlib, the `bench` extra: `pip install -e '.[bench]'`.
 """

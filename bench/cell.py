@@ -23,15 +23,9 @@ from typing import Any
 import httpx
 import psutil
 
+from bench.stats import percentile
 from reference.master.localcell import LocalCell, wait_for
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
 
 
 def job(name: str, count: int) -> dict[str, Any]:
@@ -71,7 +65,7 @@ def task_start(cell: LocalCell, count: int) -> dict[str, float]:
     tasks = wait_for(started, 120, f"{count} tasks started", every=0.2)
     lat = [t["started_at"] - sent for t in tasks]
     cell.request("DELETE", "/v1/jobs/bench/start")
-    return {"tasks": count, "p50_s": pct(lat, 50), "p99_s": pct(lat, 99), "max_s": max(lat)}
+    return {"tasks": count, "p50_s": percentile(lat, 0.5), "p99_s": percentile(lat, 0.99), "max_s": max(lat)}
 
 
 def api_latency(cell: LocalCell, reads: int = 300, writes: int = 60) -> dict[str, float]:
@@ -88,8 +82,8 @@ def api_latency(cell: LocalCell, reads: int = 300, writes: int = 60) -> dict[str
         wl.append(time.perf_counter() - t)
         assert r.status_code == 201, r.text
     return {
-        "read_p50_ms": pct(rl, 50) * 1e3, "read_p99_ms": pct(rl, 99) * 1e3,
-        "write_p50_ms": pct(wl, 50) * 1e3, "write_p99_ms": pct(wl, 99) * 1e3,
+        "read_p50_ms": percentile(rl, 0.5) * 1e3, "read_p99_ms": percentile(rl, 0.99) * 1e3,
+        "write_p50_ms": percentile(wl, 0.5) * 1e3, "write_p99_ms": percentile(wl, 0.99) * 1e3,
     }  # fmt: skip
 
 
@@ -157,7 +151,7 @@ def failover(cell: LocalCell, kills: int) -> dict[str, Any]:
         present = {j["key"] for j in cell.get("/v1/jobs", master=m)["jobs"]}
         missing |= set(writer.acked) - present
     return {
-        "kills": kills, "p50_s": pct(times, 50), "p99_s": pct(times, 99), "max_s": max(times),
+        "kills": kills, "p50_s": percentile(times, 0.5), "p99_s": percentile(times, 0.99), "max_s": max(times),
         "mean_s": statistics.mean(times), "acked_writes": len(writer.acked), "lost_writes": len(missing),
     }  # fmt: skip
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.cell import pct
+from bench.stats import percentile
 from reference.master.localcell import LocalCell, wait_for
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         "lease_ttl": args.lease_ttl, "etcd_heartbeat_ms": args.etcd_heartbeat_ms,
         "etcd_election_ms": args.etcd_election_ms, "trials": len(results),
         "step_downs": sum(r["stepped_down"] for r in results),
-        "etcd_election_p50_s": pct(elections, 50), "etcd_election_max_s": max(elections, default=None),
+        "etcd_election_p50_s": percentile(elections, 0.5), "etcd_election_max_s": max(elections, default=None),
         "etcd_election_mean_s": statistics.mean(elections) if elections else None,
         "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "workdir": str(workdir),
     }, indent=2))  # fmt: skip

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.stats import percentile
 from reference.store import ops
 from reference.store.client import StoreClient, dumps
 from reference.store.etcd_cluster import EtcdCluster
@@ -38,14 +39,17 @@ class Result:
     def per_second(self) -> float:
         return self.operations / self.seconds
 
-    def percentile_ms(self, p: float) -> float:
-        ordered = sorted(self.latencies_s)
-        return 1000 * ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+    def percentile_ms(self, q: float) -> float:
+        """The q-th percentile (q in [0, 1]) of the operations' latencies, in ms."""
+        value = percentile(self.latencies_s, q)
+        if value is None:
+            raise ValueError(f"the {self.name} case completed no operation")
+        return 1000 * value
 
     def line(self) -> str:
         return (
             f"{self.name:<6} {self.per_second:9.1f} ops/s  "
-            f"p50 {self.percentile_ms(50):6.2f} ms  p99 {self.percentile_ms(99):7.2f} ms  "
+            f"p50 {self.percentile_ms(0.5):6.2f} ms  p99 {self.percentile_ms(0.99):7.2f} ms  "
             f"mean {1000 * statistics.fmean(self.latencies_s):6.2f} ms  ({self.operations} ops)"
         )
 
@@ -117,8 +121,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.json:
             print(json.dumps({
                 "where": where, "clients": args.clients, "seconds": args.seconds,
-                **{r.name: {"ops_per_s": round(r.per_second, 1), "p50_ms": round(r.percentile_ms(50), 3),
-                            "p99_ms": round(r.percentile_ms(99), 3), "ops": r.operations} for r in results},
+                **{r.name: {"ops_per_s": round(r.per_second, 1), "p50_ms": round(r.percentile_ms(0.5), 3),
+                            "p99_ms": round(r.percentile_ms(0.99), 3), "ops": r.operations} for r in results},
             }))  # fmt: skip
             return
         print(f"etcd: {where}; clients: {args.clients}; {args.seconds:g} s per case")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.stats import percentile
 from chaos import checker, events
 from chaos.history import Op, Outcome, read_ops
 
@@ -60,13 +61,6 @@ def write_recovery(ops: list[Op], start: float) -> float | None:
     done = [op.complete_t for op in ops
             if op.is_write and op.invoke_t >= start and op.outcome == Outcome.OK and op.complete_t]  # fmt: skip
     return min(done) - start if done else None
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def failover_windows(data: RunData) -> list[tuple[float, float]]:

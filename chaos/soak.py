@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.stats import percentile
 from chaos import actions, analysis, events, load, plot, probes, runcell
 from chaos.history import read_ops
 
@@ -68,8 +69,8 @@ def judge_targets(
                  if x["fault"] in MASTER_FAILOVERS and x["write_recovery_s"] is not None]  # fmt: skip
     outages = [x["write_recovery_s"] for x in faults
                if x["fault"] == "etcd-majority" and x["write_recovery_s"] is not None]  # fmt: skip
-    p99 = analysis.percentile(failovers, 0.99)
-    p50 = analysis.percentile(failovers, 0.5)
+    p99 = percentile(failovers, 0.99)
+    p50 = percentile(failovers, 0.5)
     avail = figures["api_availability_outside_failover"]
     hello_nl = figures["hello_availability_without_leader"]
     lost = len((check or {}).get("lost_writes") or [])

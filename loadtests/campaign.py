@@ -205,8 +205,8 @@ def etcd_direct(endpoints: list[str], seconds: float, clients: int) -> dict[str,
         "started_at": started,
         "ended_at": time.time(),
         **{
-            r.name: {"ops_per_s": round(r.per_second, 1), "p50_ms": round(r.percentile_ms(50), 2),
-                     "p99_ms": round(r.percentile_ms(99), 2), "ops": r.operations}
+            r.name: {"ops_per_s": round(r.per_second, 1), "p50_ms": round(r.percentile_ms(0.5), 2),
+                     "p99_ms": round(r.percentile_ms(0.99), 2), "ops": r.operations}
             for r in results
         },
     }  # fmt: skip

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.cell import pct
+from bench.stats import percentile
 
 TARGET_S = 0.3
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         if cell is not None:
             cell.stop()
     figures = {
-        name: {"median_s": round(pct(ts, 50), 4), "p90_s": round(pct(ts, 90), 4), "runs": len(ts)}
+        name: {"median_s": round(percentile(ts, 0.5), 4), "p90_s": round(percentile(ts, 0.9), 4), "runs": len(ts)}
         for name, ts in times.items()
     }
     load = os.getloadavg()[0]

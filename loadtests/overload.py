@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from loadtests.elastic.analysis import percentile
+from bench.stats import percentile
 from loadtests.periodic import Periodic
 from loadtests.procsample import ProcSampler, task_processes
 from loadtests.sampler import Sampler, Target
@@ -234,8 +234,8 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
                 ]
                 placed = [at - submitted_wall for at in placed_at if at is not None]
                 started = [t["started_at"] - submitted_wall for t in tasks if t.get("started_at")]
-                result.scheduled_p50_s, result.scheduled_p99_s = percentile(placed, 50), percentile(placed, 99)
-                result.started_p50_s, result.started_p99_s = percentile(started, 50), percentile(started, 99)
+                result.scheduled_p50_s, result.scheduled_p99_s = percentile(placed, 0.5), percentile(placed, 0.99)
+                result.started_p50_s, result.started_p99_s = percentile(started, 0.5), percentile(started, 0.99)
                 result.started_max_s = max(started) if started else None
                 machines = http.get("/v1/machines").json()["machines"]
                 result.machines_down = sum(1 for m in machines if m["state"] != "up")
@@ -258,7 +258,7 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
                 result.timeline.append((time.monotonic() - t0, 0, 0, len(procs.live(flood_prefix))))
             result.doubles = len(procs.doubles)
             lat = reader.latencies
-            result.read_p50_ms, result.read_p99_ms = percentile(lat, 50), percentile(lat, 99)
+            result.read_p50_ms, result.read_p99_ms = percentile(lat, 0.5), percentile(lat, 0.99)
             result.read_max_ms = max(lat) if lat else None
             result.read_errors = reader.errors
             for s in usage.samples:

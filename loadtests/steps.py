@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from bench.stats import histogram_percentile
+
 Histogram = Mapping[int, int]
 
 
@@ -90,33 +92,20 @@ def diff(after: Histogram, before: Histogram) -> dict[int, int]:
     return out
 
 
-def percentile(histogram: Histogram, fraction: float) -> float:
-    """The smallest bucket at or below which `fraction` of the samples lie; 0 when empty."""
-    total = sum(histogram.values())
-    if total == 0:
-        return 0.0
-    wanted = fraction * total
-    seen = 0
-    for bucket in sorted(histogram):
-        seen += histogram[bucket]
-        if seen >= wanted:
-            return float(bucket)
-    return float(max(histogram))
-
-
 def step_stats(
     users: int, seconds: float, histogram: Histogram, requests: int, failures: int
 ) -> StepStats:
     """One step's stats. `requests` counts successes and failures; Locust puts only successful
-    requests' times in the histogram, so percentiles are of answered requests."""
+    requests' times in the histogram, so percentiles are of answered requests (nearest-rank,
+    as every report's); a step that answered none has percentiles of 0."""
     return StepStats(
         users=users,
         seconds=seconds,
         requests=requests,
         failures=failures,
-        p50_ms=percentile(histogram, 0.50),
-        p95_ms=percentile(histogram, 0.95),
-        p99_ms=percentile(histogram, 0.99),
+        p50_ms=histogram_percentile(histogram, 0.50) or 0.0,
+        p95_ms=histogram_percentile(histogram, 0.95) or 0.0,
+        p99_ms=histogram_percentile(histogram, 0.99) or 0.0,
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.stats import percentile
 from reference.scheduler import SchedulerConfig, Snapshot, plan_pass
 from reference.scheduler.policies import POLICY_NAMES
 
@@ -23,11 +24,9 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def _pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return 0.0
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
+def _latency_ms(latencies: list[float], q: float) -> float:
+    """The q-th percentile of the per-task latencies in ms, 0.0 for a pass that timed none."""
+    return round((percentile(latencies, q) or 0.0) * 1e3, 4)
 
 
 def timed_pass(snap: Snapshot, cfg: SchedulerConfig, seed: int, limit: int | None = None) -> dict[str, Any]:
@@ -45,8 +44,8 @@ def timed_pass(snap: Snapshot, cfg: SchedulerConfig, seed: int, limit: int | Non
         "seconds": round(wall, 3),
         "tasks_per_second": round(st.processed / wall, 1) if wall else 0.0,
         "placements_per_second": round(len(plan.placements) / wall, 1) if wall else 0.0,
-        "latency_ms_p50": round(_pct(st.latencies, 0.50) * 1e3, 4),
-        "latency_ms_p99": round(_pct(st.latencies, 0.99) * 1e3, 4),
+        "latency_ms_p50": _latency_ms(st.latencies, 0.50),
+        "latency_ms_p99": _latency_ms(st.latencies, 0.99),
         "evaluations_per_task": round(st.evaluations / max(st.processed, 1), 1),
         "classes": st.classes,
         "machines_used": len(used),

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.stats import percentile
+
 
 @dataclass(frozen=True)
 class Request:
@@ -50,14 +52,6 @@ def parse_stages(text: str) -> list[tuple[float, int]]:
     return sorted(out)
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    xs = sorted(values)
-    k = max(0, min(len(xs) - 1, math.ceil(q / 100.0 * len(xs)) - 1))
-    return xs[k]
-
-
 def per_second(requests: Sequence[Request], t0: float, t1: float, window_s: float = 5.0) -> list[dict[str, float | None]]:
     """For each second from t0: requests/s offered, errors that second, p95 over the last `window_s`."""
     n = max(0, math.ceil(t1 - t0))
@@ -74,7 +68,7 @@ def per_second(requests: Sequence[Request], t0: float, t1: float, window_s: floa
     out = []
     for i in range(n):
         recent = [ms for b in buckets[max(0, i - w + 1) : i + 1] for ms in b]
-        out.append({"t": float(i), "rps": float(counts[i]), "errors": float(errors[i]), "p95_ms": percentile(recent, 95)})
+        out.append({"t": float(i), "rps": float(counts[i]), "errors": float(errors[i]), "p95_ms": percentile(recent, 0.95)})
     return out
 
 

@@ -9,7 +9,6 @@ from loadtests.elastic.analysis import (
     Sample,
     parse_stages,
     per_second,
-    percentile,
     scale_down_s,
     settled_after,
     step_reactions,
@@ -20,12 +19,6 @@ def test_parse_stages() -> None:
     assert parse_stages("30:6, 0:2") == [(0.0, 2), (30.0, 6)]
     with pytest.raises(ValueError, match="AT_S:USERS"):
         parse_stages("0:2,30")
-
-
-def test_percentile() -> None:
-    assert percentile([], 95) is None
-    assert percentile([float(i) for i in range(1, 101)], 95) == 95.0
-    assert percentile([7.0], 95) == 7.0
 
 
 def test_per_second() -> None:

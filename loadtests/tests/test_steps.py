@@ -10,7 +10,6 @@ from loadtests.steps import (
     check,
     diff,
     group_of,
-    percentile,
     step_stats,
     user_ladder,
 )
@@ -64,15 +63,6 @@ def test_a_step_without_requests_is_not_an_error() -> None:
 
 def test_diff_keeps_only_the_new_samples() -> None:
     assert diff({1: 5, 2: 3, 7: 1}, {1: 5, 2: 1}) == {2: 2, 7: 1}
-
-
-def test_percentile_of_a_histogram() -> None:
-    hist = {1: 50, 2: 45, 30: 4, 200: 1}
-    assert percentile(hist, 0.5) == 1.0
-    assert percentile(hist, 0.95) == 2.0
-    assert percentile(hist, 0.99) == 30.0
-    assert percentile(hist, 1.0) == 200.0
-    assert percentile({}, 0.95) == 0.0
 
 
 def test_rates() -> None:
