@@ -11,7 +11,7 @@ import argparse
 import random
 import sys
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,6 +32,7 @@ from .model import (
     RestartPolicy,
     TaskState,
 )
+from .search import breadth_first
 
 #: Priorities the scope draws from, in order: one batch level, then prod levels, then best effort.
 PRIORITY_LEVELS = (100, 200, 250, 0, 300)
@@ -220,49 +221,31 @@ def explore(
     res = Result()
     t0 = time.perf_counter()
     init = initial_state(scope)
-    parent: dict[CellState, tuple[CellState, Step] | None] = {init: None}
     bad = _check(None, None, init, invariants, res.invariant_checks)
     if bad:
         res.violation = Violation([n for n, _ in bad], [m for _, m in bad], [])
-    frontier: deque[tuple[CellState, int]] = deque([(init, 0)])
-    while frontier and res.violation is None:
-        s, d = frontier.popleft()
-        res.depth = max(res.depth, d)
-        if depth is not None and d >= depth:
-            res.complete = False
-            continue
+        res.states, res.seconds = 1, time.perf_counter() - t0
+        return res
+
+    def successors(s: CellState) -> Iterator[tuple[Step, CellState]]:
         for step in enabled_steps(scope, s):
             nxt = apply(s, step, table)
-            if nxt is None:
-                continue
-            res.transitions += 1
-            res.actions_fired[step.action] += 1
-            bad = _check(s, step, nxt, invariants, res.invariant_checks)
-            nxt = canonical(nxt)
-            if bad:
-                trace = _trace(parent, s) + [step]
-                res.violation = Violation([n for n, _ in bad], [m for _, m in bad], trace)
-                break
-            if nxt not in parent:
-                parent[nxt] = (s, step)
-                frontier.append((nxt, d + 1))
-                if max_states is not None and len(parent) >= max_states:
-                    res.complete = False
-                    frontier.clear()
-                    break
-    res.states = len(parent)
+            if nxt is not None:
+                yield step, nxt
+
+    def check(s: CellState, step: Step, nxt: CellState, _new: bool) -> list[tuple[str, str]]:
+        return _check(s, step, nxt, invariants, res.invariant_checks)
+
+    found = breadth_first(init, successors, check, canonical, depth=depth, max_states=max_states)
+    res.transitions, res.depth, res.complete = found.transitions, found.depth, found.complete
+    res.actions_fired = found.actions_fired
+    if found.rejected is not None:
+        r = found.rejected
+        trace = [step for _, step in found.path_to(r.before)] + [r.step]
+        res.violation = Violation([n for n, _ in r.broken], [m for _, m in r.broken], trace)
+    res.states = len(found.parent)
     res.seconds = time.perf_counter() - t0
     return res
-
-
-def _trace(parent: dict[CellState, tuple[CellState, Step] | None], s: CellState) -> list[Step]:
-    steps: list[Step] = []
-    link = parent[s]
-    while link is not None:
-        prev, step = link
-        steps.append(step)
-        link = parent[prev]
-    return steps[::-1]
 
 
 def walk(

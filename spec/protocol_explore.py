@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -20,6 +20,7 @@ from .protocol_actions import Step, actions_for, prune
 from .protocol_invariants import INVARIANTS, violations
 from .protocol_model import RULES, Bounds, ProtocolState, Rules, describe, initial_state
 from .protocol_symmetry import canonical
+from .search import breadth_first
 
 Transition = Callable[[ProtocolState, Step], "ProtocolState | None"]
 
@@ -95,46 +96,32 @@ def explore(
     res = Result()
     t0 = time.perf_counter()
     init = norm(initial_state(bounds.machines, bounds.indices))
-    parent: dict[ProtocolState, ProtocolState | None] = {init: None}
-    frontier: deque[tuple[ProtocolState, int]] = deque([(init, 0)])
-    while frontier and res.violation is None:
-        s, d = frontier.popleft()
-        res.depth = max(res.depth, d)
+
+    def successors(s: ProtocolState) -> Iterator[tuple[Step, ProtocolState]]:
         for step in enabled_steps(bounds, s):
             nxt = table(s, step)
-            if nxt is None:
-                continue
-            res.transitions += 1
-            res.actions_fired[step.action] += 1
-            key = norm(nxt)
-            # State invariants are checked once per state (they hold of a whole symmetry class
-            # or of none); step invariants on every transition.
-            bad = violations(s, step, nxt, invariants, states=key not in parent)
-            if bad:
-                path = _path(parent, s)
-                trace = replay(bounds, table, path, norm, step, nxt) if symmetry else _unreduced(bounds, table, path, step)
-                # named as in the concrete trace, which may rename machines and indices
-                before = trace[-2][1] if len(trace) > 1 else initial_state(bounds.machines, bounds.indices)
-                bad = violations(before, trace[-1][0], trace[-1][1], invariants)
-                res.violation = Violation(sorted({n for n, _ in bad}), [m for _, m in bad], trace)
-                break
-            if key not in parent:
-                parent[key] = s
-                frontier.append((key, d + 1))
-                if max_states is not None and len(parent) >= max_states:
-                    res.complete = False
-                    frontier.clear()
-                    break
-    res.states = len(parent)
+            if nxt is not None:
+                yield step, nxt
+
+    def check(s: ProtocolState, step: Step, nxt: ProtocolState, new: bool) -> list[tuple[str, str]]:
+        # State invariants are checked once per state (they hold of a whole symmetry class
+        # or of none); step invariants on every transition.
+        return violations(s, step, nxt, invariants, states=new)
+
+    found = breadth_first(init, successors, check, norm, max_states=max_states)
+    res.transitions, res.depth, res.complete = found.transitions, found.depth, found.complete
+    res.actions_fired = found.actions_fired
+    if found.rejected is not None:
+        r = found.rejected
+        path = found.states_to(r.before)
+        trace = replay(bounds, table, path, norm, r.step, r.after) if symmetry else _unreduced(bounds, table, path, r.step)
+        # named as in the concrete trace, which may rename machines and indices
+        before = trace[-2][1] if len(trace) > 1 else initial_state(bounds.machines, bounds.indices)
+        bad = violations(before, trace[-1][0], trace[-1][1], invariants)
+        res.violation = Violation(sorted({n for n, _ in bad}), [m for _, m in bad], trace)
+    res.states = len(found.parent)
     res.seconds = time.perf_counter() - t0
     return res
-
-
-def _path(parent: dict[ProtocolState, ProtocolState | None], s: ProtocolState) -> list[ProtocolState]:
-    out = [s]
-    while (p := parent[out[-1]]) is not None:
-        out.append(p)
-    return out[::-1]
 
 
 def _steps_between(bounds: Bounds, table: Transition, s: ProtocolState, want: ProtocolState,
