@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 from collections.abc import Mapping
 from hashlib import sha1
 
 import psutil
 
-from reference import procscan
+from reference import ports, procscan
 from reference.borglet import logs
 
 # Process start times agree to within this many seconds between two psutil reads.
@@ -26,13 +25,7 @@ def sanitize(task_id: str) -> str:
 
 def free_port(taken: frozenset[int] | set[int] = frozenset()) -> int:
     """A port on 127.0.0.1 nothing listens on now, avoiding ports already given to tasks."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in taken:
-            return port
-    raise OSError("no free port found on 127.0.0.1")
+    return ports.free_port(taken)
 
 
 def spawn(

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -16,6 +15,8 @@ from types import TracebackType
 
 import psutil
 import requests
+
+from reference.ports import free_ports
 
 STATE_FILE = "etcd-cluster.json"
 ALLOWED_SIZES = (1, 3, 5)
@@ -74,22 +75,6 @@ def find_etcd_binary() -> str:
     return found
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """Return `count` distinct ports that were free a moment ago on `host`."""
-    sockets = []
-    try:
-        # Hold every socket open until all are chosen so the kernel cannot hand out the
-        # same port twice.
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def initial_cluster_flag(members: list[Member], host: str) -> str:
     """The `--initial-cluster` value: name=peer-url for every member, comma separated."""
     return ",".join(f"{m.name}=http://{host}:{m.peer_port}" for m in members)
@@ -133,7 +118,7 @@ class EtcdCluster:
         self.unsafe_no_fsync = unsafe_no_fsync
         self.token = f"minborg-{uuid.uuid4().hex[:12]}"
         if base_port is None:
-            ports = free_ports(2 * members, host)
+            ports = free_ports(2 * members, host=host)
         else:
             ports = list(range(base_port, base_port + 2 * members))
         self.members = [

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import requests
 import urllib3
 from etcd3gw import exceptions as gw_exceptions
 
 from reference.store.client import dumps, never_reached_server, normalize_endpoint
-from reference.store.etcd_cluster import Member, free_ports, initial_cluster_flag
+from reference.store.etcd_cluster import Member, initial_cluster_flag
 from reference.store.watch import split_messages
 
 
@@ -74,11 +72,3 @@ def test_initial_cluster_flag_lists_every_peer() -> None:
     assert initial_cluster_flag(members, "127.0.0.1") == (
         "etcd0=http://127.0.0.1:2,etcd1=http://127.0.0.1:4"
     )
-
-
-def test_free_ports_are_distinct_and_bindable() -> None:
-    ports = free_ports(6)
-    assert len(set(ports)) == 6
-    for port in ports:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", port))
