@@ -174,7 +174,7 @@ class LocalCell:
         """A loopback URL nothing listens on: the address of a machine whose borglet never answers."""
         from reference import launcher
 
-        return f"http://{launcher.HOST}:{launcher.free_ports(1, launcher.HOST)[0]}"
+        return f"http://{launcher.HOST}:{launcher.free_ports(1, host=launcher.HOST)[0]}"
 
     def stop_borglet(self, name: str) -> None:
         """Stop a removed machine's borglet gracefully (it kills its tasks on exit)."""

@@ -24,7 +24,8 @@ import reference
 from reference import procscan
 from reference.client import CELL_FILE, CellClient, ClientError, state_dir_path
 from reference.resources import parse_capacity, parse_pairs
-from reference.store.etcd_cluster import EtcdCluster, EtcdClusterError, free_ports
+from reference.ports import free_ports
+from reference.store.etcd_cluster import EtcdCluster, EtcdClusterError
 
 HOST = "127.0.0.1"
 CLUSTER_SIZES = (1, 3, 5)
@@ -338,7 +339,7 @@ def up(
 
         count = replicas + machines
         ports = (
-            free_ports(count, HOST)
+            free_ports(count, host=HOST)
             if base_port is None
             else list(range(base_port + 2 * etcd_members, base_port + 2 * etcd_members + count))
         )
@@ -785,7 +786,7 @@ def plan_proxies(
 def _free_port(reserved: set[int]) -> int:
     """A free port not in `reserved` (ports promised to processes that have not bound yet)."""
     for _attempt in range(50):
-        port = free_ports(1, HOST)[0]
+        port = free_ports(1, host=HOST)[0]
         if port not in reserved:
             reserved.add(port)
             return port

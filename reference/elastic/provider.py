@@ -66,7 +66,7 @@ class LocalProvider:
         taken = {r.name for r in info.of_role(Role.BORGLET)} | {m["name"] for m in self.client.machines()}
         i = max((_index(n) for n in taken), default=-1) + 1
         name = f"machine{i}"
-        port = launcher.free_ports(1, launcher.HOST)[0]
+        port = launcher.free_ports(1, host=launcher.HOST)[0]
         env = launcher.child_env(info.workdir)
         # The launcher's own borglet start, so an added machine runs exactly as `cell up` starts one.
         record = launcher._start_borglet(Path(self.state_dir), name, port, self.capacity, i, info.workdir, env)
