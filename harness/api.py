@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from harness.history import History, OpKind, Outcome
+from reference.endpoints import Endpoints, attempt_order
 
 TIMEOUT_S = 5.0
 
@@ -42,17 +43,17 @@ class Api:
         self.urls = list(urls)
         self.history = history if history is not None else History()
         self._http = httpx.Client(timeout=TIMEOUT_S)
+        # Requests spread over the masters, each from the next one round; reads of one
+        # revision stay on the master that answered last (`read_together`).
         self._rr = itertools.cycle(range(len(self.urls)))
-        self._reader = 0
+        self._readers = Endpoints(self.urls)
 
     def close(self) -> None:
         self._http.close()
 
     def request(self, method: str, path: str, body: Any = None, write: bool = False) -> Reply:
         """One attempt per live master until one answers; a write answered 5xx or cut mid-way is unknown."""
-        first = next(self._rr)
-        order = self.urls[first:] + self.urls[:first]
-        for url in order:
+        for url in attempt_order(self.urls, next(self._rr)):
             try:
                 r = self._http.request(method, url + path, json=body)
             except httpx.ConnectError:
@@ -77,7 +78,7 @@ class Api:
         consistent set in `tries`."""
         for _ in range(tries):
             # The master that answered last: polls of one master never go back in time.
-            url = self.urls[self._reader]
+            url = self._readers.current()
             out: list[Any] = []
             revisions = set()
             try:
@@ -92,7 +93,7 @@ class Api:
                     revisions.add(body.get("revision"))
                     out.append(body)
             except (httpx.HTTPError, ValueError):
-                self._reader = (self._reader + 1) % len(self.urls)  # down or not serving: the next one
+                self._readers.failed(url)  # down or not serving: the next one
                 continue
             if len(revisions) <= 1:
                 return out

@@ -24,6 +24,7 @@ from reference.cellfile import (  # re-exported: the client's public names
     split_urls,
     state_dir_path,
 )
+from reference.endpoints import Endpoints
 
 __all__ = [
     "CELL_FILE", "DEFAULT_STATE_DIR", "MASTER_ENV", "NO_ANSWER", "STATE_DIR_ENV", "CellClient", "ClientError",
@@ -69,7 +70,7 @@ class CellClient:
     ) -> None:
         if not urls:
             raise ValueError("CellClient needs at least one master URL")
-        self.urls = list(urls)
+        self.masters = Endpoints(urls)
         self.retry_s = retry_s
         self._sleep, self._clock = sleep, clock
         self._http = httpx.Client(timeout=timeout, transport=transport)
@@ -104,7 +105,7 @@ class CellClient:
         while True:
             failures: list[str] = []
             wait = 0.5
-            for url in list(self.urls):
+            for url in self.masters.order():
                 try:
                     response = self._http.request(method, url + path, json=json, params=params)
                 except (httpx.ConnectError, httpx.ConnectTimeout) as err:
@@ -125,7 +126,7 @@ class CellClient:
                     wait = retry_after_s(response)
                     failures.append(f"{url}: 503 {format_detail(_detail(response))}")
                     continue
-                self._prefer(url)
+                self.masters.answered(url)
                 if response.status_code >= 400:
                     raise ClientError(response.status_code, _detail(response), url)
                 return response
@@ -135,10 +136,6 @@ class CellClient:
                     "no master replica could serve the request: " + "; ".join(failures),
                 )
             self._sleep(wait)
-
-    def _prefer(self, url: str) -> None:
-        self.urls.remove(url)
-        self.urls.insert(0, url)
 
     # --- API v1, one method per route ------------------------------------------------------
 
@@ -181,7 +178,7 @@ class CellClient:
         answers; ends when the server ends it. ClientError for a refusal."""
         failures: list[str] = []
         timeout = httpx.Timeout(self._http.timeout.connect, read=max_s + 30.0)
-        for url in list(self.urls):
+        for url in self.masters.order():
             began = False
             try:
                 with self._http.stream("GET", url + path, params=params, timeout=timeout) as response:
@@ -192,7 +189,7 @@ class CellClient:
                     if response.status_code >= 400:
                         response.read()
                         raise ClientError(response.status_code, _detail(response), url)
-                    self._prefer(url)
+                    self.masters.answered(url)
                     began = True
                     yield from response.iter_raw()
                     return

@@ -17,7 +17,6 @@ what we need, the request goes to the same JSON gateway through etcd3gw's own `p
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,6 +28,7 @@ import urllib3
 from etcd3gw import exceptions as gw_exceptions
 from etcd3gw.lease import Lease as GwLease
 
+from reference.endpoints import Endpoints
 from reference.store import ops
 from reference.store.watch import PrefixWatch, WatchCallback
 
@@ -137,8 +137,8 @@ class StoreClient:
             # reading the proxy variables from the environment on every request cost about 3%
             # of a busy leader's CPU (docs/decisions.md).
             gw.session.trust_env = False
-        self._current = 0
-        self._lock = threading.Lock()
+        self._gateway_of = dict(zip(self.endpoints, self._gateways, strict=True))
+        self._members = Endpoints(self.endpoints)
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -271,7 +271,7 @@ class StoreClient:
             on_compacted=on_compacted,
             connect_timeout=self.connect_timeout,
             idle_timeout=idle_timeout,
-            first_endpoint=self._current,
+            first_endpoint=self._members.start,
         )
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -283,22 +283,18 @@ class StoreClient:
     def _call(self, request: Callable[[etcd3gw.Etcd3Client], T], idempotent: bool = True) -> T:
         """Run `request` against each endpoint in turn until one answers."""
         failures = []
-        start = self._current
-        for attempt in range(len(self._gateways)):
-            index = (start + attempt) % len(self._gateways)
-            gateway = self._gateways[index]
+        for url in self._members.order():
             try:
-                result = request(gateway)
+                result = request(self._gateway_of[url])
             except _RETRYABLE as exc:
-                detail = f"{self.endpoints[index]}: {type(exc).__name__} {_detail(exc)}"
+                detail = f"{url}: {type(exc).__name__} {_detail(exc)}"
                 if not idempotent and not never_reached_server(exc):
                     raise StoreOutcomeUnknown(detail) from exc
                 failures.append(detail)
                 continue
             except gw_exceptions.Etcd3Exception as exc:
-                raise StoreError(f"{self.endpoints[index]}: {_detail(exc)}") from exc
-            with self._lock:
-                self._current = index
+                raise StoreError(f"{url}: {_detail(exc)}") from exc
+            self._members.answered(url)
             return result
         raise StoreUnavailable("no etcd endpoint answered: " + "; ".join(failures))
 
