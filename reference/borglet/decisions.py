@@ -83,29 +83,20 @@ def reconcile(
     return Plan(start=start, kill=kill, forget=forget, restore=restore)
 
 
-@dataclass(frozen=True)
-class Running:
-    """A task on this machine as the same-index start rule sees it."""
-
-    task_id: str
-    job: str
-    index: int
-    stopping: bool  # killed, its process not yet gone
-
-
-def start_blocker(job: str, index: int, task_id: str, tasks: Iterable[Running]) -> str | None:
-    """The id of another process of the same (job, index) still stopping here, if any.
+def stopping_indexes(tasks: Iterable[tuple[str, int, bool]]) -> frozenset[tuple[str, int]]:
+    """The (job, index) pairs that have a process still stopping on this machine, from each
+    task's (job, index, stopping: killed and its process not yet gone).
 
     A new incarnation must not start while an older one is still stopping on this machine
     (it may ignore SIGTERM for the whole kill grace): one task index, one process. Specs
     without a job name (hand-made syncs) are not tied to any index.
     """
-    if not job:
-        return None
-    for t in tasks:
-        if t.task_id != task_id and t.job == job and t.index == index and t.stopping:
-            return t.task_id
-    return None
+    return frozenset((job, index) for job, index, stopping in tasks if job and stopping)
+
+
+def start_blocked(job: str, index: int, stopping: frozenset[tuple[str, int]]) -> bool:
+    """Whether a queued task of (job, index) must wait: an older process of its index is stopping."""
+    return bool(job) and (job, index) in stopping
 
 
 def should_restart(policy: str, exit_code: int | None, killed_by_borglet: bool) -> bool:

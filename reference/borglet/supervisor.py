@@ -388,7 +388,7 @@ class Borglet:
                 task = self.tasks.get(tid)
                 if task is None or task.state != "QUEUED" or task.kill_reason is not None:
                     continue
-                if task.spec.job and (task.spec.job, task.spec.index) in stopping:
+                if decisions.start_blocked(task.spec.job, task.spec.index, stopping):
                     log.debug("%s waits for its index to stop", tid)
                     keep.append(tid)
                     continue
@@ -424,12 +424,11 @@ class Borglet:
             self._dirty = True
         return started
 
-    def _stopping_indexes(self) -> set[tuple[str, int]]:
-        return {
-            (t.spec.job, t.spec.index)
+    def _stopping_indexes(self) -> frozenset[tuple[str, int]]:
+        return decisions.stopping_indexes(
+            (t.spec.job, t.spec.index, t.kill_reason is not None and not t.ended and t.pid is not None)
             for t in self.tasks.values()
-            if t.spec.job and t.kill_reason is not None and not t.ended and t.pid is not None
-        }
+        )
 
     # --- one supervisor pass -------------------------------------------------------------------
 
@@ -710,7 +709,7 @@ class Borglet:
 
     def _report(self) -> dict[str, Any]:
         tasks = [t.report() for t in self.tasks.values()]
-        stopping = self._stopping_indexes() if self.queue else set()
+        stopping = self._stopping_indexes() if self.queue else frozenset()
         return {
             "machine": self.config.name,
             "capacity": dict(self.config.capacity),
@@ -729,7 +728,7 @@ class Borglet:
             "waiting": sorted(
                 tid
                 for tid, t in self.tasks.items()
-                if t.state == "QUEUED" and (t.spec.job, t.spec.index) in stopping
+                if t.state == "QUEUED" and decisions.start_blocked(t.spec.job, t.spec.index, stopping)
             ),
         }
 

@@ -19,13 +19,17 @@ SLOW_STOP = (
 )
 
 
-def test_start_blocker_rule() -> None:
-    stopping = decisions.Running("a/j/0#0@0", "a/j", 0, stopping=True)
-    alive = decisions.Running("a/j/1#0@0", "a/j", 1, stopping=False)
-    assert decisions.start_blocker("a/j", 0, "a/j/0#1@0", [stopping, alive]) == "a/j/0#0@0"
-    assert decisions.start_blocker("a/j", 1, "a/j/1#1@0", [stopping, alive]) is None
-    assert decisions.start_blocker("a/k", 0, "a/k/0#1@0", [stopping]) is None
-    assert decisions.start_blocker("", 0, "t#1", [decisions.Running("t#0", "", 0, True)]) is None
+def test_only_an_index_with_a_process_still_stopping_blocks_a_start() -> None:
+    stopping = decisions.stopping_indexes([
+        ("a/j", 0, True),    # killed, its process not yet gone
+        ("a/j", 1, False),   # running
+        ("", 0, True),       # a hand-made spec with no job: tied to no index
+    ])  # fmt: skip
+    assert stopping == {("a/j", 0)}
+    assert decisions.start_blocked("a/j", 0, stopping)
+    assert not decisions.start_blocked("a/j", 1, stopping)
+    assert not decisions.start_blocked("a/k", 0, stopping)
+    assert not decisions.start_blocked("", 0, stopping)
 
 
 def task(inc: int) -> dict[str, Any]:
