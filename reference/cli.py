@@ -35,7 +35,7 @@ from reference.cli_render import (
     replicas_table,
     state_counts,
 )
-from reference.client import MASTER_ENV, ClientError, state_dir_path
+from reference.client import CELL_FILE, MASTER_ENV, ClientError, state_dir_path
 
 app = typer.Typer(
     name="minborg",
@@ -111,7 +111,7 @@ def cell_up(
     """Start a cell: etcd, the master replicas and the borglets. A state dir that holds a stopped
     cell is resumed on its data (jobs kept, running tasks re-adopted); --fresh starts anew."""
     out = errors if as_json else console
-    resuming = not fresh and (state_dir_path(state_dir) / launcher.CELL_FILE).exists()
+    resuming = not fresh and (state_dir_path(state_dir) / CELL_FILE).exists()
     bounds = None
     if autoscale_machines is not None:
         from reference.elastic.cellscaler import parse_bounds
@@ -120,6 +120,10 @@ def cell_up(
             bounds = parse_bounds(autoscale_machines)
         except ValueError as err:
             raise fail(f"--autoscale-machines: {err}") from None
+
+    def say(msg: str) -> None:
+        out.print(msg if msg.startswith("--fresh") else f"[dim]{msg}[/dim]")
+
     info = launcher.up(
         state_dir,
         cell=cell,
@@ -128,10 +132,11 @@ def cell_up(
         machine_capacity=machine_capacity,
         etcd_members=etcd_members,
         toxiproxy=toxiproxy,
-        autoscale_machines=bounds,
         fresh=fresh,
-        progress=lambda msg: out.print(msg if msg.startswith("--fresh") else f"[dim]{msg}[/dim]"),
+        progress=say,
     )
+    if bounds is not None and not resuming:  # a resumed cell brings back the autoscaler it had
+        info = _start_autoscaler(info, bounds, machine_capacity, say)
     if as_json:
         print_json(info.to_json())
         return
@@ -150,6 +155,22 @@ def cell_up(
     if state_dir_path(None) != state_dir_path(state_dir):
         console.print(f"\nuse it with:  export MINBORG_STATE_DIR={info.state_dir}")
     console.print("next:  minborg job submit examples/hello_world.yaml")
+
+
+def _start_autoscaler(
+    info: launcher.CellInfo, bounds: tuple[int, int], capacity: str, say: Callable[[str], None]
+) -> launcher.CellInfo:
+    """Start the cell autoscaler beside a cell just started, recorded in its cell file so
+    `cell down` stops it first; the cell is stopped again if it cannot start."""
+    from reference.elastic import cellscaler
+
+    say(f"cell autoscaler: {bounds[0]} to {bounds[1]} machines")
+    try:
+        scaler = cellscaler.spawn(info, bounds, capacity)
+        return launcher.with_records(info, launcher.Role.AUTOSCALER, [scaler])
+    except BaseException:
+        launcher.shut_down(info.state_dir)
+        raise
 
 
 @cell_app.command("down")

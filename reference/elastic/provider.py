@@ -17,6 +17,7 @@ from typing import Protocol
 from reference import launcher
 from reference.client import CellClient, ClientError
 from reference.launcher import CellInfo, Role
+from reference.ports import free_port
 from reference.resources import parse_pairs
 
 
@@ -66,10 +67,10 @@ class LocalProvider:
         taken = {r.name for r in info.of_role(Role.BORGLET)} | {m["name"] for m in self.client.machines()}
         i = max((_index(n) for n in taken), default=-1) + 1
         name = f"machine{i}"
-        port = launcher.free_ports(1, host=launcher.HOST)[0]
+        port = free_port()
         env = launcher.child_env(info.workdir)
         # The launcher's own borglet start, so an added machine runs exactly as `cell up` starts one.
-        record = launcher._start_borglet(Path(self.state_dir), name, port, self.capacity, i, info.workdir, env)
+        record = launcher.start_borglet(Path(self.state_dir), name, port, self.capacity, i, info.workdir, env)
         with self._lock:
             info = CellInfo.load(self.state_dir)
             info = replace(
@@ -78,7 +79,7 @@ class LocalProvider:
                 processes=info.processes + (record,),
             )
             info.save()  # recorded before anything else, so `cell down` stops it whatever happens next
-        launcher._wait_ready([record], "/healthz", launcher.READY_TIMEOUT_S)
+        launcher.wait_ready([record], "/healthz", launcher.READY_TIMEOUT_S)
         machine = MachineInfo(name, record.url, self.capacity, {"rack": launcher.rack_of(i)}, launcher.rack_of(i))
         self.client.add_machine(
             {

@@ -1,0 +1,66 @@
+"""Start, inspect and stop a local cell on 127.0.0.1: etcd members, master replicas, borglets.
+
+The package's modules, by job: `cellfile` (what cell.json records), `processes` (spawning,
+signalling, stopping and awaiting a process), `roles` (how a master and a borglet are
+started), `toxiproxy` (a proxy on every link), `cellapi` (a leader, the machines registered),
+`statedir` (what a state dir must hold), `lifecycle` (`up`, `restart`, `down`, `status`) and
+`testcell` (a cell for the tests and benches, on the same process handling).
+"""
+
+from reference.launcher.cellapi import wait_for_leader
+from reference.launcher.cellfile import (
+    CellInfo,
+    LauncherError,
+    ProcessRecord,
+    ProxyRecord,
+    Role,
+    is_alive,
+    with_records,
+)
+from reference.launcher.lifecycle import Stopped, down, restart, resume, shut_down, status, up
+from reference.launcher.processes import (
+    READY_TIMEOUT_S,
+    child_env,
+    descendants,
+    kill_process,
+    signal_process,
+    spawn,
+    stop_processes,
+    wait_ready,
+)
+from reference.launcher.roles import DEFAULT_CAPACITY, rack_of, start_borglet, start_master
+from reference.launcher.toxiproxy import TOXIPROXY_ENV, find_toxiproxy_server
+from reference.ports import HOST
+
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "HOST",
+    "READY_TIMEOUT_S",
+    "TOXIPROXY_ENV",
+    "CellInfo",
+    "LauncherError",
+    "ProcessRecord",
+    "ProxyRecord",
+    "Role",
+    "Stopped",
+    "child_env",
+    "descendants",
+    "down",
+    "find_toxiproxy_server",
+    "is_alive",
+    "kill_process",
+    "rack_of",
+    "restart",
+    "resume",
+    "shut_down",
+    "signal_process",
+    "spawn",
+    "start_borglet",
+    "start_master",
+    "status",
+    "stop_processes",
+    "up",
+    "wait_for_leader",
+    "wait_ready",
+    "with_records",
+]

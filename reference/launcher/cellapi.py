@@ -1,0 +1,82 @@
+"""What the launcher asks of a local cell's API once its processes run: a leader among its own masters, and its machines registered."""
+
+from __future__ import annotations
+
+import httpx
+
+from reference.client import CellClient, ClientError
+from reference.launcher.cellfile import CellInfo, LauncherError, Role, is_alive
+from reference.launcher.processes import check_running, log_tail
+from reference.launcher.roles import rack_of
+from reference.launcher.toxiproxy import borglet_address
+from reference.resources import parse_pairs
+from reference.waiting import wait_until
+
+# An election needs one lease TTL at most after the masters are up.
+LEADER_TIMEOUT_S = 45.0
+
+
+def wait_for_leader(
+    info: CellInfo, timeout: float = LEADER_TIMEOUT_S, not_named: str | None = None
+) -> str:
+    """Poll /v1/cell on every live master until one names a leader (other than `not_named`).
+
+    Only a leader among this cell's own masters counts: if another process took a master's
+    port before it could bind, the answer would come from a different cell.
+    """
+    masters = info.of_role(Role.MASTER)
+    own = {m.name for m in masters}
+    last = "no master answered"
+    with httpx.Client(timeout=1.0) as http:
+
+        def leader_named() -> str | None:
+            nonlocal last
+            live = [m for m in masters if is_alive(m)]
+            if not live:
+                check_running(masters[0])
+            for master in live:
+                try:
+                    response = http.get(master.url + "/v1/cell")
+                    leader = response.json().get("leader") if response.status_code == 200 else None
+                    last = f"{master.name}: HTTP {response.status_code}"
+                except (httpx.TransportError, ValueError) as err:
+                    last = f"{master.name}: {err}"
+                    continue
+                if leader and leader not in own:
+                    raise LauncherError(
+                        f"{master.url} answers for another cell (its leader is {leader}, not one "
+                        f"of {sorted(own)}): its port was taken; run `cell up` again"
+                    )
+                if leader and leader != not_named:
+                    return str(leader)
+            return None
+
+        try:
+            return wait_until(leader_named, timeout, "a leader", 0.1)
+        except TimeoutError:
+            tail = log_tail(masters[0].log)
+            raise LauncherError(
+                f"no leader elected after {timeout:.0f}s ({last}); end of {masters[0].log}:\n{tail}"
+            ) from None
+
+
+def register_machines(info: CellInfo, capacity: str) -> None:
+    """Register every borglet of the cell file as a machine of `capacity` (one already
+    registered is fine: a retried registration)."""
+    # Quantities go as the user wrote them ("4000m", "8GiB"): the API parses them itself.
+    declared = parse_pairs(capacity)
+    with CellClient(list(info.master_urls)) as client:
+        for i, (name, url) in enumerate(info.borglet_urls.items()):
+            machine = {
+                "name": name,
+                # The masters reach a machine at the address it is registered with.
+                "address": borglet_address(info.proxies, i, url),
+                "capacity": declared,
+                "attrs": {"rack": rack_of(i)},
+                "failure_domain": rack_of(i),
+            }
+            try:
+                client.add_machine(machine)
+            except ClientError as err:
+                if err.status != 409:  # already registered: fine on a retried registration
+                    raise LauncherError(f"could not register machine {name}: {err}") from None

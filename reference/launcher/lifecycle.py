@@ -1,0 +1,372 @@
+"""A local cell's life: `up` (a new cell, or a stopped one resumed on its data), `restart`, `down` and `status`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from reference import procscan
+from reference.cellfile import CELL_FILE, state_dir_path
+from reference.client import CellClient, ClientError
+from reference.launcher.cellapi import LEADER_TIMEOUT_S, register_machines, wait_for_leader
+from reference.launcher.cellfile import (
+    CellInfo,
+    LauncherError,
+    ProcessRecord,
+    Role,
+    is_alive,
+    with_records,
+)
+from reference.launcher.processes import (
+    READY_TIMEOUT_S,
+    child_env,
+    descendants,
+    kill_process,
+    spawn,
+    stop_processes,
+    wait_borglets,
+    wait_ready,
+)
+from reference.launcher.roles import DEFAULT_CAPACITY, etcd_records, start_borglet, start_master
+from reference.launcher.statedir import (
+    check_arguments,
+    check_resumable,
+    prepare_state_dir,
+    refuse_running,
+)
+from reference.launcher.toxiproxy import (
+    client_url,
+    create_proxies,
+    find_toxiproxy_server,
+    plan_proxies,
+    proxied_etcd_urls,
+    recreate_proxies,
+    start_toxiproxy,
+)
+from reference.ports import HOST, free_ports
+from reference.store.etcd_cluster import EtcdCluster, EtcdClusterError
+
+Progress = Callable[[str], None]
+
+# The etcd clusters this Python process started, by state dir: stopping one it started
+# reaps its members instead of leaving zombies behind.
+_clusters: dict[str, EtcdCluster] = {}
+
+
+def up(
+    state_dir: str | os.PathLike[str] | None = None,
+    cell: str = "local",
+    replicas: int = 1,
+    machines: int = 3,
+    machine_capacity: str = DEFAULT_CAPACITY,
+    etcd_members: int | None = None,
+    toxiproxy: bool = False,
+    base_port: int | None = None,
+    *,
+    master_args: Sequence[str] = (),
+    fresh: bool = False,
+    progress: Progress | None = None,
+) -> CellInfo:
+    """Start a local cell and return its cell file's contents once a leader exists and every
+    machine is registered. On any failure everything started so far is stopped again.
+
+    A state dir that holds a stopped cell is resumed on its data (`resume`; the shape
+    arguments then come from its cell file); `fresh` deletes that cell first instead."""
+    say = progress or (lambda _msg: None)
+    etcd_members = replicas if etcd_members is None else etcd_members
+    check_arguments(cell, replicas, machines, machine_capacity, etcd_members)
+    root = state_dir_path(state_dir)
+    if not fresh and (root / CELL_FILE).exists():
+        return resume(root, progress=say)
+    server = find_toxiproxy_server() if toxiproxy else None
+    prepare_state_dir(root, say)
+    workdir = os.getcwd()
+    env = child_env(workdir)
+    info = CellInfo(cell, str(root), workdir, time.time(), (), (), {})
+    try:
+        say(f"etcd: starting {etcd_members} member(s)")
+        cluster = EtcdCluster(root / "etcd", members=etcd_members, host=HOST, base_port=base_port)
+        _clusters[str(root)] = cluster
+        cluster.start()
+        info = replace(info, etcd_urls=tuple(cluster.client_urls), processes=etcd_records(cluster))
+        info.save()
+
+        count = replicas + machines
+        ports = (
+            free_ports(count, host=HOST)
+            if base_port is None
+            else list(range(base_port + 2 * etcd_members, base_port + 2 * etcd_members + count))
+        )
+        master_ports, borglet_ports = ports[:replicas], ports[replicas:]
+        names = [f"master{i}" for i in range(replicas)]
+        urls = {
+            name: f"http://{HOST}:{port}" for name, port in zip(names, master_ports, strict=True)
+        }
+        etcd_of = {name: list(cluster.client_urls) for name in names}
+        if server is not None:
+            say("toxiproxy: starting the server and a proxy on every link")
+            # Masters and borglets are not listening yet: their ports must not be handed out again.
+            reserved = set(ports)
+            info = start_toxiproxy(info, root, server, workdir, env, reserved)
+            plan = plan_proxies(names, urls, cluster.client_urls, borglet_ports)
+            proxies = create_proxies(info.toxiproxy_url or "", plan, reserved)
+            info = replace(info, proxies=tuple(proxies))
+            info.save()
+            etcd_of = {name: proxied_etcd_urls(info.proxies, name) for name in names}
+        say(f"masters: starting {replicas} replica(s)")
+        masters = [
+            start_master(root, cell, name, urls, etcd_of[name], master_args, workdir, env)
+            for name in names
+        ]
+        say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
+        borglets = [
+            start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env)
+            for i, port in enumerate(borglet_ports)
+        ]
+        info = replace(
+            info,
+            # Clients reach the masters through their proxies when there are any.
+            master_urls=tuple(client_url(info.proxies, m.name, m.url) for m in masters),
+            borglet_urls={b.name: b.url for b in borglets},
+            processes=info.processes + tuple(masters) + tuple(borglets),
+        )
+        info.save()
+
+        wait_borglets(borglets)
+        if info.proxies:
+            # Toxiproxy accepts a connection before its upstream listens and then drops it,
+            # which a client cannot tell from a lost answer: wait until every master listens.
+            wait_ready(masters, "/healthz", READY_TIMEOUT_S)
+        leader = wait_for_leader(info, LEADER_TIMEOUT_S)
+        say(f"masters: {leader} is the leader")
+        register_machines(info, machine_capacity)
+        say(f"machines: {machines} registered")
+    except BaseException:
+        _stop_cell(info)
+        info.save()
+        raise
+    return info
+
+
+def resume(state_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None) -> CellInfo:
+    """Bring a stopped cell back on its data: etcd members on their data dirs, the masters
+    (which rejoin and elect), the borglets on their state dirs (they re-adopt the tasks that
+    still run and report the others lost); machines stay registered in etcd."""
+    say = progress or (lambda _msg: None)
+    info = CellInfo.load(state_dir)
+    refuse_running(info)
+    check_resumable(info)
+    shape = Counter(p.role for p in info.processes)
+    say(
+        f"resuming cell {info.cell} from {info.state_dir}: {shape[Role.ETCD]} etcd member(s), "
+        f"{shape[Role.MASTER]} master(s), {shape[Role.BORGLET]} machine(s), as recorded "
+        "(the shape options apply to a new cell only: --fresh)"
+    )
+    info = replace(info, started_at=time.time(), stopped_at=None)
+    info.save()
+    return _start_missing(info, say)
+
+
+def restart(
+    state_dir: str | os.PathLike[str] | None = None,
+    control_plane: bool = False,
+    progress: Progress | None = None,
+) -> CellInfo:
+    """Restart etcd and the masters on their data and, unless `control_plane`, the borglets
+    on their state dirs. Tasks keep running throughout: the borglets are stopped without
+    their tasks (SIGKILL to the borglet alone) and re-adopt them when they start again.
+    Whatever was already dead (a SIGKILLed control plane) is simply started."""
+    say = progress or (lambda _msg: None)
+    info = CellInfo.load(state_dir)
+    check_resumable(info)
+    if info.of_role(Role.AUTOSCALER):
+        stop_processes(info.of_role(Role.AUTOSCALER))  # it writes the cell file: read it after
+        info = CellInfo.load(state_dir)
+    masters = [m for m in info.of_role(Role.MASTER) if is_alive(m)]
+    if masters:
+        say(f"masters: stopping {len(masters)}")  # they resign: the leader key goes at once
+        stop_processes(masters)
+    etcd = [m for m in info.of_role(Role.ETCD) if is_alive(m)]
+    if etcd:
+        say(f"etcd: stopping {len(etcd)} member(s)")
+        cluster = _clusters.pop(info.state_dir, None) or EtcdCluster.load(Path(info.state_dir) / "etcd")
+        cluster.stop()
+        stop_processes(etcd, timeout=5.0)
+    if not control_plane:
+        borglets = [b for b in info.of_role(Role.BORGLET) if is_alive(b)]
+        if borglets:
+            say(f"borglets: stopping {len(borglets)}, their tasks left running")
+            for record in borglets:
+                kill_process(record, signal.SIGKILL)  # SIGTERM would kill its tasks with it
+    info = replace(info, started_at=time.time(), stopped_at=None)
+    info.save()
+    return _start_missing(info, say)
+
+
+def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
+    """Start every process of the cell file that is not running, on its data, and wait until
+    a leader is elected. On failure what runs is left running (`cell status` shows it)."""
+    root = Path(info.state_dir)
+    env = child_env(info.workdir)
+    try:
+        if any(not is_alive(m) for m in info.of_role(Role.ETCD)):
+            cluster = EtcdCluster.load(root / "etcd")
+            _clusters[str(root)] = cluster
+            say(f"etcd: starting {sum(not is_alive(m) for m in info.of_role(Role.ETCD))} member(s) on their data")
+            cluster.resume(READY_TIMEOUT_S)
+            info = with_records(info, Role.ETCD, etcd_records(cluster))
+        toxiproxy = [p for p in info.of_role(Role.TOXIPROXY) if not is_alive(p)]
+        if toxiproxy:
+            say("toxiproxy: starting the server and its proxies again")
+            info = with_records(info, Role.TOXIPROXY, _respawn(toxiproxy, info, env))
+            wait_ready(info.of_role(Role.TOXIPROXY), "/version", READY_TIMEOUT_S)
+            recreate_proxies(info.toxiproxy_url or "", info.proxies)
+        for role, what in ((Role.MASTER, "masters"), (Role.BORGLET, "borglets")):
+            dead = [p for p in info.of_role(role) if not is_alive(p)]
+            if dead:
+                say(f"{what}: starting {', '.join(p.name for p in dead)}")
+                info = with_records(info, role, _respawn(dead, info, env))
+        borglets = info.of_role(Role.BORGLET)
+        wait_borglets(borglets)
+        if info.proxies:
+            wait_ready(info.of_role(Role.MASTER), "/healthz", READY_TIMEOUT_S)
+        leader = wait_for_leader(info, LEADER_TIMEOUT_S)
+        say(f"masters: {leader} is the leader")
+        autoscaler = [p for p in info.of_role(Role.AUTOSCALER) if not is_alive(p)]
+        if autoscaler:
+            say("cell autoscaler: starting it again")
+            info = with_records(info, Role.AUTOSCALER, _respawn(autoscaler, info, env))
+    except LauncherError as err:
+        raise LauncherError(
+            f"{err}\ncell {info.cell} is partly up: `minborg cell status` shows what runs; "
+            "`minborg cell restart` tries again, `minborg cell down` stops it"
+        ) from None
+    except EtcdClusterError as err:
+        raise LauncherError(
+            f"etcd did not come back on its data: {err}\n`minborg cell down` stops what runs"
+        ) from None
+    return info
+
+
+def _respawn(records: Sequence[ProcessRecord], info: CellInfo, env: dict[str, str]) -> list[ProcessRecord]:
+    return [
+        spawn(r.role, r.name, list(r.command), r.url, Path(r.log), info.workdir, env) for r in records
+    ]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """What `shut_down` did: the cell processes it found running, the task processes a scan
+    of /proc still found under the state dir once the borglets had stopped (all killed), and
+    what is left of either (nothing, unless the kernel refused)."""
+
+    info: CellInfo
+    processes: int
+    tasks_found: int
+    tasks_left: tuple[procscan.TaskProcess, ...]
+    survivors: tuple[ProcessRecord, ...]
+
+
+def shut_down(
+    state_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None
+) -> Stopped:
+    """Stop every process of the local cell (borglets first so their tasks die with them, then
+    masters, then etcd), then find task processes that outlived their borglet (SIGKILLed, or
+    a task that left its session) by the borglet dir in their environment and kill them.
+    Files stay where they are."""
+    say = progress or (lambda _msg: None)
+    info = CellInfo.load(state_dir)
+    if info.of_role(Role.AUTOSCALER):
+        # It adds machines to the cell file: stop it first, then read what it left there.
+        stop_processes(info.of_role(Role.AUTOSCALER))
+        info = CellInfo.load(state_dir)
+    running = len(info.running())
+    survivors = _stop_cell(info, say)
+    found = procscan.scan(info.state_dir)
+    left = procscan.kill(info.state_dir, found) if found else []
+    say(f"task processes: {len(found)} found under {info.state_dir} after the borglets stopped, {len(left)} left")
+    stopped = replace(info, stopped_at=time.time())
+    stopped.save()
+    return Stopped(stopped, running, len(found), tuple(left), tuple(survivors))
+
+
+def down(
+    state_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None
+) -> CellInfo:
+    """`shut_down`, raising LauncherError if any process of the cell or its tasks is left."""
+    result = shut_down(state_dir, progress)
+    if result.survivors or result.tasks_left:
+        listing = ", ".join(
+            [f"{r.name} (pid {r.pid})" for r in result.survivors]
+            + [f"task {t.task_id or '?'} (pid {t.pid})" for t in result.tasks_left]
+        )
+        raise LauncherError(f"processes still running after cell down: {listing}")
+    return result.info
+
+
+def _stop_cell(info: CellInfo, say: Progress = lambda _msg: None) -> list[ProcessRecord]:
+    """Stop everything in the cell file; returns the processes that would not die."""
+    stop_processes(info.of_role(Role.AUTOSCALER))  # before the machines it would replace
+    borglets, masters = info.of_role(Role.BORGLET), info.of_role(Role.MASTER)
+    tasks = descendants(borglets)
+    # Re-adopted tasks are no children of their borglet: count them by their environment.
+    running = {p.pid for p in procscan.scan(info.state_dir)} | {t.pid for t in tasks}
+    say(f"borglets: stopping {sum(map(is_alive, borglets))} and their {len(running)} task process(es)")
+    stop_processes(borglets)
+    # A task that outlived its borglet (SIGKILLed borglet, ignored SIGTERM) leads its own session.
+    stop_processes(tasks, timeout=2.0)
+    say(f"masters: stopping {sum(map(is_alive, masters))}")
+    stop_processes(masters)
+    toxiproxy = info.of_role(Role.TOXIPROXY)
+    if toxiproxy:
+        say("toxiproxy: stopping the server")
+        stop_processes(toxiproxy, timeout=5.0)
+    etcd = info.of_role(Role.ETCD)
+    say(f"etcd: stopping {sum(map(is_alive, etcd))} member(s)")
+    cluster = _clusters.pop(info.state_dir, None)
+    try:
+        (cluster or EtcdCluster.load(Path(info.state_dir) / "etcd")).stop()
+    except EtcdClusterError:
+        pass  # no etcd state file: the records below still get stopped
+    stop_processes(etcd, timeout=5.0)
+    return [r for r in (*info.processes, *tasks) if is_alive(r)]
+
+
+def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The local cell's processes (alive or not) and, when a master answers, its /v1/cell."""
+    info = CellInfo.load(state_dir)
+    processes = [
+        {
+            "role": str(p.role),
+            "name": p.name,
+            "pid": p.pid,
+            "alive": is_alive(p),
+            "url": p.url,
+            "log": p.log,
+        }
+        for p in info.processes
+    ]
+    result: dict[str, Any] = {
+        "cell": info.cell,
+        "state_dir": info.state_dir,
+        "running": any(p["alive"] for p in processes),
+        "stopped_at": info.stopped_at,
+        "master_urls": list(info.master_urls),
+        "etcd_urls": list(info.etcd_urls),
+        "processes": processes,
+        "api": None,
+        "api_error": None,
+    }
+    if result["running"] and info.master_urls:
+        try:
+            with CellClient(list(info.master_urls), timeout=2.0, retry_s=3.0) as client:
+                result["api"] = client.cell()
+        except ClientError as err:
+            result["api_error"] = str(err)
+    return result
