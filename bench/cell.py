@@ -24,7 +24,7 @@ import httpx
 import psutil
 
 from bench.stats import percentile
-from reference.master.localcell import LocalCell, wait_for
+from reference.launcher.testcell import LocalCell, wait_for
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS
 
 
@@ -46,8 +46,8 @@ class RssSampler(threading.Thread):
         while not self.stop_flag.wait(0.5):
             for m in self.cell.live_masters():
                 try:
-                    assert m.popen is not None
-                    self.peak = max(self.peak, psutil.Process(m.popen.pid).memory_info().rss)
+                    assert m.pid is not None
+                    self.peak = max(self.peak, psutil.Process(m.pid).memory_info().rss)
                 except (psutil.Error, AssertionError):
                     pass
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import percentile
-from reference.master.localcell import LocalCell, wait_for
+from reference.launcher.testcell import LocalCell, wait_for
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS
 
 STEP_DOWN_LINE = "no longer leads"

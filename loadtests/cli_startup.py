@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     cell = None
     try:
         if args.start_cell:
-            from reference.master.localcell import LocalCell, wait_for
+            from reference.launcher.testcell import LocalCell, wait_for
 
             cell = LocalCell(Path(tempfile.mkdtemp(prefix="bench-cli-")), masters=1, borglets=1).start()
             user, name = args.job.split("/", 1)

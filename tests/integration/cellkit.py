@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from reference.master.localcell import REPO, LocalCell, Proc, free_port, wait_for
+from reference.launcher.testcell import REPO, LocalCell, Proc, wait_for
 
-__all__ = ["REPO", "LocalCell", "Proc", "free_port", "hello_job", "sleeper_job", "wait_for"]
+__all__ = ["REPO", "LocalCell", "Proc", "hello_job", "sleeper_job", "wait_for"]
 
 
 def hello_job(name: str = "hello", user: str = "alice", count: int = 2, **extra: Any) -> dict[str, Any]:

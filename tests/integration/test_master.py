@@ -146,8 +146,8 @@ def job_keys_from(cell: LocalCell, master: object) -> set[str]:
 
 def test_frozen_leader_is_fenced(cell: LocalCell) -> None:
     leader = cell.wait_leader()
-    assert leader.popen is not None
-    proc = psutil.Process(leader.popen.pid)
+    assert leader.pid is not None
+    proc = psutil.Process(leader.pid)
     proc.suspend()  # cut off from etcd and everyone: its lease runs out
     try:
         new = wait_for(lambda: cell.leader(skip=leader), 15, "a new leader")

@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from reference.master.localcell import Proc, free_port, wait_for
+from reference.launcher.testcell import Proc, wait_for
+from reference.ports import free_port
 from reference.store.etcd_cluster import EtcdCluster
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from reference.client import CellClient
-from tests.integration.cellkit import LocalCell, free_port, hello_job, sleeper_job, wait_for
+from reference.ports import free_port
+from tests.integration.cellkit import LocalCell, hello_job, sleeper_job, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 

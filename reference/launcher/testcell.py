@@ -1,107 +1,91 @@
-"""A local cell for tests, the bench and demos: a 3-member etcd, master replicas and borglets as real processes on loopback.
+"""A local cell for tests and benches: a 3-member etcd, master replicas and borglets as real processes on loopback.
 
-`LocalCell` starts everything, registers each borglet's machine through the API, and on
-`stop()` leaves no process behind: borglets stop with --kill-tasks-on-exit, task processes
-orphaned by a borglet killed with SIGKILL are killed from the pids recorded before, and
-`leftovers()` lists any process of the cell still alive.
+Every process is started, awaited and stopped as `cell up` and `cell down` do it (spawn,
+wait_ready, stop_processes): `LocalCell.stop()` leaves no process behind, task processes a
+SIGKILLed borglet left running included (their records are taken before each kill or stop),
+and `leftovers()` lists any process of the cell still alive.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import psutil
 
+import reference
+from reference.launcher.cellfile import ProcessRecord, Role, is_alive
+from reference.launcher.processes import (
+    child_env,
+    descendants,
+    kill_process,
+    spawn,
+    stop_processes,
+    wait_ready,
+)
+from reference.ports import HOST, free_port, free_ports
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS, EtcdCluster
+from reference.waiting import wait_until
 
-REPO = Path(__file__).resolve().parents[2]  # the repository root: tasks run from it
+T = TypeVar("T")
+
+REPO = Path(reference.__file__).resolve().parent.parent  # the repository root: tasks run from it
+#: What a check on a live cell may raise while a process starts, stops or fails over.
+TRANSIENT = (httpx.HTTPError, OSError, ValueError, KeyError)
+BORGLET_READY_S = 20.0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition", every: float = 0.1) -> Any:
-    """Poll `check` until it returns something truthy; AssertionError naming `what` on timeout."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (httpx.HTTPError, OSError, ValueError, KeyError) as err:
-            last = err
-        else:
-            if last:
-                return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")
+def wait_for(check: Callable[[], T | None], timeout_s: float, what: str, every: float = 0.1) -> T:
+    """`wait_until` on a live cell: an error in TRANSIENT counts as a not yet."""
+    return wait_until(check, timeout_s, what, every, ignore=TRANSIENT)
 
 
 @dataclass
 class Proc:
-    """One child process of the cell (a master or a borglet)."""
+    """One master or borglet of the cell: how it is started, and its process once started."""
 
     name: str
     port: int
     argv: list[str]
     log: Path
-    popen: subprocess.Popen | None = None
-    seen: set[tuple[int, float]] = field(default_factory=set)  # (pid, create_time) of descendants
+    role: Role = Role.MASTER
+    record: ProcessRecord | None = None
+    seen: set[ProcessRecord] = field(default_factory=set)  # the tasks it ran, as last seen
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{HOST}:{self.port}"
 
-    def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.popen = subprocess.Popen(
-                self.argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+    @property
+    def pid(self) -> int | None:
+        return self.record.pid if self.record is not None else None
 
     @property
     def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
+        return self.record is not None and is_alive(self.record)
+
+    def start(self) -> None:
+        self.record = spawn(self.role, self.name, self.argv, self.url, self.log, str(REPO), child_env(str(REPO)))
 
     def remember_children(self) -> None:
-        if not self.alive:
-            return
-        assert self.popen is not None
-        with contextlib.suppress(psutil.Error):
-            for child in psutil.Process(self.popen.pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    self.seen.add((child.pid, child.create_time()))
+        if self.record is not None:
+            self.seen.update(descendants([self.record]))
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         self.remember_children()
         if self.alive:
-            assert self.popen is not None
-            self.popen.send_signal(sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(10)
+            assert self.record is not None
+            kill_process(self.record, sig, timeout=10.0)
 
     def stop(self, timeout: float = 10.0) -> None:
         self.remember_children()
-        if self.alive:
-            assert self.popen is not None
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
+        if self.record is not None:
+            stop_processes([self.record], timeout)
 
 
 class LocalCell:
@@ -143,12 +127,12 @@ class LocalCell:
     def start(self) -> LocalCell:
         try:
             self.etcd.start()
-            ports = [free_port() for _ in range(self._n_masters)]
-            peers = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, p in enumerate(ports))
+            ports = free_ports(self._n_masters)
+            peers = ",".join(f"m{i}=http://{HOST}:{p}" for i, p in enumerate(ports))
             for i, port in enumerate(ports):
                 argv = [
                     sys.executable, "-m", "reference.master", "--name", f"m{i}",
-                    "--listen", f"127.0.0.1:{port}", "--etcd", ",".join(self.etcd.client_urls),
+                    "--listen", f"{HOST}:{port}", "--etcd", ",".join(self.etcd.client_urls),
                     "--cell", self.cell, "--peers", peers, *self._master_opts,
                 ]  # fmt: skip
                 self.masters.append(Proc(f"m{i}", port, argv, self.workdir / f"master-m{i}.log"))
@@ -170,15 +154,15 @@ class LocalCell:
         state.mkdir(exist_ok=True)
         argv = [
             sys.executable, "-m", "reference.borglet", "--name", name,
-            "--listen", f"127.0.0.1:{port}", "--capacity", self.capacity,
+            "--listen", f"{HOST}:{port}", "--capacity", self.capacity,
             "--attrs", f"rack=r{len(self.borglets) % 2}", "--failure-domain", f"r{len(self.borglets) % 2}",
             "--state-dir", str(state), "--isolation", self.isolation, "--kill-tasks-on-exit",
             "--kill-grace", "1",
         ]  # fmt: skip
-        proc = Proc(name, port, argv, self.workdir / f"borglet-{name}.log")
+        proc = Proc(name, port, argv, self.workdir / f"borglet-{name}.log", Role.BORGLET)
         proc.start()
         self.borglets.append(proc)
-        wait_for(lambda: self.http.get(f"{proc.url}/healthz", timeout=1).status_code == 200, 20, f"borglet {name}")
+        self._wait_ready(proc)
         if register:
             self.register(proc)
         return proc
@@ -193,37 +177,27 @@ class LocalCell:
     def restart(self, proc: Proc) -> None:
         proc.start()
         if proc in self.borglets:
-            wait_for(lambda: self.http.get(f"{proc.url}/healthz", timeout=1).status_code == 200, 20, f"borglet {proc.name}")
+            self._wait_ready(proc)
+
+    def _wait_ready(self, proc: Proc) -> None:
+        assert proc.record is not None
+        wait_ready([proc.record], "/healthz", BORGLET_READY_S)
 
     def stop(self) -> None:
         for m in self.masters:
             m.stop()
         for b in self.borglets:
             b.stop(15)
-        for p in self.masters + self.borglets:
-            for pid, created in p.seen:
-                with contextlib.suppress(psutil.Error):
-                    child = psutil.Process(pid)
-                    if child.create_time() == created:
-                        # Tasks run in their own sessions: take their children with them.
-                        if os.getpgid(pid) == pid:
-                            os.killpg(pid, signal.SIGKILL)
-                        else:
-                            child.kill()
+        # Tasks a SIGKILLed borglet left behind run in their own sessions: taken down with theirs.
+        stop_processes([t for p in self.masters + self.borglets for t in p.seen], timeout=2.0)
         self.etcd.stop()
         self.http.close()
 
     def leftovers(self) -> list[int]:
         """Pids of the cell's processes (and the tasks they started) still alive."""
-        alive = []
-        for p in self.masters + self.borglets:
-            if p.alive and p.popen is not None:
-                alive.append(p.popen.pid)
-            for pid, created in p.seen:
-                with contextlib.suppress(psutil.Error):
-                    proc = psutil.Process(pid)
-                    if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
-                        alive.append(pid)
+        procs = self.masters + self.borglets
+        alive = [p.record.pid for p in procs if p.alive and p.record is not None]
+        alive += [t.pid for p in procs for t in p.seen if is_alive(t)]
         alive += [pid for pid in self.etcd.pids() if pid is not None and psutil.pid_exists(pid)]
         return alive
 
@@ -270,17 +244,12 @@ class LocalCell:
 
     def submit(self, job: dict[str, Any], timeout: float = 15.0) -> httpx.Response:
         """Submit, retrying 503s (no leader yet) until timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                r = self.request("POST", "/v1/jobs", json=job)
-                if r.status_code != 503:
-                    return r
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"submit of {job.get('name')} kept failing")
-            time.sleep(0.2)
+
+        def answered() -> httpx.Response | None:
+            r = self.request("POST", "/v1/jobs", json=job)
+            return r if r.status_code != 503 else None
+
+        return wait_until(answered, timeout, f"submit of {job.get('name')}", 0.2, ignore=(httpx.HTTPError,))
 
     def tasks(self, user: str, name: str, master: Proc | None = None) -> list[dict[str, Any]]:
         return self.get(f"/v1/jobs/{user}/{name}/tasks", master=master)["tasks"]
