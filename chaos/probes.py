@@ -14,6 +14,7 @@ from chaos import cellfile, checker, events, fence, jobs, load
 from chaos.events import run_dir
 from chaos.history import HistoryFile, Outcome, read_ops
 from reference.launcher import CellInfo, Role, is_alive
+from reference.waiting import wait_until
 
 HELLO_JOB = "demo/hello_world"
 
@@ -31,16 +32,6 @@ def _client_get(info: CellInfo, path: str, timeout: float = 1.0) -> httpx.Respon
     return None
 
 
-def _until(deadline_s: float, check: Any, every: float = 0.25) -> Any:
-    """Call `check` until it returns something truthy or the deadline passes; returns it."""
-    end = time.monotonic() + deadline_s
-    while True:
-        result = check()
-        if result or time.monotonic() >= end:
-            return result
-        time.sleep(every)
-
-
 # --- steady state ---------------------------------------------------------------------------
 
 
@@ -54,7 +45,10 @@ def api_answers(state_dir: str, within_s: float = 20.0) -> bool:
             response is not None and response.status_code == 200 and response.json().get("leader")
         )
 
-    return bool(_until(within_s, ok, 0.5))
+    try:
+        return wait_until(ok, within_s, "the API to name a leader", 0.5)
+    except TimeoutError:
+        return False
 
 
 def hello_world_answers(state_dir: str, within_s: float = 30.0) -> bool:
@@ -77,7 +71,10 @@ def hello_world_answers(state_dir: str, within_s: float = 30.0) -> bool:
                 return False
         return True
 
-    return bool(_until(within_s, ok, 0.5))
+    try:
+        return wait_until(ok, within_s, "every hello_world task to answer", 0.5)
+    except TimeoutError:
+        return False
 
 
 def no_acknowledged_write_lost(state_dir: str, run: str) -> bool:
@@ -131,9 +128,10 @@ def new_leader_within(state_dir: str, run: str, within_s: float = 15.0) -> float
     if start is None:
         raise RuntimeError("no fault was started")
     old = start.get("master")
-    found = _until(within_s, lambda: cellfile.leader(info, not_named=old), 0.1)
-    if not found:
-        raise AssertionError(f"no new leader within {within_s}s of {start['fault']}")
+    try:
+        found = wait_until(lambda: cellfile.leader(info, not_named=old), within_s, "a new leader", 0.1)
+    except TimeoutError:
+        raise AssertionError(f"no new leader within {within_s}s of {start['fault']}") from None
     seconds = time.time() - start["t"]
     events.record(
         "measure", run, name="failover_s", fault=start["fault"], value=seconds, leader=found.name
@@ -151,8 +149,10 @@ def old_leader_steps_down_within(state_dir: str, run: str, within_s: float = 5.0
         except (httpx.HTTPError, ValueError):
             return False
 
-    if not _until(within_s, follower, 0.05):
-        raise AssertionError(f"{cut['master']} still claims to lead {within_s}s after the cut")
+    try:
+        wait_until(follower, within_s, "the cut leader to follow", 0.05)
+    except TimeoutError:
+        raise AssertionError(f"{cut['master']} still claims to lead {within_s}s after the cut") from None
     seconds = time.time() - cut["at"]
     events.record("measure", run, name="step_down_s", value=seconds, master=cut["master"])
     return seconds
@@ -226,8 +226,10 @@ def tasks_moved_off_within(state_dir: str, run: str, within_s: float = 20.0) -> 
             t["state"] == "RUNNING" and t["machine"] != machine for t in tasks
         )
 
-    if not _until(within_s, moved, 0.25):
-        raise AssertionError(f"hello_world tasks not rescheduled off {machine} within {within_s}s")
+    try:
+        wait_until(moved, within_s, f"the tasks to move off {machine}", 0.25)
+    except TimeoutError:
+        raise AssertionError(f"hello_world tasks not rescheduled off {machine} within {within_s}s") from None
     seconds = time.time() - (start["t"] if start else time.time())
     events.record("measure", run, name="reschedule_s", value=seconds, machine=machine)
     return seconds
@@ -242,10 +244,12 @@ def no_double_running_within(state_dir: str, run: str, within_s: float = 20.0) -
         copies = _copies(info, HELLO_JOB)
         return len(copies) == 3 and all(n == 1 for n in copies.values())
 
-    if not _until(within_s, single, 0.25):
+    try:
+        wait_until(single, within_s, "one copy of each task", 0.25)
+    except TimeoutError:
         raise AssertionError(
             f"hello_world copies after {within_s}s: {dict(_copies(info, HELLO_JOB))}"
-        )
+        ) from None
     seconds = time.time() - began
     events.record("measure", run, name="duplicates_killed_s", value=seconds)
     return seconds
@@ -268,8 +272,10 @@ def tasks_restarted_within(state_dir: str, run: str, within_s: float = 20.0) -> 
                      if t["task_id"].startswith(HELLO_JOB + "/") and t["state"] == "RUNNING" and t["healthy"]]  # fmt: skip
         return len(pids) == 3 and not killed & set(pids)
 
-    if not _until(within_s, restarted, 0.2):
-        raise AssertionError(f"hello_world tasks not restarted within {within_s}s")
+    try:
+        wait_until(restarted, within_s, "the killed tasks to be replaced", 0.2)
+    except TimeoutError:
+        raise AssertionError(f"hello_world tasks not restarted within {within_s}s") from None
     seconds = time.time() - (start["t"] if start else time.time())
     events.record("measure", run, name="task_restart_s", value=seconds)
     events.record("fault-end", run, fault="task-kill")
@@ -316,9 +322,12 @@ def writes_refused_reads_served(state_dir: str, within_s: float = 15.0) -> dict[
     watch cache (stamped with the revision they reflect) while plain reads are refused, since
     no replica can vouch for its cache; running tasks serve."""
     info = cellfile.load(state_dir)
-    status = _until(within_s, lambda: _write(info, "chaos/probe", 7, retry_s=0.0) == 503, 0.5)
+    try:
+        refused = wait_until(lambda: _write(info, "chaos/probe", 7, retry_s=0.0) == 503, within_s, "a write refused", 0.5)
+    except TimeoutError:
+        refused = False
     read = _client_get(info, f"/v1/jobs/{HELLO_JOB}?allow_stale=true")
-    result = {"write_503": bool(status), "stale_read_status": read.status_code if read else None,
+    result = {"write_503": refused, "stale_read_status": read.status_code if read else None,
               "hello": hello_world_answers(state_dir, within_s=5.0)}  # fmt: skip
     if not (result["write_503"] and result["stale_read_status"] == 200 and result["hello"]):
         raise AssertionError(f"with a majority of etcd down: {result}")
@@ -328,8 +337,10 @@ def writes_refused_reads_served(state_dir: str, within_s: float = 15.0) -> dict[
 def writes_recover_within(state_dir: str, run: str, within_s: float = 30.0) -> float:
     info = cellfile.load(state_dir)
     began = time.time()
-    if not _until(within_s, lambda: _write(info, "chaos/probe", 9, retry_s=0.0) == 200, 0.5):
-        raise AssertionError(f"writes did not recover within {within_s}s of etcd's return")
+    try:
+        wait_until(lambda: _write(info, "chaos/probe", 9, retry_s=0.0) == 200, within_s, "a write to succeed", 0.5)
+    except TimeoutError:
+        raise AssertionError(f"writes did not recover within {within_s}s of etcd's return") from None
     seconds = time.time() - began
     events.record("measure", run, name="write_recovery_s", value=seconds)
     return seconds

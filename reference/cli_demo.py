@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import httpx
 import typer
@@ -17,8 +17,7 @@ import typer
 from reference import jobspec, launcher
 from reference.cli_render import console, errors, table, tasks_table
 from reference.client import CellClient, ClientError, Endpoint, RoundRobin
-
-T = TypeVar("T")
+from reference.waiting import wait_until
 
 # Every wait is bounded so the demo can never hang; each bound is several times what the step
 # takes on a loaded two-core host.
@@ -37,25 +36,6 @@ class Step:
     ok: bool = False
     seconds: float = 0.0
     note: str = ""
-
-
-def wait_until(
-    what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.25
-) -> T:
-    """Poll `check` until it returns something truthy; DemoFailed after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            value = check()
-            if value:
-                return value
-            last = value
-        except (ClientError, httpx.HTTPError) as err:
-            last = err
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"timed out after {timeout:.0f}s waiting for {what} (last: {last})")
-        time.sleep(interval)
 
 
 def default_job_file() -> Path:
@@ -89,7 +69,7 @@ class Demo:
             step.note = action()
             step.ok = True
         except Exception as err:
-            known = (DemoFailed, ClientError, launcher.LauncherError, jobspec.JobFileError)
+            known = (DemoFailed, TimeoutError, ClientError, launcher.LauncherError, jobspec.JobFileError)
             step.note = str(err) if isinstance(err, known) else f"{type(err).__name__}: {err}"
             raise
         finally:
@@ -131,7 +111,10 @@ class Demo:
 
         checked = self.spec.health_check is not None
 
-        tasks = wait_until(f"{count} healthy RUNNING tasks of {key}", ready, TASKS_TIMEOUT_S)
+        tasks = wait_until(
+            ready, TASKS_TIMEOUT_S, f"{count} healthy RUNNING tasks of {key}", 0.25,
+            ignore=(ClientError, httpx.HTTPError),
+        )  # fmt: skip
         console.print(tasks_table(tasks, title=f"tasks of {key}"))
         machines = sorted({t.get("machine") for t in tasks if t.get("machine")})
         return f"{len(tasks)} running on {', '.join(machines)}"

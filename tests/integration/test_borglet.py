@@ -6,39 +6,22 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
+from reference.ports import free_port
+from reference.waiting import wait_until
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(check: Callable[[], object], timeout_s: float = 10.0, what: str = "condition"):
-    """Poll `check` until it returns something truthy; fail with `what` after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}")
 
 
 class BorgletProcess:
@@ -63,7 +46,7 @@ class BorgletProcess:
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()
-        wait_for(self._healthy, 20, "the borglet to answer /healthz")
+        wait_until(self._healthy, 20, "the borglet to answer /healthz")
 
     def _healthy(self) -> bool:
         assert self.proc is not None and self.proc.poll() is None, "borglet exited"
@@ -170,7 +153,7 @@ def test_runs_a_hello_world_task_and_kills_it_when_no_longer_desired(borglet: Bo
     assert report["capacity"] == {"cpu": 2000, "ram": 2 * 1024**3}
     assert report["attrs"] == {"rack": "r1", "arch": "x86"} and report["failure_domain"] == "r1"
 
-    task = wait_for(
+    task = wait_until(
         lambda: (t := borglet.task("alice/web/3#0")) and t["state"] == "RUNNING" and t["healthy"] and t,
         15, "the task to be RUNNING and healthy",
     )  # fmt: skip
@@ -193,12 +176,13 @@ def test_runs_a_hello_world_task_and_kills_it_when_no_longer_desired(borglet: Bo
     assert alive(task["pid"])
 
     borglet.sync()  # the complete desired set is now empty
-    wait_for(lambda: not alive(task["pid"]), 10, "the task process to die")
-    wait_for(lambda: borglet.sync()["tasks"] == [], 5, "the killed task to be forgotten")
+    wait_until(lambda: not alive(task["pid"]), 10, "the task process to die")
+    wait_until(lambda: borglet.sync()["tasks"] == [], 5, "the killed task to be forgotten")
     # Listing it again does not start it twice.
-    again = wait_for(
-        lambda: borglet.task("alice/web/3#0") or borglet.sync(hello("alice/web/3#0")) and None
-    )
+    again = wait_until(
+        lambda: borglet.task("alice/web/3#0") or borglet.sync(hello("alice/web/3#0")) and None,
+        10, "the killed task listed again",
+    )  # fmt: skip
     assert again["state"] == "KILLED" and again["pid"] is None
 
 
@@ -206,13 +190,13 @@ def test_restarts_a_failing_task_in_place_and_keeps_finished_ones(borglet: Borgl
     failing = python_task("bob/batch/0#0", "import sys; sys.exit(1)", restart_policy="on_failure")
     done = python_task("bob/batch/1#0", "print('done')", restart_policy="on_failure")
     borglet.sync(failing, done)
-    task = wait_for(
+    task = wait_until(
         lambda: (t := borglet.task("bob/batch/0#0")) and t["restarts"] >= 2 and t["pid"] is None and t,
         15, "restarts",
     )  # fmt: skip
     assert task["state"] == "STARTING"  # waiting out the backoff, same task id
     assert task["exit_code"] == 1 and task["reason"] == "exit 1"
-    finished = wait_for(lambda: (t := borglet.task("bob/batch/1#0"))["state"] == "FINISHED" and t)
+    finished = wait_until(lambda: (t := borglet.task("bob/batch/1#0"))["state"] == "FINISHED" and t, 10, "FINISHED")
     assert (finished["exit_code"], finished["restarts"]) == (0, 0)
     log = next((borglet.state_dir / "tasks").glob("bob_batch_1_0-*")) / "stdout"
     assert log.read_text().strip() == "done"
@@ -223,7 +207,7 @@ def test_oom_kills_a_task_over_its_ram_limit(borglet: BorgletProcess):
         pytest.skip("cgroup v1 hierarchies are not writable here, so there is no memory limit")
     grow = "import time; x = bytearray(b'x') * (400 * 2**20); time.sleep(30)"
     borglet.sync(python_task("carol/hog/0#0", grow, request={"cpu": 1000, "ram": 64 * MiB}))
-    task = wait_for(lambda: (t := borglet.task("carol/hog/0#0"))["state"] == "FAILED" and t, 20)
+    task = wait_until(lambda: (t := borglet.task("carol/hog/0#0"))["state"] == "FAILED" and t, 20, "FAILED")
     assert task["reason"] == "oom", task
 
 
@@ -236,7 +220,7 @@ def test_memory_pressure_kills_the_lowest_priority_first(tmp_path: Path):
             python_task("low#0", hold, priority=100, restart_policy="always"),
             python_task("high#0", hold, priority=200),
         )
-        low = wait_for(lambda: (t := node.task("low#0"))["state"] == "KILLED" and t, 20)
+        low = wait_until(lambda: (t := node.task("low#0"))["state"] == "KILLED" and t, 20, "low#0 KILLED")
         assert low["reason"] == "memory_pressure" and low["restarts"] == 0
         assert node.task("high#0")["state"] == "RUNNING"
     finally:
@@ -248,27 +232,27 @@ def test_memory_pressure_kills_the_lowest_priority_first(tmp_path: Path):
 
 def test_tasks_survive_a_borglet_sigkill_and_are_re_adopted(borglet: BorgletProcess):
     borglet.sync(hello("alice/web/3#0"), python_task("gone#0", "import time; time.sleep(60)"))
-    task = wait_for(
+    task = wait_until(
         lambda: (t := borglet.task("alice/web/3#0")) and t["state"] == "RUNNING" and t,
         15,
         "RUNNING",
     )
-    gone = wait_for(lambda: (t := borglet.task("gone#0")) and t["pid"] and t, 10, "gone#0 to start")
+    gone = wait_until(lambda: (t := borglet.task("gone#0")) and t["pid"] and t, 10, "gone#0 to start")
 
     borglet.sigkill()
     assert httpx.get(f"http://127.0.0.1:{task['port']}/", timeout=5).status_code == 200
     os.killpg(gone["pid"], signal.SIGKILL)  # this one dies while nobody watches
-    wait_for(lambda: not alive(gone["pid"]), 5, "the unwatched task to die")
+    wait_until(lambda: not alive(gone["pid"]), 5, "the unwatched task to die")
 
     borglet.start()  # same state dir, new port
-    again = wait_for(lambda: (t := borglet.task("alice/web/3#0"))["state"] == "RUNNING" and t)
+    again = wait_until(lambda: (t := borglet.task("alice/web/3#0"))["state"] == "RUNNING" and t, 10, "RUNNING again")
     assert (again["pid"], again["port"], again["restarts"]) == (task["pid"], task["port"], 0)
     lost = borglet.task("gone#0")
     assert (lost["state"], lost["reason"]) == ("FAILED", "lost_on_restart")
-    wait_for(lambda: borglet.task("alice/web/3#0")["usage"]["ram_bytes"] > 0, 5, "usage of adopted")
+    wait_until(lambda: borglet.task("alice/web/3#0")["usage"]["ram_bytes"] > 0, 5, "usage of adopted")
 
     # An adopted task (not the new borglet's child) is still killed when no longer desired.
     borglet.sync(hello("alice/web/3#0"))
     assert [t["task_id"] for t in borglet.state()["tasks"]] == ["alice/web/3#0"]
     borglet.sync()
-    wait_for(lambda: not alive(task["pid"]), 10, "the adopted task to die")
+    wait_until(lambda: not alive(task["pid"]), 10, "the adopted task to die")

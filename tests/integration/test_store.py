@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -17,6 +17,7 @@ from reference.store import ops
 from reference.store.client import StoreClient
 from reference.store.election import Election
 from reference.store.etcd_cluster import EtcdCluster
+from reference.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -36,15 +37,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
 def client(cluster: EtcdCluster) -> Iterator[StoreClient]:
     with StoreClient(cluster.client_urls, timeout=3.0) as c:
         yield c
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(step)
-    return condition()
 
 
 def test_put_get_delete_and_json(client: StoreClient) -> None:
@@ -112,13 +104,13 @@ def test_watch_sees_changes_in_order_and_resumes_after_member_kill(
     try:
         written = [client.put(f"/test/watch/{i}", str(i)) for i in range(5)]
         client.delete("/test/watch/0")
-        assert wait_for(lambda: len(seen) == 6, 5.0)
+        wait_until(lambda: len(seen) == 6, 5.0, "6 events", 0.02)
         assert [e.mod_revision for e in seen][:5] == written
         assert seen[5].kind == "DELETE" and seen[5].key == b"/test/watch/0"
 
         cluster.kill_member(0)
         written += [client.put(f"/test/watch/{i}", f"after-{i}") for i in range(5, 10)]
-        assert wait_for(lambda: len(seen) == 11, 10.0), f"saw {len(seen)} events"
+        wait_until(lambda: len(seen) == 11, 10.0, "11 events", 0.02)
         revisions = [e.mod_revision for e in seen]
         assert revisions == sorted(revisions) and len(set(revisions)) == 11  # no gap, no repeat
         assert watch.reconnects >= 1
@@ -136,7 +128,7 @@ def test_watch_reports_compaction(client: StoreClient) -> None:
     client._post("kv/compaction", {"revision": str(latest)})
     compacted: list[int] = []
     watch = client.watch_prefix("/test/compact/", first, lambda _e, _r: None, on_compacted=compacted.append)
-    assert wait_for(lambda: not watch.running, 5.0)
+    wait_until(lambda: not watch.running, 5.0, "the watch to stop", 0.02)
     assert compacted == [latest] and watch.compacted_at == latest
 
 
@@ -183,7 +175,7 @@ def test_one_of_two_candidates_wins_and_the_other_takes_over_after_a_kill(
         assert client.get("/test/fenced")[0] == b"from b"
 
         thawed.set()  # `a` wakes up, finds its lease gone and reports it
-        assert wait_for(lambda: bool(deposed), 3.0)
+        wait_until(lambda: bool(deposed), 3.0, "the leader to be deposed", 0.02)
     finally:
         thawed.set()
         b.resign()
@@ -223,7 +215,7 @@ def test_a_leader_cut_off_from_etcd_steps_down_within_its_ttl(
         for i in range(3):
             cluster.pause_member(i)
         cut_at = time.monotonic()
-        assert wait_for(lambda: not a.is_leader, ttl + 0.1)
+        wait_until(lambda: not a.is_leader, ttl + 0.1, "a to lose its lease", 0.02)
         assert time.monotonic() - cut_at <= ttl
         assert deposed.wait(1.5), "on_deposed came late"
     finally:
@@ -266,7 +258,7 @@ def test_stop_leaves_no_process_and_another_process_can_stop_it(tmp_path: Path) 
     stopper = f"from reference.store.etcd_cluster import EtcdCluster; EtcdCluster.load({str(tmp_path)!r}).stop()"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     subprocess.run([sys.executable, "-c", stopper], check=True, timeout=30, env=env)
-    assert wait_for(lambda: not any(_alive(p) for p in pids), 5.0)
+    wait_until(lambda: not any(_alive(p) for p in pids), 5.0, "the members to exit", 0.02)
     c.stop()  # reaps the children this process started
     assert not any(_alive(p) for p in pids)
 
