@@ -1,4 +1,6 @@
-"""Chaos Toolkit actions (python providers): start the load, inject each fault, heal the cell."""
+"""Chaos Toolkit actions (python providers): start the load, inject each fault, heal the cell.
+
+A fault's action and its undo are named as in the fault catalogue (harness/faults.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ def kill_leader(state_dir: str, run: str) -> str:
     return leader.name
 
 
-def restart_masters(state_dir: str, run: str) -> list[str]:
+def restart_master(state_dir: str, run: str) -> list[str]:
+    """Start the killed master again (every master found dead)."""
     started = procs.restart_masters(state_dir, run)
     events.record("fault-end", run, fault="leader-kill", restarted=started)
     return started
@@ -70,7 +73,7 @@ def heal_leader_etcd(state_dir: str, run: str) -> None:
     events.record("fault-end", run, fault="leader-etcd-cut")
 
 
-def latency_on_borglets(
+def delay_borglets(
     state_dir: str, run: str, latency_ms: int = 200, jitter_ms: int = 50
 ) -> None:
     info = cellfile.load(state_dir)
@@ -112,7 +115,7 @@ def restart_etcd_members(state_dir: str, run: str, fault: str) -> list[int]:
     return back
 
 
-def kill_task_processes(
+def kill_task_process(
     state_dir: str, run: str, job: str = HELLO_JOB, count: int = 3
 ) -> list[int]:
     """SIGKILL `count` of the job's task processes (the borglet should restart them)."""

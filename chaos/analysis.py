@@ -14,7 +14,8 @@ from chaos.history import Op, Outcome, read_ops
 # After a machine returns, its borglet needs one sync to kill duplicates: runs this long after
 # a lost-machine window still count as inside it.
 LOST_MACHINE_GRACE_S = 10.0
-# Faults during which the cell may have no leader: their windows are failover windows.
+# Faults during which the cell may have no leader: their windows are failover windows. Fault
+# kinds here are as events.jsonl records them (`recorded_as` in harness/faults.py).
 FAILOVER_FAULTS = frozenset({"leader-kill", "leader-etcd-cut", "etcd-majority"})
 
 

@@ -14,49 +14,51 @@ from bench.stats import percentile
 from chaos import actions, analysis, events, load, plot, probes, runcell
 from chaos.history import read_ops
 
+# Faults of the catalogue (harness/faults.py) the soak draws from.
 KINDS = (
-    "leader-kill",
-    "leader-etcd-cut",
-    "borglet-latency",
-    "borglet-cut",
-    "etcd-quorum",
-    "task-kill",
+    "kill_leader",
+    "cut_leader_from_etcd",
+    "delay_borglets",
+    "cut_borglet",
+    "kill_etcd_members",
+    "kill_task_process",
 )
 SETTLE_S = 20.0  # after the last fault, before the load stops and the final reads run
 
 
 def inject(kind: str, state_dir: str, run: str, rng: random.Random) -> None:
     """Inject one fault, hold it, heal it (each bounded to about 15 s)."""
-    if kind == "leader-kill":
+    if kind == "kill_leader":
         actions.kill_leader(state_dir, run)
         time.sleep(rng.uniform(4, 8))
-        actions.restart_masters(state_dir, run)
-    elif kind == "leader-etcd-cut":
+        actions.restart_master(state_dir, run)
+    elif kind == "cut_leader_from_etcd":
         actions.cut_leader_from_etcd(state_dir, run)
         time.sleep(rng.uniform(5, 8))
         actions.heal_leader_etcd(state_dir, run)
-    elif kind == "borglet-latency":
-        actions.latency_on_borglets(state_dir, run)
+    elif kind == "delay_borglets":
+        actions.delay_borglets(state_dir, run)
         time.sleep(rng.uniform(6, 10))
         actions.heal(state_dir, run)
-    elif kind == "borglet-cut":
+    elif kind == "cut_borglet":
         actions.cut_borglet(state_dir, run)
         time.sleep(rng.uniform(6, 9))  # past the down threshold (3 polls of 1 s)
         actions.heal_borglet(state_dir, run)
-    elif kind == "etcd-quorum":
+    elif kind == "kill_etcd_members":
         majority = rng.random() < 0.4
         fault = "etcd-majority" if majority else "etcd-minority"
         actions.kill_etcd_members(state_dir, run, 2 if majority else 1, fault)
         time.sleep(rng.uniform(4, 7))
         actions.restart_etcd_members(state_dir, run, fault)
-    elif kind == "task-kill":
-        actions.kill_task_processes(state_dir, run, count=rng.randint(1, 3))
+    elif kind == "kill_task_process":
+        actions.kill_task_process(state_dir, run, count=rng.randint(1, 3))
         time.sleep(3)
         events.record("fault-end", run, fault="task-kill")
 
 
-# Master failovers: the faults after which another replica must take over. An etcd majority
-# loss is an outage of writes for as long as it lasts, reported beside them, not as failover.
+# Master failovers: the faults after which another replica must take over, as events.jsonl
+# records them. An etcd majority loss is an outage of writes for as long as it lasts, reported
+# beside them, not as failover.
 MASTER_FAILOVERS = ("leader-kill", "leader-etcd-cut")
 
 

@@ -1,10 +1,11 @@
-"""Counts how often each spec action was exercised and each spec invariant checked during a run."""
+"""Counts how often each spec action was exercised, each spec invariant checked and each fault injected during a run."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 
+from harness.faults import STEPS
 from spec.actions import ACTIONS
 from spec.invariants import INVARIANTS
 
@@ -17,6 +18,7 @@ class Coverage:
     invariant_checks: Counter[str] = field(default_factory=Counter)
     invariant_failures: Counter[str] = field(default_factory=Counter)
     api_ops: Counter[str] = field(default_factory=Counter)
+    #: faults and their undos, by their names in the catalogue (harness/faults.py)
     faults: Counter[str] = field(default_factory=Counter)
     observations: int = 0
     transitions: int = 0
@@ -25,6 +27,12 @@ class Coverage:
     task_intervals: int = 0
     #: (user, band) pairs whose admitted jobs were judged against a quota the cell showed
     quota_judged: int = 0
+
+    def injected(self, step: str) -> None:
+        """Count one fault or undo; its name must be the catalogue's."""
+        if step not in STEPS:
+            raise ValueError(f"{step!r} is neither a fault nor an undo in harness/faults.py")
+        self.faults[step] += 1
 
     def action_total(self, name: str) -> int:
         """How often the action was exercised: an API operation applied to the model is also

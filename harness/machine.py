@@ -345,7 +345,7 @@ class CellMachine(RuleBasedStateMachine):
     def settle(self) -> None:
         self._settle()
 
-    # --- faults: only on a cell this suite started --------------------------------------------------
+    # --- faults (harness/faults.py names them): only on a cell this suite started -------------------
 
     def _cell(self) -> LocalCell:
         assert self.c.cell is not None
@@ -374,7 +374,7 @@ class CellMachine(RuleBasedStateMachine):
             for name in sorted(cell.down_borglets):
                 if self._due_back(name, self.down_since.get(name, 0.0)):
                     cell.restart_borglet(name)
-                    self.c.coverage.faults["borglet_restart"] += 1
+                    self.c.coverage.injected("restart_borglet")
                     self._close_window(name, grace=LOST_GRACE_S)
             return
         names = self._steady()
@@ -383,7 +383,7 @@ class CellMachine(RuleBasedStateMachine):
         name = names[i % len(names)]
         self.down_since = windows.lost_anew(self.down_since, name, self.clock())
         cell.kill_borglet(name)
-        self.c.coverage.faults["borglet_kill"] += 1
+        self.c.coverage.injected("crash_borglet")
 
     @precondition(lambda self: self.c.cell is not None)
     @rule(picks=st.lists(st.integers(0, 50), min_size=1, max_size=3))
@@ -397,24 +397,24 @@ class CellMachine(RuleBasedStateMachine):
         )  # fmt: skip
         for i in picks:
             if pids and self._cell().kill_task_process(pids[i % len(pids)]):
-                self.c.coverage.faults["task_process_kill"] += 1
+                self.c.coverage.injected("kill_task_process")
 
     @precondition(lambda self: self.c.cell is not None)
     @rule(i=st.integers(0, 10))
-    def cycle_borglets(self, i: int) -> None:
+    def pause_borglet(self, i: int) -> None:
         """Resume paused borglets whose machines the cell has declared down (they come back
         up, running nothing), then pause one or two others (the sheltered machine never)."""
         cell = self._cell()
         for name in sorted(cell.paused):
             if self._due_back(name, cell.paused[name]):
                 cell.resume_borglet(name)
-                self.c.coverage.faults["borglet_resume"] += 1
+                self.c.coverage.injected("resume_borglet")
         names = self._steady()
         for name in sorted({names[i % len(names)], names[(i + 1) % len(names)]} if names else ()):
             if len(cell.paused) < MAX_PAUSED:
                 self.down_since = windows.lost_from(self.down_since, name, self.clock())
                 cell.pause_borglet(name)
-                self.c.coverage.faults["borglet_pause"] += 1
+                self.c.coverage.injected("pause_borglet")
 
     @precondition(lambda self: self.c.cell is not None)
     @rule(picks=st.lists(st.integers(0, 10), min_size=1, max_size=2, unique=True))
@@ -425,11 +425,11 @@ class CellMachine(RuleBasedStateMachine):
         for name in sorted({names[i % len(names)] for i in picks} if names else ()):
             self.c.lost_windows.append(windows.bounced(name, self.clock()))
             if self._cell().bounce_borglet(name):
-                self.c.coverage.faults["borglet_bounce"] += 1
+                self.c.coverage.injected("bounce_borglet")
 
     @precondition(lambda self: self.c.cell is not None)
     @rule(n=st.integers(1, 2))
-    def churn_phantom(self, n: int) -> None:
+    def add_phantom(self, n: int) -> None:
         """Add up to `n` machines whose borglet never answers (dead on arrival): the cell may
         place tasks there before it declares them down. One seen down is revived (a borglet
         starts at its address, and the cell must bring it up, running nothing); one revived
@@ -442,12 +442,12 @@ class CellMachine(RuleBasedStateMachine):
                 self._cell().add_borglet(name, self.phantom_address[name])
                 self.revived.add(name)
                 self.phantom_since[name] = self.clock()
-                self.c.coverage.faults["phantom_revive"] += 1
+                self.c.coverage.injected("revive_phantom")
                 continue
             if not waited and (m is None or (m.up != (name in self.revived))):
                 continue
             r = self.api.request("DELETE", f"/v1/machines/{name}", write=True)
-            self.c.coverage.faults["phantom_remove"] += 1
+            self.c.coverage.injected("remove_phantom")
             if r.outcome is Outcome.OK or r.status == 404:
                 self._forget_phantom(name)
         for _ in range(min(n, MAX_PHANTOMS - len(self.phantoms))):
@@ -456,7 +456,7 @@ class CellMachine(RuleBasedStateMachine):
             body = {"name": name, "address": address, "capacity": {"cpu": "4000m", "ram": "8GiB"},
                     "attrs": {"rack": "r9"}, "failure_domain": "r9"}  # fmt: skip
             r = self.api.request("POST", "/v1/machines", body, write=True)
-            self.c.coverage.faults["phantom_add"] += 1
+            self.c.coverage.injected("add_phantom")
             if r.outcome is not Outcome.FAILED:
                 self.phantoms.append(name)
                 self.phantom_since[name] = self.clock()
@@ -470,13 +470,13 @@ class CellMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.c.cell is not None)
     @rule(i=st.integers(0, 5))
-    def churn_machine(self, i: int) -> None:
+    def add_machine(self, i: int) -> None:
         """Drain and remove a machine this rule added (its borglet stopped after), or add one
         with a new borglet."""
         if self.added:
             name = self.added[i % len(self.added)]
             r = self.api.request("DELETE", f"/v1/machines/{name}", write=True)
-            self.c.coverage.faults["machine_remove"] += 1
+            self.c.coverage.injected("remove_machine")
             if r.outcome is Outcome.OK:
                 self.added.remove(name)
                 self._cell().stop_borglet(name)
@@ -484,7 +484,7 @@ class CellMachine(RuleBasedStateMachine):
         name, url = self._cell().add_borglet()
         body = {"name": name, "address": url, "capacity": {"cpu": "4000m", "ram": "8GiB"}, "attrs": {"rack": "r1"}, "failure_domain": "r1"}
         r = self.api.request("POST", "/v1/machines", body, write=True)
-        self.c.coverage.faults["machine_add"] += 1
+        self.c.coverage.injected("add_machine")
         if r.outcome is Outcome.OK:
             self.added.append(name)
         else:
@@ -500,10 +500,11 @@ class CellMachine(RuleBasedStateMachine):
         name = cell.kill_master(url) if url else None
         if name is None:
             return
-        self.c.coverage.faults["leader_kill"] += 1
+        self.c.coverage.injected("kill_leader")
         if cell.replicas > 1:
             self._wait_leader(exclude=name)
         cell.restart_master(name)
+        self.c.coverage.injected("restart_master")
         self._wait_leader()
 
     def _wait_leader(self, exclude: str | None = None, timeout: float = 20.0) -> None:

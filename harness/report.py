@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.coverage import Coverage
+from harness.faults import HARNESS, injected_by
 from spec.invariants import INVARIANTS
 
 #: Actions the HTTP API v1 gives no way to cause: allocs are not in the API.
@@ -76,6 +77,19 @@ def markdown(r: RunResult) -> str:
         lines.append(f"| {name} | {c.actions_observed[name]} | {c.actions_model[name]} | {tot} | {met} |")
     lines += [
         "",
+        "## Faults injected",
+        "",
+        "The faults of the catalogue (`harness/faults.py`) that the harness injects: how often, "
+        "the steps that ended them and how often each ran, and the spec actions they exercise.",
+        "",
+        "| fault | injected | undone by | spec actions |",
+        "|---|---:|---|---|",
+    ]
+    for f in injected_by(HARNESS):
+        undone = ", ".join(f"{step} {c.faults[step]}" for step in f.undo) or "-"
+        lines.append(f"| {f.name} | {c.faults[f.name]} | {undone} | {', '.join(f.spec)} |")
+    lines += [
+        "",
         "## Invariants checked",
         "",
         "State invariants are checked on every observed state; step invariants on every pair of "
@@ -98,7 +112,6 @@ def markdown(r: RunResult) -> str:
         f"- observations: {c.observations}, explained task transitions: {c.transitions}, "
         f"convergence checks: {c.convergence_checks}, preemptions judged: {c.api_ops['preemptions_judged']}",
         f"- API operations: {dict(sorted((k, v) for k, v in c.api_ops.items() if k != 'preemptions_judged'))}",
-        f"- faults: {dict(sorted(c.faults.items()))}",
         f"- history: {c.history_ops} operations, {c.task_intervals} task process intervals; "
         f"{'no problem found' if r.history_ok else 'PROBLEMS:'}",
     ]
