@@ -31,6 +31,7 @@ from .policies import gpu_clustering, gpu_packing, policy_named
 from .queue import ordered
 from .reasons import amount, diagnose
 from .snapshot import PendingTask, Snapshot
+from .terms import locality_bonus, preemption_cost, spread_penalty
 
 
 class _Sample:
@@ -138,11 +139,12 @@ class Pass:
         if victims is None:
             return None
         free = list(free)
-        penalty = 0.0
         for v in victims:
             for i, a in enumerate(v.req):
                 free[i] += a
-            penalty += self.cfg.preemption_per_victim + self.cfg.preemption_per_priority * (v.priority + 1)
+        penalty = preemption_cost(
+            (v.priority for v in victims), self.cfg.preemption_per_victim, self.cfg.preemption_per_priority
+        )
         if self.policy is None:
             return self._gpu_score(cls, mi, free) - penalty  # judged on the GPUs as they are now
         return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi]) - penalty
@@ -247,9 +249,9 @@ class Pass:
             counts = self._job_domains(task.job)
             placed = self.job_placed.get(task.job, 0)
             if placed:
-                total = total - (cfg.spread_weight / (placed + 1)) * counts[s.doms[:size]]
+                total = total - spread_penalty(cfg.spread_weight, placed, counts[s.doms[:size]])
         if cfg.locality_weight and task.package:
-            total = total + cfg.locality_weight * self._package_on(task.package)[s.machines[:size]]
+            total = total + locality_bonus(cfg.locality_weight, self._package_on(task.package)[s.machines[:size]])
         return total
 
     def _job_domains(self, job: str) -> np.ndarray:

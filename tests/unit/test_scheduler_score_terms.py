@@ -1,13 +1,65 @@
 """What a placement's score adds to its policy's: package locality (the snapshot records
-which packages each machine holds) and failure-domain spreading, the arithmetic beside each row."""
+which packages each machine holds), failure-domain spreading and the cost of preempting,
+the arithmetic beside each row: the pure terms first, then their effect on a pass."""
 
+import numpy as np
 import pytest
 
 from reference.scheduler import PendingTask, SchedulerConfig, Snapshot, plan_pass
 from reference.scheduler.snapshot import RunningTask
+from reference.scheduler.terms import locality_bonus, preemption_cost, spread_penalty
 from spec.model import Machine, Resources, TaskId
 
 GiB = 2**30
+
+
+@pytest.mark.parametrize(
+    ("weight", "placed", "here", "want"),
+    [
+        (10.0, 0, 0, 0.0),  # the job's first task: 10 / (0 + 1) * 0 = 0
+        (10.0, 1, 1, 5.0),  # its one task is in this domain: 10 / (1 + 1) * 1 = 5
+        (10.0, 3, 2, 5.0),  # 2 of its 3 here: 10 / (3 + 1) * 2 = 5
+        (10.0, 3, 0, 0.0),  # none of its 3 here: 10 / 4 * 0 = 0
+        (40.0, 4, 4, 32.0),  # all 4 here: 40 / (4 + 1) * 4 = 32
+    ],
+)
+def test_spread_penalty(weight, placed, here, want):
+    assert spread_penalty(weight, placed, here) == pytest.approx(want)
+
+
+def test_spread_penalty_of_a_whole_sample():
+    # 3 placed, weight 10: 10 / 4 = 2.5 points per task of the job already in the domain.
+    assert spread_penalty(10.0, 3, np.array([0, 1, 3])).tolist() == [0.0, 2.5, 7.5]
+
+
+@pytest.mark.parametrize(
+    ("weight", "has", "want"),
+    [
+        (5.0, True, 5.0),  # the machine holds the package: 5 * 1
+        (5.0, False, 0.0),  # it does not: 5 * 0
+        (0.0, True, 0.0),  # no locality weight: 0 * 1
+    ],
+)
+def test_locality_bonus(weight, has, want):
+    assert locality_bonus(weight, has) == want
+
+
+def test_locality_bonus_of_a_whole_sample():
+    assert locality_bonus(5.0, np.array([True, False])).tolist() == [5.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("priorities", "per_victim", "per_priority", "want"),
+    [
+        ((), 100.0, 0.25, 0.0),  # fits as is: no cost
+        ((0,), 100.0, 0.25, 100.25),  # 100 + 0.25 * (0 + 1)
+        ((150,), 100.0, 0.25, 137.75),  # 100 + 0.25 * (150 + 1) = 100 + 37.75
+        ((0, 100), 100.0, 0.25, 225.5),  # (100 + 0.25 * 1) + (100 + 0.25 * 101) = 100.25 + 125.25
+        ((9, 19), 0.0, 1.0, 30.0),  # no fixed cost: (9 + 1) + (19 + 1)
+    ],
+)
+def test_preemption_cost(priorities, per_victim, per_priority, want):
+    assert preemption_cost(priorities, per_victim, per_priority) == pytest.approx(want)
 
 
 def machine(name, cpu=4000, gpu=0):
