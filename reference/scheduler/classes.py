@@ -57,9 +57,3 @@ def make_class(task: PendingTask, cell: CellView, key: tuple) -> TaskClass:
             for c in task.constraints
         ),
     )
-
-
-def constraint_holds(c: Compiled, attrs: dict[str, str]) -> bool:
-    attr, positive, values = c
-    # NE and NOT_IN hold on a machine without the attribute: it differs from every value.
-    return (attrs.get(attr) in values) is positive

@@ -10,6 +10,9 @@ when any resource drifts more than `cache_threshold` of capacity, when any GPU c
 before each pick, wherever it ranks. Every class walks the random order from one shared
 start, and the walk skips machines a vectorized prefilter rules out. Preemption is the last
 resort: a class's sample takes machines that need victims only once none fits as it is.
+The checks are `feasibility`'s. The walk that can end in "fits nowhere" (the preempting one,
+or the only one without preemption) records why it rejects each machine when it does, and the
+counts of those reasons are what an unschedulable task is told.
 """
 
 from __future__ import annotations
@@ -22,14 +25,23 @@ import numpy as np
 from spec.model import is_prod
 
 from .cellview import CellView, Victim, gpu_take
-from .classes import TaskClass, class_key, constraint_holds, make_class
+from .classes import TaskClass, class_key, make_class
 from .config import SchedulerConfig
-from .feasibility import Prefilter, choose_victims, constraints_hold, fits_free
+from .feasibility import (
+    Prefilter,
+    Tally,
+    choose_victims,
+    constraint_holds,
+    constraints_hold,
+    rejection,
+    release,
+    room,
+)
 from .fragmentation import ShapeMix, fgd_place
 from .plan import Placement, Plan, Preemption, Reason, Unschedulable
 from .policies import gpu_clustering, gpu_packing, policy_named
 from .queue import ordered
-from .reasons import amount, diagnose
+from .reasons import amount, explain
 from .snapshot import PendingTask, Snapshot
 from .terms import locality_bonus, preemption_cost, spread_penalty
 
@@ -37,7 +49,10 @@ from .terms import locality_bonus, preemption_cost, spread_penalty
 class _Sample:
     """One class's feasible machines found so far, with cached scores and the versions they saw."""
 
-    __slots__ = ("machines", "doms", "scores", "versions", "mix", "size", "holes", "valid", "cursor", "offset", "preempting")
+    __slots__ = (
+        "machines", "doms", "scores", "versions", "mix", "size", "holes", "valid", "cursor", "offset", "preempting",
+        "tally",
+    )
 
     def __init__(self, capacity: int, offset: int) -> None:
         self.machines = np.zeros(capacity, dtype=np.int64)
@@ -51,6 +66,7 @@ class _Sample:
         self.cursor = 0  # how far along the random machine order this class has looked
         self.offset = offset  # where in that order it started
         self.preempting = False  # True once no machine fits without preemption: victims count
+        self.tally: Tally | None = None  # the rejections of the walk that can end in "fits nowhere"
 
 
 class Pass:
@@ -95,23 +111,13 @@ class Pass:
 
     # --- scoring of one (class, machine) pair ---------------------------------------------
 
-    def _victims(self, cls: TaskClass, mi: int, preempt: bool = True) -> list[Victim] | None:
-        """[] when the request fits as is, the victims to evict when it fits only so, else None."""
-        cell = self.cell
-        if not cell.up[mi] or not constraints_hold(cls, cell, mi):
-            return None
-        if fits_free(cls, cell, mi):
-            return []
-        if not preempt or not self.cfg.preemption or cls.priority <= cell.vmin[mi]:
-            return None
-        return choose_victims(cls, cell, mi, self.disrupted, self.cfg.max_disruptions_per_job)
-
     def evaluate(self, cls: TaskClass, mi: int, preempt: bool = True) -> float | None:
         """The machine's score for the class, or None when it is not feasible (without
         preemption when `preempt` is False).
 
-        The common case (constraints hold, the request fits what is free) is inlined: this is
-        the unit of work the scalability techniques save, so it is kept as cheap as it can be.
+        `feasibility.room`'s checks with the common case (up, constraints hold, the request
+        fits what is free) inlined: this is the unit of work the scalability techniques save,
+        so it is kept as cheap as it can be. A property test holds the two to one verdict.
         """
         self.stats.evaluations += 1
         cell = self.cell
@@ -140,8 +146,7 @@ class Pass:
             return None
         free = list(free)
         for v in victims:
-            for i, a in enumerate(v.req):
-                free[i] += a
+            release(v, free)
         penalty = preemption_cost(
             (v.priority for v in victims), self.cfg.preemption_per_victim, self.cfg.preemption_per_priority
         )
@@ -186,12 +191,14 @@ class Pass:
             return self.offset
         return self.rng.randrange(max(self.n, 1))
 
-    def _set(self, s: _Sample, slot: int, mi: int, score: float | None) -> None:
+    def _set(self, cls: TaskClass, s: _Sample, slot: int, mi: int, score: float | None) -> None:
         if score is None:
             if s.scores[slot] != -np.inf:
                 s.scores[slot] = -np.inf
                 s.holes.append(slot)
                 s.valid -= 1
+                if s.tally is not None:
+                    s.tally.add(rejection(cls, self.cell, mi, s.preempting))
             return
         s.scores[slot] = score
         s.versions[slot] = self.cell.version[mi]
@@ -211,7 +218,7 @@ class Pass:
 
     def _rescore(self, cls: TaskClass, s: _Sample, slot: int) -> None:
         mi = int(s.machines[slot])
-        self._set(s, slot, mi, self.evaluate(cls, mi, s.preempting))
+        self._set(cls, s, slot, mi, self.evaluate(cls, mi, s.preempting))
 
     def _refill(self, cls: TaskClass, s: _Sample) -> None:
         """Relaxed randomization: walk the random order until the sample holds k feasible machines."""
@@ -222,10 +229,13 @@ class Pass:
             lo = s.offset + start
             ids = self.pre.ids
             s.cursor = end
-            for h in self.pre.passing(cls, lo, s.offset + end, s.preempting).tolist():
+            run_check = self.pre.check(cls, lo, s.offset + end, s.preempting)
+            for h in run_check.passing().tolist():
                 mi = int(ids[lo + h])
                 score = self.evaluate(cls, mi, s.preempting)
                 if score is None:
+                    if s.tally is not None:
+                        s.tally.add(rejection(cls, self.cell, mi, s.preempting))
                     continue
                 slot = s.holes.pop() if s.holes else s.size
                 if slot == s.size:
@@ -238,6 +248,8 @@ class Pass:
                 if s.valid >= k:
                     s.cursor = start + h + 1  # the rest of the run is still unseen
                     break
+            if s.tally is not None:  # nothing moved since the prefilter looked: its reasons stand
+                s.tally.add_run(run_check, s.cursor - start)
             run = min(run * 2, 4096)
 
     def _totals(self, s: _Sample, task: PendingTask) -> np.ndarray:
@@ -295,16 +307,17 @@ class Pass:
                     return None
                 # Preemption is the last resort: only when no machine fits as it is.
                 s.preempting, s.cursor = True, 0
+                s.tally = Tally(len(cls.compiled), len(self.cell.dims))
                 continue
             total = self._totals(s, task)
             slot = int(total.argmax())
             mi = int(s.machines[slot])
             # A cached score may be stale within the threshold; feasibility is checked exactly.
-            victims = self._victims(cls, mi, s.preempting)
+            victims = room(cls, self.cell, mi, s.preempting, self.disrupted, self.cfg.max_disruptions_per_job)
             if victims is not None:
                 self.stats.cache_hits += self.cfg.score_cache
                 return slot, mi, victims, float(total[slot])
-            self._set(s, slot, mi, None)
+            self._set(cls, s, slot, mi, None)
 
     # --- committing a placement -----------------------------------------------------------
 
@@ -314,10 +327,7 @@ class Pass:
         name = cell.names[mi]
         for v in victims:
             cell.victims[mi].remove(v)
-            for i, a in enumerate(v.req):
-                free[i] += a
-            for g, a in v.gpu_shares:
-                gfree[g] += a
+            release(v, free, gfree)
             cell.forget_kind(mi, v.req)
             self.disrupted[v.job] = self.disrupted.get(v.job, 0) + 1
             self.plan.preemptions.append(
@@ -357,7 +367,7 @@ class Pass:
         cls = make_class(task, cell, class_key(task))
         if not cell.up[mi]:
             self._unschedulable(task, (Reason(subject, f"its machine {cell.names[mi]} is down"),))
-        elif not constraints_hold(cls, cell, mi):
+        elif not constraints_hold(cls, cell.attrs[mi]):
             self._unschedulable(task, (Reason(subject, f"constraints do not hold on {cell.names[mi]}"),))
         elif short:
             need = ", ".join(f"{d} {amount(d, req[cell.dim_index[d]])} > {amount(d, a.free[cell.dim_index[d]])} free" for d in short)
@@ -404,11 +414,14 @@ class Pass:
                 s = samples.get(key) if cfg.equivalence_classes else None
                 if s is None:
                     s = _Sample(max(capacity, 1), self._start())
+                    if not cfg.preemption:  # the first walk is the last
+                        s.tally = Tally(len(cls.compiled), len(self.cell.dims))
                     if cfg.equivalence_classes:
                         samples[key] = s
                 got = self.pick(cls, s, task)
                 if got is None:
-                    reasons = diagnose(cls, self.cell, cfg.preemption)
+                    assert s.tally is not None, "a class fits nowhere only after its last walk"
+                    reasons = explain(s.tally.settle(), cls, self.cell.dims, cfg.preemption)
                     if cfg.equivalence_classes:
                         dead[key] = reasons  # fits nowhere: skipped for the rest of the pass
                         samples.pop(key, None)

@@ -1,40 +1,140 @@
-"""Feasibility of one (class, machine) pair: constraints, free resources, GPUs, and preemption victims."""
+"""Feasibility of a class on a machine: the checks, why a machine fails them, and its preemption victims.
+
+The checks are filters in Borg's order, each returning a `Rejection` (data, not a bare bool)
+or None when the machine passes: the machine is up, the class's constraints hold, the request
+fits what the class may use there (free, plus what preemptible tasks hold when preempting).
+The pass asks `rejection` for the reason at the moment it rejects a machine and records it
+in a `Tally`, whose counts `reasons.explain` names. `room` is the exact verdict a placement is
+made on; `engine.Pass.evaluate` inlines its common case for speed, and a property test holds
+the two (and `spec.actions.task_fits`) to one answer. `Prefilter` applies necessary conditions
+of the same checks to a run of machines at once, and its verdict on the run gives the reasons
+of the machines it rejects.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
 from spec.model import is_prod, may_preempt
 
 from .cellview import CellView, Victim, gpu_take
-from .classes import TaskClass, constraint_holds
+from .classes import Compiled, TaskClass
 
 
-def constraints_hold(cls: TaskClass, cell: CellView, mi: int) -> bool:
-    attrs = cell.attrs[mi]
+class Rejection(NamedTuple):
+    """Every check of the first failing filter that one machine fails for a class.
+
+    A machine can pass every check and still be rejected, as when the victims it would need
+    are held back by their jobs' disruption limits. Its rejection names nothing (`HELD_BACK`).
+    A named tuple, not a dataclass: the pass makes one per machine it rejects while counting,
+    and a tuple is built in C.
+    """
+
+    down: bool = False
+    unmet: tuple[int, ...] = ()  # positions of the class's constraints that do not hold here
+    short: tuple[int, ...] = ()  # resource dimensions, the GPU one aside, with less than asked
+    gpus: bool = False  # no set of this machine's GPUs takes the GPU request
+
+
+DOWN = Rejection(down=True)
+HELD_BACK = Rejection()
+
+
+def constraint_holds(c: Compiled, attrs: Mapping[str, str]) -> bool:
+    attr, positive, values = c
+    # NE and NOT_IN hold on a machine without the attribute: it differs from every value.
+    return (attrs.get(attr) in values) is positive
+
+
+def constraints_hold(cls: TaskClass, attrs: Mapping[str, str]) -> bool:
     return all(constraint_holds(c, attrs) for c in cls.compiled)
 
 
-def fits_free(cls: TaskClass, cell: CellView, mi: int) -> bool:
-    """The request fits what is free now, whole GPUs and GPU shares included."""
-    f = cell.free_for(mi, is_prod(cls.priority))
-    for d, a in cls.nz:
-        if f[d] < a:
-            return False
-    if cls.gpu_whole or cls.gpu_share:
-        return gpu_take(cell.gfree[mi], cell.gcap[mi], cls.gpu_whole, cls.gpu_share) is not None
-    return True
+def machine_down(cell: CellView, mi: int) -> Rejection | None:
+    return None if cell.up[mi] else DOWN
 
 
-def _fits(cls: TaskClass, free: list[int], gfree: list[int], gcap: list[int]) -> bool:
+def constraints_unmet(cls: TaskClass, cell: CellView, mi: int) -> Rejection | None:
+    if not cls.compiled:
+        return None
+    attrs = cell.attrs[mi]
+    unmet = [j for j, c in enumerate(cls.compiled) if not constraint_holds(c, attrs)]
+    return Rejection(unmet=tuple(unmet)) if unmet else None
+
+
+def resources_short(
+    cls: TaskClass, free: list[int], gfree: list[int], gcap: list[int], gpu_dim: int | None
+) -> Rejection | None:
+    """What the request lacks: each resource on its own (GPUs aside), then the GPUs one by one."""
+    short = [d for d, a in cls.nz if free[d] < a and d != gpu_dim]
+    gpus = cls.gpu and gpu_take(gfree, gcap, cls.gpu_whole, cls.gpu_share) is None
+    return Rejection(short=tuple(short), gpus=gpus) if short or gpus else None
+
+
+def fits(cls: TaskClass, free: list[int], gfree: list[int], gcap: list[int]) -> bool:
+    """The request fits `free`, whole GPUs and a GPU share included."""
     for d, a in cls.nz:
         if free[d] < a:
             return False
-    if cls.gpu_whole or cls.gpu_share:
+    if cls.gpu:
         return gpu_take(gfree, gcap, cls.gpu_whole, cls.gpu_share) is not None
     return True
+
+
+def release(v: Victim, free: list[int], gfree: list[int] | None = None, sign: int = 1) -> None:
+    """Add back what evicting `v` frees: its request, and its GPU shares unless `gfree` is None
+    (the score of a preempting placement judges the GPUs as they are). Sign -1 takes them
+    again: a victim reprieved."""
+    for i, a in enumerate(v.req):
+        free[i] += sign * a
+    if gfree is not None:
+        for g, a in v.gpu_shares:
+            gfree[g] += sign * a
+
+
+def available(cls: TaskClass, cell: CellView, mi: int, preempt: bool) -> tuple[list[int], list[int]]:
+    """What the class may use on the machine: what is free to it, plus, with `preempt`, what
+    every task it may preempt holds. Read only: the lists may be the cell's own."""
+    free, gfree = cell.free_for(mi, is_prod(cls.priority)), cell.gfree[mi]
+    if preempt:
+        victims = [v for v in cell.victims[mi] if may_preempt(cls.priority, v.priority)]
+        if victims:
+            free, gfree = list(free), list(gfree)
+            for v in victims:
+                release(v, free, gfree)
+    return free, gfree
+
+
+def rejection(cls: TaskClass, cell: CellView, mi: int, preempt: bool) -> Rejection:
+    """Why the machine cannot take the class: the first filter that fails, with every check of
+    it that fails. Resources count what preemptible tasks hold when `preempt`."""
+    r = machine_down(cell, mi) or constraints_unmet(cls, cell, mi)
+    if r is None:
+        free, gfree = available(cls, cell, mi, preempt)
+        r = resources_short(cls, free, gfree, cell.gcap[mi], cell.gpu_dim)
+    return HELD_BACK if r is None else r
+
+
+def room(
+    cls: TaskClass,
+    cell: CellView,
+    mi: int,
+    preempt: bool,
+    disrupted: Mapping[str, int],
+    limit: int | None,
+) -> list[Victim] | None:
+    """[] when the request fits as is, the victims to evict when it fits only so (with
+    `preempt`), else None."""
+    if not cell.up[mi] or not constraints_hold(cls, cell.attrs[mi]):
+        return None
+    if fits(cls, cell.free_for(mi, is_prod(cls.priority)), cell.gfree[mi], cell.gcap[mi]):
+        return []
+    if not preempt or cls.priority <= cell.vmin[mi]:
+        return None
+    return choose_victims(cls, cell, mi, disrupted, limit)
 
 
 def choose_victims(
@@ -67,44 +167,37 @@ def choose_victims(
     gfree = list(cell.gfree[mi])
     gcap = cell.gcap[mi]
     chosen: list[Victim] = []
-    fits = False
+    enough = False
     for v in cands:
         if limit is not None and disrupted.get(v.job, 0) + per_job.get(v.job, 0) >= limit:
             continue
-        _release(v, free, gfree, +1)
+        release(v, free, gfree)
         chosen.append(v)
         per_job[v.job] = per_job.get(v.job, 0) + 1
-        if _fits(cls, free, gfree, gcap):
-            fits = True
+        if fits(cls, free, gfree, gcap):
+            enough = True
             break
-    if not fits:
+    if not enough:
         return None
     for v in sorted(chosen, key=lambda v: -v.priority):
-        _release(v, free, gfree, -1)
-        if _fits(cls, free, gfree, gcap):
+        release(v, free, gfree, -1)
+        if fits(cls, free, gfree, gcap):
             chosen.remove(v)  # not needed after all: reprieved
         else:
-            _release(v, free, gfree, +1)
+            release(v, free, gfree)
     return chosen
-
-
-def _release(v: Victim, free: list[int], gfree: list[int], sign: int) -> None:
-    for i, a in enumerate(v.req):
-        free[i] += sign * a
-    for g, a in v.gpu_shares:
-        gfree[g] += sign * a
 
 
 class Prefilter:
     """Necessary conditions for fitting, checked on a run of machines at once (numpy).
 
-    It never rejects a machine that the exact check (`Pass.evaluate`) would accept: a
-    machine passes when it is up, its constraints hold, and either every resource it has
-    free (slack included for non-prod tasks) covers the request or, with `preempt`, it runs
-    something of lower priority. GPUs are judged on their total here, one by one in the
-    exact check. The walk of relaxed randomization uses it to skip full machines without a
-    Python call per machine. Rows are laid out along the pass's random order, twice over,
-    so that any run of the walk (which wraps around) is a slice, not a gather.
+    It never rejects a machine that the exact check (`room`) would accept: a machine passes
+    when it is up, its constraints hold, and either every resource it has free (slack
+    included for non-prod tasks) covers the request or, with `preempt`, it runs something of
+    lower priority. GPUs are judged on their total here, one by one in the exact check. The
+    walk of relaxed randomization uses it to skip full machines without a Python call per
+    machine. Rows are laid out along the pass's random order, twice over, so that any run of
+    the walk (which wraps around) is a slice, not a gather.
     """
 
     def __init__(self, cell: CellView, order: list[int]) -> None:
@@ -119,7 +212,13 @@ class Prefilter:
         self.up = np.array(cell.up, dtype=bool)[self.ids]
         self.vmin = np.array(cell.vmin, dtype=np.int64)[self.ids]
         self._codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+        self._holds: dict[Compiled, np.ndarray] = {}
         self._masks: dict[tuple, np.ndarray] = {}
+        # Running counts along the walk of what never changes in a pass (machines down, up
+        # ones failing a constraint, or any of a set): how many in [lo, hi) is two lookups.
+        self._down = _running_count(~self.up)
+        self._unmet: dict[Compiled, np.ndarray] = {}
+        self._constrained: dict[tuple, np.ndarray] = {}
 
     def update(self, mi: int) -> None:
         """Mirror machine `mi` after a placement or an eviction changed it."""
@@ -132,11 +231,19 @@ class Prefilter:
         mask = self._masks.get(cls.compiled)
         if mask is None:
             mask = self.up.copy()
-            for attr, positive, values in cls.compiled:
-                codes, index = self._column(attr)
-                hit = np.isin(codes, [index[v] for v in values if v in index])
-                mask &= hit if positive else ~hit
+            for c in cls.compiled:
+                mask &= self.holds(c)
             self._masks[cls.compiled] = mask
+        return mask
+
+    def holds(self, c: Compiled) -> np.ndarray:
+        """Walk positions whose machine meets one constraint, cached per constraint."""
+        mask = self._holds.get(c)
+        if mask is None:
+            attr, positive, values = c
+            codes, index = self._column(attr)
+            hit = np.isin(codes, [index[v] for v in values if v in index])
+            mask = self._holds[c] = hit if positive else ~hit
         return mask
 
     def _column(self, attr: str) -> tuple[np.ndarray, dict[str, int]]:
@@ -149,16 +256,134 @@ class Prefilter:
             got = self._codes[attr] = (codes[self.ids], index)
         return got
 
-    def passing(self, cls: TaskClass, lo: int, hi: int, preempt: bool) -> np.ndarray:
-        """Offsets from `lo` of the walk positions in [lo, hi) whose machines may fit the class."""
+    def check(self, cls: TaskClass, lo: int, hi: int, preempt: bool) -> RunCheck:
+        """The walk positions in [lo, hi) whose machines may fit the class, and what it takes
+        to count the reasons of the others."""
         need = cls.need
         if need is None:
             need = cls.need = np.array(cls.req, dtype=np.int64)
         free = self.free[lo:hi]
         if not is_prod(cls.priority):
             free = free + self.slack[lo:hi]
-        ok = (free >= need).all(axis=1)
+        covered = free >= need
+        ok = covered.all(axis=1)
         if preempt:
             ok |= self.vmin[lo:hi] < cls.priority
         ok &= self.allowed(cls)[lo:hi]
-        return np.flatnonzero(ok)
+        return RunCheck(self, cls, lo, covered, ok)
+
+    def count_fixed(self, cls: TaskClass, lo: int, hi: int, tally: Tally) -> None:
+        """Count the machines at walk positions [lo, hi) that are down or fail a constraint:
+        each is rejected whatever its resources."""
+        tally.down += _between(self._down, lo, hi)
+        if not cls.compiled:
+            return
+        constrained = self._constrained.get(cls.compiled)
+        if constrained is None:
+            constrained = self._constrained[cls.compiled] = _running_count(self.up & ~self.allowed(cls))
+        tally.constrained += _between(constrained, lo, hi)
+        for j, c in enumerate(cls.compiled):
+            unmet = self._unmet.get(c)
+            if unmet is None:
+                unmet = self._unmet[c] = _running_count(self.up & ~self.holds(c))
+            tally.unmet[j] += _between(unmet, lo, hi)
+
+
+def _running_count(mask: np.ndarray) -> np.ndarray:
+    """How many positions before each one (and before the end) are set: out[i] = mask[:i].sum()."""
+    out = np.zeros(len(mask) + 1, dtype=np.int64)
+    np.cumsum(mask, out=out[1:])
+    return out
+
+
+def _between(running: np.ndarray, lo: int, hi: int) -> int:
+    return int(running[hi] - running[lo])
+
+
+class RunCheck:
+    """The prefilter's verdict on one run of the walk. Its arrays are its own, taken when it
+    looked, so the reasons of the machines it rejected can be summed later, after those
+    machines changed: only when the class turns out to fit nowhere."""
+
+    __slots__ = ("pre", "cls", "lo", "covered", "ok")
+
+    def __init__(self, pre: Prefilter, cls: TaskClass, lo: int, covered: np.ndarray, ok: np.ndarray) -> None:
+        self.pre, self.cls, self.lo = pre, cls, lo
+        self.covered = covered  # per position and resource: what is free covers the request
+        self.ok = ok  # per position: the machine may fit
+
+    def passing(self) -> np.ndarray:
+        """Offsets from `lo` of the positions whose machines may fit."""
+        return np.flatnonzero(self.ok)
+
+    def _short_rows(self, upto: int) -> np.ndarray:
+        # Rejected with its constraints met: it runs nothing the class may preempt (its lowest
+        # victim is not below the class, or there is no preempting), so what it has free is all.
+        return self.pre.allowed(self.cls)[self.lo : self.lo + upto] & ~self.ok[:upto]
+
+    def count_rejected(self, upto: int, tally: Tally) -> None:
+        """Count, as `rejection` names them, the reasons of the machines rejected among the
+        first `upto` positions of the run, GPUs aside (see `gpus_short`)."""
+        pre, cls, lo = self.pre, self.cls, self.lo
+        tally.machines += upto - int(np.count_nonzero(self.ok[:upto]))
+        pre.count_fixed(cls, lo, lo + upto, tally)
+        rows = self._short_rows(upto)
+        if not rows.any():
+            return
+        covered = self.covered[:upto][rows]
+        missing = len(covered) - np.count_nonzero(covered, axis=0)
+        gpu_dim = pre.cell.gpu_dim
+        for d, _ in cls.nz:
+            if d != gpu_dim:
+                tally.short[d] += int(missing[d])
+
+    def gpus_short(self, upto: int) -> int:
+        """Of the machines rejected among the first `upto` positions with their constraints met,
+        how many have no set of GPUs for the request: read from the cell, so call it at once."""
+        cls, cell = self.cls, self.pre.cell
+        n = 0
+        for mi in self.pre.ids[self.lo + np.flatnonzero(self._short_rows(upto))].tolist():
+            n += gpu_take(cell.gfree[mi], cell.gcap[mi], cls.gpu_whole, cls.gpu_share) is None
+        return n
+
+
+class Tally:
+    """The reasons one walk of the machines rejected them for one class, recorded as it rejects
+    each: one by one (`add`), or a run of the prefilter at a time (`add_run`, summed by `settle`)."""
+
+    __slots__ = ("machines", "down", "unmet", "constrained", "short", "gpus", "runs")
+
+    def __init__(self, constraints: int, dims: int) -> None:
+        self.machines = 0  # machines rejected
+        self.down = 0
+        self.unmet = [0] * constraints  # up machines where each constraint does not hold
+        self.constrained = 0  # up machines where some constraint does not hold
+        self.short = [0] * dims  # machines meeting every constraint with less than asked, per resource
+        self.gpus = 0  # machines meeting every constraint whose GPUs do not take the request
+        self.runs: list[tuple[RunCheck, int]] = []  # prefilter runs not summed yet, with how far they were walked
+
+    def add(self, r: Rejection) -> None:
+        self.machines += 1
+        if r.down:
+            self.down += 1
+        elif r.unmet:
+            self.constrained += 1
+            for j in r.unmet:
+                self.unmet[j] += 1
+        else:
+            for d in r.short:
+                self.short[d] += 1
+            self.gpus += r.gpus
+
+    def add_run(self, run: RunCheck, upto: int) -> None:
+        """The machines the prefilter rejected among the first `upto` positions of `run`."""
+        self.runs.append((run, upto))
+        if run.cls.gpu:
+            self.gpus += run.gpus_short(upto)  # GPUs change in place: read them now
+
+    def settle(self) -> Tally:
+        """Sum the runs added so far into the counts; returns the tally."""
+        for run, upto in self.runs:
+            run.count_rejected(upto, self)
+        self.runs.clear()
+        return self
