@@ -89,6 +89,9 @@ class Proc:
 
 
 class LocalCell:
+    """A cell of `masters` replicas and `borglets` machines whose files and logs go to
+    `workdir`; as a context manager, started on entry and stopped on exit."""
+
     def __init__(
         self,
         workdir: Path,
