@@ -1,4 +1,4 @@
-"""Starts a local reference cell for the suite and injects its faults; the one module that imports `reference/`."""
+"""Starts a local reference cell for the suite and injects its faults; the one harness module that imports the cell's implementation (`reference/launcher`)."""
 
 from __future__ import annotations
 
