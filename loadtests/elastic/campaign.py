@@ -28,6 +28,7 @@ from loadtests.elastic.report import write_report
 from reference import launcher
 from reference.client import CellClient, ClientError
 from reference.elastic import cellscaler
+from reference.waiting import wait_until
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -146,13 +147,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         check_own_cell(info, client)
         client.submit(job_file(args))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if client.endpoints(JOB):
-                break
-            time.sleep(0.5)
-        else:
-            raise RuntimeError("hello_world never served; see the cell logs in " + str(state_dir))
+        wait_until(lambda: client.endpoints(JOB), 60, f"hello_world to serve (cell logs in {state_dir})", every=0.5)
         sampler.thread.start()
         time.sleep(3.0)
         env = dict(os.environ)
