@@ -5,134 +5,26 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display: files only
-import matplotlib.pyplot as plt  # noqa: E402
-
-from loadtests.analysis import Saturation, role_share, saturation, window  # noqa: E402
-from loadtests.history import FailureKind, read_failures  # noqa: E402
-from loadtests.machine import one_line  # noqa: E402
-from loadtests.sampler import Sample, read_csv  # noqa: E402
-
-READ_P99_MS = 50.0  # the control plane's read target: p99 under this
-WRITE_P99_MS = 250.0  # and the submissions' target
-
-
-@dataclass
-class Run:
-    replicas: int
-    record: dict[str, Any]
-    ladder: dict[str, Any]
-    reads: dict[str, Any] | None  # the reads-only ladder; None in runs from before it existed
-    submit: dict[str, Any] | None
-    submit0: dict[str, Any] | None
-    samples: list[Sample]
-    failures: list[FailureKind]
-    submit_failures: list[FailureKind]
-    reads_failures: list[FailureKind] = field(default_factory=list)
-
-    @property
-    def steps(self) -> list[dict[str, Any]]:
-        return self.ladder.get("steps", [])
-
-    @property
-    def verdict(self) -> dict[str, Any] | None:
-        return self.ladder.get("verdict")
-
-    @property
-    def reads_steps(self) -> list[dict[str, Any]]:
-        return (self.reads or {}).get("steps", [])
-
-    @property
-    def cores(self) -> int:
-        return int(self.record["machine"]["logical_cores"])
-
-
-def _json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def load_runs(root: Path) -> list[Run]:
-    runs = []
-    for run_json in sorted(root.glob("r*/run.json"), key=lambda p: int(p.parent.name[1:])):
-        d = run_json.parent
-        record = json.loads(run_json.read_text())
-        runs.append(
-            Run(
-                replicas=record["replicas"],
-                record=record,
-                ladder=_json(d / "ladder_shape.json"),
-                reads=_json(d / "reads_shape.json") or None,
-                submit=_json(d / "submit_shape.json") or None,
-                submit0=_json(d / "submit0_shape.json") or None,
-                samples=read_csv(d / "samples.csv") if (d / "samples.csv").exists() else [],
-                failures=read_failures(d / "ladder_failures.csv"),
-                submit_failures=read_failures(d / "submit_failures.csv"),
-                reads_failures=read_failures(d / "reads_failures.csv"),
-            )
-        )
-    return runs
-
-
-def group(step: dict[str, Any], name: str) -> dict[str, Any]:
-    return step.get("groups", {}).get(name, {})
-
-
-def best_within(steps: list[dict[str, Any]], name: str | None, p99_ms: float) -> dict[str, Any] | None:
-    """The step with the highest rate of `name` (all requests if None) whose p99 is under `p99_ms`."""
-    ok = []
-    for s in steps:
-        g = s if name is None else group(s, name)
-        if g and g.get("requests") and g["p99_ms"] < p99_ms and g.get("error_rate", 0) <= 0.01:
-            ok.append((g["rps"], s["users"], g))
-    if not ok:
-        return None
-    rps, users, g = max(ok, key=lambda x: x[0])
-    return {"rps": rps, "users": users, "p99_ms": g["p99_ms"], "p95_ms": g["p95_ms"]}
-
-
-def peak(steps: list[dict[str, Any]], name: str | None = None) -> tuple[float, int]:
-    rates = [((s if name is None else group(s, name)).get("rps", 0.0), s["users"]) for s in steps]
-    return max(rates, default=(0.0, 0))
-
-
-def relative_to_one(values: dict[int, float | None]) -> dict[int, float | None]:
-    """Each replica count's value over the 1-replica value; None where either is missing (or
-    the 1-replica value is 0)."""
-    base = values.get(1)
-    return {n: (v / base if base and v is not None else None) for n, v in values.items()}
-
-
-@dataclass(frozen=True)
-class ReadFigures:
-    """A run's read throughput from both ladders: the mixed one (reads beside submit/kill) and
-    the reads-only one (None: that ladder was not run)."""
-
-    mixed_best: dict[str, Any] | None  # best_within the read target
-    mixed_peak: tuple[float, int]  # (reads/s, users)
-    only_best: dict[str, Any] | None
-    only_peak: tuple[float, int] | None
-
-    @property
-    def only_measured(self) -> bool:
-        return self.only_peak is not None
-
-
-def read_figures(run: Run) -> ReadFigures:
-    only = run.reads is not None
-    return ReadFigures(
-        mixed_best=best_within(run.steps, "read", READ_P99_MS),
-        mixed_peak=peak(run.steps, "read"),
-        only_best=best_within(run.reads_steps, "read", READ_P99_MS) if only else None,
-        only_peak=peak(run.reads_steps, "read") if only else None,
-    )
+from loadtests.analysis import role_share
+from loadtests.figures import (
+    THROTTLED_SHARE,
+    ReadFigures,
+    failing_step,
+    peak,
+    read_figures,
+    relative_to_one,
+    step_saturation,
+    throttled_share,
+    write_figures,
+)
+from loadtests.history import FailureKind
+from loadtests.machine import one_line
+from loadtests.plots import plot_cpu, plot_latency, plot_reads, plot_throughput
+from loadtests.runs import Run, group, load_runs
 
 
 def reads_cell(best: dict[str, Any] | None, measured: bool = True) -> str:
@@ -144,26 +36,6 @@ def reads_cell(best: dict[str, Any] | None, measured: bool = True) -> str:
 
 def times(ratio: float | None) -> str:
     return f"{ratio:.2f}x" if ratio is not None else "n/a"
-
-
-def limits(run: Run) -> dict[str, float]:
-    """Role -> CPU limit in percent of one core, where the cell enforces one (task cgroups)."""
-    cell_info = run.record.get("cell", {})
-    task_mcpu = cell_info.get("task_cpu_millis")
-    if task_mcpu and cell_info.get("isolation", "").startswith("cgroup"):
-        return {"task": task_mcpu / 10.0}
-    return {}
-
-
-def step_saturation(run: Run, step: dict[str, Any]) -> Saturation:
-    return saturation(
-        window(run.samples, step["started_at"], step["ended_at"]), run.cores, limits(run)
-    )
-
-
-def failing_step(run: Run) -> dict[str, Any] | None:
-    v = run.verdict
-    return run.steps[v["step"]] if v and v["step"] < len(run.steps) else (run.steps[-1] if run.steps else None)
 
 
 def describe_verdict(run: Run, shape: dict[str, Any] | None = None) -> str:
@@ -182,123 +54,6 @@ def error_summary(kinds: list[FailureKind], limit: int = 4) -> str:
     if not kinds:
         return "none"
     return "; ".join(f"{k.name} {k.error} x{k.occurrences}" for k in kinds[:limit])
-
-
-# --- plots -------------------------------------------------------------------------------
-
-
-def plot_throughput(runs: list[Run], path: Path, control: bool) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for run in runs:
-        users = [s["users"] for s in run.steps]
-        line = ax.plot(users, [s["rps"] for s in run.steps], marker="o", label=f"{run.replicas} replica(s): all")[0]
-        if control:
-            ax.plot(users, [group(s, "read").get("rps", 0) for s in run.steps], ls="--",
-                    color=line.get_color(), alpha=0.7, label=f"{run.replicas}: reads")  # fmt: skip
-            ax.plot(users, [group(s, "write").get("rps", 0) for s in run.steps], ls=":",
-                    color=line.get_color(), alpha=0.7, label=f"{run.replicas}: writes")  # fmt: skip
-        v = run.verdict
-        if v and v["reason"] != "max_users" and v["step"] < len(run.steps):
-            s = run.steps[v["step"]]
-            ax.scatter([s["users"]], [s["rps"]], marker="x", s=120, color="red", zorder=5)
-    ax.set_xlabel("concurrent users (closed loop)")
-    ax.set_ylabel("requests / s")
-    ax.set_title("Throughput against users (red x: the step where a stop rule tripped)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_reads(runs: list[Run], path: Path) -> None:
-    """Reads/s and read p99 against users: the reads-only ladder (solid) beside the mixed
-    ladder's reads (dashed)."""
-    fig, (rate, p99) = plt.subplots(1, 2, figsize=(10, 4))
-    for run in runs:
-        only = run.reads_steps
-        line = None
-        if only:
-            users = [s["users"] for s in only]
-            line = rate.plot(users, [group(s, "read").get("rps", 0) for s in only], marker="o",
-                             label=f"{run.replicas}: reads-only ladder")[0]  # fmt: skip
-            p99.plot(users, [group(s, "read").get("p99_ms", 0) for s in only], marker="o",
-                     color=line.get_color(), label=f"{run.replicas}: reads-only ladder")  # fmt: skip
-        color = line.get_color() if line else None
-        users = [s["users"] for s in run.steps]
-        rate.plot(users, [group(s, "read").get("rps", 0) for s in run.steps], ls="--", marker=".",
-                  color=color, alpha=0.7, label=f"{run.replicas}: mixed ladder")  # fmt: skip
-        p99.plot(users, [group(s, "read").get("p99_ms", 0) for s in run.steps], ls="--", marker=".",
-                 color=color, alpha=0.7, label=f"{run.replicas}: mixed ladder")  # fmt: skip
-    p99.axhline(READ_P99_MS, color="red", lw=0.8, label=f"target p99 {READ_P99_MS:g} ms")
-    rate.set_title("reads / s against users")
-    p99.set_title("read p99 (ms, log) against users")
-    p99.set_yscale("log")
-    for ax in (rate, p99):
-        ax.set_xlabel("concurrent users (closed loop)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_latency(runs: list[Run], path: Path, slo_ms: float) -> None:
-    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.8), sharey=True, squeeze=False)
-    for ax, run in zip(axes[0], runs, strict=True):
-        users = [s["users"] for s in run.steps]
-        for key, style in (("p50_ms", "-"), ("p95_ms", "--"), ("p99_ms", ":")):
-            ax.plot(users, [s[key] for s in run.steps], ls=style, marker=".", label=key[:3])
-        ax.axhline(slo_ms, color="red", lw=0.8, label=f"p95 SLO {slo_ms:g} ms")
-        ax.set_title(f"{run.replicas} replica(s)")
-        ax.set_xlabel("users")
-        ax.grid(alpha=0.3)
-        ax.set_yscale("log")
-    axes[0][0].set_ylabel("latency, ms (log)")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("Latency percentiles against users")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_cpu(runs: list[Run], path: Path) -> None:
-    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.6 * len(runs)), sharex=False, squeeze=False)
-    for ax, run in zip(axes[:, 0], runs, strict=True):
-        if not run.samples:
-            continue
-        t0 = run.samples[0].t
-        by_role: dict[str, dict[float, float]] = {}
-        for s in run.samples:
-            by_role.setdefault(s.role, {}).setdefault(s.t, 0.0)
-            by_role[s.role][s.t] += s.cpu_percent
-        for role, series in sorted(by_role.items()):
-            ts = sorted(series)
-            ax.plot([t - t0 for t in ts], [series[t] for t in ts], label=role, lw=1)
-        rounds = sorted({(s.t, s.machine_cpu) for s in run.samples})
-        ax.plot([t - t0 for t, _ in rounds], [m * run.cores for _, m in rounds], color="black",
-                lw=1.5, ls="--", label="whole machine")  # fmt: skip
-        followed: dict[float, float] = {}
-        for s in run.samples:
-            followed[s.t] = followed.get(s.t, 0.0) + s.cpu_percent
-        ax.plot([t - t0 for t, _ in rounds],
-                [max(0.0, m * run.cores - followed.get(t, 0.0)) for t, m in rounds],
-                color="grey", lw=1, ls=":", label="other processes")  # fmt: skip
-        ax.axhline(100 * run.cores, color="grey", lw=0.6)
-        for step in run.steps:
-            ax.axvline(step["started_at"] - t0, color="grey", lw=0.3)
-        ax.set_title(f"{run.replicas} replica(s): CPU by role (% of one core; {run.cores} cores = {100 * run.cores}%)", fontsize=9)
-        ax.set_ylabel("CPU %")
-        ax.grid(alpha=0.3)
-        ax.set_ylim(0, 100 * run.cores * 1.35)  # headroom for the legend above the lines
-        ax.legend(fontsize=7, ncol=4, loc="upper left")
-    axes[-1][0].set_xlabel("seconds since sampling began (thin lines: ladder steps)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-# --- markdown -------------------------------------------------------------------------------
 
 
 def step_table(run: Run, control: bool, steps: list[dict[str, Any]] | None = None) -> list[str]:
@@ -322,34 +77,6 @@ def step_table(run: Run, control: bool, steps: list[dict[str, Any]] | None = Non
         row += f" {sat.machine_cpu:.0f}% | {busiest}; others {sat.others:.0f} |"
         lines.append(row)
     return lines
-
-
-def write_figures(run: Run) -> dict[str, Any]:
-    """Master write path against direct etcd, from the submit-only ladder and the etcd bench."""
-    etcd = run.record["phases"].get("etcd_direct")
-    if not etcd or not run.submit:
-        return {}
-    clients = etcd["clients"]
-    steps = run.submit.get("steps", [])
-    same = next((s for s in steps if s["users"] == clients), steps[0] if steps else None)
-    best = best_within(steps, None, WRITE_P99_MS)
-    top = max(steps, key=lambda s: s["rps"]) if steps else None
-    alone = (run.submit0 or {}).get("steps", [])
-    alone_step = alone[0] if alone else None
-    return {
-        "clients": clients,
-        "alone": alone_step,
-        "alone_ratio": (alone_step["rps"] / etcd["txn"]["ops_per_s"])
-        if alone_step and etcd["txn"]["ops_per_s"]
-        else None,
-        "etcd_txn": etcd["txn"]["ops_per_s"],
-        "etcd_put": etcd["put"]["ops_per_s"],
-        "etcd_txn_p99": etcd["txn"]["p99_ms"],
-        "master_same": same,
-        "ratio": (same["rps"] / etcd["txn"]["ops_per_s"]) if same and etcd["txn"]["ops_per_s"] else None,
-        "best": best,
-        "top": top,
-    }
 
 
 def build(root: Path) -> Path:
@@ -555,15 +282,6 @@ def service_section(runs: list[Run]) -> list[str]:
         "its CPU stays low while the tasks and Locust take the cores.",
     ]
     return md
-
-
-THROTTLED_SHARE = 0.1  # tasks throttled in this share of CFS periods are held by their quota
-
-
-def throttled_share(run: Run) -> float | None:
-    counters = (run.record.get("task_throttling") or {}).values()
-    periods = sum(c["nr_periods"] for c in counters)
-    return sum(c["nr_throttled"] for c in counters) / periods if periods else None
 
 
 def throttling_line(run: Run) -> str:

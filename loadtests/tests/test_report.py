@@ -10,13 +10,9 @@ from typing import Any
 
 import pytest
 
-from loadtests.report import (
-    Run,
-    build,
-    read_figures,
-    reads_cell,
-    relative_to_one,
-)
+from loadtests.figures import read_figures, relative_to_one
+from loadtests.report import build, reads_cell
+from loadtests.runs import Run
 
 MACHINE = {
     "logical_cores": 2, "cpu_model": "test", "memory_total_gib": 1.0,
