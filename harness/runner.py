@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness import machine
+from harness import context, machine
 from harness.api import Api
 from harness.history import check
 from harness.localcell import LocalCell
@@ -43,8 +43,8 @@ def run(plan: Plan) -> RunResult:
             assert plan.target, "give --target URL or --start-cell"
             urls = plan.target.split(",")
         api = Api(urls)
-        ctx = machine.Context(api=api, cell=cell, history=api.history)
-        machine.CTX = ctx
+        ctx = context.Context(api=api, cell=cell, history=api.history)
+        context.CTX = ctx
         failure = _run_hypothesis(plan)
         if failure is not None and ctx.failures:
             failure += "\nfirst violation seen: " + ctx.failures[0]
@@ -57,7 +57,7 @@ def run(plan: Plan) -> RunResult:
             ctx.history.to_jsonl(plan.history_path)
         api.close()
     finally:
-        machine.CTX = None
+        context.CTX = None
         if cell is not None:
             left = cell.down()
             if left:

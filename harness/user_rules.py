@@ -1,0 +1,219 @@
+"""The user's rules of the stateful test: API operations on jobs (submit, update, kill a job or a task, bursts, squeeze, reads), each applied to the spec model and judged by its answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, precondition, rule
+
+from harness.context import KINDS, RAM, ConformanceViolation, ExampleState
+from harness.history import Outcome
+from harness.observe import job_of, quotas_of
+from spec import actions as spec_actions
+from spec.fmap import FMap
+from spec.model import CellState, Job, Resources, TaskState
+
+PRIORITIES = (0, 100, 200)
+CPUS = (250, 500, 1000, 1500)
+USERS = ("alice", "bob")
+BURST_OPS = ("submit", "resize", "update_request", "kill_job", "kill_task", "kill_task", "read")
+CHANGE_OPS = ("resize", "update_request", "update_request", "kill_task", "kill_task")
+
+
+class UserRules(ExampleState):
+    """What a user does to the cell over the API, with the spec model kept beside it: an
+    answer the spec cannot explain (an admission it refuses, a refusal it allows) is a violation."""
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _pick(self, i: int) -> str:
+        live = self._live()
+        return live[i % len(live)]
+
+    def _apply_model(self, action: str, *args: Any) -> bool:
+        nxt = spec_actions.ACTIONS[action](self.model, *args)
+        if nxt is None:
+            return False
+        self.model = nxt
+        self.c.coverage.actions_model[action] += 1
+        return True
+
+    def _resync(self, key: str) -> None:
+        """After an unknown outcome, adopt what the cell shows for the job (either is legal)."""
+        answered, value = self.api.read_job(key)
+        if not answered:
+            return
+        if value is None and key in self.model.jobs:
+            self._apply_model("kill_job", key)
+        elif value is not None and key in self.model.jobs:
+            self._apply_model("update", key, value["task_count"], Resources.of(cpu=value["cpu"], ram=RAM))
+
+    def _judge_refusal(self, what: str, status: int, legal: bool) -> None:
+        """A 404/409 must match a false spec guard; 403 (quota) and 422 (input) are the cell's to give."""
+        if status in (404, 409) and legal:
+            raise ConformanceViolation(f"[api_guard] the cell refused {what} with {status}, but the spec allows it")
+
+    # --- API operations ---------------------------------------------------------------------------
+
+    @initialize(
+        jobs=st.lists(
+            st.tuples(
+                st.sampled_from(sorted(KINDS)), st.sampled_from(PRIORITIES), st.integers(1, 4),
+                st.sampled_from(CPUS), st.sampled_from(USERS),
+            ),
+            min_size=2, max_size=4,
+        )
+    )
+    def start_jobs(self, jobs: list[tuple[str, int, int, int, str]]) -> None:
+        """Every example starts with a few jobs, so short runs still exercise the task actions."""
+        for job in jobs:
+            self.submit(*job)
+
+    @rule(
+        kind=st.sampled_from(sorted(KINDS)),
+        priority=st.sampled_from(PRIORITIES),
+        count=st.integers(1, 4),
+        cpu=st.sampled_from(CPUS),
+        user=st.sampled_from(USERS),
+    )
+    def submit(self, kind: str, priority: int, count: int, cpu: int, user: str) -> None:
+        self._submit(kind, priority, count, cpu, user)
+
+    def _submit(self, kind: str, priority: int, count: int, cpu: int, user: str) -> str | None:
+        name = f"c{self.example}-{next(self.counter)}"
+        command, policy = KINDS[kind]
+        doc = {
+            "name": name, "user": user, "priority": priority, "task_count": count,
+            "request": {"cpu": f"{cpu}m", "ram": RAM}, "command": command,
+            "restart_policy": policy.value, "appclass": "batch",
+        }  # fmt: skip
+        key = f"{user}/{name}"
+        self.keys.add(key)
+        self.watch.add(key)
+        self.kinds[key] = kind
+        job = Job(user, name, priority, count, Resources.of(cpu=cpu, ram=RAM), restart_policy=policy)
+        r = self.api.submit(doc)
+        self.c.coverage.api_ops["submit"] += 1
+        if r.outcome is not Outcome.FAILED:
+            self.submitted[key] = job
+        if r.outcome is Outcome.OK:
+            if not self._apply_model("submit", job):
+                raise ConformanceViolation(f"[api_guard] the cell admitted {key}, which the spec refuses")
+        elif r.outcome is Outcome.UNKNOWN:
+            answered, value = self.api.read_job(key)
+            if answered and value is not None:
+                self._apply_model("submit", job)
+        else:
+            self._judge_refusal(f"submit {key}", r.status, spec_actions.submit(self.model, job) is not None)
+            self._judge_quota_refusal(key, r.status, job)
+        return key if r.outcome is Outcome.OK else None
+
+    def _judge_quota_refusal(self, key: str, status: int, job: Job) -> None:
+        """A 403 (over quota) must match the spec's quota guard on the cell as last seen: its
+        jobs (this example's and any other's) and the quotas it shows, read again now: only
+        this suite writes to a cell it started, so nothing admitted meanwhile can explain it."""
+        if status != 403 or self.c.cell is None:
+            return
+        jobs, quotas = self.api.jobs(), self.api.get("/v1/quotas")
+        if jobs is None or quotas is None:
+            return
+        seen = CellState(jobs=FMap({j.key: j for j in map(job_of, jobs)}), quotas=quotas_of(quotas.get("quotas", [])))
+        if key in seen.jobs:
+            return
+        if spec_actions.fits_quota(seen, job) and spec_actions.job_is_valid(job):
+            band, quota = job.band, seen.quota_for(job.user, job.band)
+            raise ConformanceViolation(
+                f"[api_guard] the cell refused {key} as over quota, but {job.user}'s {band.value} jobs "
+                f"request {seen.quota_used(job.user, band)} and {job.total_request()} more fits the quota {quota}"
+            )
+
+    def _update(self, key: str, count: int | None, cpu: int | None) -> None:
+        r = self.api.update(key, count, cpu)
+        self.c.coverage.api_ops["update"] += 1
+        request = None if cpu is None else Resources.of(cpu=cpu, ram=RAM)
+        if r.outcome is Outcome.OK:
+            self._apply_model("update", key, count, request)  # a no-op update is ok and changes nothing
+            if key in self.model.jobs:
+                self.submitted[key] = self.model.jobs[key]
+        elif r.outcome is Outcome.UNKNOWN:
+            self._resync(key)
+        else:
+            self._judge_refusal(f"update {key}", r.status, spec_actions.update(self.model, key, count, request) is not None)
+
+    def kill_job(self, key: str) -> None:
+        r = self.api.kill(key)
+        self.c.coverage.api_ops["kill_job"] += 1
+        if r.outcome is Outcome.OK:
+            if not self._apply_model("kill_job", key):
+                raise ConformanceViolation(f"[api_guard] the cell killed {key}, which the spec says does not exist")
+        elif r.outcome is Outcome.UNKNOWN:
+            self._resync(key)
+        else:
+            self._judge_refusal(f"kill {key}", r.status, key in self.model.jobs)
+
+    def _pick_busy(self, i: int) -> str:
+        """A live job that was last seen with a task not DEAD, so killing one changes something."""
+        seen = self.prev.state if self.prev is not None else CellState()
+        busy = [k for k in self._live() if any(t.state is not TaskState.DEAD for t in seen.tasks_of(k))]
+        return busy[i % len(busy)] if busy else self._pick(i)
+
+    def kill_task(self, key: str, index: int) -> None:
+        seen = self.prev.state if self.prev is not None else CellState()
+        live = sorted(t.id.index for t in seen.tasks_of(key) if t.state is not TaskState.DEAD)
+        if live and index not in live:
+            index = live[index % len(live)]  # a live one, so the kill changes something
+        r = self.api.kill_task(key, index)
+        self.c.coverage.api_ops["kill_task"] += 1
+        mine = self.model.latest(key, index)
+        if r.outcome is Outcome.OK and mine is not None:
+            self._apply_model("kill", mine.id)
+        elif r.outcome is Outcome.FAILED and r.status == 404 and mine is not None:
+            raise ConformanceViolation(f"[api_guard] the cell says {key} has no task {index}; the spec has {mine.id}")
+
+    def read_job(self, i: int) -> None:
+        self.api.read_job(sorted(self.keys)[i % len(self.keys)])
+        self.c.coverage.api_ops["read"] += 1
+
+    @rule(ops=st.lists(st.tuples(st.sampled_from(BURST_OPS), st.integers(0, 20), st.integers(0, 5)), min_size=1, max_size=6))
+    def burst(self, ops: list[tuple[str, int, int]]) -> None:
+        """API operations back to back (submit, resize, update of the request, kill of a job or
+        of one task, read), observed together: more work per poll, and a poll that must
+        explain several moves at once."""
+        touched: set[str] = set()  # one change per job in a burst: each poll sees where it led
+        for op, i, n in ops:
+            if op == "read" and self.keys:
+                self.read_job(i)
+                continue
+            if op == "submit":
+                touched.add(self._submit(sorted(KINDS)[i % len(KINDS)], PRIORITIES[n % len(PRIORITIES)], 1 + n % 4, CPUS[i % len(CPUS)], USERS[n % 2]) or "")
+                continue
+            if not self.model.jobs:
+                continue
+            # A new request or a task kill changes something only where a task is live.
+            key = self._pick_busy(i) if op in ("update_request", "kill_task") else self._pick(i)
+            if key in touched:
+                continue
+            touched.add(key)
+            if op == "resize":
+                self._update(key, n, None)
+            elif op == "update_request":
+                self._update(key, None, CPUS[n % len(CPUS)])
+            elif op == "kill_job":
+                self.kill_job(key)
+            elif op == "kill_task":
+                self.kill_task(key, n % 4)
+
+    @rule(ops=st.lists(st.tuples(st.sampled_from(CHANGE_OPS), st.integers(0, 20), st.integers(0, 5)), min_size=1, max_size=6))
+    def change_jobs(self, ops: list[tuple[str, int, int]]) -> None:
+        """Changes to the example's jobs only (resize, new request, kill of one task), as a burst."""
+        self.burst(ops)
+
+    @precondition(lambda self: self.c.cell is not None)
+    @rule(count=st.integers(2, 4), cpu=st.sampled_from((1500, 2000)))
+    def squeeze(self, count: int, cpu: int) -> None:
+        """Replace the example's big production job: it needs most of the cell, so lower
+        priority work there is preempted, and the old one's room is handed back."""
+        if self.squeezer is not None and self.squeezer in self.model.jobs:
+            self.kill_job(self.squeezer)
+        self.squeezer = self._submit("service", 200, count, cpu, USERS[count % 2])
