@@ -1,6 +1,6 @@
 """The fault catalogue: each fault the conformance harness or the chaos experiments inject, by one name, with the spec actions it exercises.
 
-A fault's name is the name of the harness rule (harness/machine.py) and of the Chaos Toolkit
+A fault's name is the name of the harness rule (harness/fault_rules.py) and of the Chaos Toolkit
 action (chaos/actions.py) that inject it, and the key it is counted under in the coverage;
 its undo names the steps that end it, where it has any, counted beside it. `spec` lists the
 actions of the cell spec (spec/actions.py) and of the sync protocol's spec
