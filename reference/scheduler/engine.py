@@ -229,8 +229,12 @@ class Pass:
             lo = s.offset + start
             ids = self.pre.ids
             s.cursor = end
-            run_check = self.pre.check(cls, lo, s.offset + end, s.preempting)
-            for h in run_check.passing().tolist():
+            if s.tally is None:
+                hits = self.pre.passing(cls, lo, s.offset + end, s.preempting)
+            else:  # the reasons of the machines the prefilter rejects are counted
+                run_check = self.pre.check(cls, lo, s.offset + end, s.preempting)
+                hits = run_check.passing()
+            for h in hits.tolist():
                 mi = int(ids[lo + h])
                 score = self.evaluate(cls, mi, s.preempting)
                 if score is None:

@@ -256,9 +256,9 @@ class Prefilter:
             got = self._codes[attr] = (codes[self.ids], index)
         return got
 
-    def check(self, cls: TaskClass, lo: int, hi: int, preempt: bool) -> RunCheck:
-        """The walk positions in [lo, hi) whose machines may fit the class, and what it takes
-        to count the reasons of the others."""
+    def _verdict(self, cls: TaskClass, lo: int, hi: int, preempt: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Per position in [lo, hi): whether what is free covers each resource asked, and
+        whether the machine may fit. Both arrays are new, the prefilter's own are not shared."""
         need = cls.need
         if need is None:
             need = cls.need = np.array(cls.req, dtype=np.int64)
@@ -270,6 +270,15 @@ class Prefilter:
         if preempt:
             ok |= self.vmin[lo:hi] < cls.priority
         ok &= self.allowed(cls)[lo:hi]
+        return covered, ok
+
+    def passing(self, cls: TaskClass, lo: int, hi: int, preempt: bool) -> np.ndarray:
+        """Offsets from `lo` of the walk positions in [lo, hi) whose machines may fit the class."""
+        return np.flatnonzero(self._verdict(cls, lo, hi, preempt)[1])
+
+    def check(self, cls: TaskClass, lo: int, hi: int, preempt: bool) -> RunCheck:
+        """`passing`, kept with what it takes to count the reasons of the machines rejected."""
+        covered, ok = self._verdict(cls, lo, hi, preempt)
         return RunCheck(self, cls, lo, covered, ok)
 
     def count_fixed(self, cls: TaskClass, lo: int, hi: int, tally: Tally) -> None:
