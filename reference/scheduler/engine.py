@@ -145,19 +145,21 @@ class Pass:
         if victims is None:
             return None
         free = list(free)
+        gfree = list(cell.gfree[mi]) if self.policy is None else None
         for v in victims:
-            release(v, free)
+            release(v, free, gfree)
         penalty = preemption_cost(
             (v.priority for v in victims), self.cfg.preemption_per_victim, self.cfg.preemption_per_priority
         )
         if self.policy is None:
-            return self._gpu_score(cls, mi, free) - penalty  # judged on the GPUs as they are now
+            # judged on the GPUs as the eviction leaves them, where the commit will place it
+            return self._gpu_score(cls, mi, free, gfree) - penalty
         return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi]) - penalty
 
-    def _gpu_score(self, cls: TaskClass, mi: int, free: list[int]) -> float:
-        """The GPU-aware policies, fed from the working cell."""
+    def _gpu_score(self, cls: TaskClass, mi: int, free: list[int], gfree: list[int] | None = None) -> float:
+        """The GPU-aware policies, fed from the working cell (or from `gfree`, the GPUs after an eviction)."""
         cell, name = self.cell, self.cfg.policy
-        gfree = cell.gfree[mi]
+        gfree = cell.gfree[mi] if gfree is None else gfree
         if name == "fgd":
             return self._fgd(cls, mi, free, gfree)[0]
         if name == "gpu_packing":

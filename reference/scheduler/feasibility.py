@@ -86,8 +86,7 @@ def fits(cls: TaskClass, free: list[int], gfree: list[int], gcap: list[int]) -> 
 
 def release(v: Victim, free: list[int], gfree: list[int] | None = None, sign: int = 1) -> None:
     """Add back what evicting `v` frees: its request, and its GPU shares unless `gfree` is None
-    (the score of a preempting placement judges the GPUs as they are). Sign -1 takes them
-    again: a victim reprieved."""
+    (a score that does not read single GPUs). Sign -1 takes them again: a victim reprieved."""
     for i, a in enumerate(v.req):
         free[i] += sign * a
     if gfree is not None:

@@ -201,8 +201,7 @@ def recount(cls: TaskClass, cell: CellView, preemption: bool) -> tuple[Reason, .
 
 configs = st.builds(
     lambda policy, preemption, ec, sc, rr, limit: SchedulerConfig(
-        # fgd with preemption can fail a pass (test_fgd_preempts_a_gpu_share_holder).
-        policy=policy, preemption=preemption and policy != "fgd", equivalence_classes=ec, score_cache=sc,
+        policy=policy, preemption=preemption, equivalence_classes=ec, score_cache=sc,
         relaxed_randomization=rr, relaxed_min_feasible=2, max_disruptions_per_job=limit,
     ),
     st.sampled_from(["best_fit", "worst_fit", "gpu_packing", "fgd"]),

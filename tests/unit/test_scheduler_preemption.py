@@ -124,11 +124,11 @@ def test_disruption_limit_counts_victims_of_one_placement(limit, recent, placed)
         assert not plan.placements and not plan.preemptions
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="fgd scores a preempting placement on the GPUs before the eviction")
 def test_fgd_preempts_a_gpu_share_holder():
     # One GPU: be/x holds 700 milli, u/y's first task takes the other 300; its second task
-    # fits only by evicting be/x. The preempting score reads the GPUs as they are (no room
-    # for 300), and fgd's placement asserts that the share fits: the pass raises.
+    # fits only by evicting be/x. Its score is fgd's on the GPU as the eviction leaves it
+    # (700 free), where the commit then places it (on the GPUs as they are, 0 free, fgd
+    # would find no room: the pass raised).
     g = Machine("g", Resources.of(cpu=2000, gpu=1000))
     running = (RunningTask(TaskId("be/x", 0), "g", 0, Resources.of(cpu=250, gpu=700)),)
     pending = tuple(PendingTask(TaskId("u/y", i), "u", 100, Resources.of(cpu=250, gpu=300)) for i in range(2))
