@@ -10,6 +10,7 @@ Unknown fields are refused, so a typo is an error rather than a silently ignored
 from __future__ import annotations
 
 import json
+import math
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -25,7 +26,13 @@ from pydantic import (
     model_validator,
 )
 
-from reference.resources import BYTE_RESOURCES, format_cpu, parse_cpu, parse_resource
+from reference.resources import (
+    BYTE_RESOURCES,
+    QuantityOutOfRange,
+    bound_rule,
+    format_cpu,
+    parse_resource,
+)
 from spec.model import (
     BAND_FLOOR,
     MAX_PRIORITY,
@@ -150,15 +157,20 @@ def parse_priority(value: Any) -> int:
     return number
 
 
-def parse_request_value(name: str, value: Any) -> int:
-    """One resource of a task's request in its canonical unit (milli-CPU, bytes, count)."""
+def parse_request_value(name: str, value: Any, machines: int = 1) -> int:
+    """One resource of a task's request in its canonical unit (milli-CPU, bytes, count), at
+    most what `machines` machines hold (1 for a request; a quota spans the cell)."""
     if isinstance(value, bool) or value is None:
         raise ValueError("must be a quantity like 500m or 2")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise QuantityOutOfRange(bound_rule(name, machines))
     if name == "cpu":
         if isinstance(value, int | float) and value < 0:
             raise ValueError("must not be negative")
         try:
-            return parse_cpu(value)  # a number is cores; "250m" is milli-CPU
+            return parse_resource(name, value, machines)  # a number is cores; "250m" is milli-CPU
+        except QuantityOutOfRange:
+            raise
         except ValueError:
             raise ValueError("must be a quantity like 500m or 2") from None
     if isinstance(value, float):
@@ -168,7 +180,9 @@ def parse_request_value(name: str, value: Any) -> int:
     if isinstance(value, int) and value < 0:
         raise ValueError("must not be negative")
     try:
-        return parse_resource(name, value)
+        return parse_resource(name, value, machines)
+    except QuantityOutOfRange:
+        raise
     except ValueError as err:
         if name in BYTE_RESOURCES:
             raise ValueError("must be a byte quantity like 128MiB or 2GiB") from err

@@ -7,13 +7,18 @@ a borglet reports) goes through `cpu_from_milli`, which says so, never through `
 RAM and disk are bytes, with an optional decimal or binary unit (`"1G"`, `"8GiB"`). GPUs,
 ports and any other resource are whole counts. The job file, the borglet's, the master's and
 the launcher's command lines, the machines API and the command line's tables all use these.
+
+Every quantity read is bounded (docs/decisions.md, "Upper bounds on quantities"): at most
+1,024 cores, 64 TiB of RAM, 1 PiB of disk and 65,536 of any count for one machine or one
+task, and `CELL_MACHINES` times that for a quota; a non-finite or larger figure is refused
+with `QuantityOutOfRange`, whose message says the bound.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _BYTE_UNITS: dict[str, int] = {
@@ -50,6 +55,43 @@ BYTE_RESOURCES = frozenset({"ram", "disk"})
 USAGE_NAMES = {"cpu_milli": "cpu", "ram_bytes": "ram", "disk_bytes": "disk"}
 
 
+# --- bounds ----------------------------------------------------------------------------------
+
+# The most one machine holds, and so the most one task can ask for: above any server built
+# today (hundreds of cores, tens of TiB of RAM), so no real request is refused, and far below
+# where a figure stops being exact or a job can only wait forever.
+MAX_PER_MACHINE: dict[str, int] = {"cpu": 1024 * 1000, "ram": 64 * 1024**4, "disk": 1024**5}
+MAX_COUNT = 65_536  # GPUs, ports or any other counted resource
+# A quota spans the cell: at most this many machines' worth of each resource.
+CELL_MACHINES = 100_000
+
+
+class QuantityOutOfRange(ValueError):
+    """A quantity that is not finite or is above its resource's bound; the message says the bound."""
+
+
+def upper_bound(name: str, machines: int = 1) -> int:
+    """The largest figure of resource `name` (canonical unit) that `machines` machines hold."""
+    return MAX_PER_MACHINE.get(name, MAX_COUNT) * machines
+
+
+def bound_rule(name: str, machines: int = 1) -> str:
+    """What a figure of `name` must be, as an error says it: 'must be a finite number of cores, at most 1024'."""
+    limit = upper_bound(name, machines)
+    if name == "cpu":
+        return f"must be a finite number of cores, at most {limit // 1000}"
+    if name in BYTE_RESOURCES:
+        return f"must be a finite byte quantity, at most {format_bytes(limit)}"
+    return f"must be a whole number, at most {limit}"
+
+
+def check_bound(name: str, value: int, machines: int = 1) -> int:
+    """`value` (canonical unit) unchanged when within the bound of `machines` machines."""
+    if value > upper_bound(name, machines):
+        raise QuantityOutOfRange(bound_rule(name, machines))
+    return value
+
+
 # --- reading ---------------------------------------------------------------------------------
 
 
@@ -71,7 +113,7 @@ def parse_cpu(value: str | int | float) -> int:
             )
         milli = float(match.group(1)) * (1 if match.group(2) == "m" else 1000)
     if not math.isfinite(milli):  # NaN, or beyond what a float holds
-        raise ValueError(f"invalid CPU quantity {value!r}: use a finite number of cores")
+        raise QuantityOutOfRange(bound_rule("cpu"))
     return round(milli)
 
 
@@ -88,6 +130,8 @@ def parse_bytes(text: str | int) -> int:
         raise ValueError(f"invalid byte quantity {text!r}")
     if isinstance(text, int):
         return text
+    if isinstance(text, float) and not math.isfinite(text):
+        raise QuantityOutOfRange(bound_rule("ram"))
     match = _NUMBER_UNIT.match(text) if isinstance(text, str) else None
     unit = match.group(2).lower() if match else None
     if not match or unit not in _BYTE_UNITS:
@@ -96,7 +140,7 @@ def parse_bytes(text: str | int) -> int:
         )
     number = float(match.group(1)) * _BYTE_UNITS[unit]
     if not math.isfinite(number):
-        raise ValueError(f"invalid byte quantity {text!r}: too large")
+        raise QuantityOutOfRange(bound_rule("ram"))
     return round(number)
 
 
@@ -104,6 +148,8 @@ def parse_count(text: str | int) -> int:
     """A non-negative integer count such as a number of GPUs or ports."""
     try:
         value = int(text)
+    except OverflowError:  # an infinite float
+        raise QuantityOutOfRange(bound_rule("")) from None
     except (TypeError, ValueError):
         raise ValueError(f"invalid count {text!r}: use a whole number") from None
     if value < 0:
@@ -111,13 +157,22 @@ def parse_count(text: str | int) -> int:
     return value
 
 
-def parse_resource(name: str, value: Any) -> int:
-    """One named resource in its canonical unit: milli-CPU, bytes, or a count."""
-    if name == "cpu":
-        return parse_cpu(value)
-    if name in BYTE_RESOURCES:
-        return parse_bytes(value)
-    return parse_count(value)
+def parse_resource(name: str, value: Any, machines: int = 1) -> int:
+    """One named resource in its canonical unit (milli-CPU, bytes, or a count), within the
+    bound of `machines` machines (1 for a machine or a task's request)."""
+    read = parse_cpu if name == "cpu" else parse_bytes if name in BYTE_RESOURCES else parse_count
+    try:
+        return check_bound(name, read(value), machines)
+    except QuantityOutOfRange:  # say this resource's bound, at this scale
+        raise QuantityOutOfRange(bound_rule(name, machines)) from None
+
+
+def _named(name: str, value: Any, read: Callable[[str, Any], int] = parse_resource) -> int:
+    """`read(name, value)`, a bound's error naming the resource: 'cpu: must be ... at most 1024'."""
+    try:
+        return read(name, value)
+    except QuantityOutOfRange as err:
+        raise QuantityOutOfRange(f"{name}: {err}") from None
 
 
 def parse_pairs(text: str) -> dict[str, str]:
@@ -133,7 +188,7 @@ def parse_pairs(text: str) -> dict[str, str]:
 
 def parse_capacity(text: str) -> dict[str, int]:
     """'cpu=4000m,ram=8GiB,gpu=1' -> {'cpu': 4000, 'ram': 8589934592, 'gpu': 1}; cpu=4 is 4 cores."""
-    capacity = {name: parse_resource(name, value) for name, value in parse_pairs(text).items()}
+    capacity = {name: _named(name, value) for name, value in parse_pairs(text).items()}
     for required in ("cpu", "ram"):
         if required not in capacity:
             raise ValueError(f"capacity {text!r} lacks {required}=...: cpu and ram are required")
@@ -145,9 +200,9 @@ def capacity_from_mapping(values: Mapping[str, Any]) -> dict[str, int]:
     is milli-CPU, as a borglet reports its capacity; a string or float CPU is read by
     `parse_cpu` ('4000m', '4', 0.5 cores); other resources as `parse_resource` reads them."""
     out = {
-        str(name): cpu_from_milli(value)
+        str(name): _named("cpu", cpu_from_milli(value), read=check_bound)
         if name == "cpu" and isinstance(value, int) and not isinstance(value, bool)
-        else parse_resource(str(name), value)
+        else _named(str(name), value)
         for name, value in values.items()
     }
     for required in ("cpu", "ram"):

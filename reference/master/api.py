@@ -132,6 +132,10 @@ def make_app(replica: Replica) -> FastAPI:
             result, revision = await answer
         except ApiError as err:
             return JSONResponse(status_code=err.status, content={"detail": err.errors})
+        except (ValueError, TypeError, OverflowError) as err:
+            # A body the change could not read (every check it knows raises ApiError): the
+            # client's to fix, so a 422 naming what was wrong, not a 500.
+            return JSONResponse(status_code=422, content=detail("", f"the body cannot be read: {err}"))
         except NotLeader:
             return JSONResponse(
                 status_code=503,

@@ -9,7 +9,7 @@ import signal
 from reference.master import freshness
 from reference.master.leader import LeaderConfig
 from reference.master.writer import MAX_OPS_PER_TXN
-from reference.resources import parse_pairs
+from reference.resources import CELL_MACHINES, parse_pairs
 from spec.model import Resources
 
 
@@ -26,13 +26,20 @@ def parse_peers(text: str) -> dict[str, str]:
 
 
 def parse_quota(text: str) -> Resources:
-    """'cpu=100,ram=1TiB' (CPU in cores or 500m) -> Resources."""
+    """'cpu=100,ram=1TiB' (CPU in cores or 500m) -> Resources, each at most what the cell's
+    most machines hold (a quota spans the cell)."""
     from reference.jobspec import parse_request_value
 
     pairs = parse_pairs(text)
     if not pairs:
         raise ValueError("--default-quota needs at least one resource, e.g. cpu=100,ram=1TiB")
-    return Resources.of({k: parse_request_value(k, v) for k, v in pairs.items()})
+    quota = {}
+    for name, value in pairs.items():
+        try:
+            quota[name] = parse_request_value(name, value, CELL_MACHINES)
+        except ValueError as err:
+            raise ValueError(f"--default-quota {name}: {err}") from None
+    return Resources.of(quota)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -46,6 +46,9 @@ def test_bad_input_is_refused_and_changes_nothing(cell: LocalCell, tmp_path: Pat
         ({**sleeper_job("bad3"), "priority": 1000}, "priority"),
         ({**sleeper_job("bad.dot")}, "name"),
         ({**sleeper_job("bad4"), "constraints": [{"attr": "rack", "op": "near", "value": "r1"}]}, "constraints.0.op"),
+        ({**sleeper_job("bad5"), "request": {"cpu": 1e12}}, "request.cpu"),
+        ({**sleeper_job("bad6"), "request": {"cpu": float("inf"), "ram": "1e400"}}, "request.ram"),
+        ({**sleeper_job("bad7"), "request": {"ram": float("inf")}}, "request.ram"),
     ]
     for body, field in cases:
         r = cell.request("POST", "/v1/jobs", json=body)
