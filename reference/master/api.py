@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import Body, FastAPI, Request
+from fastapi import Body, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -22,6 +22,7 @@ from reference.master.cell import Draft
 from reference.master.forward import Forwarder
 from reference.master.machines import MachineBody, machine_from_body
 from reference.master.mutations import ApiError, kill_job, kill_task, submit_job, update_job
+from reference.master.querycheck import freshness_query, known_query
 from reference.master.readgate import ReadGate
 from reference.master.replica import Replica
 from reference.master.writer import NotLeader, WriteFailed
@@ -83,7 +84,8 @@ class Observe:
 
 
 def make_app(replica: Replica) -> FastAPI:
-    app = FastAPI(title=f"minborg master {replica.name}", version="1")
+    # Every operation refuses query parameters it does not declare.
+    app = FastAPI(title=f"minborg master {replica.name}", version="1", dependencies=[Depends(known_query)])
     cell_name = replica.config.cell_name
     forwarder = Forwarder(replica)
     task_logs = logs.LogProxy()
@@ -150,6 +152,10 @@ def make_app(replica: Replica) -> FastAPI:
             )
         return render(result, revision)
 
+    def read(path: str, **kw: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """`app.get` for a `GET /v1/...` read, which also takes ReadGate's freshness controls."""
+        return app.get(path, dependencies=[Depends(freshness_query)], **kw)
+
     # --- health, metrics, cell ---------------------------------------------------------------
     # Reads are `async def`: they only look at the in-memory watch cache, so they run on the
     # event loop instead of paying a hop to the thread pool and back on every request.
@@ -202,7 +208,7 @@ def make_app(replica: Replica) -> FastAPI:
             "tasks": views.task_counts(cell),
         }
 
-    @app.get("/v1/cell")
+    @read("/v1/cell")
     async def cell_status() -> JSONResponse:
         cell = replica.cache.cell()
         return stamped(cell_overview(cell), cell.revision)
@@ -226,7 +232,7 @@ def make_app(replica: Replica) -> FastAPI:
             ),
         )
 
-    @app.get("/v1/jobs", response_model=None)
+    @read("/v1/jobs", response_model=None)
     async def list_jobs(
         request: Request, user: str | None = None, watch: bool = False, since: int | None = None,
         timeout_s: float = watches.DEFAULT_TIMEOUT_S,
@@ -243,7 +249,7 @@ def make_app(replica: Replica) -> FastAPI:
         ]
         return stamped({"jobs": jobs}, cell.revision)
 
-    @app.get("/v1/jobs/{user}/{name}")
+    @read("/v1/jobs/{user}/{name}")
     async def get_job(user: str, name: str) -> JSONResponse:
         cell = replica.cache.cell()
         job = cell.state.jobs.get(f"{user}/{name}")
@@ -275,7 +281,7 @@ def make_app(replica: Replica) -> FastAPI:
         key = f"{user}/{name}"
         return await write(request, None, lambda d: kill_job(d, key), lambda n, rev: stamped({"killed": n}, rev))
 
-    @app.get("/v1/jobs/{user}/{name}/tasks", response_model=None)
+    @read("/v1/jobs/{user}/{name}/tasks", response_model=None)
     async def get_tasks(
         user: str, name: str, request: Request, watch: bool = False, since: int | None = None,
         timeout_s: float = watches.DEFAULT_TIMEOUT_S,
@@ -304,7 +310,7 @@ def make_app(replica: Replica) -> FastAPI:
             ),
         )
 
-    @app.get("/v1/jobs/{user}/{name}/tasks/{index}")
+    @read("/v1/jobs/{user}/{name}/tasks/{index}")
     async def get_task(user: str, name: str, index: int, incarnation: int | None = None) -> JSONResponse:
         cell = replica.cache.cell()
         found = logs.find_task(cell, f"{user}/{name}", index, incarnation)
@@ -312,7 +318,7 @@ def make_app(replica: Replica) -> FastAPI:
             return found
         return stamped({"task": views.task_view(cell, found, cell_name)}, cell.revision)
 
-    @app.get("/v1/jobs/{user}/{name}/tasks/{index}/logs", response_model=None)
+    @read("/v1/jobs/{user}/{name}/tasks/{index}/logs", response_model=None)
     async def get_task_logs(
         user: str, name: str, index: int, stream: str = "stdout", tail: int = 100, follow: bool = False,
         incarnation: int | None = None, max_s: float = 300.0,
@@ -322,7 +328,7 @@ def make_app(replica: Replica) -> FastAPI:
             stream=stream, tail=tail, follow=follow, max_s=max_s,
         )  # fmt: skip
 
-    @app.get("/v1/jobs/{user}/{name}/endpoints")
+    @read("/v1/jobs/{user}/{name}/endpoints")
     async def get_endpoints(user: str, name: str) -> JSONResponse:
         cell = replica.cache.cell()
         key = f"{user}/{name}"
@@ -330,7 +336,7 @@ def make_app(replica: Replica) -> FastAPI:
             return JSONResponse(status_code=404, content=detail("job", f"no job {key}"))
         return stamped({"endpoints": views.endpoints(cell, key, cell_name)}, cell.revision)
 
-    @app.get("/v1/events", response_model=None)
+    @read("/v1/events", response_model=None)
     async def cell_events(
         request: Request, since: int | None = None, job: str | None = None, timeout_s: float = watches.DEFAULT_TIMEOUT_S
     ) -> Response:
@@ -341,7 +347,7 @@ def make_app(replica: Replica) -> FastAPI:
 
     # --- machines ------------------------------------------------------------------------------
 
-    @app.get("/v1/machines", response_model=None)
+    @read("/v1/machines", response_model=None)
     async def list_machines(
         request: Request, watch: bool = False, since: int | None = None, timeout_s: float = watches.DEFAULT_TIMEOUT_S
     ) -> Response:
@@ -400,14 +406,14 @@ def make_app(replica: Replica) -> FastAPI:
 
     # --- quotas (read-only: the leader writes the configured defaults) ---------------------------
 
-    @app.get("/v1/quotas")
+    @read("/v1/quotas")
     async def list_quotas() -> JSONResponse:
         cell = replica.cache.cell()
         return stamped({"quotas": views.quota_views(cell)}, cell.revision)
 
     # --- BNS -------------------------------------------------------------------------------------
 
-    @app.get("/v1/bns/{bns_name}")
+    @read("/v1/bns/{bns_name}")
     async def bns(bns_name: str) -> JSONResponse:
         cell = replica.cache.cell()
         found = views.resolve(cell, bns_name, cell_name)
