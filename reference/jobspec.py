@@ -14,7 +14,7 @@ import math
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -22,16 +22,19 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from reference.resources import (
     BYTE_RESOURCES,
+    QUANTITY_PATTERN,
     QuantityOutOfRange,
     bound_rule,
     format_cpu,
     parse_resource,
+    upper_bound,
 )
 from spec.model import (
     BAND_FLOOR,
@@ -50,6 +53,7 @@ from spec.model import (
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 NAME_RULE = "must be 1-63 letters, digits, '-' or '_', starting with a letter or digit"
+RESOURCE_NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 
 
 class JobFileError(ValueError):
@@ -189,15 +193,49 @@ def parse_request_value(name: str, value: Any, machines: int = 1) -> int:
         raise ValueError("must be a whole number") from err
 
 
+def request_schema(machines: int = 1) -> dict[str, Any]:
+    """The JSON Schema of a request as written (before it is read into canonical units): CPU
+    as cores or "NNNm", bytes as a count or with a unit, other resources as counts, each at
+    most what `machines` machines hold."""
+    quantity = {"type": "string", "pattern": QUANTITY_PATTERN}
+
+    def either(number: dict[str, Any]) -> dict[str, Any]:
+        return {"anyOf": [number, quantity]}
+
+    return {
+        "type": "object",
+        "propertyNames": {"pattern": RESOURCE_NAME_PATTERN},
+        "properties": {
+            "cpu": either({"type": "number", "minimum": 0, "maximum": upper_bound("cpu", machines) // 1000}),
+            **{name: either({"type": "integer", "minimum": 0, "maximum": upper_bound(name, machines)})
+               for name in sorted(BYTE_RESOURCES)},
+        },
+        "additionalProperties": {
+            "anyOf": [{"type": "integer", "minimum": 0, "maximum": upper_bound("", machines)},
+                      {"type": "string", "pattern": r"^\s*\+?[0-9]+\s*$"}],
+        },
+        "examples": [{"cpu": "250m", "ram": "128MiB"}],
+    }  # fmt: skip
+
+
+PRIORITY_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "integer", "minimum": 0, "maximum": MAX_PRIORITY},
+        {"type": "string", "enum": [b.value for b in Band]},
+    ],
+    "default": 0,
+}
+
+
 class JobSpec(BaseModel):
     """A job file. After validation `priority` is an int and `request` holds canonical units."""
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=NAME_PATTERN)
     user: str = Field(pattern=NAME_PATTERN)
-    priority: int = 0
+    priority: Annotated[int, WithJsonSchema(PRIORITY_SCHEMA)] = 0
     task_count: int = Field(default=1, ge=0, le=10000)
-    request: dict[str, int] = Field(default_factory=dict)
+    request: Annotated[dict[str, int], WithJsonSchema(request_schema())] = Field(default_factory=dict)
     command: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
@@ -224,7 +262,7 @@ class JobSpec(BaseModel):
         out: dict[str, int] = {}
         errors = []
         for name, amount in value.items():
-            if not isinstance(name, str) or not re.match(r"^[a-z][a-z0-9_]*$", name):
+            if not isinstance(name, str) or not re.match(RESOURCE_NAME_PATTERN, name):
                 errors.append(f"resource name {name!r} must be lower-case letters, digits, '_'")
                 continue
             try:

@@ -46,7 +46,8 @@ _BINARY_UNITS = (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1
 # A non-negative decimal number ('2', '0.5', '.5', '5.', '+2', '1e3'), then a unit. The job
 # file read CPU strings with float(), so the forms float() takes stay accepted; a sign other
 # than '+' does not (a negative quantity is never meant).
-_NUMBER_UNIT = re.compile(r"^\s*\+?((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+QUANTITY_PATTERN = r"^\s*\+?((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$"
+_NUMBER_UNIT = re.compile(QUANTITY_PATTERN)
 
 # Resources whose values are byte counts; everything else but CPU is a plain count.
 BYTE_RESOURCES = frozenset({"ram", "disk"})

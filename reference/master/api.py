@@ -9,14 +9,14 @@ from typing import Any
 
 from fastapi import Body, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reference.jobspec import validation_errors
-from reference.master import freshness, logs, ui, views
+from reference.master import contract, freshness, logs, ui, views
 from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
@@ -29,6 +29,9 @@ from reference.master.writer import NotLeader, WriteFailed
 from spec.actions import EvictReason
 
 RETRY_AFTER_S = "1"
+
+# A list that can also be watched (`watch=true`): its 200 is JSON, or a stream of server-sent events.
+EVENTS = contract.text("text/event-stream", "the list as JSON; with watch=true, server-sent events")
 
 
 def _settle(answer: asyncio.Future[Any], r: Any) -> None:
@@ -154,7 +157,8 @@ def make_app(replica: Replica) -> FastAPI:
 
     def read(path: str, **kw: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """`app.get` for a `GET /v1/...` read, which also takes ReadGate's freshness controls."""
-        return app.get(path, dependencies=[Depends(freshness_query)], **kw)
+        responses = {**contract.answers(503), **kw.pop("responses", {})}
+        return app.get(path, dependencies=[Depends(freshness_query)], responses=responses, **kw)
 
     # --- health, metrics, cell ---------------------------------------------------------------
     # Reads are `async def`: they only look at the in-memory watch cache, so they run on the
@@ -167,7 +171,7 @@ def make_app(replica: Replica) -> FastAPI:
     def readiness() -> dict[str, Any]:
         return freshness.readiness(replica.cache_age(), replica.max_staleness, replica.cache.revision)
 
-    @app.get("/healthz")
+    @app.get("/healthz", responses=contract.answers())
     async def healthz() -> dict[str, Any]:
         return {
             "ok": True,
@@ -176,14 +180,19 @@ def make_app(replica: Replica) -> FastAPI:
             **readiness(),
         }
 
-    @app.get("/readyz")
+    @app.get("/readyz", responses={
+        **contract.answers(),
+        200: {"model": contract.Readiness, "description": "reads would be answered"},
+        503: {"model": contract.Readiness, "headers": contract.RETRY_AFTER,
+              "description": "the cache is older than the staleness bound; `reason` says by how much"},
+    })  # fmt: skip
     async def readyz() -> JSONResponse:
         body = {"name": replica.name, **readiness()}
         if body["ready"]:
             return JSONResponse(content=body)
         return JSONResponse(status_code=503, content=body, headers={"Retry-After": str(freshness.RETRY_AFTER_S)})
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses=contract.answers())
     def metrics_text() -> Response:
         return Response(content=metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
@@ -208,16 +217,17 @@ def make_app(replica: Replica) -> FastAPI:
             "tasks": views.task_counts(cell),
         }
 
-    @read("/v1/cell")
+    @read("/v1/cell", responses=contract.answers(503))
     async def cell_status() -> JSONResponse:
         cell = replica.cache.cell()
         return stamped(cell_overview(cell), cell.revision)
 
     ui.install(app, replica, task_logs, cell_overview)
+    contract.install(app)
 
     # --- jobs ----------------------------------------------------------------------------------
 
-    @app.post("/v1/jobs", status_code=201)
+    @app.post("/v1/jobs", status_code=201, responses=contract.answers(403, 409, 503))
     async def post_job(request: Request, payload: Any = Body(None)) -> Response:
         return await write(
             request,
@@ -232,7 +242,7 @@ def make_app(replica: Replica) -> FastAPI:
             ),
         )
 
-    @read("/v1/jobs", response_model=None)
+    @read("/v1/jobs", response_model=None, responses={**contract.answers(410, 503), **EVENTS})
     async def list_jobs(
         request: Request, user: str | None = None, watch: bool = False, since: int | None = None,
         timeout_s: float = watches.DEFAULT_TIMEOUT_S,
@@ -249,7 +259,7 @@ def make_app(replica: Replica) -> FastAPI:
         ]
         return stamped({"jobs": jobs}, cell.revision)
 
-    @read("/v1/jobs/{user}/{name}")
+    @read("/v1/jobs/{user}/{name}", responses=contract.answers(404, 503))
     async def get_job(user: str, name: str) -> JSONResponse:
         cell = replica.cache.cell()
         job = cell.state.jobs.get(f"{user}/{name}")
@@ -264,7 +274,7 @@ def make_app(replica: Replica) -> FastAPI:
             cell.revision,
         )
 
-    @app.patch("/v1/jobs/{user}/{name}")
+    @app.patch("/v1/jobs/{user}/{name}", responses=contract.answers(403, 404, 503))
     async def patch_job(user: str, name: str, request: Request, payload: Any = Body(None)) -> Response:
         key = f"{user}/{name}"
         return await write(
@@ -276,12 +286,12 @@ def make_app(replica: Replica) -> FastAPI:
             ),
         )
 
-    @app.delete("/v1/jobs/{user}/{name}")
+    @app.delete("/v1/jobs/{user}/{name}", responses=contract.answers(404, 503))
     async def delete_job(user: str, name: str, request: Request) -> Response:
         key = f"{user}/{name}"
         return await write(request, None, lambda d: kill_job(d, key), lambda n, rev: stamped({"killed": n}, rev))
 
-    @read("/v1/jobs/{user}/{name}/tasks", response_model=None)
+    @read("/v1/jobs/{user}/{name}/tasks", response_model=None, responses={**contract.answers(404, 410, 503), **EVENTS})
     async def get_tasks(
         user: str, name: str, request: Request, watch: bool = False, since: int | None = None,
         timeout_s: float = watches.DEFAULT_TIMEOUT_S,
@@ -297,7 +307,7 @@ def make_app(replica: Replica) -> FastAPI:
             return JSONResponse(status_code=404, content=detail("job", f"no job {key}"))
         return stamped({"tasks": [views.task_view(cell, t, cell_name) for t in tasks]}, cell.revision)
 
-    @app.delete("/v1/jobs/{user}/{name}/tasks/{index}")
+    @app.delete("/v1/jobs/{user}/{name}/tasks/{index}", responses=contract.answers(404, 409, 503))
     async def delete_task(user: str, name: str, index: int, request: Request) -> Response:
         key = f"{user}/{name}"
         return await write(
@@ -310,7 +320,7 @@ def make_app(replica: Replica) -> FastAPI:
             ),
         )
 
-    @read("/v1/jobs/{user}/{name}/tasks/{index}")
+    @read("/v1/jobs/{user}/{name}/tasks/{index}", responses=contract.answers(404, 503))
     async def get_task(user: str, name: str, index: int, incarnation: int | None = None) -> JSONResponse:
         cell = replica.cache.cell()
         found = logs.find_task(cell, f"{user}/{name}", index, incarnation)
@@ -318,7 +328,10 @@ def make_app(replica: Replica) -> FastAPI:
             return found
         return stamped({"task": views.task_view(cell, found, cell_name)}, cell.revision)
 
-    @read("/v1/jobs/{user}/{name}/tasks/{index}/logs", response_model=None)
+    @read(
+        "/v1/jobs/{user}/{name}/tasks/{index}/logs", response_model=None, response_class=PlainTextResponse,
+        responses=contract.answers(404, 502, 503),
+    )
     async def get_task_logs(
         user: str, name: str, index: int, stream: str = "stdout", tail: int = 100, follow: bool = False,
         incarnation: int | None = None, max_s: float = 300.0,
@@ -328,7 +341,7 @@ def make_app(replica: Replica) -> FastAPI:
             stream=stream, tail=tail, follow=follow, max_s=max_s,
         )  # fmt: skip
 
-    @read("/v1/jobs/{user}/{name}/endpoints")
+    @read("/v1/jobs/{user}/{name}/endpoints", responses=contract.answers(404, 503))
     async def get_endpoints(user: str, name: str) -> JSONResponse:
         cell = replica.cache.cell()
         key = f"{user}/{name}"
@@ -336,7 +349,8 @@ def make_app(replica: Replica) -> FastAPI:
             return JSONResponse(status_code=404, content=detail("job", f"no job {key}"))
         return stamped({"endpoints": views.endpoints(cell, key, cell_name)}, cell.revision)
 
-    @read("/v1/events", response_model=None)
+    @read("/v1/events", response_model=None, response_class=contract.EventStream,
+          responses=contract.answers(410, 503))
     async def cell_events(
         request: Request, since: int | None = None, job: str | None = None, timeout_s: float = watches.DEFAULT_TIMEOUT_S
     ) -> Response:
@@ -347,7 +361,7 @@ def make_app(replica: Replica) -> FastAPI:
 
     # --- machines ------------------------------------------------------------------------------
 
-    @read("/v1/machines", response_model=None)
+    @read("/v1/machines", response_model=None, responses={**contract.answers(410, 503), **EVENTS})
     async def list_machines(
         request: Request, watch: bool = False, since: int | None = None, timeout_s: float = watches.DEFAULT_TIMEOUT_S
     ) -> Response:
@@ -361,7 +375,7 @@ def make_app(replica: Replica) -> FastAPI:
             cell.revision,
         )
 
-    @app.post("/v1/machines", status_code=201)
+    @app.post("/v1/machines", status_code=201, responses=contract.answers(409, 503))
     async def post_machine(request: Request, payload: Any = Body(None)) -> Response:
         if not isinstance(payload, dict):
             return JSONResponse(status_code=422, content=detail("", "the body must be a JSON object"))
@@ -387,7 +401,7 @@ def make_app(replica: Replica) -> FastAPI:
             lambda n, rev: stamped({"machine": views.machine_view(replica.cache.cell(), n)}, rev, 201),
         )
 
-    @app.delete("/v1/machines/{name}")
+    @app.delete("/v1/machines/{name}", responses=contract.answers(404, 409, 503))
     async def delete_machine(name: str, request: Request) -> Response:
         def change(d: Draft) -> int:
             if name not in d.state.machines:
@@ -406,14 +420,14 @@ def make_app(replica: Replica) -> FastAPI:
 
     # --- quotas (read-only: the leader writes the configured defaults) ---------------------------
 
-    @read("/v1/quotas")
+    @read("/v1/quotas", responses=contract.answers(503))
     async def list_quotas() -> JSONResponse:
         cell = replica.cache.cell()
         return stamped({"quotas": views.quota_views(cell)}, cell.revision)
 
     # --- BNS -------------------------------------------------------------------------------------
 
-    @read("/v1/bns/{bns_name}")
+    @read("/v1/bns/{bns_name}", responses=contract.answers(404, 503))
     async def bns(bns_name: str) -> JSONResponse:
         cell = replica.cache.cell()
         found = views.resolve(cell, bns_name, cell_name)

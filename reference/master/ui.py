@@ -283,12 +283,15 @@ def install(app: FastAPI, replica: Any, proxy: LogProxy, overview: Any) -> None:
         cell = replica.cache.cell()
         return HTMLResponse(cell_page(cell, overview(cell), replica.name))
 
-    @app.get("/ui/jobs/{user}/{name}", response_class=HTMLResponse)
+    missing_page = {404: {"description": "no such job or task: a page that says so",
+                          "content": {"text/html": {"schema": {"type": "string"}}}}}  # fmt: skip
+
+    @app.get("/ui/jobs/{user}/{name}", response_class=HTMLResponse, responses=missing_page)
     async def ui_job(user: str, name: str) -> Response:
         html = job_page(replica.cache.cell(), f"{user}/{name}", cell_name, replica.name)
         return HTMLResponse(html) if html is not None else missing(f"no job {user}/{name}")
 
-    @app.get("/ui/jobs/{user}/{name}/tasks/{index}", response_class=HTMLResponse)
+    @app.get("/ui/jobs/{user}/{name}/tasks/{index}", response_class=HTMLResponse, responses=missing_page)
     async def ui_task(user: str, name: str, index: int) -> Response:
         cell = replica.cache.cell()
         key = f"{user}/{name}"

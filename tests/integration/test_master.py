@@ -9,6 +9,7 @@ frozen past its lease is fenced off; with every master gone the tasks keep servi
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Iterator
@@ -47,11 +48,12 @@ def test_bad_input_is_refused_and_changes_nothing(cell: LocalCell, tmp_path: Pat
         ({**sleeper_job("bad.dot")}, "name"),
         ({**sleeper_job("bad4"), "constraints": [{"attr": "rack", "op": "near", "value": "r1"}]}, "constraints.0.op"),
         ({**sleeper_job("bad5"), "request": {"cpu": 1e12}}, "request.cpu"),
-        ({**sleeper_job("bad6"), "request": {"cpu": float("inf"), "ram": "1e400"}}, "request.ram"),
+        ({**sleeper_job("bad6"), "request": {"cpu": float("inf")}}, "request.cpu"),
         ({**sleeper_job("bad7"), "request": {"ram": float("inf")}}, "request.ram"),
     ]
     for body, field in cases:
-        r = cell.request("POST", "/v1/jobs", json=body)
+        # json.dumps writes an infinite float as JSON's `Infinity`, as some clients do.
+        r = cell.request("POST", "/v1/jobs", content=json.dumps(body), headers={"content-type": "application/json"})
         assert r.status_code == 422, (body, r.text)
         assert field in {d["field"] for d in r.json()["detail"]}, r.text
     for raw in (b"{not json", b"[1, 2]", b""):

@@ -1,9 +1,12 @@
-"""The master's API contract, on an app whose replica never started: undeclared query parameters are refused."""
+"""The master's API contract, on an app whose replica never started: undeclared query parameters are refused, and /openapi.json says every body and status exactly."""
 
 from __future__ import annotations
 
+import json
+import re
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -75,3 +78,108 @@ def test_declared_parameters_and_the_freshness_controls_are_taken(client: TestCl
 def test_a_write_with_only_declared_parameters_reaches_the_forwarder(client: TestClient) -> None:
     r = client.post("/v1/jobs", json={"name": "web"})
     assert r.status_code == 503  # no leader in a cell that never started
+
+
+# --- the OpenAPI document -------------------------------------------------------------------
+
+ERROR = {"$ref": "#/components/schemas/ErrorBody"}
+
+
+@pytest.fixture(scope="module")
+def doc(client: TestClient) -> dict[str, Any]:
+    r = client.get("/openapi.json")
+    assert r.status_code == 200
+    return r.json()
+
+
+def operations(doc: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            yield method, path, op
+
+
+def test_every_422_is_the_field_error_body_and_fastapis_own_is_gone(doc: dict[str, Any]) -> None:
+    for method, path, op in operations(doc):
+        assert op["responses"]["422"]["content"] == {"application/json": {"schema": ERROR}}, (method, path)
+    assert doc["components"]["schemas"]["ErrorBody"]["properties"]["detail"]["items"] == {
+        "$ref": "#/components/schemas/FieldError"
+    }
+    assert set(doc["components"]["schemas"]["FieldError"]["required"]) == {"field", "error"}
+    assert not {"HTTPValidationError", "ValidationError"} & set(doc["components"]["schemas"])
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "statuses"),
+    [
+        ("post", "/v1/jobs", {"201", "403", "409", "422", "503"}),
+        ("patch", "/v1/jobs/{user}/{name}", {"200", "403", "404", "422", "503"}),
+        ("delete", "/v1/jobs/{user}/{name}", {"200", "404", "422", "503"}),
+        ("delete", "/v1/jobs/{user}/{name}/tasks/{index}", {"200", "404", "409", "422", "503"}),
+        ("get", "/v1/jobs/{user}/{name}", {"200", "404", "422", "503"}),
+        ("get", "/v1/jobs", {"200", "410", "422", "503"}),
+        ("get", "/v1/jobs/{user}/{name}/tasks/{index}/logs", {"200", "404", "422", "502", "503"}),
+        ("post", "/v1/machines", {"201", "409", "422", "503"}),
+        ("delete", "/v1/machines/{name}", {"200", "404", "409", "422", "503"}),
+        ("get", "/v1/bns/{bns_name}", {"200", "404", "422", "503"}),
+        ("get", "/readyz", {"200", "422", "503"}),
+    ],
+)
+def test_every_status_an_operation_answers_is_declared(
+    doc: dict[str, Any], method: str, path: str, statuses: set[str]
+) -> None:
+    responses = doc["paths"][path][method]["responses"]
+    assert set(responses) == statuses
+    for status in statuses - {"200", "201"}:
+        (media_type,) = responses[status]["content"]
+        assert media_type == "application/json"
+    if "503" in statuses:
+        assert "Retry-After" in responses["503"]["headers"]
+
+
+def test_every_read_declares_the_freshness_controls_and_503(doc: dict[str, Any]) -> None:
+    for method, path, op in operations(doc):
+        if method == "get" and path.startswith("/v1/"):
+            names = {p["name"] for p in op["parameters"] if p["in"] == "query"}
+            assert {"min_revision", "allow_stale"} <= names, path
+            assert "503" in op["responses"], path
+
+
+def test_a_watch_gone_too_far_back_says_the_floor(doc: dict[str, Any]) -> None:
+    gone = doc["paths"]["/v1/events"]["get"]["responses"]["410"]["content"]["application/json"]["schema"]
+    assert gone == {"$ref": "#/components/schemas/GoneBody"}
+    assert "floor" in doc["components"]["schemas"]["GoneBody"]["required"]
+
+
+def test_text_answers_are_declared_as_text(doc: dict[str, Any]) -> None:
+    def ok(path: str) -> set[str]:
+        return set(doc["paths"][path]["get"]["responses"]["200"]["content"])
+
+    assert ok("/metrics") == {"text/plain"}
+    assert ok("/v1/jobs/{user}/{name}/tasks/{index}/logs") == {"text/plain"}
+    assert ok("/v1/events") == {"text/event-stream"}
+    assert ok("/v1/jobs") == ok("/v1/machines") == {"application/json", "text/event-stream"}
+    assert ok("/ui") == {"text/html"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "model"),
+    [("post", "/v1/jobs", "JobSpec"), ("patch", "/v1/jobs/{user}/{name}", "JobUpdate"), ("post", "/v1/machines", "MachineBody")],
+)
+def test_request_bodies_are_typed(doc: dict[str, Any], method: str, path: str, model: str) -> None:
+    body = doc["paths"][path][method]["requestBody"]
+    assert body == {"required": True, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model}"}}}}
+    schema = doc["components"]["schemas"][model]
+    assert schema["type"] == "object" and schema["additionalProperties"] is False
+
+
+def test_the_job_body_describes_quantities_as_written(doc: dict[str, Any]) -> None:
+    schemas = doc["components"]["schemas"]
+    job = schemas["JobSpec"]
+    assert set(job["required"]) == {"name", "user", "command"}
+    cpu = job["properties"]["request"]["properties"]["cpu"]["anyOf"]
+    assert {"type": "number", "minimum": 0, "maximum": 1024} in cpu  # cores, at most the bound
+    assert any(alt.get("type") == "string" for alt in cpu)  # "250m"
+    assert {"type": "string", "enum": ["best_effort", "batch", "production", "monitoring"]} in job["properties"]["priority"]["anyOf"]
+    # Every reference in the document resolves inside it (no pydantic "#/$defs/...").
+    refs = re.findall(r'"\$ref": "([^"]+)"', json.dumps(doc))
+    assert refs and all(ref.removeprefix("#/components/schemas/") in schemas for ref in refs)

@@ -1,0 +1,156 @@
+"""The master's OpenAPI document made exact: typed request bodies, every status with its real body, the text answers as text.
+
+The handlers read their bodies themselves (`Body(None)`, then `parse_job`, `parse_update`,
+`MachineBody`), so their error wording stays theirs; this module only says, in the
+document, what they take and what they answer.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from reference.jobspec import JobSpec, request_schema
+from reference.master.machines import MachineBody
+
+# --- the bodies of the errors ----------------------------------------------------------------
+
+
+class FieldError(BaseModel):
+    """One problem: the dotted path of what is wrong (empty for the whole request) and what to change."""
+
+    field: str
+    error: str
+
+
+class ErrorBody(BaseModel):
+    """Every error the API answers: `{"detail": [{"field", "error"}]}`."""
+
+    detail: list[FieldError]
+
+
+class GoneError(FieldError):
+    floor: int = Field(description="the oldest revision this replica can replay")
+
+
+class GoneBody(BaseModel):
+    """A watch's `since` older than the replica can replay: list again, then watch from the list's revision."""
+
+    detail: list[GoneError]
+    floor: int
+
+
+class Readiness(BaseModel):
+    """`/readyz`: whether this replica would answer reads."""
+
+    name: str
+    ready: bool
+    revision: int
+    cache_age_s: float | None
+    max_staleness_s: float
+    reason: str | None = None
+
+
+class JobUpdate(BaseModel):
+    """`PATCH /v1/jobs/{user}/{name}`: a new task count, new request figures, or both (a rolling update)."""
+
+    model_config = ConfigDict(extra="forbid")
+    task_count: int | None = Field(default=None, ge=0, le=10000)
+    request: Annotated[dict[str, Any], WithJsonSchema(request_schema())] | None = None
+
+
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
+
+_MEANING = {
+    403: "the job would exceed its user's quota in its priority band",
+    404: "no such job, task, machine or BNS name",
+    409: "the request conflicts with the cell: a job or machine of that name exists, a task is already dead, a machine still holds allocs",
+    410: "`since` is older than the oldest change this replica can replay",
+    422: "invalid input: a body field, path or query parameter (an undeclared one included), named in `field`",
+    502: "the task's machine did not answer or refused",
+    503: "no leader, or this replica's cache is too old or below the revision floor asked for; retry (Retry-After)",
+}
+
+
+def answers(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses` of an operation: 422 always (any operation refuses an undeclared query
+    parameter), and each status given, with the body it really has."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in (422, *statuses):
+        out[status] = {"model": GoneBody if status == 410 else ErrorBody, "description": _MEANING[status]}
+        if status == 503:
+            out[status]["headers"] = RETRY_AFTER
+    return out
+
+
+def text(media_type: str, description: str, status: int = 200) -> dict[int | str, dict[str, Any]]:
+    """An answer that is text, not JSON: a stream of server-sent events, logs, Prometheus metrics."""
+    return {status: {"description": description, "content": {media_type: {"schema": {"type": "string"}}}}}
+
+
+class EventStream(Response):
+    """What `GET /v1/events` answers, as the document names it (the stream itself is `watch.stream`'s)."""
+
+    media_type = "text/event-stream"
+
+
+# The request body of each operation that takes one, by the model that describes it.
+BODIES: dict[tuple[str, str], type[BaseModel]] = {
+    ("post", "/v1/jobs"): JobSpec,
+    ("patch", "/v1/jobs/{user}/{name}"): JobUpdate,
+    ("post", "/v1/machines"): MachineBody,
+}
+
+
+def _component(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(schema.pop("$defs", {}))
+    schemas[model.__name__] = schema
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def document(app: FastAPI) -> dict[str, Any]:
+    """The app's OpenAPI document with the typed bodies in, and FastAPI's own validation
+    error schema out (this API never answers it)."""
+    doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    for (method, path), model in BODIES.items():
+        operation = doc["paths"][path][method]
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _component(model, schemas)}},
+        }
+    errors = {f"#/components/schemas/{model.__name__}" for model in (ErrorBody, GoneBody)}
+    for operation in (op for ops in doc["paths"].values() for op in ops.values()):
+        responses = operation["responses"]
+        # Every operation refuses an undeclared query parameter, those of other modules too,
+        # and none answers FastAPI's own validation error body.
+        if "HTTPValidationError" in str(responses.get("422", "HTTPValidationError")):
+            responses["422"] = {
+                "description": _MEANING[422],
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ErrorBody.__name__}"}}},
+            }
+        for answer in responses.values():
+            # An error is JSON even where the operation's own answer is text (logs, events, metrics).
+            content = answer.get("content", {})
+            schema = next((c.get("schema") for c in content.values() if c.get("schema", {}).get("$ref") in errors), None)
+            if schema is not None:
+                answer["content"] = {"application/json": {"schema": schema}}
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    return doc
+
+
+def install(app: FastAPI) -> None:
+    """Serve `document(app)` at /openapi.json, built once on its first request."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
