@@ -29,7 +29,6 @@ from pydantic import (
 
 from reference.resources import (
     BYTE_RESOURCES,
-    QUANTITY_PATTERN,
     QuantityOutOfRange,
     bound_rule,
     format_cpu,
@@ -193,29 +192,38 @@ def parse_request_value(name: str, value: Any, machines: int = 1) -> int:
         raise ValueError("must be a whole number") from err
 
 
+# Quantities as written, within their bounds: a subset of what `reference.resources` reads
+# (it also takes exponents and larger units), small enough that a generator of valid
+# examples stays within the bounds.
+WRITTEN_QUANTITY = {
+    "cpu": r"^\s*\+?(?:(?:[0-9]{1,3}(?:\.[0-9]*)?|\.[0-9]+)|[0-9]{1,6}(?:\.[0-9]*)?m)\s*$",  # cores, or milli-CPU
+    "bytes": r"^\s*\+?[0-9]{1,4}(?:\.[0-9]*)?\s*(?:[bB]|[kKmMgG][iI]?[bB]?)?\s*$",  # at most 9999 GiB
+    "count": r"^\s*\+?[0-9]{1,4}\s*$",
+}
+
+
+def quantity_schema(name: str, machines: int = 1, number: str = "cores") -> dict[str, Any]:
+    """The JSON Schema of one resource's figure as written: a number (CPU in cores, or in
+    milli-CPU where `number` is "milli", as in a machine's capacity) or a string with its unit."""
+    limit = upper_bound(name, machines)
+    if name == "cpu":
+        figure = ({"type": "number", "minimum": 0, "maximum": limit // 1000} if number == "cores"
+                  else {"type": "integer", "minimum": 0, "maximum": limit})  # fmt: skip
+        return {"anyOf": [figure, {"type": "string", "pattern": WRITTEN_QUANTITY["cpu"]}]}
+    kind = "bytes" if name in BYTE_RESOURCES else "count"
+    return {"anyOf": [{"type": "integer", "minimum": 0, "maximum": limit}, {"type": "string", "pattern": WRITTEN_QUANTITY[kind]}]}
+
+
 def request_schema(machines: int = 1) -> dict[str, Any]:
-    """The JSON Schema of a request as written (before it is read into canonical units): CPU
-    as cores or "NNNm", bytes as a count or with a unit, other resources as counts, each at
-    most what `machines` machines hold."""
-    quantity = {"type": "string", "pattern": QUANTITY_PATTERN}
-
-    def either(number: dict[str, Any]) -> dict[str, Any]:
-        return {"anyOf": [number, quantity]}
-
+    """The JSON Schema of a request as written (before it is read into canonical units), each
+    figure at most what `machines` machines hold."""
     return {
         "type": "object",
         "propertyNames": {"pattern": RESOURCE_NAME_PATTERN},
-        "properties": {
-            "cpu": either({"type": "number", "minimum": 0, "maximum": upper_bound("cpu", machines) // 1000}),
-            **{name: either({"type": "integer", "minimum": 0, "maximum": upper_bound(name, machines)})
-               for name in sorted(BYTE_RESOURCES)},
-        },
-        "additionalProperties": {
-            "anyOf": [{"type": "integer", "minimum": 0, "maximum": upper_bound("", machines)},
-                      {"type": "string", "pattern": r"^\s*\+?[0-9]+\s*$"}],
-        },
+        "properties": {name: quantity_schema(name, machines) for name in ("cpu", *sorted(BYTE_RESOURCES))},
+        "additionalProperties": quantity_schema("", machines),
         "examples": [{"cpu": "250m", "ram": "128MiB"}],
-    }  # fmt: skip
+    }
 
 
 PRIORITY_SCHEMA: dict[str, Any] = {
@@ -236,7 +244,7 @@ class JobSpec(BaseModel):
     priority: Annotated[int, WithJsonSchema(PRIORITY_SCHEMA)] = 0
     task_count: int = Field(default=1, ge=0, le=10000)
     request: Annotated[dict[str, int], WithJsonSchema(request_schema())] = Field(default_factory=dict)
-    command: list[str] = Field(min_length=1)
+    command: list[str] = Field(min_length=1, json_schema_extra={"prefixItems": [{"type": "string", "pattern": r"\S"}]})
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     constraints: list[ConstraintSpec] = Field(default_factory=list)

@@ -10,9 +10,12 @@ from typing import Any
 from fastapi import Body, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reference.jobspec import validation_errors
@@ -111,6 +114,23 @@ def make_app(replica: Replica) -> FastAPI:
             loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
             errors.append({"field": ".".join(loc), "error": str(err.get("msg", "invalid"))})
         return JSONResponse(status_code=422, content={"detail": errors})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def refused(request: Request, exc: StarletteHTTPException) -> Response:
+        """Starlette's own refusals in the API's error shape: a body that is not JSON at all is a
+        422 like any invalid body, and a 405 names every method the path takes, not one route's."""
+        status, headers = exc.status_code, dict(exc.headers or {})
+        if status == 400:
+            status, error = 422, f"the body cannot be read as JSON: {exc.detail}"
+        else:
+            error = str(exc.detail)
+        if status == 405:
+            methods = sorted({m for r in app.routes if isinstance(r, APIRoute) and r.matches(request.scope)[0] is not Match.NONE
+                              for m in r.methods})  # fmt: skip
+            headers["Allow"] = ", ".join(methods)
+        if status in (204, 304):
+            return Response(status_code=status, headers=headers)
+        return JSONResponse(status_code=status, content=detail("", error), headers=headers)
 
     def stamped(body: dict[str, Any], revision: int, status: int = 200) -> JSONResponse:
         body["revision"] = revision
@@ -244,8 +264,8 @@ def make_app(replica: Replica) -> FastAPI:
 
     @read("/v1/jobs", response_model=None, responses={**contract.answers(410, 503), **EVENTS})
     async def list_jobs(
-        request: Request, user: str | None = None, watch: bool = False, since: int | None = None,
-        timeout_s: float = watches.DEFAULT_TIMEOUT_S,
+        request: Request, user: str | None = None, watch: bool = False, since: contract.Since = None,
+        timeout_s: contract.WatchTimeout = watches.DEFAULT_TIMEOUT_S,
     ) -> Response:  # fmt: skip
         if watch:
             select, render, initial = watches.job_messages(replica.cache, user)
@@ -293,8 +313,8 @@ def make_app(replica: Replica) -> FastAPI:
 
     @read("/v1/jobs/{user}/{name}/tasks", response_model=None, responses={**contract.answers(404, 410, 503), **EVENTS})
     async def get_tasks(
-        user: str, name: str, request: Request, watch: bool = False, since: int | None = None,
-        timeout_s: float = watches.DEFAULT_TIMEOUT_S,
+        user: str, name: str, request: Request, watch: bool = False, since: contract.Since = None,
+        timeout_s: contract.WatchTimeout = watches.DEFAULT_TIMEOUT_S,
     ) -> Response:  # fmt: skip
         cell = replica.cache.cell()
         key = f"{user}/{name}"
@@ -308,7 +328,7 @@ def make_app(replica: Replica) -> FastAPI:
         return stamped({"tasks": [views.task_view(cell, t, cell_name) for t in tasks]}, cell.revision)
 
     @app.delete("/v1/jobs/{user}/{name}/tasks/{index}", responses=contract.answers(404, 409, 503))
-    async def delete_task(user: str, name: str, index: int, request: Request) -> Response:
+    async def delete_task(user: str, name: str, index: contract.Index, request: Request) -> Response:
         key = f"{user}/{name}"
         return await write(
             request,
@@ -321,7 +341,7 @@ def make_app(replica: Replica) -> FastAPI:
         )
 
     @read("/v1/jobs/{user}/{name}/tasks/{index}", responses=contract.answers(404, 503))
-    async def get_task(user: str, name: str, index: int, incarnation: int | None = None) -> JSONResponse:
+    async def get_task(user: str, name: str, index: contract.Index, incarnation: int | None = None) -> JSONResponse:
         cell = replica.cache.cell()
         found = logs.find_task(cell, f"{user}/{name}", index, incarnation)
         if isinstance(found, JSONResponse):
@@ -333,8 +353,8 @@ def make_app(replica: Replica) -> FastAPI:
         responses=contract.answers(404, 502, 503),
     )
     async def get_task_logs(
-        user: str, name: str, index: int, stream: str = "stdout", tail: int = 100, follow: bool = False,
-        incarnation: int | None = None, max_s: float = 300.0,
+        user: str, name: str, index: contract.Index, stream: contract.LogStream = "stdout", tail: contract.Tail = 100,
+        follow: bool = False, incarnation: int | None = None, max_s: contract.FollowFor = 300.0,
     ) -> Response:  # fmt: skip
         return await task_logs.fetch(
             replica.cache.cell(), f"{user}/{name}", index, incarnation,
@@ -352,7 +372,8 @@ def make_app(replica: Replica) -> FastAPI:
     @read("/v1/events", response_model=None, response_class=contract.EventStream,
           responses=contract.answers(410, 503))
     async def cell_events(
-        request: Request, since: int | None = None, job: str | None = None, timeout_s: float = watches.DEFAULT_TIMEOUT_S
+        request: Request, since: contract.Since = None, job: str | None = None,
+        timeout_s: contract.WatchTimeout = watches.DEFAULT_TIMEOUT_S,
     ) -> Response:
         """Task events, jobs submitted and removed, machines down and up: server-sent events."""
         select, render = watches.event_messages(job)
@@ -363,7 +384,8 @@ def make_app(replica: Replica) -> FastAPI:
 
     @read("/v1/machines", response_model=None, responses={**contract.answers(410, 503), **EVENTS})
     async def list_machines(
-        request: Request, watch: bool = False, since: int | None = None, timeout_s: float = watches.DEFAULT_TIMEOUT_S
+        request: Request, watch: bool = False, since: contract.Since = None,
+        timeout_s: contract.WatchTimeout = watches.DEFAULT_TIMEOUT_S,
     ) -> Response:
         if watch:
             select, render, initial = watches.machine_messages(replica.cache)

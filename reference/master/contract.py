@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Path, Query
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from reference.jobspec import JobSpec, request_schema
+from reference.master import logs, watch
 from reference.master.machines import MachineBody
 
 # --- the bodies of the errors ----------------------------------------------------------------
@@ -62,6 +63,15 @@ class JobUpdate(BaseModel):
     task_count: int | None = Field(default=None, ge=0, le=10000)
     request: Annotated[dict[str, Any], WithJsonSchema(request_schema())] | None = None
 
+
+# Parameters whose bounds the handlers check themselves (with their own wording): the
+# document states the bounds, FastAPI does not enforce them.
+Index = Annotated[int, Path(json_schema_extra={"minimum": 0})]
+Since = Annotated[int | None, Query(json_schema_extra={"minimum": 0})]
+WatchTimeout = Annotated[float, Query(json_schema_extra={"exclusiveMinimum": 0, "maximum": watch.MAX_TIMEOUT_S})]
+LogStream = Annotated[str, Query(json_schema_extra={"enum": ["stdout", "stderr"]})]
+Tail = Annotated[int, Query(json_schema_extra={"minimum": 0, "maximum": logs.MAX_TAIL_LINES})]
+FollowFor = Annotated[float, Query(json_schema_extra={"exclusiveMinimum": 0, "maximum": logs.MAX_FOLLOW_S})]
 
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
 

@@ -11,10 +11,12 @@ is answered only once the cache has reached that revision.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 MIN_REVISION_HEADER = "X-Minborg-Min-Revision"
 MIN_REVISION_QUERY = "min_revision"
+MIN_REVISION_PATTERN = r"^\s*[0-9]*\s*$"  # what parse_min_revision takes (blank: no floor)
 ALLOW_STALE_HEADER = "X-Minborg-Allow-Stale"
 ALLOW_STALE_QUERY = "allow_stale"
 
@@ -54,10 +56,9 @@ def parse_min_revision(header: str | None, query: str | None) -> int | None:
     for where, text in ((MIN_REVISION_HEADER, header), (MIN_REVISION_QUERY, query)):
         if text is None or text.strip() == "":
             continue
-        try:
-            floor = int(text.strip())
-        except ValueError:
-            raise ValueError(f"{where} must be a whole etcd revision, got {text!r}") from None
+        if not re.fullmatch(r"-?[0-9]+", text.strip()):  # not int()'s '+5', '1_000' or other scripts' digits
+            raise ValueError(f"{where} must be a whole etcd revision, got {text!r}")
+        floor = int(text.strip())
         if floor < 0:
             raise ValueError(f"{where} must not be negative, got {floor}")
         floors.append(floor)

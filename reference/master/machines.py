@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from reference import resources
-from reference.jobspec import NAME_PATTERN
+from reference.jobspec import NAME_PATTERN, RESOURCE_NAME_PATTERN, WRITTEN_QUANTITY, quantity_schema
 from reference.master.cell import MachineInfo
 from spec.model import Machine, Resources
+
+# "cpu=4000m,ram=8GiB[,gpu=1...]" or a mapping with cpu and ram; the string form as the
+# document states it lists cpu, then ram, then counts (the parser takes any order).
+_WRITTEN = {k: v.strip("^$").replace("\\s*", "") for k, v in WRITTEN_QUANTITY.items()}
+CAPACITY_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string",
+         "pattern": f"^cpu=(?:{_WRITTEN['cpu']}),ram=(?:{_WRITTEN['bytes']})(?:,[a-z][a-z0-9_]{{0,15}}=[0-9]{{1,3}})*$",
+         "examples": ["cpu=4000m,ram=8GiB"]},
+        {"type": "object", "required": ["cpu", "ram"], "propertyNames": {"pattern": RESOURCE_NAME_PATTERN},
+         "properties": {n: quantity_schema(n, number="milli") for n in ("cpu", "ram", "disk")},
+         "additionalProperties": quantity_schema("")},
+    ],
+}  # fmt: skip
 
 
 class MachineBody(BaseModel):
@@ -19,7 +33,7 @@ class MachineBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=NAME_PATTERN)
     address: str = Field(pattern=r"^https?://[^/\s]+/?$")
-    capacity: str | dict[str, Any]
+    capacity: Annotated[str | dict[str, Any], WithJsonSchema(CAPACITY_SCHEMA)]
     attrs: dict[str, str] = Field(default_factory=dict)
     failure_domain: str = ""
 

@@ -43,7 +43,7 @@ async def known_query(request: Request) -> None:
 
 async def freshness_query(
     min_revision: str | None = Query(
-        None, alias=freshness.MIN_REVISION_QUERY,
+        None, alias=freshness.MIN_REVISION_QUERY, pattern=freshness.MIN_REVISION_PATTERN,
         description="answer only once this replica's cache reached this etcd revision (or the "
         f"{freshness.MIN_REVISION_HEADER} header); 503 with Retry-After if it does not soon",
     ),

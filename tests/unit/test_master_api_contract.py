@@ -183,3 +183,30 @@ def test_the_job_body_describes_quantities_as_written(doc: dict[str, Any]) -> No
     # Every reference in the document resolves inside it (no pydantic "#/$defs/...").
     refs = re.findall(r'"\$ref": "([^"]+)"', json.dumps(doc))
     assert refs and all(ref.removeprefix("#/components/schemas/") in schemas for ref in refs)
+
+
+# --- Starlette's own refusals in the API's shape ----------------------------------------------
+
+
+def test_a_body_that_is_not_json_at_all_is_422(client: TestClient) -> None:
+    r = client.post("/v1/jobs", content=b"\xff\xfe]", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["error"].startswith("the body cannot be read as JSON")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [("OPTIONS", "/v1/jobs", "GET, POST"), ("PUT", "/v1/jobs/a/b", "DELETE, GET, PATCH"), ("POST", "/v1/machines/m1", "DELETE")],
+)
+def test_a_405_names_every_method_of_the_path(client: TestClient, method: str, path: str, allow: str) -> None:
+    r = client.request(method, path)
+    assert r.status_code == 405
+    assert r.headers["allow"] == allow
+    assert r.json() == {"detail": [{"field": "", "error": "Method Not Allowed"}]}
+
+
+@pytest.mark.parametrize("floor", ["+5", "1_000", "\u0661", "x"])
+def test_a_revision_floor_is_plain_digits(client: TestClient, floor: str) -> None:
+    r = client.get("/v1/jobs", params={"min_revision": floor, "allow_stale": "1"})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["field"] == "min_revision"
