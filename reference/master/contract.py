@@ -97,9 +97,18 @@ def answers(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return out
 
 
+# One server-sent event as a reader of the stream parses it; `data` is a JSON document.
+SERVER_SENT_EVENT = {
+    "type": "object",
+    "properties": {"id": {"type": "string"}, "event": {"type": "string"}, "data": {"type": "string"}},
+    "required": ["data"],
+}
+
+
 def text(media_type: str, description: str, status: int = 200) -> dict[int | str, dict[str, Any]]:
     """An answer that is text, not JSON: a stream of server-sent events, logs, Prometheus metrics."""
-    return {status: {"description": description, "content": {media_type: {"schema": {"type": "string"}}}}}
+    schema = SERVER_SENT_EVENT if media_type == "text/event-stream" else {"type": "string"}
+    return {status: {"description": description, "content": {media_type: {"schema": schema}}}}
 
 
 class EventStream(Response):
@@ -150,6 +159,8 @@ def document(app: FastAPI) -> dict[str, Any]:
             schema = next((c.get("schema") for c in content.values() if c.get("schema", {}).get("$ref") in errors), None)
             if schema is not None:
                 answer["content"] = {"application/json": {"schema": schema}}
+            elif "text/event-stream" in content:  # the events' own answer (its response class says only the type)
+                content["text/event-stream"] = {"schema": SERVER_SENT_EVENT}
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
     return doc

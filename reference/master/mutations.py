@@ -55,6 +55,8 @@ def parse_update(payload: Any) -> tuple[int | None, dict[str, int] | None]:
         if k not in UPDATABLE
     ]
     count = payload.get("task_count")
+    if isinstance(count, float) and count.is_integer():  # 3.0 is JSON's integer 3, as the job file reads it
+        count = int(count)
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 10000):
         errors.append({"field": "task_count", "error": "must be an integer 0..10000"})
     request: dict[str, int] | None = None
