@@ -1,0 +1,50 @@
+"""Schemathesis, every check, against the OpenAPI document of a 1-replica local cell's master; exits non-zero on any failure.
+
+`tox -e contract` runs it. The cell has one machine and nothing else; schemathesis submits,
+updates and deletes jobs and machines through the API as it likes, and any answer the
+document does not allow (an undeclared status, a body of another shape, a 5xx, valid input
+refused or invalid input accepted) is a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from reference.launcher.testcell import REPO, LocalCell
+
+
+def command(url: str, *, max_examples: int, max_time_s: int, seed: int, report: Path) -> list[str]:
+    """The schemathesis command line for the master at `url`."""
+    binary = shutil.which("schemathesis") or str(Path(sys.executable).with_name("schemathesis"))
+    return [
+        binary, "--config-file", str(Path(__file__).with_name("schemathesis.toml")), "run", f"{url}/openapi.json", "--checks", "all", "--max-examples", str(max_examples),
+        "--max-time", str(max_time_s), "--seed", str(seed), "--workers", "1", "--request-timeout", "15",
+        "--generation-database", "none", "--no-color", "--report", "junit", "--report-junit-path", str(report),
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.contract.run", description=__doc__.splitlines()[0])
+    p.add_argument("--max-examples", type=int, default=20, help="test cases per operation")
+    p.add_argument("--max-time", type=int, default=180, help="seconds for the whole run")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--report", type=Path, default=Path("contract-junit.xml"), help="JUnit XML of the run")
+    args = p.parse_args(argv)
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.contract.hooks", "PYTHONPATH": str(REPO)}
+    with tempfile.TemporaryDirectory(prefix="minborg-contract-") as workdir, LocalCell(
+        Path(workdir), masters=1, borglets=1
+    ) as cell:
+        leader = cell.wait_leader()
+        argv_ = command(leader.url, max_examples=args.max_examples, max_time_s=args.max_time, seed=args.seed,
+                        report=args.report.resolve())  # fmt: skip
+        return subprocess.run(argv_, cwd=REPO, env=env, check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
