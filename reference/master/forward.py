@@ -9,6 +9,7 @@ made); the client can still ask for that revision with `X-Minborg-Min-Revision`.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -42,9 +43,13 @@ class Forwarder:
         if request.url.query:
             url += "?" + request.url.query
         try:
+            # json.dumps, not httpx's json=: a body with JSON's Infinity or NaN must reach the
+            # leader to be refused there with a 422, not fail to encode here.
+            body = None if payload is None else json.dumps(payload)
             answer = self.http.request(
-                request.method, url, json=payload, headers={HOP_HEADER: self.replica.name}
-            )
+                request.method, url, content=body,
+                headers={HOP_HEADER: self.replica.name, "content-type": "application/json"},
+            )  # fmt: skip
         except httpx.HTTPError as err:
             log.info("forward to %s failed: %s", leader.name, err)
             return _unavailable(f"the leader {leader.name} did not answer; retry")
