@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         leader = cell.wait_leader()
         argv_ = command(leader.url, max_examples=args.max_examples, max_time_s=args.max_time, seed=args.seed,
                         report=args.report.resolve())  # fmt: skip
-        return subprocess.run(argv_, cwd=REPO, env=env, check=False).returncode
+        return subprocess.run(argv_, cwd=workdir, env=env, check=False).returncode  # its caches stay out of the tree
 
 
 if __name__ == "__main__":
