@@ -5,29 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from reference.jobspec import parse_job
 from reference.master import codec
-from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo, borglet_task_id
+from reference.master.cell import Cell, Draft, borglet_task_id
 from reference.master.reports import desired_set, map_reply, parse_borglet_task_id
 from reference.master.writer import chunks, diff_ops
 from reference.store import ops as store_ops
-from spec.actions import EvictReason, machine_add, schedule, submit
-from spec.model import CellState, Machine, Resources, TaskId, TaskState
+from spec.actions import EvictReason
+from spec.model import TaskId, TaskState
 from tests.unit import master_cells
-
-SPEC = parse_job({"name": "web", "user": "alice", "task_count": 2, "request": {"cpu": "100m"},
-                  "command": ["sleep", "100"], "restart_policy": "never"})  # fmt: skip
 
 
 def placed_cell(seen: bool = False) -> Cell:
-    state = machine_add(CellState(), Machine("m1", Resources.of(cpu=4000, ram=2**30)))
-    assert state is not None
-    state = submit(state, SPEC.to_spec_job())
-    for i in range(2):
-        state = schedule(state, TaskId("alice/web", i, 0), "m1")
-    assert state is not None
-    tasks = {tid: TaskInfo(seen=seen, borglet_state="RUNNING" if seen else "") for tid in state.tasks}
-    return Cell(state, {"m1": MachineInfo("http://127.0.0.1:1")}, {"alice/web": JobInfo(SPEC)}, tasks)
+    """alice/web's two tasks on m1; `seen`: each already reported RUNNING by its borglet."""
+    return master_cells.placed_cell(seen=seen, borglet_state="RUNNING" if seen else "")
 
 
 T0, T1 = TaskId("alice/web", 0, 0), TaskId("alice/web", 1, 0)

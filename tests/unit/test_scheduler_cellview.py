@@ -6,19 +6,8 @@ import pytest
 from reference.scheduler import Snapshot
 from reference.scheduler.cellview import CellView
 from reference.scheduler.snapshot import RunningTask
-from spec.model import Machine, Resources, TaskId
-
-GiB = 2**30
-
-
-def machine(name, cpu=4000, gpu=0):
-    res = {"cpu": cpu, "ram": 8 * GiB} | ({"gpu": gpu} if gpu else {})
-    return Machine(name, Resources.of(res))
-
-
-def running(job, prio, cpu, where, i=0, gpu=0):
-    res = {"cpu": cpu} | ({"gpu": gpu} if gpu else {})
-    return RunningTask(TaskId(job, i), where, prio, Resources.of(res))
+from spec.model import Resources, TaskId
+from tests.unit.scheduler_cells import machine, running
 
 
 def test_cellview_vec_reads_missing_dimensions_as_zero():

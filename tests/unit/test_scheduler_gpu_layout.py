@@ -9,20 +9,7 @@ import pytest
 
 from reference.scheduler import Snapshot
 from reference.scheduler.cellview import CellView, gpu_layout, gpu_take, split_gpu
-from reference.scheduler.snapshot import RunningTask
-from spec.model import Machine, Resources, TaskId
-
-GiB = 2**30
-
-
-def machine(name, cpu=4000, gpu=0):
-    res = {"cpu": cpu, "ram": 8 * GiB} | ({"gpu": gpu} if gpu else {})
-    return Machine(name, Resources.of(res))
-
-
-def running(job, prio, cpu, where, i=0, gpu=0):
-    res = {"cpu": cpu} | ({"gpu": gpu} if gpu else {})
-    return RunningTask(TaskId(job, i), where, prio, Resources.of(res))
+from tests.unit.scheduler_cells import machine, running
 
 
 @pytest.mark.parametrize(

@@ -3,19 +3,8 @@ only for the class's next task (its hits counted only with the cache on)."""
 
 import pytest
 
-from reference.scheduler import PendingTask, SchedulerConfig, Snapshot, plan_pass
-from spec.model import Machine, Resources, TaskId
-
-GiB = 2**30
-
-
-def machine(name, cpu=4000, gpu=0):
-    res = {"cpu": cpu, "ram": 8 * GiB} | ({"gpu": gpu} if gpu else {})
-    return Machine(name, Resources.of(res))
-
-
-def pending(job, prio, cpu, i=0, package=""):
-    return PendingTask(TaskId(job, i), job.split("/")[0], prio, Resources.of(cpu=cpu), package=package)
+from reference.scheduler import SchedulerConfig, Snapshot, plan_pass
+from tests.unit.scheduler_cells import machine, pending
 
 
 def three_small_tasks():

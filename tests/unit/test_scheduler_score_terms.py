@@ -5,12 +5,10 @@ the arithmetic beside each row: the pure terms first, then their effect on a pas
 import numpy as np
 import pytest
 
-from reference.scheduler import PendingTask, SchedulerConfig, Snapshot, plan_pass
-from reference.scheduler.snapshot import RunningTask
+from reference.scheduler import SchedulerConfig, Snapshot, plan_pass
 from reference.scheduler.terms import locality_bonus, preemption_cost, spread_penalty
-from spec.model import Machine, Resources, TaskId
-
-GiB = 2**30
+from spec.model import Resources, TaskId
+from tests.unit.scheduler_cells import machine, pending, running
 
 
 @pytest.mark.parametrize(
@@ -60,20 +58,6 @@ def test_locality_bonus_of_a_whole_sample():
 )
 def test_preemption_cost(priorities, per_victim, per_priority, want):
     assert preemption_cost(priorities, per_victim, per_priority) == pytest.approx(want)
-
-
-def machine(name, cpu=4000, gpu=0):
-    res = {"cpu": cpu, "ram": 8 * GiB} | ({"gpu": gpu} if gpu else {})
-    return Machine(name, Resources.of(res))
-
-
-def running(job, prio, cpu, where, i=0, gpu=0):
-    res = {"cpu": cpu} | ({"gpu": gpu} if gpu else {})
-    return RunningTask(TaskId(job, i), where, prio, Resources.of(res))
-
-
-def pending(job, prio, cpu, i=0, package=""):
-    return PendingTask(TaskId(job, i), job.split("/")[0], prio, Resources.of(cpu=cpu), package=package)
 
 
 @pytest.mark.parametrize(
