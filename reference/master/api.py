@@ -267,6 +267,8 @@ def make_app(replica: Replica) -> FastAPI:
         request: Request, user: str | None = None, watch: bool = False, since: contract.Since = None,
         timeout_s: contract.WatchTimeout = watches.DEFAULT_TIMEOUT_S,
     ) -> Response:  # fmt: skip
+        if (refused := watches.refuse_timeout(timeout_s)) is not None:
+            return refused
         if watch:
             select, render, initial = watches.job_messages(replica.cache, user)
             return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s, select=select,
@@ -318,6 +320,8 @@ def make_app(replica: Replica) -> FastAPI:
     ) -> Response:  # fmt: skip
         cell = replica.cache.cell()
         key = f"{user}/{name}"
+        if (refused := watches.refuse_timeout(timeout_s)) is not None:
+            return refused
         if watch:
             select, render, initial = watches.task_messages(replica.cache, key, cell_name)
             return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s, select=select,
@@ -387,6 +391,8 @@ def make_app(replica: Replica) -> FastAPI:
         request: Request, watch: bool = False, since: contract.Since = None,
         timeout_s: contract.WatchTimeout = watches.DEFAULT_TIMEOUT_S,
     ) -> Response:
+        if (refused := watches.refuse_timeout(timeout_s)) is not None:
+            return refused
         if watch:
             select, render, initial = watches.machine_messages(replica.cache)
             return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s, select=select,

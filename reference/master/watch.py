@@ -61,6 +61,17 @@ def _since(request: Request, since: int | None) -> int | None:
     return int(last) if last and last.isdigit() else None
 
 
+def refuse_timeout(timeout_s: float) -> JSONResponse | None:
+    """422 for a `timeout_s` outside (0, MAX_TIMEOUT_S], the bound the API declares, whether
+    or not the read watches; None when it is within it."""
+    if 0 < timeout_s <= MAX_TIMEOUT_S:
+        return None
+    return JSONResponse(
+        status_code=422,
+        content={"detail": [{"field": "timeout_s", "error": f"must be above 0 and at most {MAX_TIMEOUT_S:.0f}"}]},
+    )
+
+
 def stream(
     request: Request,
     cache: WatchCache,
@@ -74,11 +85,8 @@ def stream(
     kind: str = "",
 ) -> Response:
     """A server-sent event stream of the changes `select` keeps, as `render` words them."""
-    if not 0 < timeout_s <= MAX_TIMEOUT_S:
-        return JSONResponse(
-            status_code=422,
-            content={"detail": [{"field": "timeout_s", "error": f"must be above 0 and at most {MAX_TIMEOUT_S:.0f}"}]},
-        )
+    if (refused := refuse_timeout(timeout_s)) is not None:
+        return refused
     since = _since(request, since)
     if since is not None and since < 0:
         return JSONResponse(status_code=422, content={"detail": [{"field": "since", "error": "must be 0 or more"}]})

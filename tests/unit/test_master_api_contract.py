@@ -60,6 +60,19 @@ def test_the_refusal_lists_what_the_operation_takes(client: TestClient) -> None:
     ]
 
 
+@pytest.mark.parametrize("path", ["/v1/jobs", "/v1/machines", "/v1/jobs/alice/web/tasks"])
+@pytest.mark.parametrize(("timeout_s", "refused"), [("0", True), ("3600", False), ("3601", True), ("30", False)])
+def test_a_timeout_outside_its_bound_is_refused_whether_or_not_the_read_watches(
+    client: TestClient, path: str, timeout_s: str, refused: bool
+) -> None:
+    r = client.get(path, params={"allow_stale": "1", "timeout_s": timeout_s})
+    if refused:
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"] == [{"field": "timeout_s", "error": "must be above 0 and at most 3600"}]
+    else:
+        assert r.status_code != 422, r.text
+
+
 @pytest.mark.parametrize(
     "path",
     [
