@@ -13,11 +13,13 @@ import platform
 import re
 import sys
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from .actions import ACTIONS, apply
 from .explore import Scope, canonical, enabled_steps, explore, initial_state, report, walk
-from .invariants import INVARIANTS
+from .invariants import INVARIANTS, Invariant
 from .model import BAND_FLOOR, CellState, is_prod
 from .protocol_actions import ACTIONS as PROTOCOL_ACTIONS
 from .protocol_invariants import INVARIANTS as PROTOCOL_INVARIANTS
@@ -32,6 +34,24 @@ def guard_and_effect(fn) -> tuple[str, str]:
     doc = " ".join((fn.__doc__ or "").split())
     m = re.match(r"Guard: (.*?) Effect: (.*)", doc)
     return (m.group(1), m.group(2)) if m else ("?", "?")
+
+
+def action_table(actions: Mapping[str, Callable[..., Any]]) -> list[str]:
+    """A Markdown table of actions, each with its docstring's guard and effect."""
+    rows = ["| action | guard | effect |", "|---|---|---|"]
+    for name, fn in actions.items():
+        guard, effect = guard_and_effect(fn)
+        rows.append(f"| `{name}` | {guard} | {effect} |")
+    return rows
+
+
+def invariant_table(invariants: Iterable[Invariant], heading: str) -> list[str]:
+    """A Markdown table of named invariants: state or step, and what must hold."""
+    rows = [f"| {heading} | kind | what must hold |", "|---|---|---|"]
+    for inv in invariants:
+        kind = "state" if inv.state_check is not None else "step"
+        rows.append(f"| `{inv.name}` | {kind} | {inv.doc} |")
+    return rows
 
 
 def task_edges(scope: Scope = DIAGRAM_SCOPE) -> dict[tuple[str, str], set[str]]:
@@ -103,16 +123,12 @@ def render(figures: str) -> str:
         "",
         "## Transitions",
         "",
-        "| action | guard | effect |",
-        "|---|---|---|",
+        *action_table(ACTIONS),
+        "",
+        "## Invariants",
+        "",
+        *invariant_table(INVARIANTS, "name"),
     ]
-    for name, fn in ACTIONS.items():
-        guard, effect = guard_and_effect(fn)
-        lines.append(f"| `{name}` | {guard} | {effect} |")
-    lines += ["", "## Invariants", "", "| name | kind | what must hold |", "|---|---|---|"]
-    for inv in INVARIANTS:
-        kind = "state" if inv.state_check is not None else "step"
-        lines.append(f"| `{inv.name}` | {kind} | {inv.doc} |")
     lines += [
         "",
         "A state invariant is checked on every reachable state; a step invariant on every "
@@ -170,16 +186,10 @@ def protocol_section() -> list[str]:
         "The old rules, kept as a variant that the checker must fail: the fence compares epochs "
         "only, and a tombstone may be dropped at any time.",
         "",
-        "| action | guard | effect |",
-        "|---|---|---|",
+        *action_table(PROTOCOL_ACTIONS),
+        "",
+        *invariant_table(PROTOCOL_INVARIANTS, "invariant"),
     ]
-    for name, fn in PROTOCOL_ACTIONS.items():
-        guard, effect = guard_and_effect(fn)
-        lines.append(f"| `{name}` | {guard} | {effect} |")
-    lines += ["", "| invariant | kind | what must hold |", "|---|---|---|"]
-    for inv in PROTOCOL_INVARIANTS:
-        kind = "state" if inv.state_check is not None else "step"
-        lines.append(f"| `{inv.name}` | {kind} | {inv.doc} |")
     lines += [
         "",
         "`python -m spec.protocol_explore [--machines M] [--indices T] [--incarnations K] "
