@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from typing import Self
 
 
-class Periodic:
+class Periodic(ABC):
     """Subclasses define `tick()`; the loop stops when the `with` block ends (bounded by it)."""
 
     def __init__(self, every: float, name: str, join_timeout_s: float = 10.0) -> None:
@@ -15,10 +16,11 @@ class Periodic:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
+    @abstractmethod
     def tick(self) -> None:
-        raise NotImplementedError
+        """One round of the periodic work."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (an optional hook: most loops hold nothing to release)
         """Called once the loop has stopped: release what `tick` used."""
 
     def __enter__(self) -> Self:
