@@ -1,4 +1,4 @@
-"""Thin wrappers over OS processes: spawn a task, find a free port, check identity, signal a session."""
+"""Thin wrappers over OS processes: spawn a task, check identity, signal a session."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hashlib import sha1
 
 import psutil
 
-from reference import ports, procscan
+from reference import procscan
 from reference.borglet import logs
 
 # Process start times agree to within this many seconds between two psutil reads.
@@ -21,11 +21,6 @@ def sanitize(task_id: str) -> str:
     """A file-system-safe, collision-free name for a task id: 'alice/web/3#0' -> 'alice_web_3_0-1a2b3c4d'."""
     clean = re.sub(r"[^A-Za-z0-9._-]+", "_", task_id).strip("._") or "task"
     return f"{clean[:80]}-{sha1(task_id.encode()).hexdigest()[:8]}"
-
-
-def free_port(taken: frozenset[int] | set[int] = frozenset()) -> int:
-    """A port on 127.0.0.1 nothing listens on now, avoiding ports already given to tasks."""
-    return ports.free_port(taken)
 
 
 def spawn(

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from reference import ports
 from reference.borglet import decisions, logs, processes, store
 from reference.borglet.health import Prober
 from reference.borglet.isolation import Isolation
@@ -395,7 +396,7 @@ class Borglet:
                 if not task.port:
                     # Chosen before the write-ahead, so a process adopted after a crash keeps it.
                     try:
-                        task.port = task.spec.port or processes.free_port(taken)
+                        task.port = task.spec.port or ports.free_port(taken)  # not one given to a task
                     except OSError as err:
                         self._failed_to_start(task, f"setup: {err}")
                         continue
