@@ -23,6 +23,7 @@ from reference.master import contract, freshness, logs, ui, views
 from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
+from reference.master.linkshard import RELAY_PATH, REPORTS_PATH
 from reference.master.machines import MachineBody, machine_from_body
 from reference.master.mutations import ApiError, kill_job, kill_task, submit_job, update_job
 from reference.master.querycheck import freshness_query, known_query
@@ -241,6 +242,33 @@ def make_app(replica: Replica) -> FastAPI:
     async def cell_status() -> JSONResponse:
         cell = replica.cache.cell()
         return stamped(cell_overview(cell), cell.revision)
+
+    @read("/v1/shard", responses=contract.answers(503))
+    async def shard_status() -> JSONResponse:
+        """This replica's link shard: its machines, polling intervals and what it sent."""
+        if replica.shard is None:
+            return JSONResponse(content={"replica": replica.name, "link_shards": False})
+        return JSONResponse(content={"link_shards": True, **replica.shard.stats()})
+
+    # --- link shards (between replicas; not part of API v1) ------------------------------------
+
+    @app.post(REPORTS_PATH, include_in_schema=False)
+    def shard_reports(payload: Any = Body(None)) -> JSONResponse:
+        if not isinstance(payload, dict) or not isinstance(payload.get("reports", {}), dict):
+            return JSONResponse(status_code=422, content={"detail": [detail("body", "expected a shard batch")]})
+        answer = replica.accept_batch(payload)
+        if answer is None:
+            return JSONResponse(status_code=409, content={"detail": [detail("", "this replica does not lead")]})
+        return JSONResponse(content=answer)
+
+    @app.post(RELAY_PATH, include_in_schema=False)
+    def shard_relay(payload: Any = Body(None)) -> JSONResponse:
+        items = payload.get("items") if isinstance(payload, dict) else None
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            return JSONResponse(status_code=422, content={"detail": [detail("items", "expected a list of syncs")]})
+        if replica.shard is None:
+            return JSONResponse(status_code=409, content={"detail": [detail("", "link shards are off here")]})
+        return JSONResponse(content={"replies": replica.shard.relay(items)})
 
     ui.install(app, replica, task_logs, cell_overview)
     contract.install(app)

@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-quota", default=None, help="quota of user '*' per band, e.g. cpu=100,ram=1TiB")
     p.add_argument("--restart-rate", type=float, default=20.0, help="task restarts per second")
     p.add_argument("--roll-rate", type=float, default=2.0, help="tasks rolled per second in an update")
+    p.add_argument(
+        "--link-shards", choices=("on", "off"), default="on",
+        help="on: every replica polls a share of the borglets and relays the leader's syncs; off: the leader polls all",
+    )  # fmt: skip
     p.add_argument("--log-level", default="info")
     return p
 
@@ -102,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         cell_name=args.cell,
         master_name=args.name,
         poll_interval=args.poll_interval,
+        link_shards=args.link_shards == "on",
         down_after=args.down_after,
         restart_rate=args.restart_rate,
         roll_rate=args.roll_rate,

@@ -21,7 +21,7 @@ from reference.elastic.reclaimer import Reclaimer
 from reference.master import events
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, is_pass_work
-from reference.master.poller import Poller
+from reference.master.poller import Link, Poller
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
 from spec.actions import restart_allowed
@@ -40,6 +40,7 @@ class LeaderConfig:
     roll_rate: float = 2.0  # tasks rolled per second during a rolling update
     default_quota: Resources | None = None  # for user "*" in every band but best effort
     pass_interval: float = 0.5  # the longest the scheduler sleeps without a change
+    link_shards: bool = True  # every replica polls a share of the machines (linkshard.py)
 
 
 class TokenBucket:
@@ -188,6 +189,7 @@ class Term:
         config: LeaderConfig,
         on_pass: Callable[[float, int], None] | None = None,
         on_poll: Callable[[str], None] | None = None,
+        link: Link | None = None,
     ) -> None:
         self.token = token
         self.cache = cache
@@ -211,6 +213,7 @@ class Term:
             interval=config.poll_interval,
             down_after=config.down_after,
             on_poll=on_poll,
+            link=link,
         )
         # Around the scheduler: horizontal autoscaling of jobs and Borg's reservation
         # estimates, both reading the usage the poller gathers and writing through `writer`.

@@ -18,6 +18,15 @@ delivered late is refused) and the revision of the view it was computed at. A ma
 many tasks is sent only what changed since the last sync it acknowledged; after a timeout or
 a refusal the next sync carries the whole set again. A refusal other than a newer epoch is an
 answer, not a missed poll: the machine is alive.
+
+With link shards (`link`, the default of a replica; see linkshard.py) the poller sends no
+reads of its own: every replica's shard polls its share of the machines and sends the
+leader what changed (`accept`), including the machines that stopped answering and for how
+many polls. The leader still decides every sync, numbers it and sends it through the shard
+that owns the machine (`Link.relay`), one request per shard and chunk; a sync that is not
+answered is sent again, whole, at the next turn, and does not count against the machine,
+whose liveness is the shard's polls' to tell. Syncs then go out when a desired set changed,
+while a machine blocks a held task, after a refusal, and every `sync_every` seconds.
 """
 
 from __future__ import annotations
@@ -28,11 +37,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
-from reference.master import pollclock, reports
+from reference.master import pollclock, reports, shards
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, MachineInfo, borglet_task_id
 from reference.master.writer import NotLeader, WriteFailed, Writer
@@ -42,6 +51,21 @@ log = logging.getLogger(__name__)
 
 DELTA_MIN_TASKS = 64  # a machine with at least this many desired tasks gets deltas
 TURN_MIN_GAP_S = 0.05  # turns start at least this far apart, however many replies wake them
+RELAY_CHUNK = 64  # syncs carried by one request to a shard
+SYNC_EVERY_POLLS = 10  # with link shards: a machine whose set is unchanged is synced this rarely
+
+
+class Link(Protocol):
+    """How the leader reaches the borglets through the link shards."""
+
+    def owner(self, machine: str) -> str:
+        """The replica whose shard polls `machine`."""
+        ...
+
+    def relay(self, owner: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Send each {"machine", "address", "body"} as a sync through `owner`'s shard; one
+        {"machine", "status", "body"} per item, status 0 when the borglet did not answer."""
+        ...
 
 
 @dataclass
@@ -52,6 +76,7 @@ class _Machine:
     # The seq and task ids of the last sync the borglet acknowledged: the base of a delta.
     acked_seq: int = 0
     acked: frozenset[str] | None = None
+    acked_ids: frozenset[TaskId] = frozenset()  # the same sync's tasks, as the cell names them
 
 
 class Poller:
@@ -67,8 +92,14 @@ class Poller:
         down_after: int = 3,
         on_poll: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        link: Link | None = None,
+        sync_every: float | None = None,
     ) -> None:
         self.cache = cache
+        self.link = link
+        self.sync_every = (
+            sync_every if sync_every is not None else (interval * SYNC_EVERY_POLLS if link is not None else interval)
+        )
         self.writer = writer
         self.cell_name = cell_name
         self.master_name = master_name
@@ -91,10 +122,16 @@ class Poller:
         self._seq = 0  # syncs sent by this leader, the last one's number
         self._memo: reports.Memo = {}  # desired-set entries reused across turns
         self._reported_version = 0  # moves whenever a machine's reported tasks change
-        self._plans: tuple[Any, dict[str, tuple[list[dict[str, Any]], set[TaskId]]], set[str], dict[str, frozenset[str]]] = (
-            None, {}, set(), {}
-        )
+        self._plans: tuple[
+            Any,
+            dict[str, tuple[list[dict[str, Any]], set[TaskId]]],
+            set[str],
+            dict[str, frozenset[str]],
+        ] = (None, {}, set(), {})
         self.refusals: dict[str, int] = {}  # refusal reason -> count
+        # machine -> (shard, version, report): the base of the next change a shard sends.
+        self._copies: dict[str, tuple[str, int, dict[str, Any]]] = {}
+        self.shard_batches = 0
         self.holds: dict[str, reports.Hold] = {}  # task id -> why it is held, as of the last turn
 
     def start(self) -> None:
@@ -143,15 +180,21 @@ class Poller:
             signatures = {name: frozenset(d["task_id"] for d in keep) for name, (keep, _) in plans.items()}
             self._plans = (key, plans, blocking, signatures)
         _, plans, blocking, signatures = self._plans
+        relayed: dict[str, list[tuple[Any, ...]]] = {}
         for name, (desired, ids) in plans.items():
             signature = signatures[name]
             address = cell.machines.get(name, MachineInfo()).address
             with self._lock:
                 st = self._machines.setdefault(name, _Machine())
                 if name not in self._reported:
+                    if self.link is not None:
+                        continue  # its shard's first report makes it known
                     if st.inflight or not pollclock.read_due(st.schedule, now):
                         continue
-                    st.inflight, st.schedule = True, pollclock.read_sent(st.schedule, now, self.interval)
+                    st.inflight, st.schedule = (
+                        True,
+                        pollclock.read_sent(st.schedule, now, self.interval),
+                    )
                     work: tuple[Any, ...] = (self._probe, name, address)
                 else:
                     # The signatures compared last: equal sets cost a walk of each.
@@ -160,12 +203,18 @@ class Poller:
                     ):
                         continue
                     st.inflight, st.signature = True, signature
-                    st.schedule = pollclock.sync_sent(st.schedule, now, self.interval)
+                    st.schedule = pollclock.sync_sent(st.schedule, now, self.sync_every)
                     self._released.update(signature)
                     work = (self._poll, name, address, desired, signature, ids, cell.revision)
             if self._stop.is_set():
                 return
+            if self.link is not None and work[0] == self._poll:
+                relayed.setdefault(self.link.owner(name), []).append(work[1:])
+                continue
             self._pool.submit(*work)
+        for owner, items in relayed.items():
+            for i in range(0, len(items), RELAY_CHUNK):
+                self._pool.submit(self._poll_through, owner, items[i : i + RELAY_CHUNK])
 
     def _hold_back(
         self, cell: Cell, plans: dict[str, tuple[list[dict[str, Any]], set[TaskId]]]
@@ -236,22 +285,61 @@ class Poller:
     ) -> None:
         try:
             reply = self._sync(name, address, desired, signature, revision)
+            self._handle(name, reply, signature, ids)
+        finally:
+            with self._lock:
+                self._machines[name].inflight = False
+            self._wake.set()
+
+    def _poll_through(self, owner: str, items: list[tuple[Any, ...]]) -> None:
+        """Sync several machines through the shard of `owner`, in one request."""
+        try:
+            sent = []
+            for name, address, desired, signature, _ids, revision in items:
+                seq, body = self._prepare(name, desired, signature, revision)
+                sent.append({"machine": name, "address": address, "body": body, "seq": seq})
+            try:
+                answers = {str(a.get("machine")): a for a in self.link.relay(owner, sent)}  # type: ignore[union-attr]
+            except Exception:
+                log.exception("relay through %s failed", owner)
+                answers = {}
+            for (name, address, _desired, signature, ids, _revision), item in zip(items, sent, strict=True):
+                answer = answers.get(name) or {}
+                reply = self._settle(name, address, item["seq"], signature, int(answer.get("status") or 0),
+                                     answer.get("body"), str(answer.get("body") or answer.get("error") or ""))  # fmt: skip
+                self._handle(name, reply, signature, ids)
+        finally:
+            with self._lock:
+                for name, *_ in items:
+                    self._machines[name].inflight = False
+            self._wake.set()
+
+    def _handle(self, name: str, reply: dict[str, Any] | None, signature: frozenset[str], ids: set[TaskId]) -> None:
+        try:
             if reply is None:
-                self._missed(name)
+                if self.link is None:
+                    self._missed(name)
+                else:
+                    # Not a missed poll: the shard's reads tell whether the machine lives.
+                    # The next turn sends the whole set again.
+                    with self._lock:
+                        st = self._machines[name]
+                        st.schedule = replace(
+                            st.schedule,
+                            next_at=min(st.schedule.next_at, self.clock() + self.interval),
+                        )
             elif reply.get("refused"):
                 with self._lock:
                     st = self._machines[name]
                     st.schedule = pollclock.refused(st.schedule, self.clock())
             else:
+                with self._lock:
+                    self._machines[name].acked_ids = frozenset(ids)
                 self._answered(name, reply, ids)
         except (NotLeader, WriteFailed) as err:
             log.info("poll of %s not recorded: %s", name, err)
         except Exception:
             log.exception("poll of %s failed", name)
-        finally:
-            with self._lock:
-                self._machines[name].inflight = False
-            self._wake.set()
 
     def _probe(self, name: str, address: str) -> None:
         """Read what a machine runs without changing it: the first contact of this poller."""
@@ -288,9 +376,31 @@ class Poller:
                 self._reported_version += 1
 
     def _sync(
-        self, name: str, address: str, desired: list[dict[str, Any]], ids: frozenset[str], revision: int
+        self,
+        name: str,
+        address: str,
+        desired: list[dict[str, Any]],
+        ids: frozenset[str],
+        revision: int,
     ) -> dict[str, Any] | None:
         """Send one sync; the reply, {"refused": reason} for a refusal, None for no answer."""
+        seq, body = self._prepare(name, desired, ids, revision)
+        try:
+            response = self._http.post(f"{address.rstrip('/')}/v1/sync", json=body)
+        except httpx.HTTPError as err:
+            log.debug("sync to %s failed: %s", address, err)
+            return None
+        try:
+            parsed: Any = response.json()
+        except ValueError:
+            parsed = None
+        return self._settle(name, address, seq, ids, response.status_code, parsed, response.text)
+
+    def _prepare(
+        self, name: str, desired: list[dict[str, Any]], ids: frozenset[str], revision: int
+    ) -> tuple[int, dict[str, Any]]:
+        """The next sync of `name`: its sequence number and body (a delta on the last
+        acknowledged sync for a machine with many tasks)."""
         if self._on_poll is not None:
             self._on_poll("sent")
         with self._lock:
@@ -299,7 +409,12 @@ class Poller:
             st = self._machines[name]
             base, base_seq = st.acked, st.acked_seq
             st.acked = None  # unknown until this one is answered
-        body: dict[str, Any] = {"master": self.master_name, "epoch": self.epoch, "seq": seq, "revision": revision}
+        body: dict[str, Any] = {
+            "master": self.master_name,
+            "epoch": self.epoch,
+            "seq": seq,
+            "revision": revision,
+        }
         if base is not None and len(desired) >= DELTA_MIN_TASKS:
             body["delta"] = {
                 "base_seq": base_seq,
@@ -308,32 +423,107 @@ class Poller:
             }
         else:
             body["tasks"] = desired
-        try:
-            response = self._http.post(f"{address.rstrip('/')}/v1/sync", json=body)
-        except httpx.HTTPError as err:
-            log.debug("sync to %s failed: %s", address, err)
+        return seq, body
+
+    def _settle(
+        self,
+        name: str,
+        address: str,
+        seq: int,
+        ids: frozenset[str],
+        status: int,
+        body: Any,
+        text: str,
+    ) -> dict[str, Any] | None:
+        """What the borglet's answer to sync `seq` means: the reply, {"refused": reason}, or
+        None for no answer (status 0)."""
+        if status == 0:
+            log.debug("sync to %s failed: %s", address, text)
             return None
-        if response.status_code == 409:
-            reason = _refusal_reason(response)
+        if status == 409:
+            reason = _refusal_reason(body)
             self.refusals[reason] = self.refusals.get(reason, 0) + 1
             if self._on_poll is not None:
                 self._on_poll(f"refused_{reason}")
             if reason == "stale_epoch":
-                log.warning("borglet at %s has seen a newer leader epoch: %s", address, response.text)
+                log.warning("borglet at %s has seen a newer leader epoch: %s", address, text)
                 return None
-            log.info("sync %d to %s refused (%s): %s", seq, name, reason, response.text)
+            log.info("sync %d to %s refused (%s): %s", seq, name, reason, text)
             return {"refused": reason}
-        if response.status_code != 200:
-            log.warning("borglet at %s answered %d", address, response.status_code)
+        if status != 200 or not isinstance(body, dict):
+            log.warning("borglet at %s answered %d", address, status)
             return None
         with self._lock:
-            st.acked, st.acked_seq = ids, seq
-        return response.json()
-
-    def _missed(self, name: str) -> None:
-        with self._lock:
             st = self._machines[name]
-            st.schedule = schedule = pollclock.missed(st.schedule)
+            st.acked, st.acked_seq = ids, seq
+        return body
+
+    # --- what the link shards send ---------------------------------------------------------------
+
+    def accept(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Take a shard's batch: whole reports and changes to the ones it sent before, and the
+        machines that missed polls. Returns the machines whose change could not be applied
+        (this leader lacks its base): the shard sends them whole next time."""
+        shard = str(batch.get("shard", ""))
+        cell = self.cache.cell()
+        need_full: list[str] = []
+        known: list[tuple[str, dict[str, Any]]] = []
+        with self._lock:
+            self.shard_batches += 1
+            for name, entry in (batch.get("reports") or {}).items():
+                if not isinstance(entry, dict):
+                    continue
+                version = int(entry.get("version") or 0)
+                if isinstance(entry.get("report"), dict):
+                    report = entry["report"]
+                else:
+                    copy = self._copies.get(name)
+                    if copy is None or copy[0] != shard or copy[1] != int(entry.get("base") or -1):
+                        need_full.append(name)
+                        self._copies.pop(name, None)
+                        continue
+                    report = shards.apply(copy[2], entry.get("change") or {})
+                self._copies[name] = (shard, version, report)
+                if name in cell.state.machines:
+                    known.append((name, report))
+        for name, report in known:
+            try:
+                self._shard_report(name, report)
+            except (NotLeader, WriteFailed) as err:
+                log.info("report of %s not recorded: %s", name, err)
+            except Exception:
+                log.exception("report of %s failed", name)
+        for name, misses in (batch.get("missed") or {}).items():
+            if name in cell.state.machines:
+                try:
+                    self._missed(str(name), int(misses))
+                except (NotLeader, WriteFailed) as err:
+                    log.info("miss of %s not recorded: %s", name, err)
+        self._wake.set()
+        return {"need_full": need_full}
+
+    def _shard_report(self, name: str, report: dict[str, Any]) -> None:
+        """A machine's state as its shard read it: taken as an answer, unless it is older
+        than a sync reply this leader already acted on."""
+        fence = report.get("fence") if isinstance(report.get("fence"), dict) else {}
+        epoch, seq = int(fence.get("epoch") or report.get("epoch") or 0), int(fence.get("seq") or 0)
+        with self._lock:
+            st = self._machines.setdefault(name, _Machine())
+            if epoch > self.epoch:
+                return  # the borglet has seen a newer leader: this one's term is over
+            if epoch == self.epoch and seq < st.acked_seq:
+                return  # read before the borglet applied a sync whose reply was already taken
+            ids = set(st.acked_ids) if epoch == self.epoch else set()
+        self._answered(name, report, ids)
+
+    def _missed(self, name: str, misses: int | None = None) -> None:
+        """A poll of `name` got no answer; `misses` (from its shard) counts them in a row."""
+        with self._lock:
+            st = self._machines.setdefault(name, _Machine())
+            if misses is None:
+                st.schedule = schedule = pollclock.missed(st.schedule)
+            else:
+                st.schedule = schedule = replace(st.schedule, misses=misses)
         if not pollclock.is_down(schedule, self.down_after):
             return
         cell = self.cache.cell()
@@ -372,7 +562,12 @@ class Poller:
                     cur = d.task_info(tid)
                     d.set_task_info(
                         tid,
-                        replace(info, history=cur.history, placement=cur.placement, draining_since=cur.draining_since),
+                        replace(
+                            info,
+                            history=cur.history,
+                            placement=cur.placement,
+                            draining_since=cur.draining_since,
+                        ),
                     )
             if write_usage:
                 info = d.machine_info(name)
@@ -388,11 +583,7 @@ class Poller:
                 st.schedule = pollclock.usage_written(st.schedule, self.clock())
 
 
-def _refusal_reason(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return "stale_epoch"
+def _refusal_reason(body: Any) -> str:
     # A borglet that does not name a reason predates sequence numbers: only epochs fence it.
     return str(body.get("reason") or "stale_epoch") if isinstance(body, dict) else "stale_epoch"
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Any
+
+import httpx
 
 from reference.master import codec, freshness
 from reference.master.cache import WatchCache
 from reference.master.leader import LeaderConfig, Term
+from reference.master.linkshard import REPORTS_PATH, LinkShard, ShardRelay
 from reference.master.metrics import MasterMetrics
 from reference.master.writer import MAX_OPS_PER_TXN, Writer
 from reference.store import ops
@@ -88,6 +92,13 @@ class Replica:
         self._stop = threading.Event()
         self._campaigning = threading.Lock()
         self._registration = threading.Thread(target=self._register, name="register", daemon=True)
+        # Every replica's link shard polls its share of the borglets (none with shards off).
+        self.shard: LinkShard | None = None
+        self.relay: ShardRelay | None = None
+        self._leader_http = httpx.Client(timeout=httpx.Timeout(30.0, connect=1.0))
+        if config.link_shards:
+            self.shard = LinkShard(self.cache, name=name, send=self._send_batch, interval=config.poll_interval)
+            self.relay = ShardRelay(self.shard)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -97,6 +108,8 @@ class Replica:
         self.cache.on_change(self._changed)
         self.election.start()
         self._registration.start()
+        if self.shard is not None:
+            self.shard.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -108,6 +121,11 @@ class Replica:
             if self._term is not None:
                 self._term.stop()
                 self._term = None
+        if self.shard is not None:
+            self.shard.stop()
+        if self.relay is not None:
+            self.relay.close()
+        self._leader_http.close()
         self.cache.stop()
         self.client.close()
 
@@ -164,6 +182,7 @@ class Replica:
                 self.config,
                 on_pass=self.metrics.on_pass,
                 on_poll=self.metrics.on_poll,
+                link=self.relay,
             )
             self._term.start()
         self.metrics.leader.set(1)
@@ -194,6 +213,32 @@ class Replica:
             log.info("campaign failed: %s", err)
         finally:
             self._campaigning.release()
+
+    # --- the link shard's reports ------------------------------------------------------------------
+
+    def _send_batch(self, batch: dict[str, Any]) -> dict[str, Any] | None:
+        """Hand a batch of this replica's shard to the leader: in process when this replica
+        leads, else over HTTP. None when it did not arrive."""
+        term = self._term
+        if term is not None and self.is_leader:
+            return term.poller.accept(batch)
+        leader = self.leader()
+        if leader is None or leader.name == self.name:
+            return None
+        try:
+            response = self._leader_http.post(f"{leader.url.rstrip('/')}{REPORTS_PATH}", json=batch)
+            answer = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as err:
+            log.debug("batch to %s failed: %s", leader.name, err)
+            return None
+        return answer if isinstance(answer, dict) else None
+
+    def accept_batch(self, batch: dict[str, Any]) -> dict[str, Any] | None:
+        """A shard's batch, on the leader; None when this replica does not lead."""
+        term = self._term
+        if term is None or not self.is_leader:
+            return None
+        return term.poller.accept(batch)
 
     # --- membership --------------------------------------------------------------------------------
 

@@ -1,0 +1,304 @@
+"""A replica's link shard: polls its share of the borglets, sends the leader only what changed, and relays the leader's syncs.
+
+Every replica, leader or follower, runs one (Borg section 3.4). Each round it works out its
+share (`shards.assign` over the live replicas the watch cache lists, so every replica agrees
+and a replica that dies loses its share when its registration lease ends), reads the state
+of each machine in it (`GET /v1/state`), keeps the last report it sent the leader for each,
+and sends the leader, in batches, only the differences, plus the machines that did not
+answer and how many polls in a row they have missed. The leader acts on a difference only
+when it holds the report it is based on; otherwise it asks for the whole report, which the
+next round sends. A new leader, a machine new to the share, a machine that missed a poll and
+a batch that did not arrive all start again from a whole report.
+
+A shard decides nothing: what a borglet runs comes from the leader's syncs, fenced by the
+leader's epoch and ordered by its sequence numbers; the shard owning a machine carries them
+(`relay`) and hands back the borglet's answer untouched.
+
+The time between two polls of a machine is recorded, so the cell can show its polling
+interval (Borg's SLO: 95th percentile under 10 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from reference.master import shards
+from reference.master.cache import WatchCache
+
+log = logging.getLogger(__name__)
+
+CHUNK = 256  # machines polled between two batches sent to the leader
+GAPS_KEPT = 20_000  # polling intervals kept for the percentiles
+
+
+@dataclass
+class _Polled:
+    report: dict[str, Any] | None = None  # the last report the leader was sent, whole or as a change
+    version: int = 0  # counts the reports sent for this machine; a change names its base
+    misses: int = 0
+    polled_at: float | None = None
+
+
+Batch = dict[str, Any]
+# Sends a batch to the leader; returns its answer ({"need_full": [machine, ...]}) or None
+# when it did not arrive.
+SendBatch = Callable[[Batch], "dict[str, Any] | None"]
+
+
+class LinkShard:
+    def __init__(
+        self,
+        cache: WatchCache,
+        *,
+        name: str,
+        send: SendBatch,
+        interval: float = 1.0,
+        http: httpx.Client | None = None,
+        workers: int = 16,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cache = cache
+        self.name = name
+        self.send = send
+        self.interval = interval
+        self.clock = clock
+        self._http = http or httpx.Client(timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5))
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"shard-{name}")
+        self._relay_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"relay-{name}")
+        self._machines: dict[str, _Polled] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="link-shard", daemon=True)
+        self._leader = ""
+        self.gaps: deque[float] = deque(maxlen=GAPS_KEPT)
+        self.rounds = 0
+        self.sent = {
+            "batches": 0,
+            "whole": 0,
+            "changes": 0,
+            "unchanged": 0,
+            "entries": 0,
+            "failed": 0,
+        }
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._relay_pool.shutdown(wait=False, cancel_futures=True)
+        self._http.close()
+
+    # --- the share ---------------------------------------------------------------------------------
+
+    def members(self) -> list[str]:
+        """The replicas the machines are shared among: the live ones the cache lists (this one
+        counts itself from its start, before its registration shows)."""
+        return sorted(set(self.cache.cell().replicas) | {self.name})
+
+    def share(self) -> dict[str, str]:
+        """The machines this replica polls: name -> borglet address."""
+        cell = self.cache.cell()
+        members = sorted(set(cell.replicas) | {self.name})
+        out: dict[str, str] = {}
+        for m in cell.state.machines:
+            address = cell.machines[m].address if m in cell.machines else ""
+            if address and shards.owner(m, members) == self.name:
+                out[m] = address
+        return out
+
+    # --- the loop ----------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            began = self.clock()
+            try:
+                self.round()
+            except Exception:  # one bad round must not end the polling
+                log.exception("link shard round failed")
+            self._stop.wait(max(0.0, self.interval - (self.clock() - began)))
+
+    def round(self) -> None:
+        """Poll every machine of the share once, sending the leader a batch per chunk."""
+        leader = self.cache.cell().leader.partition("=")[0]
+        share = self.share()
+        with self._lock:
+            if leader != self._leader:
+                # A new leader holds none of the reports the changes would be based on.
+                self._leader = leader
+                for p in self._machines.values():
+                    p.report = None
+            for gone in set(self._machines) - set(share):
+                del self._machines[gone]
+            for m in share:
+                self._machines.setdefault(m, _Polled())
+        names = sorted(share)
+        for i in range(0, len(names), CHUNK):
+            if self._stop.is_set():
+                return
+            chunk = names[i : i + CHUNK]
+            replies = list(self._pool.map(lambda m: (m, self._read(share[m])), chunk))
+            self._deliver(self._batch(replies))
+        self.rounds += 1
+
+    def _read(self, address: str) -> dict[str, Any] | None:
+        try:
+            response = self._http.get(f"{address.rstrip('/')}/v1/state")
+            if response.status_code != 200:
+                return None
+            body = response.json()
+            return body if isinstance(body, dict) else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def _batch(self, replies: list[tuple[str, dict[str, Any] | None]]) -> Batch:
+        now = self.clock()
+        reports: dict[str, Any] = {}
+        missed: dict[str, int] = {}
+        with self._lock:
+            for m, reply in replies:
+                p = self._machines.get(m)
+                if p is None:
+                    continue
+                if p.polled_at is not None:
+                    self.gaps.append(now - p.polled_at)
+                p.polled_at = now
+                if reply is None:
+                    p.misses += 1
+                    p.report = None  # the answer after a silence goes whole
+                    missed[m] = p.misses
+                    continue
+                p.misses = 0
+                if p.report is None:
+                    p.version += 1
+                    reports[m] = {"version": p.version, "report": reply}
+                    self.sent["whole"] += 1
+                else:
+                    change = shards.diff(p.report, reply)
+                    if not change:
+                        self.sent["unchanged"] += 1
+                        continue
+                    p.version += 1
+                    reports[m] = {"version": p.version, "base": p.version - 1, "change": change}
+                    self.sent["changes"] += 1
+                    self.sent["entries"] += shards.size(change)
+                p.report = reply
+        return {"shard": self.name, "leader": self._leader, "reports": reports, "missed": missed}
+
+    def _deliver(self, batch: Batch) -> None:
+        if not batch["reports"] and not batch["missed"]:
+            return
+        answer = self.send(batch)
+        with self._lock:
+            self.sent["batches"] += 1
+            if answer is None:
+                # Whether the leader applied it is unknown: start these machines again whole.
+                self.sent["failed"] += 1
+                for m in batch["reports"]:
+                    if m in self._machines:
+                        self._machines[m].report = None
+                return
+            for m in answer.get("need_full") or []:
+                if m in self._machines:
+                    self._machines[m].report = None
+
+    # --- relaying the leader's syncs -----------------------------------------------------------
+
+    def relay(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Send each {"machine", "address", "body"} to its borglet's /v1/sync, at once; each
+        answer is {"machine", "status", "body"}, status 0 when the borglet did not answer."""
+        return list(self._relay_pool.map(self._relay_one, items))
+
+    def _relay_one(self, item: dict[str, Any]) -> dict[str, Any]:
+        machine, address = str(item.get("machine", "")), str(item.get("address", ""))
+        try:
+            response = self._http.post(f"{address.rstrip('/')}/v1/sync", json=item.get("body"))
+        except httpx.HTTPError as err:
+            return {"machine": machine, "status": 0, "error": str(err) or type(err).__name__}
+        try:
+            body: Any = response.json()
+        except ValueError:
+            body = {"error": response.text[:200]}
+        return {"machine": machine, "status": response.status_code, "body": body}
+
+    # --- what it shows -------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Polling intervals (seconds between two polls of a machine) over the last
+        `GAPS_KEPT` polls, the share's size and what was sent."""
+        with self._lock:
+            gaps = sorted(self.gaps)
+            share = len(self._machines)
+            sent = dict(self.sent)
+        return {
+            "replica": self.name,
+            "machines": share,
+            "rounds": self.rounds,
+            "poll_interval_s": _percentiles(gaps),
+            "sent": sent,
+        }
+
+
+def _percentiles(values: list[float]) -> dict[str, float | int]:
+    if not values:
+        return {"count": 0}
+
+    def rank(q: float) -> float:
+        return round(values[min(len(values) - 1, max(0, math.ceil(len(values) * q / 100) - 1))], 4)  # nearest rank
+
+    return {
+        "count": len(values),
+        "p50": rank(50),
+        "p95": rank(95),
+        "p99": rank(99),
+        "max": round(values[-1], 4),
+    }
+
+
+class ShardRelay:
+    """The leader's side of the link shards: which replica owns a machine, and syncs sent
+    through that replica's shard (through this replica's own when the owner cannot be
+    reached: the leader can always reach a borglet itself)."""
+
+    def __init__(self, shard: LinkShard, timeout: float = 30.0) -> None:
+        self.shard = shard
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=1.0))
+        self.fallbacks = 0
+
+    def close(self) -> None:
+        self._http.close()
+
+    def owner(self, machine: str) -> str:
+        return shards.owner(machine, self.shard.members()) or self.shard.name
+
+    def relay(self, owner: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        url = self.shard.cache.cell().replicas.get(owner, "")
+        if owner != self.shard.name and url:
+            try:
+                response = self._http.post(f"{url.rstrip('/')}{RELAY_PATH}", json={"items": items})
+                if response.status_code == 200:
+                    replies = response.json().get("replies")
+                    if isinstance(replies, list):
+                        return replies
+                log.info("relay through %s answered %d", owner, response.status_code)
+            except (httpx.HTTPError, ValueError, AttributeError) as err:
+                log.info("relay through %s failed: %s", owner, err)
+            self.fallbacks += 1
+        return self.shard.relay(items)
+
+
+REPORTS_PATH = "/internal/v1/shard/reports"  # a shard's batch, to the leader
+RELAY_PATH = "/internal/v1/shard/sync"  # the leader's syncs, to the shard that carries them

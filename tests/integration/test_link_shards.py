@@ -1,0 +1,78 @@
+"""Link shards in a live 3-replica cell: every machine polled by exactly one replica, and a
+replica that dies hands its machines over without any machine going down."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cellkit import LocalCell, sleeper_job, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _shares(cell: LocalCell) -> dict[str, dict[str, Any]]:
+    out = {}
+    for m in cell.live_masters():
+        body = cell.request("GET", "/v1/shard", master=m).json()
+        out[body["replica"]] = body
+    return out
+
+
+def _covered(cell: LocalCell, n: int, replicas: int) -> dict[str, dict[str, Any]] | None:
+    """The shares when `replicas` replicas poll `n` machines between them, else None."""
+    s = _shares(cell)
+    return s if len(s) == replicas and sum(b["machines"] for b in s.values()) == n else None
+
+
+def _running_ids(cell: LocalCell, user: str, job: str) -> list[str]:
+    return sorted(f"{t['index']}#{t['incarnation']}" for t in cell.tasks(user, job) if t["state"] == "RUNNING")
+
+
+def test_a_dead_replicas_machines_move_without_going_down(tmp_path: Path) -> None:
+    with LocalCell(tmp_path, masters=3, borglets=6) as cell:
+        leader = cell.wait_leader()
+        # Every replica polls: together they cover each machine exactly once.
+        shares = wait_for(lambda: _covered(cell, 6, 3), 20, "three shares covering six machines")
+        assert all(b["link_shards"] for b in shares.values())
+        assert cell.submit(sleeper_job("before", count=12)).status_code == 201
+        wait_for(lambda: cell.running("bob", "before", 12), 60, "12 tasks running")
+        ids = _running_ids(cell, "bob", "before")
+
+        # Kill a follower that polls at least one machine.
+        followers = [m for m in cell.masters if m is not leader and shares[m.name]["machines"] > 0]
+        if not followers:  # rendezvous gave the followers nothing: kill the leader instead
+            followers = [leader]
+        victim = followers[0]
+        moved = shares[victim.name]["machines"]
+        victim.kill()
+        killed_at = time.monotonic()
+
+        # Within about one registration lease the survivors take its machines over ...
+        wait_for(lambda: _covered(cell, 6, 2), 30, f"the {moved} machines of {victim.name} re-sharded")
+        # ... and no machine is declared down meanwhile or after (its tasks would be lost
+        # and restarted as new incarnations).
+        while time.monotonic() - killed_at < 12:
+            assert cell.get("/v1/cell")["machines"] == {"up": 6, "down": 0}
+            time.sleep(0.5)
+        assert _running_ids(cell, "bob", "before") == ids
+
+        # Syncs still reach every machine: a new job starts everywhere, killing the old one
+        # stops all of its processes.
+        assert cell.submit(sleeper_job("after", count=12)).status_code == 201
+        placed = wait_for(lambda: cell.running("bob", "after", 12), 60, "12 new tasks running")
+        assert len({t["machine"] for t in placed}) >= 2
+        assert cell.request("DELETE", "/v1/jobs/bob/before").status_code == 200
+        wait_for(lambda: not cell.live_tasks("bob", "before") or None, 30, "the old job's tasks dead")
+        assert cell.get("/v1/cell")["machines"] == {"up": 6, "down": 0}
+
+
+def test_shards_off_the_leader_polls_every_machine(tmp_path: Path) -> None:
+    with LocalCell(tmp_path, masters=1, borglets=2, master_args=("--link-shards", "off")) as cell:
+        cell.wait_leader()
+        assert cell.get("/v1/shard")["link_shards"] is False
+        assert cell.submit(sleeper_job("s", count=4)).status_code == 201
+        wait_for(lambda: cell.running("bob", "s", 4), 60, "4 tasks running")
