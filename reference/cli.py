@@ -356,6 +356,12 @@ def master(ctx: typer.Context) -> None:
     _run_main("reference.master.cli", "the master", ctx.args)
 
 
+@app.command("scheduler", **PASS_THROUGH)
+def scheduler(ctx: typer.Context) -> None:
+    """Run a scheduler process: plans on its own cached copy of the cell, proposes to the leader (try --help)."""
+    _run_main("reference.master.schedulerd", "the scheduler", ctx.args)
+
+
 @app.command("borglet", **PASS_THROUGH)
 def borglet(ctx: typer.Context) -> None:
     """Run the borglet of one machine (arguments as `python -m reference.borglet`; try --help)."""

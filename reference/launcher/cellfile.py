@@ -30,6 +30,7 @@ class Role(StrEnum):
     ETCD = "etcd"
     MASTER = "master"
     BORGLET = "borglet"
+    SCHEDULER = "scheduler"
     TOXIPROXY = "toxiproxy"
     AUTOSCALER = "autoscaler"
 

@@ -107,6 +107,7 @@ class LocalCell:
         etcd_heartbeat_ms: int = HEARTBEAT_MS,
         etcd_election_ms: int = ELECTION_MS,
         isolation: str = "rlimit",
+        schedulers: int = 0,
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -118,7 +119,8 @@ class LocalCell:
         )
         self.masters: list[Proc] = []
         self.borglets: list[Proc] = []
-        self._n_masters, self._n_borglets = masters, borglets
+        self.schedulers: list[Proc] = []  # scheduler processes (none: the leader schedules)
+        self._n_masters, self._n_borglets, self._n_schedulers = masters, borglets, schedulers
         self._master_opts = [
             "--poll-interval", str(poll_interval), "--down-after", str(down_after),
             "--lease-ttl", str(lease_ttl), *master_args,
@@ -141,6 +143,13 @@ class LocalCell:
                 self.masters.append(Proc(f"m{i}", port, argv, self.workdir / f"master-m{i}.log"))
             for m in self.masters:
                 m.start()
+            for i in range(self._n_schedulers):
+                argv = [
+                    sys.executable, "-m", "reference.master.schedulerd", "--name", f"s{i}",
+                    "--etcd", ",".join(self.etcd.client_urls), "--cell", self.cell,
+                ]  # fmt: skip
+                self.schedulers.append(Proc(f"s{i}", 0, argv, self.workdir / f"scheduler-s{i}.log", Role.SCHEDULER))
+                self.schedulers[-1].start()
             for i in range(self._n_borglets):
                 self.add_borglet(f"b{i}", register=False)
             self.wait_leader(30)
@@ -187,6 +196,8 @@ class LocalCell:
         wait_ready([proc.record], "/healthz", BORGLET_READY_S)
 
     def stop(self) -> None:
+        for s in self.schedulers:
+            s.stop()
         for m in self.masters:
             m.stop()
         for b in self.borglets:
@@ -198,7 +209,7 @@ class LocalCell:
 
     def leftovers(self) -> list[int]:
         """Pids of the cell's processes (and the tasks they started) still alive."""
-        procs = self.masters + self.borglets
+        procs = self.masters + self.borglets + self.schedulers
         alive = [p.record.pid for p in procs if p.alive and p.record is not None]
         alive += [t.pid for p in procs for t in p.seen if is_alive(t)]
         alive += [pid for pid in self.etcd.pids() if pid is not None and psutil.pid_exists(pid)]

@@ -29,7 +29,9 @@ from reference.master.mutations import ApiError, kill_job, kill_task, submit_job
 from reference.master.querycheck import freshness_query, known_query
 from reference.master.readgate import ReadGate
 from reference.master.replica import Replica
+from reference.master.schedulerd import PLANS_PATH
 from reference.master.writer import NotLeader, WriteFailed
+from reference.scheduler.wire import plan_from_json
 from spec.actions import EvictReason
 
 RETRY_AFTER_S = "1"
@@ -236,7 +238,15 @@ def make_app(replica: Replica) -> FastAPI:
             },
             "jobs": len(cell.state.jobs),
             "tasks": views.task_counts(cell),
+            # Who plans placements, as the leader sees it (a follower does not know).
+            "scheduler": scheduler_view(),
         }
+
+    def scheduler_view() -> dict[str, Any] | None:
+        term = replica.term
+        if term is None or not replica.is_leader:
+            return None
+        return {"by": "process" if term.scheduler_active() else "leader", **term.proposals}
 
     @read("/v1/cell", responses=contract.answers(503))
     async def cell_status() -> JSONResponse:
@@ -269,6 +279,20 @@ def make_app(replica: Replica) -> FastAPI:
         if replica.shard is None:
             return JSONResponse(status_code=409, content={"detail": [detail("", "link shards are off here")]})
         return JSONResponse(content={"replies": replica.shard.relay(items)})
+
+    @app.post(PLANS_PATH, include_in_schema=False)
+    def scheduler_plan(payload: Any = Body(None)) -> JSONResponse:
+        try:
+            plan = plan_from_json(payload.get("plan") if isinstance(payload, dict) else None)
+        except (ValueError, TypeError) as err:
+            return JSONResponse(status_code=422, content={"detail": [detail("plan", str(err))]})
+        term = replica.term
+        if term is None or not replica.is_leader:
+            return JSONResponse(status_code=409, content={"detail": [detail("", "this replica does not lead")]})
+        try:
+            return JSONResponse(content=term.accept_plan(plan))
+        except (NotLeader, WriteFailed) as err:
+            return JSONResponse(status_code=503, content={"detail": [detail("", f"not committed: {err}")]})
 
     ui.install(app, replica, task_logs, cell_overview)
     contract.install(app)

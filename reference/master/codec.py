@@ -50,6 +50,7 @@ class Keys:
         self.root = f"/minborg/{cell}/"
         self.leader = self.root + "leader"
         self.replicas = self.root + "replicas/"
+        self.scheduler = self.root + "scheduler"  # the active scheduler process's lease
         self.state = self.root + "state/"
         self.machines = self.state + "machines/"
         self.jobs = self.state + "jobs/"

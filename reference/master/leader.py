@@ -24,7 +24,7 @@ from reference.master.cell import Cell, Draft, is_pass_work
 from reference.master.poller import Link, Poller
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
-from spec.actions import restart_allowed
+from spec.actions import apply, restart_allowed
 from spec.model import Band, CellState, QuotaKey, Resources, TaskId, TaskState
 
 log = logging.getLogger(__name__)
@@ -178,8 +178,32 @@ def record_pending_reasons(d: Draft, plan: Plan) -> int:
     return written
 
 
+def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
+    """Apply a plan computed on an earlier state: each placement, with its preemptions, only
+    if every one of its spec steps is allowed in the draft as it is now (optimistic
+    concurrency); returns (placements committed, conflicts). A conflict changes nothing: its
+    task stays PENDING and its victims keep running."""
+    placed = conflicts = 0
+    for p in plan.placements:
+        steps = list(plan_steps(Plan(placements=[p])))
+        state: CellState | None = d.state
+        for step in steps:
+            state = apply(state, step) if state is not None else None
+        if state is None:
+            conflicts += 1
+            continue
+        for step in steps:
+            reason = "scheduled" if step.action == "schedule" else f"preempted by {step.args[-1]}"
+            d.step(step.action, *step.args, reason=reason)
+        placed += 1
+    return placed, conflicts
+
+
 class Term:
     """One term of leadership: its threads stop when the term ends."""
+
+    # While a scheduler process was heard from this recently, this term does not plan.
+    SCHEDULER_GRACE_S = 2.0
 
     def __init__(
         self,
@@ -204,6 +228,8 @@ class Term:
         self.rolls = TokenBucket(config.roll_rate)
         self.passes = 0
         self.unschedulable = Unschedulable()
+        self._scheduler_heard = -float("inf")
+        self.proposals = {"plans": 0, "placed": 0, "conflicts": 0}
         self.poller = Poller(
             cache,
             writer,
@@ -291,6 +317,31 @@ class Term:
         if self._on_pass is not None:
             self._on_pass(time.perf_counter() - started, placed)
 
+    def scheduler_active(self) -> bool:
+        """Whether a scheduler process plans for this cell (it was heard from lately)."""
+        return time.monotonic() - self._scheduler_heard < self.SCHEDULER_GRACE_S
+
+    def accept_plan(self, plan: Plan) -> dict[str, int]:
+        """Commit a scheduler process's plan: each placement with its preemptions only if every
+        one of its spec steps is allowed in the cell as it is now, else it is a conflict and
+        its task stays PENDING for the next pass. Raises NotLeader or WriteFailed."""
+        self._scheduler_heard = time.monotonic()
+
+        def change(d: Draft) -> tuple[int, int]:
+            placed, conflicts = commit_plan(d, plan)
+            record_pending_reasons(d, plan)
+            return placed, conflicts
+
+        if not plan.placements and not plan.unschedulable:
+            return {"placed": 0, "conflicts": 0, "revision": self.cache.revision}
+        (placed, conflicts), revision = self.writer.mutate(change)
+        self.proposals["plans"] += 1
+        self.proposals["placed"] += placed
+        self.proposals["conflicts"] += conflicts
+        if placed and self._on_pass is not None:
+            self._on_pass(0.0, placed)
+        return {"placed": placed, "conflicts": conflicts, "revision": revision}
+
     def _change(self, d: Draft) -> int:
         view = d.base if d.base.running is not None else self.cache.cell()
         # Tasks already found unschedulable are left out before anything looks at them, so a
@@ -306,7 +357,7 @@ class Term:
             for tid in candidates | d.touched
             if (t := state.tasks.get(tid)) is not None and t.state is TaskState.PENDING
         }
-        if not pending:
+        if not pending or self.scheduler_active():
             return 0
         if view.running is None:  # no watch cache's sets: plan every pending task
             plan = plan_for(state, self.scheduler, seed=self.passes)
