@@ -106,6 +106,19 @@ def cell_up(
         bool,
         typer.Option("--fresh", help="Delete the cell already in the state dir (its etcd data, task tables, logs) and start a new one."),
     ] = False,
+    hollow: Annotated[
+        int,
+        typer.Option(
+            "--hollow",
+            min=0,
+            help="Scale tests only: add N hollow machines (simulated tasks, no processes) served by one "
+            "process, beside the --machines real ones (--machines 0 for hollow machines alone).",
+        ),
+    ] = 0,
+    hollow_start_delay: Annotated[
+        float | None,
+        typer.Option("--hollow-start-delay", min=0, help="Seconds from a hollow task's sync to its RUNNING (default 0.1)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a cell: etcd, the master replicas and the borglets. A state dir that holds a stopped
@@ -134,6 +147,8 @@ def cell_up(
         toxiproxy=toxiproxy,
         fresh=fresh,
         progress=say,
+        hollow=hollow,
+        hollow_start_delay_s=hollow_start_delay,
     )
     if bounds is not None and not resuming:  # a resumed cell brings back the autoscaler it had
         info = _start_autoscaler(info, bounds, machine_capacity, say)
@@ -147,7 +162,7 @@ def cell_up(
                 ("state dir", info.state_dir),
                 ("masters", ", ".join(info.master_urls)),
                 ("etcd", ", ".join(info.etcd_urls)),
-                ("machines", ", ".join(info.borglet_urls)),
+                ("machines", machine_names_line(list(info.borglet_urls))),
                 ("logs", os.path.join(info.state_dir, "logs")),
             ],
         )
@@ -155,6 +170,13 @@ def cell_up(
     if state_dir_path(None) != state_dir_path(state_dir):
         console.print(f"\nuse it with:  export MINBORG_STATE_DIR={info.state_dir}")
     console.print("next:  minborg job submit examples/hello_world.yaml")
+
+
+def machine_names_line(names: list[str], shown: int = 8) -> str:
+    """'machine0, machine1' or, for many, 'machine0, ..., hollow0199 (203 machines)'."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[: shown - 1])}, ..., {names[-1]} ({len(names)} machines)"
 
 
 def _start_autoscaler(

@@ -123,9 +123,11 @@ def machines_table(machines: list[dict[str, Any]]) -> Table:
         # Requests minus reservations is what reclamation freed for non-prod work.
         requested = m.get("requested", reserved)
         others = {k: v for k, v in (capacity or {}).items() if k not in ("cpu", "ram")}
+        # Hollow machines (scale tests only) run no processes: marked so none is taken for real.
+        hollow = (m.get("attrs") or {}).get("hollow") == "true"
         rows.append(
             [
-                m.get("name", ""),
+                m.get("name", "") + (" [dim](hollow)[/dim]" if hollow else ""),
                 styled(m.get("state")),
                 m.get("failure_domain") or "-",
                 share("cpu", requested, capacity),

@@ -33,9 +33,18 @@ from reference.launcher.processes import (
     wait_borglets,
     wait_ready,
 )
-from reference.launcher.roles import DEFAULT_CAPACITY, etcd_records, start_borglet, start_master
+from reference.launcher.roles import (
+    DEFAULT_CAPACITY,
+    HOLLOW_PROCESS,
+    etcd_records,
+    hollow_addresses,
+    start_borglet,
+    start_hollow,
+    start_master,
+)
 from reference.launcher.statedir import (
     check_arguments,
+    check_hollow,
     check_resumable,
     prepare_state_dir,
     refuse_running,
@@ -72,15 +81,21 @@ def up(
     master_args: Sequence[str] = (),
     fresh: bool = False,
     progress: Progress | None = None,
+    hollow: int = 0,
+    hollow_start_delay_s: float | None = None,
 ) -> CellInfo:
     """Start a local cell and return its cell file's contents once a leader exists and every
     machine is registered. On any failure everything started so far is stopped again.
 
     A state dir that holds a stopped cell is resumed on its data (`resume`; the shape
-    arguments then come from its cell file); `fresh` deletes that cell first instead."""
+    arguments then come from its cell file); `fresh` deletes that cell first instead.
+
+    `hollow` adds that many hollow machines (scale tests only), served by one more process,
+    beside the `machines` real borglets: `machines=0` makes a cell of hollow machines alone."""
     say = progress or (lambda _msg: None)
     etcd_members = replicas if etcd_members is None else etcd_members
     check_arguments(cell, replicas, machines, machine_capacity, etcd_members)
+    check_hollow(hollow, hollow_start_delay_s, toxiproxy)
     root = state_dir_path(state_dir)
     if not fresh and (root / CELL_FILE).exists():
         return resume(root, progress=say)
@@ -97,13 +112,13 @@ def up(
         info = replace(info, etcd_urls=tuple(cluster.client_urls), processes=etcd_records(cluster))
         info.save()
 
-        count = replicas + machines
+        count = replicas + machines + (1 if hollow else 0)
         ports = (
             free_ports(count, host=HOST)
             if base_port is None
             else list(range(base_port + 2 * etcd_members, base_port + 2 * etcd_members + count))
         )
-        master_ports, borglet_ports = ports[:replicas], ports[replicas:]
+        master_ports, borglet_ports = ports[:replicas], ports[replicas : replicas + machines]
         names = [f"master{i}" for i in range(replicas)]
         urls = {
             name: f"http://{HOST}:{port}" for name, port in zip(names, master_ports, strict=True)
@@ -129,11 +144,17 @@ def up(
             start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env)
             for i, port in enumerate(borglet_ports)
         ]
+        hollow_urls: dict[str, str] = {}
+        if hollow:
+            say(f"borglets: starting one process of {hollow} hollow machine(s) of {machine_capacity}")
+            served = start_hollow(root, hollow, ports[-1], machine_capacity, hollow_start_delay_s, workdir, env)
+            borglets.append(served)
+            hollow_urls = hollow_addresses(served.url, hollow)
         info = replace(
             info,
             # Clients reach the masters through their proxies when there are any.
             master_urls=tuple(client_url(info.proxies, m.name, m.url) for m in masters),
-            borglet_urls={b.name: b.url for b in borglets},
+            borglet_urls={b.name: b.url for b in borglets if b.name != HOLLOW_PROCESS} | hollow_urls,
             processes=info.processes + tuple(masters) + tuple(borglets),
         )
         info.save()
@@ -146,7 +167,7 @@ def up(
         leader = wait_for_leader(info, LEADER_TIMEOUT_S)
         say(f"masters: {leader} is the leader")
         register_machines(info, machine_capacity)
-        say(f"machines: {machines} registered")
+        say(f"machines: {len(info.borglet_urls)} registered")
     except BaseException:
         _stop_cell(info)
         info.save()

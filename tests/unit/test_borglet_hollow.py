@@ -246,3 +246,24 @@ def test_unknown_paths_are_404(method, path) -> None:
     server, _ = app()
     status, answer = server.handle(method, path, b"")
     assert status == 404 and answer["detail"][0]["field"] == "path"
+
+
+# --- how a cell registers them ------------------------------------------------------------
+
+
+def test_hollow_addresses_are_paths_under_the_serving_process() -> None:
+    from reference.launcher.roles import hollow_addresses, is_hollow
+    from reference.master.machines import MachineBody
+
+    addresses = hollow_addresses("http://127.0.0.1:7000", 2)
+    assert addresses == {
+        "hollow0000": "http://127.0.0.1:7000/m/hollow0000",
+        "hollow0001": "http://127.0.0.1:7000/m/hollow0001",
+    }
+    assert all(is_hollow(a) for a in addresses.values())
+    assert not is_hollow("http://127.0.0.1:7001") and not is_hollow("http://127.0.0.1:7001/")
+    # The master accepts an address with a path, and still refuses one with spaces or a query.
+    MachineBody(name="hollow0000", address=addresses["hollow0000"], capacity="cpu=1,ram=1GiB")
+    for bad in ("http://h:1/m/a b", "http://h:1/m?x=1", "ftp://h:1"):
+        with pytest.raises(ValueError):
+            MachineBody(name="x", address=bad, capacity="cpu=1,ram=1GiB")
