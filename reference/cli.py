@@ -115,6 +115,14 @@ def cell_up(
             "process, beside the --machines real ones (--machines 0 for hollow machines alone).",
         ),
     ] = 0,
+    replica_cpu: Annotated[
+        float | None,
+        typer.Option(
+            "--replica-cpu",
+            help="Hold each master replica to this many cores (e.g. 0.5) in a cgroup of its own, "
+            "so 1, 3 and 5 replicas compare as if each had a host of its own (needs root and cgroup v1 cpu).",
+        ),
+    ] = None,
     hollow_start_delay: Annotated[
         float | None,
         typer.Option("--hollow-start-delay", min=0, help="Seconds from a hollow task's sync to its RUNNING (default 0.1)."),
@@ -125,6 +133,12 @@ def cell_up(
     cell is resumed on its data (jobs kept, running tasks re-adopted); --fresh starts anew."""
     out = errors if as_json else console
     resuming = not fresh and (state_dir_path(state_dir) / CELL_FILE).exists()
+    if replica_cpu is not None and not resuming:
+        from reference.launcher import cpubudget
+
+        problem = cpubudget.budget_problem(replica_cpu) or cpubudget.unusable()
+        if problem:
+            raise fail(f"--replica-cpu: {problem}", EXIT_USAGE)
     bounds = None
     if autoscale_machines is not None:
         from reference.elastic.cellscaler import parse_bounds
@@ -149,6 +163,7 @@ def cell_up(
         progress=say,
         hollow=hollow,
         hollow_start_delay_s=hollow_start_delay,
+        replica_cpu=replica_cpu,
     )
     if bounds is not None and not resuming:  # a resumed cell brings back the autoscaler it had
         info = _start_autoscaler(info, bounds, machine_capacity, say)
@@ -163,6 +178,7 @@ def cell_up(
                 ("masters", ", ".join(info.master_urls)),
                 ("etcd", ", ".join(info.etcd_urls)),
                 ("machines", machine_names_line(list(info.borglet_urls))),
+                *([("cpu per replica", f"{info.replica_cpu:g} cores")] if info.replica_cpu is not None else []),
                 ("logs", os.path.join(info.state_dir, "logs")),
             ],
         )
