@@ -150,7 +150,6 @@ def up(
             start_master(root, cell, name, urls, etcd_of[name], master_args, workdir, env)
             for name in names
         ]
-        _hold_to_budget(info, masters)
         say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
         borglets = [
             start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env)
@@ -170,6 +169,7 @@ def up(
             processes=info.processes + tuple(masters) + tuple(borglets),
         )
         info.save()
+        _hold_to_budget(info, masters)  # once recorded: a failure here stops them with the rest
 
         wait_borglets(borglets)
         if info.proxies:
@@ -265,9 +265,9 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
             if dead:
                 say(f"{what}: starting {', '.join(p.name for p in dead)}")
                 started = _respawn(dead, info, env)
+                info = with_records(info, role, started)
                 if role is Role.MASTER:
                     _hold_to_budget(info, started)
-                info = with_records(info, role, started)
         borglets = info.of_role(Role.BORGLET)
         wait_borglets(borglets)
         if info.proxies:
