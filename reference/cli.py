@@ -106,12 +106,39 @@ def cell_up(
         bool,
         typer.Option("--fresh", help="Delete the cell already in the state dir (its etcd data, task tables, logs) and start a new one."),
     ] = False,
+    hollow: Annotated[
+        int,
+        typer.Option(
+            "--hollow",
+            min=0,
+            help="Scale tests only: add N hollow machines (simulated tasks, no processes) served by one "
+            "process, beside the --machines real ones (--machines 0 for hollow machines alone).",
+        ),
+    ] = 0,
+    replica_cpu: Annotated[
+        float | None,
+        typer.Option(
+            "--replica-cpu",
+            help="Hold each master replica to this many cores (e.g. 0.5) in a cgroup of its own, "
+            "so 1, 3 and 5 replicas compare as if each had a host of its own (needs root and cgroup v1 cpu).",
+        ),
+    ] = None,
+    hollow_start_delay: Annotated[
+        float | None,
+        typer.Option("--hollow-start-delay", min=0, help="Seconds from a hollow task's sync to its RUNNING (default 0.1)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a cell: etcd, the master replicas and the borglets. A state dir that holds a stopped
     cell is resumed on its data (jobs kept, running tasks re-adopted); --fresh starts anew."""
     out = errors if as_json else console
     resuming = not fresh and (state_dir_path(state_dir) / CELL_FILE).exists()
+    if replica_cpu is not None and not resuming:
+        from reference.launcher import cpubudget
+
+        problem = cpubudget.budget_problem(replica_cpu) or cpubudget.unusable()
+        if problem:
+            raise fail(f"--replica-cpu: {problem}", EXIT_USAGE)
     bounds = None
     if autoscale_machines is not None:
         from reference.elastic.cellscaler import parse_bounds
@@ -134,6 +161,9 @@ def cell_up(
         toxiproxy=toxiproxy,
         fresh=fresh,
         progress=say,
+        hollow=hollow,
+        hollow_start_delay_s=hollow_start_delay,
+        replica_cpu=replica_cpu,
     )
     if bounds is not None and not resuming:  # a resumed cell brings back the autoscaler it had
         info = _start_autoscaler(info, bounds, machine_capacity, say)
@@ -147,7 +177,8 @@ def cell_up(
                 ("state dir", info.state_dir),
                 ("masters", ", ".join(info.master_urls)),
                 ("etcd", ", ".join(info.etcd_urls)),
-                ("machines", ", ".join(info.borglet_urls)),
+                ("machines", machine_names_line(list(info.borglet_urls))),
+                *([("cpu per replica", f"{info.replica_cpu:g} cores")] if info.replica_cpu is not None else []),
                 ("logs", os.path.join(info.state_dir, "logs")),
             ],
         )
@@ -155,6 +186,13 @@ def cell_up(
     if state_dir_path(None) != state_dir_path(state_dir):
         console.print(f"\nuse it with:  export MINBORG_STATE_DIR={info.state_dir}")
     console.print("next:  minborg job submit examples/hello_world.yaml")
+
+
+def machine_names_line(names: list[str], shown: int = 8) -> str:
+    """'machine0, machine1' or, for many, 'machine0, ..., hollow0199 (203 machines)'."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[: shown - 1])}, ..., {names[-1]} ({len(names)} machines)"
 
 
 def _start_autoscaler(

@@ -123,9 +123,11 @@ def machines_table(machines: list[dict[str, Any]]) -> Table:
         # Requests minus reservations is what reclamation freed for non-prod work.
         requested = m.get("requested", reserved)
         others = {k: v for k, v in (capacity or {}).items() if k not in ("cpu", "ram")}
+        # Hollow machines (scale tests only) run no processes: marked so none is taken for real.
+        hollow = (m.get("attrs") or {}).get("hollow") == "true"
         rows.append(
             [
-                m.get("name", ""),
+                m.get("name", "") + (" [dim](hollow)[/dim]" if hollow else ""),
                 styled(m.get("state")),
                 m.get("failure_domain") or "-",
                 share("cpu", requested, capacity),
@@ -171,17 +173,26 @@ def replicas_table(
 
 
 def processes_table(processes: list[dict[str, Any]]) -> Table:
+    """The cell's processes; the CPU column shows seconds used and, for a master replica of
+    a cell started with --replica-cpu, the budget its cgroup holds it to."""
     rows = [
         (
             p["role"],
             p["name"],
             str(p["pid"]),
             "[green]running[/green]" if p["alive"] else "[red]stopped[/red]",
+            cpu_cell(p.get("cpu_s"), p.get("cpu_budget")),
             p.get("url") or "-",
         )
         for p in processes
     ]
-    return table("processes", ("role", "name", "pid", "process", "url"), rows)
+    return table("processes", ("role", "name", "pid", "process", "cpu", "url"), rows)
+
+
+def cpu_cell(used_s: float | None, budget: float | None) -> str:
+    """12.3 s of CPU, 'of 0.5 cores' when the process has a budget: '12.3s (0.5 cores)'."""
+    used = "-" if used_s is None else f"{used_s:.1f}s"
+    return used if budget is None else f"{used} ({budget:g} cores)"
 
 
 # --- one task: its fields and its events -------------------------------------------------------

@@ -6,7 +6,9 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
+
+T = TypeVar("T")
 
 BACKOFF_INITIAL_S = 0.1
 BACKOFF_CAP_S = 10.0
@@ -40,6 +42,30 @@ def refusal(fence: Fence, epoch: int, seq: int, revision: int) -> str | None:
     if revision < fence.revision:
         return "stale_revision"
     return None
+
+
+def sync_refusal(
+    fence: Fence, epoch: int, seq: int, revision: int, delta_base: int | None, has_base: bool
+) -> str | None:
+    """None when a sync may be applied, else why it is refused: `refusal`, or `need_full` for
+    a delta (on sync `delta_base`) that is not on the last sync applied in the same epoch, or
+    that arrives before any whole set was applied (`has_base` False)."""
+    reason = refusal(fence, epoch, seq, revision)
+    if reason is None and delta_base is not None:
+        if not has_base or epoch != fence.epoch or delta_base != fence.seq:
+            return "need_full"
+    return reason
+
+
+def desired_after(
+    base: Mapping[str, T], remove: Iterable[str], add: Iterable[tuple[str, T]]
+) -> dict[str, T]:
+    """The desired set a delta describes: `base` without the ids in `remove`, with `add`."""
+    specs = dict(base)
+    for tid in remove:
+        specs.pop(tid, None)
+    specs.update(add)
+    return specs
 
 
 def expired_tombstones(tombstones: Mapping[str, int], applied_revision: int) -> list[str]:

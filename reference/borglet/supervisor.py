@@ -144,24 +144,19 @@ class Borglet:
         applied (decisions.refusal) or a delta whose base is not the last one applied.
         """
         with self._lock:
-            reason = decisions.refusal(self.fence, request.epoch, request.seq, request.revision)
-            if reason is None and request.delta is not None:
-                if (
-                    self.desired is None
-                    or request.epoch != self.fence.epoch
-                    or request.delta.base_seq != self.fence.seq
-                ):
-                    reason = "need_full"
+            base = request.delta.base_seq if request.delta is not None else None
+            reason = decisions.sync_refusal(
+                self.fence, request.epoch, request.seq, request.revision, base, self.desired is not None
+            )
             if reason is not None:
                 self.refused[reason] += 1
                 raise SyncRefused(reason, self.fence, request)
             if request.delta is None:
                 specs = {spec.task_id: spec for spec in request.tasks}
             else:
-                specs = dict(self.desired or {})
-                for tid in request.delta.remove:
-                    specs.pop(tid, None)
-                specs.update((spec.task_id, spec) for spec in request.delta.add)
+                specs = decisions.desired_after(
+                    self.desired or {}, request.delta.remove, ((s.task_id, s) for s in request.delta.add)
+                )
             self.fence = decisions.Fence(request.epoch, request.seq, request.revision)
             self.master = request.master
             self.desired = specs

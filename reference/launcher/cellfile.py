@@ -92,6 +92,9 @@ class CellInfo:
     # Set only for a cell started with --toxiproxy: the server's API and every named proxy.
     toxiproxy_url: str | None = None
     proxies: tuple[ProxyRecord, ...] = ()
+    # Set only for a cell started with --replica-cpu: each master replica's CPU budget, in
+    # cores, held by a cgroup of its own (cpubudget) and put back when a replica restarts.
+    replica_cpu: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -102,6 +105,8 @@ class CellInfo:
             del data["toxiproxy_url"], data["proxies"]
         else:
             data["proxies"] = [asdict(p) for p in self.proxies]
+        if self.replica_cpu is None:
+            del data["replica_cpu"]
         return data
 
     @classmethod
@@ -123,6 +128,7 @@ class CellInfo:
             version=data.get("version", 1),
             toxiproxy_url=data.get("toxiproxy_url"),
             proxies=tuple(ProxyRecord(**p) for p in data.get("proxies") or []),
+            replica_cpu=data.get("replica_cpu"),
         )
 
     def save(self) -> None:

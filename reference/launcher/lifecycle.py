@@ -11,9 +11,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from reference import procscan
 from reference.cellfile import CELL_FILE, state_dir_path
 from reference.client import CellClient, ClientError
+from reference.launcher import cpubudget
 from reference.launcher.cellapi import LEADER_TIMEOUT_S, register_machines, wait_for_leader
 from reference.launcher.cellfile import (
     CellInfo,
@@ -21,6 +24,7 @@ from reference.launcher.cellfile import (
     ProcessRecord,
     Role,
     is_alive,
+    live_process,
     with_records,
 )
 from reference.launcher.processes import (
@@ -33,9 +37,18 @@ from reference.launcher.processes import (
     wait_borglets,
     wait_ready,
 )
-from reference.launcher.roles import DEFAULT_CAPACITY, etcd_records, start_borglet, start_master
+from reference.launcher.roles import (
+    DEFAULT_CAPACITY,
+    HOLLOW_PROCESS,
+    etcd_records,
+    hollow_addresses,
+    start_borglet,
+    start_hollow,
+    start_master,
+)
 from reference.launcher.statedir import (
     check_arguments,
+    check_hollow,
     check_resumable,
     prepare_state_dir,
     refuse_running,
@@ -72,15 +85,28 @@ def up(
     master_args: Sequence[str] = (),
     fresh: bool = False,
     progress: Progress | None = None,
+    hollow: int = 0,
+    hollow_start_delay_s: float | None = None,
+    replica_cpu: float | None = None,
 ) -> CellInfo:
     """Start a local cell and return its cell file's contents once a leader exists and every
     machine is registered. On any failure everything started so far is stopped again.
 
     A state dir that holds a stopped cell is resumed on its data (`resume`; the shape
-    arguments then come from its cell file); `fresh` deletes that cell first instead."""
+    arguments then come from its cell file); `fresh` deletes that cell first instead.
+
+    `hollow` adds that many hollow machines (scale tests only), served by one more process,
+    beside the `machines` real borglets: `machines=0` makes a cell of hollow machines alone.
+    `replica_cpu` holds each master replica to that many cores (`cpubudget`), in its own
+    cgroup, for as long as the cell lives (restarts and resumes included)."""
     say = progress or (lambda _msg: None)
     etcd_members = replicas if etcd_members is None else etcd_members
     check_arguments(cell, replicas, machines, machine_capacity, etcd_members)
+    check_hollow(hollow, hollow_start_delay_s, toxiproxy)
+    if replica_cpu is not None:
+        problem = cpubudget.budget_problem(replica_cpu) or cpubudget.unusable()
+        if problem:
+            raise LauncherError(f"--replica-cpu: {problem}")
     root = state_dir_path(state_dir)
     if not fresh and (root / CELL_FILE).exists():
         return resume(root, progress=say)
@@ -88,7 +114,7 @@ def up(
     prepare_state_dir(root, say)
     workdir = os.getcwd()
     env = child_env(workdir)
-    info = CellInfo(cell, str(root), workdir, time.time(), (), (), {})
+    info = CellInfo(cell, str(root), workdir, time.time(), (), (), {}, replica_cpu=replica_cpu)
     try:
         say(f"etcd: starting {etcd_members} member(s)")
         cluster = EtcdCluster(root / "etcd", members=etcd_members, host=HOST, base_port=base_port)
@@ -97,13 +123,13 @@ def up(
         info = replace(info, etcd_urls=tuple(cluster.client_urls), processes=etcd_records(cluster))
         info.save()
 
-        count = replicas + machines
+        count = replicas + machines + (1 if hollow else 0)
         ports = (
             free_ports(count, host=HOST)
             if base_port is None
             else list(range(base_port + 2 * etcd_members, base_port + 2 * etcd_members + count))
         )
-        master_ports, borglet_ports = ports[:replicas], ports[replicas:]
+        master_ports, borglet_ports = ports[:replicas], ports[replicas : replicas + machines]
         names = [f"master{i}" for i in range(replicas)]
         urls = {
             name: f"http://{HOST}:{port}" for name, port in zip(names, master_ports, strict=True)
@@ -129,14 +155,21 @@ def up(
             start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env)
             for i, port in enumerate(borglet_ports)
         ]
+        hollow_urls: dict[str, str] = {}
+        if hollow:
+            say(f"borglets: starting one process of {hollow} hollow machine(s) of {machine_capacity}")
+            served = start_hollow(root, hollow, ports[-1], machine_capacity, hollow_start_delay_s, workdir, env)
+            borglets.append(served)
+            hollow_urls = hollow_addresses(served.url, hollow)
         info = replace(
             info,
             # Clients reach the masters through their proxies when there are any.
             master_urls=tuple(client_url(info.proxies, m.name, m.url) for m in masters),
-            borglet_urls={b.name: b.url for b in borglets},
+            borglet_urls={b.name: b.url for b in borglets if b.name != HOLLOW_PROCESS} | hollow_urls,
             processes=info.processes + tuple(masters) + tuple(borglets),
         )
         info.save()
+        _hold_to_budget(info, masters)  # once recorded: a failure here stops them with the rest
 
         wait_borglets(borglets)
         if info.proxies:
@@ -146,7 +179,7 @@ def up(
         leader = wait_for_leader(info, LEADER_TIMEOUT_S)
         say(f"masters: {leader} is the leader")
         register_machines(info, machine_capacity)
-        say(f"machines: {machines} registered")
+        say(f"machines: {len(info.borglet_urls)} registered")
     except BaseException:
         _stop_cell(info)
         info.save()
@@ -231,7 +264,10 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
             dead = [p for p in info.of_role(role) if not is_alive(p)]
             if dead:
                 say(f"{what}: starting {', '.join(p.name for p in dead)}")
-                info = with_records(info, role, _respawn(dead, info, env))
+                started = _respawn(dead, info, env)
+                info = with_records(info, role, started)
+                if role is Role.MASTER:
+                    _hold_to_budget(info, started)
         borglets = info.of_role(Role.BORGLET)
         wait_borglets(borglets)
         if info.proxies:
@@ -252,6 +288,18 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
             f"etcd did not come back on its data: {err}\n`minborg cell down` stops what runs"
         ) from None
     return info
+
+
+def _hold_to_budget(info: CellInfo, masters: Sequence[ProcessRecord]) -> None:
+    """Put each master replica in its CPU group, when the cell has a budget per replica."""
+    if info.replica_cpu is None:
+        return
+    for master in masters:
+        group = cpubudget.process_group(info.cell, info.state_dir, master.name)
+        try:
+            cpubudget.limit_cpu(master.pid, group, info.replica_cpu)
+        except OSError as err:
+            raise LauncherError(f"--replica-cpu: cannot hold {master.name} to {info.replica_cpu} cores in {group}: {err}") from None
 
 
 def _respawn(records: Sequence[ProcessRecord], info: CellInfo, env: dict[str, str]) -> list[ProcessRecord]:
@@ -323,6 +371,8 @@ def _stop_cell(info: CellInfo, say: Progress = lambda _msg: None) -> list[Proces
     stop_processes(tasks, timeout=2.0)
     say(f"masters: stopping {sum(map(is_alive, masters))}")
     stop_processes(masters)
+    if info.replica_cpu is not None:
+        cpubudget.remove_groups(cpubudget.cell_group(info.cell, info.state_dir))
     toxiproxy = info.of_role(Role.TOXIPROXY)
     if toxiproxy:
         say("toxiproxy: stopping the server")
@@ -349,6 +399,7 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
             "alive": is_alive(p),
             "url": p.url,
             "log": p.log,
+            **_cpu(info, p),
         }
         for p in info.processes
     ]
@@ -359,6 +410,7 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "stopped_at": info.stopped_at,
         "master_urls": list(info.master_urls),
         "etcd_urls": list(info.etcd_urls),
+        "replica_cpu": info.replica_cpu,
         "processes": processes,
         "api": None,
         "api_error": None,
@@ -370,3 +422,18 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         except ClientError as err:
             result["api_error"] = str(err)
     return result
+
+
+def _cpu(info: CellInfo, record: ProcessRecord) -> dict[str, Any]:
+    """A process's CPU seconds used and, for a master replica of a cell with a budget, the
+    budget its group holds (cores): from the group's cpuacct (children included), else the
+    process's own times."""
+    if info.replica_cpu is not None and record.role is Role.MASTER:
+        group = cpubudget.process_group(info.cell, info.state_dir, record.name)
+        return {"cpu_s": cpubudget.cpu_used_s(group), "cpu_budget": cpubudget.quota_of(group)}
+    proc = live_process(record.pid, record.create_time)
+    try:
+        times = proc.cpu_times() if proc is not None else None
+    except psutil.Error:
+        times = None
+    return {"cpu_s": times.user + times.system if times is not None else None}

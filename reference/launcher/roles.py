@@ -12,6 +12,9 @@ from reference.ports import HOST
 from reference.store.etcd_cluster import EtcdCluster
 
 DEFAULT_CAPACITY = "cpu=4000m,ram=8GiB"
+# The cell file's name of the one process that serves every hollow machine (scale tests only).
+HOLLOW_PROCESS = "hollow"
+HOLLOW_PREFIX = "/m/"  # a hollow machine's address is the process's URL + /m/<machine>
 MASTER_MAX_TXN_OPS = 1000  # under the local etcd's --max-txn-ops, with room to spare
 
 
@@ -64,3 +67,31 @@ def start_borglet(
     # The borglet's cwd is where `cell up` ran: tasks inherit it, so relative paths and
     # `python -m examples...` resolve from there.
     return spawn(Role.BORGLET, name, command, f"http://{HOST}:{port}", log, workdir, env)
+
+
+def start_hollow(
+    root: Path, count: int, port: int, capacity: str, start_delay_s: float | None, workdir: str,
+    env: dict[str, str],
+) -> ProcessRecord:  # fmt: skip
+    """Start the one process that serves `count` hollow machines on `port` (scale tests only);
+    `start_delay_s` None leaves the hollow borglet's own default."""
+    command = [
+        sys.executable, "-m", "reference.borglet", "--hollow", str(count), "--name", "hollow",
+        "--listen", f"{HOST}:{port}", "--capacity", capacity,
+        "--log-level", "warning",
+        *(["--hollow-start-delay", str(start_delay_s)] if start_delay_s is not None else []),
+    ]  # fmt: skip
+    log = root / "logs" / f"{HOLLOW_PROCESS}.log"
+    return spawn(Role.BORGLET, HOLLOW_PROCESS, command, f"http://{HOST}:{port}", log, workdir, env)
+
+
+def hollow_addresses(url: str, count: int) -> dict[str, str]:
+    """Each hollow machine's address, by name, under the URL of the process that serves them."""
+    from reference.borglet.hollow import machine_names  # the names the hollow process gives them
+
+    return {name: f"{url}{HOLLOW_PREFIX}{name}" for name in machine_names(count)}
+
+
+def is_hollow(address: str) -> bool:
+    """Whether a machine's address is a hollow machine's (`http://HOST:PORT/m/<machine>`)."""
+    return HOLLOW_PREFIX in address.partition("://")[2]

@@ -41,6 +41,17 @@ def check_arguments(
         raise LauncherError(f"invalid --machine-capacity: {err}") from None
 
 
+def check_hollow(count: int, start_delay_s: float | None, toxiproxy: bool) -> None:
+    """LauncherError saying what to change if `--hollow` cannot be started as asked."""
+    if count < 0:
+        raise LauncherError(f"--hollow must be 0 or more machines, got {count}")
+    if start_delay_s is not None and start_delay_s < 0:
+        raise LauncherError(f"--hollow-start-delay must be 0 or more seconds, got {start_delay_s}")
+    if count and toxiproxy:
+        # One proxy per hollow machine would be thousands of proxies onto one port.
+        raise LauncherError("--hollow and --toxiproxy cannot be combined: hollow machines are for scale tests")
+
+
 def prepare_state_dir(root: Path, say: Callable[[str], None]) -> None:
     """Refuse a running cell; delete a stopped one (saying what goes) so the new cell starts empty."""
     if (root / CELL_FILE).exists():

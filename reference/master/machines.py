@@ -32,7 +32,8 @@ class MachineBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=NAME_PATTERN)
-    address: str = Field(pattern=r"^https?://[^/\s]+/?$")
+    # A path is allowed: hollow machines (scale tests) share one server, each under its own.
+    address: str = Field(pattern=r"^https?://[^/\s]+(?:/[A-Za-z0-9._~-]+)*/?$")
     capacity: Annotated[str | dict[str, Any], WithJsonSchema(CAPACITY_SCHEMA)]
     attrs: dict[str, str] = Field(default_factory=dict)
     failure_domain: str = ""

@@ -6,17 +6,20 @@ import pytest
 from reference.borglet.decisions import (
     Candidate,
     Exit,
+    Fence,
     Plan,
     Readoption,
     Saved,
     after_exit,
     backoff_delay,
+    desired_after,
     ended_state,
     memory_pressure_victims,
     readoption,
     reconcile,
     restart_attempt,
     should_restart,
+    sync_refusal,
 )
 
 
@@ -216,3 +219,25 @@ MiB = 1024 * 1024
 )
 def test_memory_pressure_victims_lowest_priority_first(candidates, capacity, victims):
     assert memory_pressure_victims(candidates, capacity) == victims
+
+
+@pytest.mark.parametrize(
+    ("delta_base", "has_base", "epoch", "seq", "want"),
+    [
+        (None, False, 1, 6, None),  # a whole set applies without a base
+        (5, True, 1, 6, None),  # a delta on the last sync applied
+        (4, True, 1, 6, "need_full"),  # on an older one
+        (5, False, 1, 6, "need_full"),  # no whole set applied since the borglet started
+        (5, True, 2, 1, "need_full"),  # a new leader's delta on the old leader's sync
+        (5, True, 1, 5, "stale_seq"),  # the ordering refusal comes first
+    ],
+)
+def test_sync_refusal_adds_need_full_for_deltas(delta_base, has_base, epoch, seq, want) -> None:
+    fence = Fence(1, 5, 100)
+    assert sync_refusal(fence, epoch, seq, 100, delta_base, has_base) == want
+
+
+def test_desired_after_a_delta() -> None:
+    base = {"a": 1, "b": 2}
+    assert desired_after(base, ["a", "zz"], [("c", 3), ("b", 20)]) == {"b": 20, "c": 3}
+    assert base == {"a": 1, "b": 2}  # the base is not changed

@@ -1,0 +1,154 @@
+"""The HTTP server of many hollow machines in one process, for scale tests only: each machine under its own URL prefix.
+
+Machine M answers at `/m/M/v1/sync`, `/m/M/v1/state` and `/m/M/healthz`, so the address it is
+registered with, `http://HOST:PORT/m/M`, is used by the master's poller unchanged. The server
+as a whole answers `/healthz` and `/v1/hollow` (what runs on every machine, for tests).
+
+A bare ASGI app rather than FastAPI: ten thousand machines polled every few seconds on two
+cores shared with the masters and etcd leave little time per request, and routing and
+encoding through FastAPI cost several times what the simulated machine itself does. Every
+request is handled on the event loop's one thread, which is what `HollowMachine` expects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from reference.borglet.hollow import HollowMachine
+from reference.borglet.protocol import SyncRequest
+from reference.borglet.supervisor import SyncRefused
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+MAX_BODY_BYTES = 64 << 20  # a sync of many thousand tasks is a few MiB
+
+
+class HollowApp:
+    """The ASGI app of a set of hollow machines, by name."""
+
+    def __init__(self, machines: Mapping[str, HollowMachine]) -> None:
+        self.machines = dict(machines)
+        self.requests = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        self.requests += 1
+        method, path = scope["method"], scope["path"]
+        body = b""
+        if method == "POST":
+            body = await _body(receive)
+            if body is None:
+                await _reply(
+                    send,
+                    413,
+                    {"detail": [{"field": "body", "error": f"larger than {MAX_BODY_BYTES} bytes"}]},
+                )
+                return
+        status, answer = self.handle(method, path, body)
+        await _reply(send, status, answer)
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        """(HTTP status, JSON body) for one request."""
+        if path == "/healthz" and method == "GET":
+            return 200, {"ok": True, "machines": len(self.machines), "requests": self.requests}
+        if path == "/v1/hollow" and method == "GET":
+            return 200, self.summary()
+        prefix, _, rest = path.partition("/m/")
+        name, slash, endpoint = rest.partition("/")
+        machine = self.machines.get(name) if not prefix and slash else None
+        if machine is None:
+            return 404, {"detail": [{"field": "path", "error": f"no hollow machine serves {path}"}]}
+        if endpoint == "v1/sync" and method == "POST":
+            return self._sync(machine, body)
+        if endpoint == "v1/state" and method == "GET":
+            return 200, machine.report()
+        if endpoint == "healthz" and method == "GET":
+            return 200, {"ok": True, "machine": name}
+        return 404, {
+            "detail": [
+                {"field": "path", "error": f"no {method} /{endpoint} on hollow machine {name}"}
+            ]
+        }
+
+    def _sync(self, machine: HollowMachine, body: bytes) -> tuple[int, Any]:
+        try:
+            request = SyncRequest.model_validate_json(body)
+        except ValidationError as err:
+            return 422, {"detail": [_problem(e) for e in err.errors(include_url=False)]}
+        try:
+            return 200, machine.sync(request)
+        except SyncRefused as refused:
+            return 409, {
+                "error": str(refused),
+                "reason": refused.reason,
+                "epoch": refused.fence.epoch,
+                "seq": refused.fence.seq,
+                "revision": refused.fence.revision,
+                "machine": machine.config.name,
+            }
+
+    def summary(self) -> dict[str, Any]:
+        """Every machine's running task ids and any task id started more than once."""
+        running: dict[str, list[str]] = {}
+        twice: list[str] = []
+        for name, machine in self.machines.items():
+            report = machine.report()
+            ids = [t["task_id"] for t in report["tasks"] if t["state"] == "RUNNING"]
+            if ids:
+                running[name] = ids
+            twice.extend(tid for tid, n in machine.starts.items() if n > 1)
+        return {"machines": len(self.machines), "running": running, "started_twice": sorted(twice)}
+
+
+def _problem(error: Mapping[str, Any]) -> dict[str, str]:
+    field = ".".join(str(part) for part in error.get("loc", ())) or "body"
+    return {"field": field, "error": str(error.get("msg", "invalid"))}
+
+
+async def _body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _reply(send: Send, status: int, answer: Any) -> None:
+    body = json.dumps(answer, separators=(",", ":")).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

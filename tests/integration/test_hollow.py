@@ -1,0 +1,101 @@
+"""A cell of 200 hollow machines: a job of 300 tasks all RUNNING as the hollow borglets report it, then killed, and no task index ever running twice."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from reference import launcher
+from reference.client import CellClient
+from reference.master.reports import parse_borglet_task_id
+from reference.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+MACHINES = 200
+TASKS = 300
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "cell"
+    yield path
+    if (path / "cell.json").exists() and launcher.CellInfo.load(path).running():
+        launcher.down(path)
+
+
+class Sampler:
+    """Reads what every hollow machine runs, every 0.1 s, and records any task index found
+    running under two task ids at once, or any task id started twice."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.samples = 0
+        self.most_running = 0
+        self.twice: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5.0) as http:
+            while not self._stop.wait(0.1):
+                summary = http.get(f"{self.url}/v1/hollow").json()
+                by_index: dict[tuple[str, int], set[str]] = {}
+                for ids in summary["running"].values():
+                    for tid in ids:
+                        parsed = parse_borglet_task_id(tid)
+                        assert parsed is not None, tid
+                        by_index.setdefault(parsed[:2], set()).add(tid)
+                self.twice += [f"{k}: {sorted(v)}" for k, v in by_index.items() if len(v) > 1]
+                self.twice += summary["started_twice"]
+                self.most_running = max(self.most_running, sum(map(len, by_index.values())))
+                self.samples += 1
+
+
+def test_a_job_runs_on_hollow_machines_and_is_killed(state_dir: Path) -> None:
+    info = launcher.up(state_dir, replicas=1, machines=0, hollow=MACHINES, hollow_start_delay_s=0.05)
+    (served,) = [p for p in info.of_role(launcher.Role.BORGLET)]
+    assert len(info.borglet_urls) == MACHINES
+    job = {
+        "name": "scale", "user": "hollow", "priority": 100, "task_count": TASKS,
+        "request": {"cpu": "100m", "ram": "64MiB"}, "command": ["server"],
+    }  # fmt: skip
+    with CellClient(list(info.master_urls)) as client, Sampler(served.url) as sampler:
+        machines = client.machines()
+        assert len(machines) == MACHINES
+        assert all(m["attrs"].get("hollow") == "true" for m in machines)
+        client.submit(job)
+
+        def confirmed() -> bool:
+            tasks = client.tasks("hollow/scale")
+            return len(tasks) == TASKS and all(
+                t["state"] == "RUNNING" and t.get("borglet_state") == "RUNNING" for t in tasks
+            )
+
+        wait_until(confirmed, 30.0, f"{TASKS} tasks reported RUNNING by their hollow borglets", 0.2)
+        wait_until(lambda: sampler.most_running == TASKS, 5.0, "the hollow machines to run every task", 0.1)
+        client.kill("hollow/scale")
+        with httpx.Client(timeout=5.0) as http:
+            wait_until(
+                lambda: not http.get(f"{served.url}/v1/hollow").json()["running"],
+                15.0,
+                "every hollow task killed",
+                0.2,
+            )
+        time.sleep(0.3)  # a few more samples after the kill
+    assert sampler.samples > 10
+    assert sampler.twice == []
+    launcher.down(state_dir)

@@ -1,0 +1,269 @@
+"""Hollow machines: simulated start, finish and kill on an injected clock, the real borglet's fencing, and the hollow server's routes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from reference.borglet.hollow import (
+    HollowConfig,
+    HollowMachine,
+    machine_names,
+    simulated_usage,
+    sleep_seconds,
+)
+from reference.borglet.hollow_server import HollowApp
+from reference.borglet.protocol import Request, SyncRequest
+from reference.borglet.supervisor import SyncRefused
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def spec(
+    tid: str, command: list[str] | None = None, index: int = 0, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "task_id": tid, "job": "a/j", "index": index, "command": command or ["server"],
+        "request": {"cpu": 1000, "ram": 4096}, **extra,
+    }  # fmt: skip
+
+
+def request(
+    seq: int, *tasks: dict[str, Any], epoch: int = 1, revision: int = 0, **extra: Any
+) -> SyncRequest:
+    body = {"master": "m", "epoch": epoch, "seq": seq, "revision": revision, **extra}
+    if "delta" not in extra:
+        body["tasks"] = list(tasks)
+    return SyncRequest.model_validate(body)
+
+
+def make(delay: float = 0.1) -> tuple[HollowMachine, Clock]:
+    clock = Clock()
+    return HollowMachine(
+        HollowConfig("hollow0000", {"cpu": 4000}, {"hollow": "true"}, "", delay), clock
+    ), clock
+
+
+def states(machine: HollowMachine) -> dict[str, str]:
+    return {t["task_id"]: t["state"] for t in machine.report()["tasks"]}
+
+
+@pytest.mark.parametrize(
+    ("command", "want"),
+    [
+        (["/bin/sleep", "5"], 5.0),
+        (["sleep", "0.5"], 0.5),
+        (["sleep 3"], 3.0),
+        (["sleep", "forever"], None),  # not a number: runs until removed
+        (["sleep", "-1"], None),
+        (["python", "-m", "server"], None),
+        (["/bin/sleep", "1", "2"], None),
+    ],
+)
+def test_sleep_seconds(command, want) -> None:
+    assert sleep_seconds(command) == want
+
+
+def test_simulated_usage_is_half_the_cpu_and_all_the_ram() -> None:
+    # 1000m * 0.5 = 500m; 333m * 0.5 = 166.5 -> 166m
+    assert simulated_usage(Request(cpu=1000, ram=2**20)) == (500, 2**20)
+    assert simulated_usage(Request(cpu=333, ram=0)) == (166, 0)
+
+
+def test_machine_names_sort_and_never_look_like_real_ones() -> None:
+    assert machine_names(3) == ["hollow0000", "hollow0001", "hollow0002"]
+    names = machine_names(10_001)
+    assert names[-1] == "hollow10000" and len(set(names)) == 10_001
+    assert names == sorted(names)
+
+
+def test_a_task_runs_after_the_start_delay_with_pid_0_and_usage() -> None:
+    machine, clock = make(delay=0.5)
+    report = machine.sync(request(1, spec("t@1")))
+    assert [t["state"] for t in report["tasks"]] == ["QUEUED"]
+    clock.now += 0.4
+    assert states(machine) == {"t@1": "QUEUED"}
+    clock.now += 0.1
+    (task,) = machine.report()["tasks"]
+    assert (task["state"], task["pid"], task["phase"]) == ("RUNNING", 0, "running")
+    assert task["started_at"] == 1000.5  # the moment the delay ended, not the moment it was read
+    assert task["usage"] == {"cpu_milli": 500, "ram_bytes": 4096}
+    assert machine.report()["usage"] == {"cpu_milli": 500, "ram_bytes": 4096}
+    assert machine.report()["isolation"] == "hollow"
+
+
+def test_a_sleep_task_finishes_after_its_seconds_of_running() -> None:
+    machine, clock = make(delay=0.1)
+    machine.sync(request(1, spec("s@1", ["/bin/sleep", "2"]), spec("r@1", ["server"], index=1)))
+    clock.now += 2.0  # started at +0.1: still 0.1 s to run
+    assert states(machine) == {"s@1": "RUNNING", "r@1": "RUNNING"}
+    clock.now += 0.1
+    assert states(machine) == {"s@1": "FINISHED", "r@1": "RUNNING"}
+    finished = machine.report()["tasks"][0]
+    assert (finished["exit_code"], finished["pid"], finished["usage"]["cpu_milli"]) == (0, None, 0)
+    clock.now += 3600
+    assert states(machine)["r@1"] == "RUNNING"  # any other command runs until removed
+
+
+def test_a_sleep_task_with_restart_always_restarts_after_a_backoff() -> None:
+    machine, clock = make(delay=0.0)
+    machine.sync(request(1, spec("s@1", ["sleep", "1"], restart_policy="always")))
+    clock.now += 1.0
+    (task,) = machine.report()["tasks"]
+    assert (task["state"], task["restarts"]) == ("STARTING", 0)
+    clock.now += 0.1  # decisions.backoff_delay(0) = 0.1 s
+    (task,) = machine.report()["tasks"]
+    assert (task["state"], task["restarts"], task["started_at"]) == ("RUNNING", 1, 1001.1)
+    assert machine.starts["s@1"] == 1  # a restart in place is not a second start of the id
+
+
+def test_a_removed_task_is_killed_at_once_then_forgotten_as_on_a_borglet() -> None:
+    machine, clock = make()
+    machine.sync(request(1, spec("t@1"), spec("q@1", index=1), revision=5))
+    clock.now += 1
+    clock_queued = machine.sync(
+        request(2, spec("t@1"), spec("q@1", index=1), spec("new@1", index=2), revision=6)
+    )
+    assert {t["task_id"]: t["state"] for t in clock_queued["tasks"]}["new@1"] == "QUEUED"
+    report = machine.sync(request(3, revision=7))
+    by_id = {t["task_id"]: t for t in report["tasks"]}
+    assert {tid: (t["state"], t["reason"]) for tid, t in by_id.items()} == {
+        "t@1": ("KILLED", "not_desired"),
+        "q@1": ("KILLED", "not_desired"),
+        "new@1": ("KILLED", "not_desired"),  # killed before it started
+    }
+    assert all(t["pid"] is None and t["usage"]["cpu_milli"] == 0 for t in by_id.values())
+    clock.now += 1
+    assert states(machine)["new@1"] == "KILLED"  # never starts later
+    # The next sync forgets them; a tombstone keeps each id from starting again.
+    assert machine.sync(request(4, revision=8))["tasks"] == []
+    again = machine.sync(request(5, spec("t@1"), revision=8))
+    assert [(t["task_id"], t["state"]) for t in again["tasks"]] == [("t@1", "KILLED")]
+    assert machine.starts == {"t@1": 1, "q@1": 1}
+
+
+def test_refusals_are_the_borglets_and_change_nothing() -> None:
+    machine, _ = make()
+    machine.sync(request(5, spec("t@1"), epoch=2, revision=100))
+    for bad, reason in [
+        (request(5, epoch=2, revision=100), "stale_seq"),
+        (request(9, epoch=1, revision=200), "stale_epoch"),
+        (request(1, epoch=3, revision=99), "stale_revision"),
+        (
+            request(6, epoch=2, revision=100, delta={"base_seq": 4, "add": [], "remove": ["t@1"]}),
+            "need_full",
+        ),
+    ]:
+        with pytest.raises(SyncRefused) as refused:
+            machine.sync(bad)
+        assert refused.value.reason == reason
+    assert (machine.fence.epoch, machine.fence.seq, machine.fence.revision) == (2, 5, 100)
+    assert list(states(machine)) == ["t@1"] and machine.refused["stale_seq"] == 1
+
+
+def test_a_delta_on_the_last_sync_applies() -> None:
+    machine, _ = make()
+    machine.sync(request(1, spec("a@1"), spec("b@1", index=1)))
+    report = machine.sync(
+        request(2, delta={"base_seq": 1, "add": [spec("c@1", index=2)], "remove": ["a@1"]})
+    )
+    assert {t["task_id"]: t["state"] for t in report["tasks"]} == {
+        "a@1": "KILLED", "b@1": "QUEUED", "c@1": "QUEUED",
+    }  # fmt: skip
+
+
+def test_a_fresh_machine_refuses_a_delta() -> None:
+    machine, _ = make()
+    with pytest.raises(SyncRefused) as refused:
+        machine.sync(request(1, delta={"base_seq": 0, "add": [], "remove": []}))
+    assert refused.value.reason == "need_full"
+
+
+# --- the server's routes -------------------------------------------------------------------
+
+
+def app() -> tuple[HollowApp, Clock]:
+    machine, clock = make()
+    return HollowApp({"hollow0000": machine}), clock
+
+
+def test_sync_and_state_under_the_machines_prefix() -> None:
+    server, clock = app()
+    body = json.dumps({"epoch": 1, "seq": 1, "tasks": [spec("t@1")]}).encode()
+    status, report = server.handle("POST", "/m/hollow0000/v1/sync", body)
+    assert status == 200 and report["machine"] == "hollow0000"
+    clock.now += 1
+    status, report = server.handle("GET", "/m/hollow0000/v1/state", b"")
+    assert status == 200 and report["tasks"][0]["state"] == "RUNNING"
+    assert server.handle("GET", "/v1/hollow", b"")[1] == {
+        "machines": 1, "running": {"hollow0000": ["t@1"]}, "started_twice": [],
+    }  # fmt: skip
+
+
+def test_a_refused_sync_is_409_with_its_reason() -> None:
+    server, _ = app()
+    body = json.dumps({"epoch": 1, "seq": 1}).encode()
+    server.handle("POST", "/m/hollow0000/v1/sync", body)
+    status, answer = server.handle("POST", "/m/hollow0000/v1/sync", body)
+    assert status == 409
+    assert (answer["reason"], answer["seq"], answer["machine"]) == ("stale_seq", 1, "hollow0000")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"", "body"),
+        (b"not json", "body"),
+        (json.dumps({"seq": "x"}).encode(), "seq"),
+        (json.dumps({"tasks": [{"task_id": "t", "command": []}]}).encode(), "tasks.0.command"),
+    ],
+)
+def test_a_bad_sync_is_422_naming_the_field(body, field) -> None:
+    server, _ = app()
+    status, answer = server.handle("POST", "/m/hollow0000/v1/sync", body)
+    assert status == 422
+    assert answer["detail"][0]["field"] == field
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/m/machine0/v1/state"),
+        ("GET", "/m/hollow0000/v1/nothing"),
+        ("GET", "/v1/state"),
+        ("GET", "/m/"),
+    ],
+)
+def test_unknown_paths_are_404(method, path) -> None:
+    server, _ = app()
+    status, answer = server.handle(method, path, b"")
+    assert status == 404 and answer["detail"][0]["field"] == "path"
+
+
+# --- how a cell registers them ------------------------------------------------------------
+
+
+def test_hollow_addresses_are_paths_under_the_serving_process() -> None:
+    from reference.launcher.roles import hollow_addresses, is_hollow
+    from reference.master.machines import MachineBody
+
+    addresses = hollow_addresses("http://127.0.0.1:7000", 2)
+    assert addresses == {
+        "hollow0000": "http://127.0.0.1:7000/m/hollow0000",
+        "hollow0001": "http://127.0.0.1:7000/m/hollow0001",
+    }
+    assert all(is_hollow(a) for a in addresses.values())
+    assert not is_hollow("http://127.0.0.1:7001") and not is_hollow("http://127.0.0.1:7001/")
+    # The master accepts an address with a path, and still refuses one with spaces or a query.
+    MachineBody(name="hollow0000", address=addresses["hollow0000"], capacity="cpu=1,ram=1GiB")
+    for bad in ("http://h:1/m/a b", "http://h:1/m?x=1", "ftp://h:1"):
+        with pytest.raises(ValueError):
+            MachineBody(name="x", address=bad, capacity="cpu=1,ram=1GiB")
