@@ -27,6 +27,8 @@ COMMANDS = (
     ("events", "The cell's events: tasks scheduled, started, exited, OOM-killed, evicted, lost...; jobs "
                "submitted and removed; machines down and up."),
     ("master", "Run one master replica (arguments as `python -m reference.master`; try --help)."),
+    ("scheduler", "Run a scheduler process: plans on its own cached copy of the cell, proposes to the leader "
+                  "(try --help)."),
     ("borglet", "Run the borglet of one machine (arguments as `python -m reference.borglet`; try --help)."),
     ("conformance", "Run the conformance suite against a cell, or a local one it starts (try --help)."),
     ("cell", "Start, inspect and stop a local cell on this machine."),
