@@ -119,10 +119,17 @@ def cell_up(
         float | None,
         typer.Option(
             "--replica-cpu",
-            help="Hold each master replica to this many cores (e.g. 0.5) in a cgroup of its own, "
+            help="Hold each master replica and scheduler process to this many cores (e.g. 0.5) in a cgroup of its own, "
             "so 1, 3 and 5 replicas compare as if each had a host of its own (needs root and cgroup v1 cpu).",
         ),
     ] = None,
+    schedulers: Annotated[
+        int,
+        typer.Option(
+            "--schedulers", min=0, max=3,
+            help="Scheduler processes beside the masters, one active at a time (0: the leader schedules).",
+        ),
+    ] = 1,
     hollow_start_delay: Annotated[
         float | None,
         typer.Option("--hollow-start-delay", min=0, help="Seconds from a hollow task's sync to its RUNNING (default 0.1)."),
@@ -164,6 +171,7 @@ def cell_up(
         hollow=hollow,
         hollow_start_delay_s=hollow_start_delay,
         replica_cpu=replica_cpu,
+        schedulers=schedulers,
     )
     if bounds is not None and not resuming:  # a resumed cell brings back the autoscaler it had
         info = _start_autoscaler(info, bounds, machine_capacity, say)

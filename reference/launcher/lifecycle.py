@@ -45,6 +45,7 @@ from reference.launcher.roles import (
     start_borglet,
     start_hollow,
     start_master,
+    start_scheduler,
 )
 from reference.launcher.statedir import (
     check_arguments,
@@ -88,6 +89,7 @@ def up(
     hollow: int = 0,
     hollow_start_delay_s: float | None = None,
     replica_cpu: float | None = None,
+    schedulers: int = 1,
 ) -> CellInfo:
     """Start a local cell and return its cell file's contents once a leader exists and every
     machine is registered. On any failure everything started so far is stopped again.
@@ -97,8 +99,10 @@ def up(
 
     `hollow` adds that many hollow machines (scale tests only), served by one more process,
     beside the `machines` real borglets: `machines=0` makes a cell of hollow machines alone.
-    `replica_cpu` holds each master replica to that many cores (`cpubudget`), in its own
-    cgroup, for as long as the cell lives (restarts and resumes included)."""
+    `replica_cpu` holds each master replica and scheduler process to that many cores
+    (`cpubudget`), each in its own cgroup, for as long as the cell lives (restarts and resumes
+    included). `schedulers` scheduler processes run beside the masters, one active at a time;
+    with none, the leader schedules."""
     say = progress or (lambda _msg: None)
     etcd_members = replicas if etcd_members is None else etcd_members
     check_arguments(cell, replicas, machines, machine_capacity, etcd_members)
@@ -150,6 +154,12 @@ def up(
             start_master(root, cell, name, urls, etcd_of[name], master_args, workdir, env)
             for name in names
         ]
+        if schedulers:
+            say(f"scheduler: starting {schedulers} process(es), one active at a time")
+        masters += [
+            start_scheduler(root, cell, f"scheduler{i}", list(cluster.client_urls), workdir, env)
+            for i in range(schedulers)
+        ]
         say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
         borglets = [
             start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env)
@@ -164,7 +174,7 @@ def up(
         info = replace(
             info,
             # Clients reach the masters through their proxies when there are any.
-            master_urls=tuple(client_url(info.proxies, m.name, m.url) for m in masters),
+            master_urls=tuple(client_url(info.proxies, m.name, m.url) for m in masters if m.role is Role.MASTER),
             borglet_urls={b.name: b.url for b in borglets if b.name != HOLLOW_PROCESS} | hollow_urls,
             processes=info.processes + tuple(masters) + tuple(borglets),
         )
@@ -175,7 +185,7 @@ def up(
         if info.proxies:
             # Toxiproxy accepts a connection before its upstream listens and then drops it,
             # which a client cannot tell from a lost answer: wait until every master listens.
-            wait_ready(masters, "/healthz", READY_TIMEOUT_S)
+            wait_ready([m for m in masters if m.role is Role.MASTER], "/healthz", READY_TIMEOUT_S)
         leader = wait_for_leader(info, LEADER_TIMEOUT_S)
         say(f"masters: {leader} is the leader")
         register_machines(info, machine_capacity)
@@ -260,13 +270,13 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
             info = with_records(info, Role.TOXIPROXY, _respawn(toxiproxy, info, env))
             wait_ready(info.of_role(Role.TOXIPROXY), "/version", READY_TIMEOUT_S)
             recreate_proxies(info.toxiproxy_url or "", info.proxies)
-        for role, what in ((Role.MASTER, "masters"), (Role.BORGLET, "borglets")):
+        for role, what in ((Role.MASTER, "masters"), (Role.SCHEDULER, "schedulers"), (Role.BORGLET, "borglets")):
             dead = [p for p in info.of_role(role) if not is_alive(p)]
             if dead:
                 say(f"{what}: starting {', '.join(p.name for p in dead)}")
                 started = _respawn(dead, info, env)
                 info = with_records(info, role, started)
-                if role is Role.MASTER:
+                if role in (Role.MASTER, Role.SCHEDULER):
                     _hold_to_budget(info, started)
         borglets = info.of_role(Role.BORGLET)
         wait_borglets(borglets)
@@ -370,6 +380,7 @@ def _stop_cell(info: CellInfo, say: Progress = lambda _msg: None) -> list[Proces
     # A task that outlived its borglet (SIGKILLed borglet, ignored SIGTERM) leads its own session.
     stop_processes(tasks, timeout=2.0)
     say(f"masters: stopping {sum(map(is_alive, masters))}")
+    stop_processes(info.of_role(Role.SCHEDULER))
     stop_processes(masters)
     if info.replica_cpu is not None:
         cpubudget.remove_groups(cpubudget.cell_group(info.cell, info.state_dir))

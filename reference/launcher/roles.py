@@ -53,6 +53,18 @@ def start_master(
     return spawn(Role.MASTER, name, command, urls[name], log, workdir, env)
 
 
+def start_scheduler(
+    root: Path, cell: str, name: str, etcd_urls: list[str], workdir: str, env: dict[str, str]
+) -> ProcessRecord:
+    """Start scheduler process `name` of the cell (`reference.master.schedulerd`): it has no
+    address of its own; it reads etcd and posts its plans to the leader."""
+    command = [
+        sys.executable, "-m", "reference.master.schedulerd", "--name", name, "--etcd", ",".join(etcd_urls),
+        "--cell", cell,
+    ]  # fmt: skip
+    return spawn(Role.SCHEDULER, name, command, "", root / "logs" / f"{name}.log", workdir, env)
+
+
 def start_borglet(
     root: Path, name: str, port: int, capacity: str, i: int, workdir: str, env: dict[str, str]
 ) -> ProcessRecord:
