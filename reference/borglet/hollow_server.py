@@ -63,6 +63,8 @@ class HollowApp:
             return 200, {"ok": True, "machines": len(self.machines), "requests": self.requests}
         if path == "/v1/hollow" and method == "GET":
             return 200, self.summary()
+        if path == "/v1/hollow/jobs" and method == "GET":
+            return 200, self.jobs()
         prefix, _, rest = path.partition("/m/")
         name, slash, endpoint = rest.partition("/")
         machine = self.machines.get(name) if not prefix and slash else None
@@ -108,6 +110,24 @@ class HollowApp:
                 running[name] = ids
             twice.extend(tid for tid, n in machine.starts.items() if n > 1)
         return {"machines": len(self.machines), "running": running, "started_twice": sorted(twice)}
+
+
+    def jobs(self) -> dict[str, Any]:
+        """Per job: its tasks RUNNING on any hollow machine and when the last of them started
+        (wall clock), and how many task ids were started more than once: what a scale
+        campaign reads instead of every task id."""
+        out: dict[str, dict[str, Any]] = {}
+        twice = 0
+        for machine in self.machines.values():
+            machine.advance(machine.clock())
+            for task in machine.tasks.values():
+                if task.state != "RUNNING":
+                    continue
+                j = out.setdefault(task.spec.job, {"running": 0, "last_started_at": 0.0})
+                j["running"] += 1
+                j["last_started_at"] = max(j["last_started_at"], float(task.started_at or 0.0))
+            twice += sum(1 for n in machine.starts.values() if n > 1)
+        return {"jobs": out, "started_twice": twice}
 
 
 def _problem(error: Mapping[str, Any]) -> dict[str, str]:

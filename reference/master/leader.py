@@ -185,6 +185,13 @@ def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
     task stays PENDING and its victims keep running."""
     placed = conflicts = 0
     for p in plan.placements:
+        if not p.victims:
+            # One step: its guard is the whole check, and a false guard changes nothing.
+            if d.step("schedule", p.task, p.machine, reason="scheduled"):
+                placed += 1
+            else:
+                conflicts += 1
+            continue
         steps = list(plan_steps(Plan(placements=[p])))
         state: CellState | None = d.state
         for step in steps:

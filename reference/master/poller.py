@@ -486,13 +486,31 @@ class Poller:
                 self._copies[name] = (shard, version, report)
                 if name in cell.state.machines:
                     known.append((name, report))
+        # One write for the whole batch: a round of a thousand machines is one group commit.
+        changes: list[tuple[str, Callable[[Draft], None]]] = []
         for name, report in known:
             try:
-                self._shard_report(name, report)
-            except (NotLeader, WriteFailed) as err:
-                log.info("report of %s not recorded: %s", name, err)
+                change = self._shard_report(name, report)
             except Exception:
                 log.exception("report of %s failed", name)
+                continue
+            if change is not None:
+                changes.append((name, change))
+        if changes:
+
+            def batch_change(d: Draft) -> None:
+                for name, change in changes:
+                    try:
+                        change(d)
+                    except Exception:  # one machine's facts must not cost the others theirs
+                        log.exception("report of %s not applied", name)
+
+            try:
+                self.writer.mutate(batch_change)
+                for name, change in changes:
+                    self._usage_written(name, change)
+            except (NotLeader, WriteFailed) as err:
+                log.info("reports of %d machine(s) not recorded: %s", len(changes), err)
         for name, misses in (batch.get("missed") or {}).items():
             if name in cell.state.machines:
                 try:
@@ -502,7 +520,7 @@ class Poller:
         self._wake.set()
         return {"need_full": need_full}
 
-    def _shard_report(self, name: str, report: dict[str, Any]) -> None:
+    def _shard_report(self, name: str, report: dict[str, Any]) -> Callable[[Draft], None] | None:
         """A machine's state as its shard read it: taken as an answer, unless it is older
         than a sync reply this leader already acted on."""
         fence = report.get("fence") if isinstance(report.get("fence"), dict) else {}
@@ -510,11 +528,11 @@ class Poller:
         with self._lock:
             st = self._machines.setdefault(name, _Machine())
             if epoch > self.epoch:
-                return  # the borglet has seen a newer leader: this one's term is over
+                return None  # the borglet has seen a newer leader: this one's term is over
             if epoch == self.epoch and seq < st.acked_seq:
-                return  # read before the borglet applied a sync whose reply was already taken
+                return None  # read before the borglet applied a sync whose reply was already taken
             ids = set(st.acked_ids) if epoch == self.epoch else set()
-        self._answered(name, report, ids)
+        return self._answer(name, report, ids)
 
     def _missed(self, name: str, misses: int | None = None) -> None:
         """A poll of `name` got no answer; `misses` (from its shard) counts them in a row."""
@@ -534,6 +552,20 @@ class Poller:
         self.writer.mutate(lambda d: d.step("machine_down", name, reason=f"machine {name} down"))
 
     def _answered(self, name: str, reply: dict[str, Any], ids: set[TaskId]) -> None:
+        change = self._answer(name, reply, ids)
+        if change is not None:
+            self.writer.mutate(change)
+            self._usage_written(name, change)
+
+    def _usage_written(self, name: str, change: Callable[[Draft], None]) -> None:
+        if getattr(change, "writes_usage", False):
+            with self._lock:
+                st = self._machines[name]
+                st.schedule = pollclock.usage_written(st.schedule, self.clock())
+
+    def _answer(self, name: str, reply: dict[str, Any], ids: set[TaskId]) -> Callable[[Draft], None] | None:
+        """What an answer of `name` changes in the cell, as a change for the writer (None:
+        nothing); the change's `writes_usage` says whether it writes the usage."""
         with self._lock:
             st = self._machines[name]
             st.schedule = pollclock.answered(st.schedule)
@@ -543,11 +575,11 @@ class Poller:
         self.usage.update(outcome.usage)
         m = self.cache.cell().state.machines.get(name)
         if m is None:
-            return
+            return None
         machine_usage = tuple(sorted((k, int(v)) for k, v in (reply.get("usage") or {}).items()))
         isolation = str(reply.get("isolation") or "")
         if not (outcome.steps or outcome.infos or not m.up or write_usage):
-            return
+            return None
 
         def change(d: Draft) -> None:
             if not d.state.machines[name].up:
@@ -577,10 +609,8 @@ class Poller:
                     if task is not None and task.state is TaskState.RUNNING and tid in self.usage:
                         d.set_task_info(tid, replace(d.task_info(tid), usage=self.usage[tid]))
 
-        self.writer.mutate(change)
-        if write_usage:
-            with self._lock:
-                st.schedule = pollclock.usage_written(st.schedule, self.clock())
+        change.writes_usage = write_usage  # type: ignore[attr-defined]
+        return change
 
 
 def _refusal_reason(body: Any) -> str:

@@ -1,0 +1,437 @@
+"""The scale campaign: hollow cells of 100 to 10,000 machines with 1, 3 and 5 master replicas at a fixed CPU budget each, against Borg's SLOs.
+
+Each run starts a fresh cell (`cell up --machines 0 --hollow N --replicas R --replica-cpu B`,
+one scheduler process), fills it with jobs up to `tasks_per_machine` tasks per machine, then
+for `measure_s` seconds keeps new tasks arriving at `arrival_per_min` while readers call
+`GET /v1/cell` on every replica in turn. It records:
+
+- the borglet polling interval (time between successive polls of a machine by its link
+  shard) p50 / p95 / max, from every replica's `/v1/shard` (the worst shard's is the cell's);
+- API read p99 (the readers) and write p99 (the arrivals' submits);
+- tasks confirmed started per minute (by the hollow borglets, not by the API's word) and
+  each arrival job's submit-to-confirmed-start latency;
+- CPU seconds per second of the leader, of the other replicas and of the scheduler process
+  (from /proc), and the etcd database's size;
+- task ids started more than once (must be none).
+
+A run meets Borg's SLOs (Verma et al. 2015, section 3.4) when polling p95 is under 10 s and
+read p99 under 1 s, with the fill complete. `reports/scale.md` gives, per replica count, the
+largest cell that met them and what failed first beyond it. Everything runs on loopback; each
+run is bounded in time (`fill_timeout_s`, `measure_s`).
+
+    python -m loadtests.scale --machines 100,1000 --replicas 1,3,5 --replica-cpu 0.3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.stats import percentile
+from reference import launcher
+from reference.launcher import CellInfo, Role
+from reference.launcher.roles import HOLLOW_PROCESS
+
+CELL = "scale"
+SLO_POLL_P95_S = 10.0
+SLO_READ_P99_S = 1.0
+MAX_JOB_TASKS = 10_000  # the documented largest job
+TOKEN_FILE = "admin.token"
+
+
+@dataclass(frozen=True)
+class Config:
+    machines: tuple[int, ...] = (100, 1000, 5000, 10000)
+    replicas: tuple[int, ...] = (1, 3, 5)
+    replica_cpu: float | None = 0.3
+    tasks_per_machine: int = 10
+    poll_interval: float = 2.0
+    down_after: int = 5
+    arrival_per_min: int = 10_000
+    arrival_job: int = 100  # tasks per arriving job
+    measure_s: float = 45.0
+    fill_timeout_s: float = 240.0
+    readers: int = 2
+    writers: int = 4
+    out: Path = Path("reports/scale")
+
+
+@dataclass
+class Result:
+    machines: int
+    replicas: int
+    replica_cpu: float | None
+    up_s: float = 0.0
+    fill_tasks: int = 0
+    fill_confirmed: int = 0
+    fill_s: float | None = None
+    poll: dict[str, float] = field(default_factory=dict)  # p50/p95/max of the worst shard
+    shards: list[dict[str, Any]] = field(default_factory=list)
+    read_p50_s: float | None = None
+    read_p99_s: float | None = None
+    reads: int = 0
+    read_errors: int = 0
+    write_p50_s: float | None = None
+    write_p99_s: float | None = None
+    writes: int = 0
+    write_errors: int = 0
+    arrived: int = 0
+    confirmed_per_min: float = 0.0
+    start_latency_p50_s: float | None = None
+    start_latency_p95_s: float | None = None
+    cpu: dict[str, float] = field(default_factory=dict)  # role -> cores used during the window
+    etcd_db_bytes: int = 0
+    started_twice: int = 0
+    error: str | None = None
+
+    @property
+    def slo_met(self) -> bool:
+        return not failures(self)
+
+
+def failures(r: Result) -> list[str]:
+    """What kept a run from meeting the SLOs, the most basic first (empty: it met them)."""
+    out = []
+    if r.error:
+        out.append(f"run failed: {r.error}")
+    if r.started_twice:
+        out.append(f"{r.started_twice} task id(s) started twice")
+    if r.fill_confirmed < r.fill_tasks:
+        out.append(f"fill incomplete: {r.fill_confirmed} of {r.fill_tasks} tasks confirmed started")
+    p95 = r.poll.get("p95")
+    if p95 is None:
+        out.append("no polling interval measured")
+    elif p95 >= SLO_POLL_P95_S:
+        out.append(f"polling p95 {p95:.1f} s >= {SLO_POLL_P95_S:.0f} s")
+    if r.read_p99_s is None:
+        out.append("no read answered")
+    elif r.read_p99_s >= SLO_READ_P99_S:
+        out.append(f"read p99 {r.read_p99_s:.2f} s >= {SLO_READ_P99_S:.0f} s")
+    return out
+
+
+def largest_meeting(results: list[Result]) -> dict[int, dict[str, Any]]:
+    """Per replica count: the largest cell that met the SLOs and, for the next size tried,
+    what failed first."""
+    out: dict[int, dict[str, Any]] = {}
+    for replicas in sorted({r.replicas for r in results}):
+        runs = sorted((r for r in results if r.replicas == replicas), key=lambda r: r.machines)
+        met = [r.machines for r in runs if r.slo_met]
+        best = max(met) if met else None
+        beyond = next((r for r in runs if (best is None or r.machines > best) and not r.slo_met), None)
+        out[replicas] = {
+            "largest": best,
+            "failed_at": beyond.machines if beyond else None,
+            "first_failure": failures(beyond)[0] if beyond else None,
+        }
+    return out
+
+
+# --- one run ------------------------------------------------------------------------------------
+
+
+def _headers(root: Path) -> dict[str, str]:
+    token = root / TOKEN_FILE
+    return {"Authorization": f"Bearer {token.read_text().strip()}"} if token.exists() else {}
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        t = psutil.Process(pid).cpu_times()
+        return float(t.user + t.system)
+    except psutil.Error:
+        return 0.0
+
+
+def _roles(info: CellInfo, leader: str | None) -> dict[str, list[int]]:
+    roles: dict[str, list[int]] = {"leader": [], "followers": [], "scheduler": [], "etcd": [], "hollow": []}
+    for p in info.processes:
+        if p.role is Role.MASTER:
+            roles["leader" if p.name == leader else "followers"].append(p.pid)
+        elif p.role is Role.SCHEDULER:
+            roles["scheduler"].append(p.pid)
+        elif p.role is Role.ETCD:
+            roles["etcd"].append(p.pid)
+        elif p.role is Role.BORGLET and p.name == HOLLOW_PROCESS:
+            roles["hollow"].append(p.pid)
+    return roles
+
+
+def _etcd_bytes(root: Path) -> int:
+    return max((f.stat().st_size for f in (root / "etcd").rglob("db") if f.is_file()), default=0)
+
+
+class _Probe:
+    """Readers calling GET /v1/cell on every replica in turn until stopped."""
+
+    def __init__(self, urls: list[str], headers: dict[str, str], readers: int) -> None:
+        self.urls, self.headers = urls, headers
+        self.latencies: list[float] = []
+        self.errors = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._read, args=(i,), daemon=True) for i in range(readers)]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(15)
+
+    def _read(self, i: int) -> None:
+        with httpx.Client(timeout=10.0, headers=self.headers) as http:
+            n = i
+            while not self._stop.is_set():
+                url = self.urls[n % len(self.urls)]
+                n += 1
+                began = time.perf_counter()
+                try:
+                    ok = http.get(f"{url}/v1/cell").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    self.latencies.append(time.perf_counter() - began)
+                else:
+                    self.errors += 1
+                self._stop.wait(0.05)
+
+
+def _job(name: str, count: int) -> dict[str, Any]:
+    return {
+        "name": name, "user": "scale", "priority": 100, "task_count": count,
+        "request": {"cpu": "1m", "ram": "1MiB"}, "command": ["/bin/sleep", "86400"],
+        "restart_policy": "never",
+    }  # fmt: skip
+
+
+def _hollow_jobs(http: httpx.Client, hollow_url: str) -> dict[str, Any]:
+    return http.get(f"{hollow_url}/v1/hollow/jobs", timeout=60.0).json()
+
+
+def run_one(cfg: Config, machines: int, replicas: int, say: Any = print) -> Result:
+    result = Result(machines, replicas, cfg.replica_cpu)
+    root = cfg.out / "cells" / f"m{machines}-r{replicas}"
+    if root.exists():
+        shutil.rmtree(root)
+    began = time.monotonic()
+    try:
+        info = launcher.up(
+            root, cell=CELL, replicas=replicas, machines=0, hollow=machines, replica_cpu=cfg.replica_cpu,
+            master_args=["--poll-interval", str(cfg.poll_interval), "--down-after", str(cfg.down_after)],
+            fresh=True, machine_capacity="cpu=4000m,ram=8GiB",
+        )  # fmt: skip
+    except Exception as err:  # a cell that does not come up is a result too
+        result.error = f"cell up: {err}"
+        _down(root)
+        return result
+    result.up_s = round(time.monotonic() - began, 1)
+    say(f"  up in {result.up_s} s")
+    try:
+        _measure(cfg, info, root, result, say)
+    except Exception as err:
+        result.error = f"{type(err).__name__}: {err}"
+    finally:
+        _down(root)
+    return result
+
+
+def _down(root: Path) -> None:
+    try:
+        launcher.down(root)
+    except Exception as err:
+        print(f"  cell down: {err}")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) -> None:
+    headers = _headers(root)
+    urls = list(info.master_urls)
+    hollow_url = next(p.url for p in info.processes if p.role is Role.BORGLET and p.name == HOLLOW_PROCESS)
+    http = httpx.Client(timeout=60.0, headers=headers)
+    try:
+        # Fill: jobs of at most MAX_JOB_TASKS up to tasks_per_machine per machine.
+        total = cfg.tasks_per_machine * result.machines
+        result.fill_tasks = total
+        fill_began = time.time()
+        n, left = 0, total
+        while left > 0:
+            count = min(MAX_JOB_TASKS, left)
+            response = http.post(f"{urls[0]}/v1/jobs", json=_job(f"fill{n}", count))
+            if response.status_code != 201:
+                raise RuntimeError(f"fill job {n}: {response.status_code} {response.text[:200]}")
+            n, left = n + 1, left - count
+        deadline = time.monotonic() + cfg.fill_timeout_s
+        while True:
+            seen = _hollow_jobs(http, hollow_url)
+            confirmed = sum(j["running"] for k, j in seen["jobs"].items() if k.startswith("scale/fill"))
+            result.fill_confirmed = confirmed
+            if confirmed >= total:
+                result.fill_s = round(time.time() - fill_began, 1)
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(2.0)
+        say(f"  fill: {result.fill_confirmed}/{total} confirmed" + (f" in {result.fill_s} s" if result.fill_s else ""))
+
+        # The window: steady arrivals, readers, CPU.
+        leader = http.get(f"{urls[0]}/v1/cell").json().get("leader")
+        roles = _roles(info, leader)
+        cpu0 = {role: sum(_cpu_seconds(p) for p in pids) for role, pids in roles.items()}
+        probe = _Probe(urls, headers, cfg.readers)
+        probe.start()
+        writes: list[float] = []
+        submitted: dict[str, float] = {}
+        lock = threading.Lock()
+        window_began = time.monotonic()
+        # Arrivals come from several clients at once, each pacing its share of the rate, so a
+        # slow submit delays its own client only (as many users submitting to one cell would).
+        every = 60.0 * cfg.arrival_job * cfg.writers / cfg.arrival_per_min
+
+        def arrive(w: int) -> None:
+            with httpx.Client(timeout=60.0, headers=headers) as client:
+                k = 0
+                while time.monotonic() - window_began < cfg.measure_s:
+                    name = f"arrive{w}-{k}"
+                    sent = time.perf_counter()
+                    try:
+                        response = client.post(f"{urls[(w + k) % len(urls)]}/v1/jobs", json=_job(name, cfg.arrival_job))
+                        ok = response.status_code == 201
+                    except httpx.HTTPError:
+                        ok = False
+                    with lock:
+                        if ok:
+                            writes.append(time.perf_counter() - sent)
+                            submitted[f"scale/{name}"] = time.time()
+                        else:
+                            result.write_errors += 1
+                    k += 1
+                    time.sleep(max(0.0, window_began + w * every / cfg.writers + k * every - time.monotonic()))
+
+        writers = [threading.Thread(target=arrive, args=(w,), daemon=True) for w in range(cfg.writers)]
+        for t in writers:
+            t.start()
+        for t in writers:
+            t.join(cfg.measure_s + 120)
+        elapsed = time.monotonic() - window_began
+        probe.stop()
+        cpu1 = {role: sum(_cpu_seconds(p) for p in pids) for role, pids in roles.items()}
+        result.cpu = {role: round((cpu1[role] - cpu0[role]) / elapsed, 3) for role in roles}
+        # Give the last arrivals a moment to start, then count what the hollow borglets run.
+        time.sleep(min(10.0, 3 * cfg.poll_interval))
+        seen = _hollow_jobs(http, hollow_url)
+        result.started_twice = int(seen.get("started_twice") or 0)
+        latencies = []
+        confirmed = 0
+        for key, at in submitted.items():
+            j = seen["jobs"].get(key)
+            if j and j["running"] >= cfg.arrival_job:
+                confirmed += j["running"]
+                latencies.append(max(0.0, j["last_started_at"] - at))
+        result.arrived = len(submitted) * cfg.arrival_job
+        result.confirmed_per_min = round(confirmed / (elapsed / 60.0), 1)
+        result.start_latency_p50_s = _q(latencies, 50)
+        result.start_latency_p95_s = _q(latencies, 95)
+        result.reads, result.read_errors = len(probe.latencies), probe.errors
+        result.read_p50_s, result.read_p99_s = _q(probe.latencies, 50), _q(probe.latencies, 99)
+        result.writes = len(writes)
+        result.write_p50_s, result.write_p99_s = _q(writes, 50), _q(writes, 99)
+        for url in urls:
+            try:
+                result.shards.append(http.get(f"{url}/v1/shard").json())
+            except (httpx.HTTPError, ValueError):
+                result.shards.append({"url": url, "error": "no answer"})
+        intervals = [s.get("poll_interval_s") or {} for s in result.shards]
+        p95s = [i["p95"] for i in intervals if "p95" in i]
+        if p95s:
+            result.poll = {
+                "p50": round(statistics.median(i["p50"] for i in intervals if "p50" in i), 3),
+                "p95": max(p95s),
+                "max": max(i["max"] for i in intervals if "max" in i),
+            }
+        result.etcd_db_bytes = _etcd_bytes(root)
+    finally:
+        http.close()
+
+
+def _q(values: list[float], q: float) -> float | None:
+    p = percentile(values, q / 100)
+    return round(p, 4) if p is not None else None
+
+
+# --- the campaign -------------------------------------------------------------------------------
+
+
+def run(cfg: Config) -> list[Result]:
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    results: list[Result] = []
+    path = cfg.out / "results.json"
+    for machines in cfg.machines:
+        for replicas in cfg.replicas:
+            print(f"scale: {machines} hollow machines, {replicas} replica(s), {cfg.replica_cpu} cores each", flush=True)
+            r = run_one(cfg, machines, replicas)
+            results.append(r)
+            print(f"  -> {'meets the SLOs' if r.slo_met else '; '.join(failures(r))}", flush=True)
+            path.write_text(json.dumps(
+                {"config": _config_json(cfg), "results": [asdict(x) for x in results]}, indent=1
+            ))  # fmt: skip
+    return results
+
+
+def _config_json(cfg: Config) -> dict[str, Any]:
+    d = asdict(cfg)
+    d["out"] = str(cfg.out)
+    return d
+
+
+def load(path: Path) -> tuple[dict[str, Any], list[Result]]:
+    doc = json.loads(path.read_text())
+    return doc["config"], [Result(**r) for r in doc["results"]]
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="minborg campaign scale", description=__doc__.split("\n", 1)[0])
+    p.add_argument("--machines", default="100,1000,5000,10000", help="hollow machines per cell, comma separated")
+    p.add_argument("--replicas", default="1,3,5", help="replica counts, comma separated")
+    p.add_argument("--replica-cpu", type=float, default=0.3, help="cores per replica and scheduler (0: no budget)")
+    p.add_argument("--tasks-per-machine", type=int, default=10)
+    p.add_argument("--poll-interval", type=float, default=2.0)
+    p.add_argument("--arrival-per-min", type=int, default=10_000)
+    p.add_argument("--measure-s", type=float, default=45.0)
+    p.add_argument("--fill-timeout-s", type=float, default=240.0)
+    p.add_argument("--out", default="reports/scale")
+    p.add_argument("--report-only", action="store_true", help="rewrite the report from the last results.json")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    random.seed(args.seed)
+    cfg = Config(
+        machines=_ints(args.machines), replicas=_ints(args.replicas),
+        replica_cpu=args.replica_cpu or None, tasks_per_machine=args.tasks_per_machine,
+        poll_interval=args.poll_interval, arrival_per_min=args.arrival_per_min, measure_s=args.measure_s,
+        fill_timeout_s=args.fill_timeout_s, out=Path(args.out),
+    )  # fmt: skip
+    if not args.report_only:
+        run(cfg)
+    from loadtests.scale_report import write_report
+
+    print(write_report(cfg.out / "results.json", Path("reports/scale.md")))
+
+
+if __name__ == "__main__":
+    main()
