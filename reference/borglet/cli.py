@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 
+from reference import channel
 from reference.borglet.isolation import choose
 from reference.borglet.supervisor import Borglet, MachineConfig
 from reference.resources import parse_capacity, parse_pairs
@@ -47,6 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=200.0,
         help="task processes started per second at most; the rest wait in the queue (default 200)",
     )
+    parser.add_argument(
+        "--channel-key-file",
+        default=None,
+        help="the cell's channel key (mode 0600, made by `cell up`): only requests signed with it "
+        "by the cell's masters are obeyed; /healthz and /metrics stay open",
+    )
+    parser.add_argument(
+        "--insecure-channel",
+        action="store_true",
+        help="run without a channel key, obeying anyone who reaches the port, who can then run any "
+        "command on this machine: for experiments run by hand on a private machine only",
+    )
     parser.add_argument("--log-level", default="info")
     return parser
 
@@ -67,6 +80,15 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     if args.start_rate <= 0:
         parser.error(f"--start-rate must be a positive number of starts per second, not {args.start_rate}")
+    if args.channel_key_file is None and not args.insecure_channel:
+        parser.error(
+            "--channel-key-file is required: without it anyone who reaches the borglet's port can "
+            "run commands on this machine (--insecure-channel runs it so anyway, for experiments)"
+        )
+    try:
+        key = channel.load_key(args.channel_key_file) if args.channel_key_file else None
+    except channel.ChannelKeyError as err:
+        parser.error(str(err))
     logging.basicConfig(
         level=args.log_level.upper(),
         format=f"%(asctime)s borglet[{args.name}] %(levelname)s %(name)s: %(message)s",
@@ -86,7 +108,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger(__name__).info(
         "machine %s isolation=%s capacity=%s", args.name, borglet.isolation.name, capacity
     )
-    app = make_app(borglet, kill_tasks_on_exit=args.kill_tasks_on_exit)
+    if key is None:
+        logging.getLogger(__name__).warning(
+            "--insecure-channel: syncs are not authenticated; anyone who reaches %s can run commands here",
+            args.listen,
+        )
+    app = make_app(borglet, kill_tasks_on_exit=args.kill_tasks_on_exit, channel_key=key)
     # uvicorn shuts down gracefully on SIGTERM and then re-raises it to the handler that was
     # there before; making that handler exit 0 reports the requested stop as a clean exit.
     signal.signal(signal.SIGTERM, _exit_cleanly)

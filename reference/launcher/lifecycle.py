@@ -33,7 +33,13 @@ from reference.launcher.processes import (
     wait_borglets,
     wait_ready,
 )
-from reference.launcher.roles import DEFAULT_CAPACITY, etcd_records, start_borglet, start_master
+from reference.launcher.roles import (
+    DEFAULT_CAPACITY,
+    etcd_records,
+    make_channel_key,
+    start_borglet,
+    start_master,
+)
 from reference.launcher.statedir import (
     check_arguments,
     check_resumable,
@@ -86,6 +92,7 @@ def up(
         return resume(root, progress=say)
     server = find_toxiproxy_server() if toxiproxy else None
     prepare_state_dir(root, say)
+    make_channel_key(root)
     workdir = os.getcwd()
     env = child_env(workdir)
     info = CellInfo(cell, str(root), workdir, time.time(), (), (), {})

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from reference import channel
 from reference.jobspec import validation_errors
 from reference.master import contract, freshness, logs, ui, views
 from reference.master import watch as watches
@@ -94,7 +95,7 @@ def make_app(replica: Replica) -> FastAPI:
     app = FastAPI(title=f"minborg master {replica.name}", version="1", dependencies=[Depends(known_query)])
     cell_name = replica.config.cell_name
     forwarder = Forwarder(replica)
-    task_logs = logs.LogProxy()
+    task_logs = logs.LogProxy(auth=channel.client_auth(replica.config.channel_key))
     metrics = replica.metrics
 
     # Added first, so it runs inside Observe: refused reads are counted too.

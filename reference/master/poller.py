@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from reference import channel
 from reference.master import pollclock, reports
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, MachineInfo, borglet_task_id
@@ -67,6 +68,7 @@ class Poller:
         down_after: int = 3,
         on_poll: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        auth: httpx.Auth | None = None,  # signs each request (reference/channel.py)
     ) -> None:
         self.cache = cache
         self.writer = writer
@@ -82,7 +84,7 @@ class Poller:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="poll")
-        self._http = httpx.Client(timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5))
+        self._http = httpx.Client(timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5), auth=auth)
         self._thread = threading.Thread(target=self._run, name="poller", daemon=True)
         self.usage: dict[TaskId, tuple[tuple[str, int], ...]] = {}
         # machine -> {borglet task id: state} from its last reply: what really runs there.
@@ -256,7 +258,7 @@ class Poller:
     def _probe(self, name: str, address: str) -> None:
         """Read what a machine runs without changing it: the first contact of this poller."""
         try:
-            response = self._http.get(f"{address.rstrip('/')}/v1/state")
+            response = self._http.get(f"{address.rstrip('/')}/v1/state", headers=channel.to_machine(name))
             reply = response.json() if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError) as err:
             log.debug("state of %s not read: %s", name, err)
@@ -309,7 +311,7 @@ class Poller:
         else:
             body["tasks"] = desired
         try:
-            response = self._http.post(f"{address.rstrip('/')}/v1/sync", json=body)
+            response = self._http.post(f"{address.rstrip('/')}/v1/sync", json=body, headers=channel.to_machine(name))
         except httpx.HTTPError as err:
             log.debug("sync to %s failed: %s", address, err)
             return None

@@ -15,6 +15,7 @@ import httpx
 import psutil
 import pytest
 
+from reference import channel
 from reference.ports import free_port
 from reference.waiting import wait_until
 
@@ -35,6 +36,11 @@ class BorgletProcess:
         self.pids_seen: set[int] = set()
         self.epoch = 1
         self.seq = 0
+        # The borglet obeys only requests signed with its cell's key, as the master signs them.
+        self.key_file = channel.create_key_file(state_dir / channel.KEY_FILE)
+        self.http = httpx.Client(
+            auth=channel.ClientAuth(channel.load_key(self.key_file)), headers=channel.to_machine(name), timeout=5
+        )
 
     def start(self) -> None:
         log = open(self.state_dir / f"borglet-{self.port}.log", "ab")  # noqa: SIM115
@@ -42,7 +48,8 @@ class BorgletProcess:
             [sys.executable, "-m", "reference.borglet", "--name", self.name,
              "--listen", f"127.0.0.1:{self.port}", "--capacity", self.capacity,
              "--attrs", "rack=r1,arch=x86", "--failure-domain", "r1",
-             "--state-dir", str(self.state_dir), "--kill-tasks-on-exit", "--kill-grace", "1"],
+             "--state-dir", str(self.state_dir), "--kill-tasks-on-exit", "--kill-grace", "1",
+             "--channel-key-file", str(self.key_file)],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()
@@ -57,7 +64,7 @@ class BorgletProcess:
 
     def sync(self, *tasks: dict, epoch: int | None = None) -> dict:
         self.seq += 1  # each sync of one master is newer than the last
-        response = httpx.post(
+        response = self.http.post(
             f"{self.url}/v1/sync",
             json={"master": "test", "epoch": self.epoch if epoch is None else epoch,
                   "seq": self.seq, "tasks": list(tasks)},
@@ -67,7 +74,7 @@ class BorgletProcess:
         return self._note(response.json())
 
     def state(self) -> dict:
-        return self._note(httpx.get(f"{self.url}/v1/state", timeout=5).json())
+        return self._note(self.http.get(f"{self.url}/v1/state").json())
 
     def task(self, task_id: str) -> dict | None:
         return next((t for t in self.state()["tasks"] if t["task_id"] == task_id), None)
@@ -165,11 +172,11 @@ def test_runs_a_hello_world_task_and_kills_it_when_no_longer_desired(borglet: Bo
     assert f'minborg_borglet_tasks{{machine="{borglet.name}",state="RUNNING"}} 1.0' in metrics
 
     # A stale leader is fenced off and changes nothing.
-    stale = httpx.post(f"{borglet.url}/v1/sync", json={"master": "old", "epoch": 0, "tasks": []})
+    stale = borglet.http.post(f"{borglet.url}/v1/sync", json={"master": "old", "epoch": 0, "tasks": []})
     assert stale.status_code == 409 and stale.json()["epoch"] == 1
     assert stale.json()["reason"] == "stale_epoch"
     # So is a sync of the current leader older than one already applied (delayed or replayed).
-    replay = httpx.post(
+    replay = borglet.http.post(
         f"{borglet.url}/v1/sync", json={"master": "test", "epoch": 1, "seq": borglet.seq, "tasks": []}
     )
     assert replay.status_code == 409 and replay.json()["reason"] == "stale_seq"
