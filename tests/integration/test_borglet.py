@@ -4,18 +4,23 @@ memory pressure, and surviving its own SIGKILL with re-adoption."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import psutil
 import pytest
 
 from reference import channel
+from reference.borglet import taskusers
+from reference.borglet.cli import private_ancestor
 from reference.ports import free_port
 from reference.waiting import wait_until
 
@@ -28,8 +33,8 @@ MiB = 1024 * 1024
 class BorgletProcess:
     """One `python -m reference.borglet` subprocess and a client for its API."""
 
-    def __init__(self, state_dir: Path, name: str, capacity: str):
-        self.state_dir, self.name, self.capacity = state_dir, name, capacity
+    def __init__(self, state_dir: Path, name: str, capacity: str, extra: tuple[str, ...] = ()):
+        self.state_dir, self.name, self.capacity, self.extra = state_dir, name, capacity, extra
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
@@ -49,7 +54,7 @@ class BorgletProcess:
              "--listen", f"127.0.0.1:{self.port}", "--capacity", self.capacity,
              "--attrs", "rack=r1,arch=x86", "--failure-domain", "r1",
              "--state-dir", str(self.state_dir), "--kill-tasks-on-exit", "--kill-grace", "1",
-             "--channel-key-file", str(self.key_file)],
+             "--channel-key-file", str(self.key_file), *self.extra],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()
@@ -263,3 +268,107 @@ def test_tasks_survive_a_borglet_sigkill_and_are_re_adopted(borglet: BorgletProc
     assert [t["task_id"] for t in borglet.state()["tasks"]] == ["alice/web/3#0"]
     borglet.sync()
     wait_until(lambda: not alive(task["pid"]), 10, "the adopted task to die")
+
+
+# --- tasks run unprivileged ----------------------------------------------------------------------
+
+# An interpreter that the tasks' uids may run (pyenv's, under a private /root, is not).
+TASK_PYTHON = next(
+    (p for p in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3") if os.path.exists(p) and private_ancestor(p) is None),
+    None,
+)
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or TASK_PYTHON is None,
+    reason=f"tasks run as their users' own uids only under a root borglet (this test runs as uid {os.geteuid()}), "
+    "and only a Python that other users can run can be their program",
+)
+
+
+@pytest.fixture
+def rooted(tmp_path: Path) -> Iterator[BorgletProcess]:
+    """A borglet that runs every task as its job user's own uid."""
+    node = BorgletProcess(tmp_path, f"ru{os.getpid()}x{free_port()}", "cpu=2000m,ram=2GiB", ("--run-tasks-as", "job-user"))
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()
+
+# What a task can see and do: printed as one JSON line on its stdout.
+PROBE = """
+import json, os, sys
+out = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(), "cwd": os.getcwd()}
+for what, pid in (("kill_borglet", sys.argv[1]), *(("kill_" + p.split("=")[0], p.split("=")[1]) for p in sys.argv[3:])):
+    try:
+        os.kill(int(pid), 0)
+        out[what] = "allowed"
+    except PermissionError:
+        out[what] = "EPERM"
+for what, path in (("list_state", sys.argv[2]), ("read_table", os.path.join(sys.argv[2], "tasks.json"))):
+    try:
+        os.listdir(path) if what == "list_state" else open(path).read()
+        out[what] = "allowed"
+    except PermissionError:
+        out[what] = "EACCES"
+with open("scratch", "w") as f:  # its working directory is its own to write
+    f.write("x")
+out["cwd_owner"] = os.stat(".").st_uid
+print(json.dumps(out), flush=True)
+"""
+
+
+def probe(borglet: BorgletProcess, task_id: str, job: str, *others: str) -> dict:
+    """Run PROBE as a task of `job` (no cwd: its own directory) and return what it printed."""
+    assert borglet.proc is not None
+    argv = [str(TASK_PYTHON), "-c", PROBE, str(borglet.proc.pid), str(borglet.state_dir), *others]
+    return {"task_id": task_id, "job": job, "command": argv, "restart_policy": "never"}
+
+
+def probe_output(borglet: BorgletProcess, task_id: str) -> dict:
+    wait_until(lambda: borglet.task(task_id)["state"] in ("FINISHED", "FAILED"), 20, f"{task_id} to end")
+    task = borglet.task(task_id)
+    logs = f"{borglet.url}/v1/tasks/{quote(task_id, safe='')}/logs"
+    out, err = (borglet.http.get(logs, params={"stream": s}).text for s in ("stdout", "stderr"))
+    assert task["state"] == "FINISHED", (task, err)
+    return json.loads(out)
+
+
+@needs_root
+def test_a_task_runs_as_an_unprivileged_uid_that_cannot_touch_the_borglet(rooted: BorgletProcess):
+    borglet = rooted
+    borglet.sync(probe(borglet, "alice/probe/0#0", "alice/probe"))
+    seen = probe_output(borglet, "alice/probe/0#0")
+    assert seen["uid"] >= taskusers.FIRST_UID and seen["gid"] == seen["uid"] and seen["groups"] == []
+    assert seen["kill_borglet"] == "EPERM"
+    assert seen["list_state"] == "EACCES" and seen["read_table"] == "EACCES"
+    assert seen["cwd_owner"] == seen["uid"] and os.path.basename(seen["cwd"]).startswith("alice_probe_0_0")
+    assert stat.S_IMODE(os.stat(borglet.state_dir).st_mode) == 0o700
+    # Its log came back through the borglet (it writes to files the borglet opened), and the
+    # borglet recorded the user's uid, so a restarted borglet gives alice the same one.
+    def recorded() -> int | None:
+        return json.loads((borglet.state_dir / "tasks.json").read_text()).get("uids", {}).get("alice")
+
+    assert wait_until(recorded, 5, "alice's uid in the task table") == seen["uid"]
+    # Once the task is forgotten its working directory goes too.
+    borglet.sync()
+    wait_until(lambda: not os.path.exists(seen["cwd"]), 10, "the ended task's directory to go")
+
+
+@needs_root
+def test_a_task_of_one_user_cannot_signal_another_users_tasks(rooted: BorgletProcess):
+    borglet = rooted
+    sleep = [str(TASK_PYTHON), "-c", "import time; time.sleep(60)"]
+    sleepers = [
+        python_task("bob/sleep/0#0", "", job="bob/sleep", command=sleep, cwd=None),
+        python_task("alice/sleep/0#0", "", job="alice/sleep", command=sleep, cwd=None),
+    ]
+    borglet.sync(*sleepers)
+    bob, alice = (
+        wait_until(lambda tid=t["task_id"]: borglet.task(tid)["pid"], 10, f"{t['task_id']} to start") for t in sleepers
+    )
+    borglet.sync(*sleepers, probe(borglet, "alice/probe/0#0", "alice/probe", f"bob={bob}", f"alice={alice}"))
+    seen = probe_output(borglet, "alice/probe/0#0")
+    assert seen["kill_bob"] == "EPERM"
+    assert seen["kill_alice"] == "allowed"  # one user's tasks share its uid
+    assert alive(bob) and alive(alice)
+    assert psutil.Process(bob).uids().real != psutil.Process(alice).uids().real == seen["uid"]
