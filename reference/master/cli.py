@@ -108,6 +108,11 @@ def main(argv: list[str] | None = None) -> None:
         format=f"%(asctime)s master[{args.name}] %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll drowns the log
+    if key is None:
+        logging.getLogger(__name__).warning(
+            "no --channel-key-file: requests to borglets go unsigned, and only borglets run with "
+            "--insecure-channel obey them"
+        )
     url = args.advertise or f"http://{host}:{port}"
     config = LeaderConfig(
         cell_name=args.cell,
