@@ -372,3 +372,21 @@ def test_a_task_of_one_user_cannot_signal_another_users_tasks(rooted: BorgletPro
     assert seen["kill_alice"] == "allowed"  # one user's tasks share its uid
     assert alive(bob) and alive(alice)
     assert psutil.Process(bob).uids().real != psutil.Process(alice).uids().real == seen["uid"]
+
+
+@needs_root
+def test_the_example_jobs_run_under_their_users_uids(rooted: BorgletProcess):
+    # examples/*.yaml name `python`; here the interpreter other users can run.
+    web = hello("demo/hello_world/0#0", job="demo/hello_world", command=[str(TASK_PYTHON), "-m", "examples.hello_world.server"])
+    batch = python_task(
+        "demo/batch/0#0", "", job="demo/batch", command=[str(TASK_PYTHON), "-m", "examples.batch"],
+        env={"WORK_SECONDS": "0.2"},
+    )  # fmt: skip
+    rooted.sync(web, batch)
+    task = wait_until(lambda: (t := rooted.task(web["task_id"])) and t["healthy"] and t, 20, "hello_world healthy")
+    assert httpx.get(f"http://127.0.0.1:{task['port']}/", timeout=5).text.startswith("hello from")
+    assert psutil.Process(task["pid"]).uids().real >= taskusers.FIRST_UID
+    done = wait_until(lambda: (t := rooted.task(batch["task_id"]))["state"] in ("FINISHED", "FAILED") and t, 20, "batch")
+    assert done["state"] == "FINISHED", done
+    logs = f"{rooted.url}/v1/tasks/{quote(batch['task_id'], safe='')}/logs"
+    assert "rounds in 0.2s" in rooted.http.get(logs).text
