@@ -26,7 +26,9 @@ def user_of(job: str, task_id: str) -> str:
     return user or NO_USER
 
 
-def assign(user: str, taken: Mapping[str, int], first: int = FIRST_UID, count: int = UID_COUNT) -> int:
+def assign(
+    user: str, taken: Mapping[str, int], first: int = FIRST_UID, count: int = UID_COUNT
+) -> int:
     """The uid of `user`: the one it was given (`taken`, user -> uid), else the one its name
     derives, else the next one after it that no other user holds."""
     if user in taken:
