@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from reference.launcher import CellInfo, ProcessRecord, ProxyRecord, Role, is_alive
+from reference.launcher import CellInfo, ProcessRecord, ProxyRecord, Role, borglet_auth, is_alive
 
 STATE_DIR_ENV = "MINBORG_STATE_DIR"
 
@@ -21,6 +22,17 @@ def load(state_dir: str | None = None) -> CellInfo:
 class Leader:
     name: str
     record: ProcessRecord
+
+
+def borglet_state(info: CellInfo, machine: str, timeout: float = 1.0) -> dict[str, Any] | None:
+    """A borglet's /v1/state, signed with the cell's channel key; None if it does not answer."""
+    try:
+        answer = httpx.get(
+            info.borglet_urls[machine] + "/v1/state", timeout=timeout, auth=borglet_auth(Path(info.state_dir), machine)
+        )
+        return answer.json() if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
 
 
 def master_record(info: CellInfo, name: str) -> ProcessRecord:

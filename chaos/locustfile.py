@@ -19,7 +19,7 @@ from typing import Any
 import requests
 from locust import User, between, constant, task
 
-from chaos import jobs
+from chaos import cellfile, jobs
 from chaos.history import HistoryFile, Op, Outcome
 from reference.launcher import CellInfo, Role
 
@@ -235,8 +235,8 @@ class WatchUser(User):
             None,
         )
         copies: Counter[str] = Counter()
-        for url in _INFO.borglet_urls.values():
-            state = self._get(url + "/v1/state")
+        for machine in _INFO.borglet_urls:
+            state = cellfile.borglet_state(_INFO, machine, timeout=0.8)
             for entry in (state or {}).get("tasks", []):
                 if entry.get("state") in ("STARTING", "RUNNING"):
                     copies[entry["task_id"].split("#", 1)[0]] += 1

@@ -200,10 +200,9 @@ def no_machine_down_for(state_dir: str, seconds: float = 20.0) -> int:
 def _copies(info: CellInfo, job: str) -> Counter[str]:
     """How many borglets run (or start) each task of `job`, asked of the borglets directly."""
     copies: Counter[str] = Counter()
-    for url in info.borglet_urls.values():
-        try:
-            state = httpx.get(url + "/v1/state", timeout=1.0).json()
-        except (httpx.HTTPError, ValueError):
+    for machine in info.borglet_urls:
+        state = cellfile.borglet_state(info, machine)
+        if state is None:
             continue
         for entry in state.get("tasks", []):
             if entry["task_id"].startswith(job + "/") and entry["state"] in ("STARTING", "RUNNING"):
@@ -263,10 +262,9 @@ def tasks_restarted_within(state_dir: str, run: str, within_s: float = 20.0) -> 
 
     def restarted() -> bool:
         pids = []
-        for url in info.borglet_urls.values():
-            try:
-                state = httpx.get(url + "/v1/state", timeout=1.0).json()
-            except (httpx.HTTPError, ValueError):
+        for machine in info.borglet_urls:
+            state = cellfile.borglet_state(info, machine)
+            if state is None:
                 return False
             pids += [t["pid"] for t in state["tasks"]
                      if t["task_id"].startswith(HELLO_JOB + "/") and t["state"] == "RUNNING" and t["healthy"]]  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +40,14 @@ def cpu_milli(value: Any) -> int:
 class Api:
     """Talks to the masters by URL, rotating over them; never follows a redirect to `reference/`."""
 
-    def __init__(self, urls: list[str], history: History | None = None) -> None:
+    def __init__(
+        self, urls: list[str], history: History | None = None,
+        borglet_auth: Callable[[str], httpx.Auth] | None = None,
+    ) -> None:  # fmt: skip
         self.urls = list(urls)
+        # How to sign a read of a machine's borglet, by machine name (a cell that authenticates
+        # its borglets' callers); None sends them unsigned.
+        self._borglet_auth = borglet_auth
         self.history = history if history is not None else History()
         self._http = httpx.Client(timeout=TIMEOUT_S)
         # Requests spread over the masters, each from the next one round; reads of one
@@ -162,9 +169,10 @@ class Api:
             return []
         return r.body["tasks"] if r.outcome is Outcome.OK else None
 
-    def borglet_state(self, address: str) -> dict[str, Any] | None:
+    def borglet_state(self, address: str, machine: str = "") -> dict[str, Any] | None:
+        auth = self._borglet_auth(machine) if self._borglet_auth is not None else None
         try:
-            r = self._http.get(address.rstrip("/") + "/v1/state", timeout=2.0)
+            r = self._http.get(address.rstrip("/") + "/v1/state", timeout=2.0, auth=auth)
             return r.json() if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from reference import launcher
 from reference.launcher import CellInfo, LauncherError, ProcessRecord, Role
 from reference.ports import HOST, free_port
@@ -52,6 +54,10 @@ class LocalCell:
         self.masters = {p.name: p for p in info.of_role(Role.MASTER)}
         self.borglets = {p.name: p for p in info.of_role(Role.BORGLET)}
         self._next_machine = self.machines
+
+    def borglet_auth(self, machine: str) -> httpx.Auth:
+        """Signs a read of `machine`'s borglet with the cell's channel key, as its masters do."""
+        return launcher.borglet_auth(Path(self.state_dir), machine)
 
     def down(self) -> list[str]:
         """Stop the cell; returns what is still running."""

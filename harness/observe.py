@@ -146,7 +146,7 @@ class Observer:
             for m in mviews:
                 if m.get("address") and m["name"] not in skip:
                     sent = time.monotonic()
-                    reports[m["name"]] = self.api.borglet_state(m["address"])
+                    reports[m["name"]] = self.api.borglet_state(m["address"], m["name"])
                     times[m["name"]] = (sent, time.monotonic())
         return Observation(t, state, tviews, {m["name"]: m for m in mviews}, reports, times)
 

@@ -9,7 +9,14 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402
 
-from loadtests.scale import SLO_POLL_P95_S, SLO_READ_P99_S, Result, failures, largest_meeting, load  # noqa: E402
+from loadtests.scale_results import (  # noqa: E402
+    SLO_POLL_P95_S,
+    SLO_READ_P99_S,
+    Result,
+    failures,
+    largest_meeting,
+    load,
+)
 
 COMMAND = "minborg campaign scale"
 

@@ -6,11 +6,20 @@ import argparse
 import logging
 import os
 import signal
+import stat
+import sys
+from hashlib import sha1
+from pathlib import Path
 
+from reference import channel
+from reference.borglet import taskusers
 from reference.borglet.hollow import DEFAULT_START_DELAY_S
 from reference.borglet.isolation import choose
+from reference.borglet.processes import sanitize
 from reference.borglet.supervisor import Borglet, MachineConfig
 from reference.resources import parse_capacity, parse_pairs
+
+WORK_ROOT = "/var/lib/minborg/tasks"
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -36,7 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--attrs", default="", help="machine attributes, e.g. rack=r1,arch=x86")
     parser.add_argument("--failure-domain", default="", help="e.g. the rack or power domain")
     parser.add_argument(
-        "--state-dir", help="where tasks.json and task logs live (required, except with --hollow)"
+        "--state-dir",
+        help="where tasks.json and task logs live, made private to the borglet's user (mode 0700); "
+        "required, except with --hollow",
+    )
+    parser.add_argument(
+        "--run-tasks-as",
+        choices=("auto", "job-user", "borglet"),
+        default="auto",
+        help="job-user: each task as its job user's own unprivileged uid (the borglet must be root); "
+        "borglet: as the borglet's own user, which tasks can then signal; auto (default): job-user "
+        "when root and other users can run this borglet's Python (tasks run it as `python`), else "
+        "borglet, saying why in the log",
+    )
+    parser.add_argument(
+        "--work-dir",
+        default=None,
+        help="run as root: where each task gets its own working directory, owned by the uid it "
+        f"runs as; every directory above it must let other users pass (default: {WORK_ROOT}/NAME-HASH "
+        "of the state dir)",
     )
     parser.add_argument("--isolation", choices=("auto", "cgroup", "rlimit"), default="auto")
     parser.add_argument(
@@ -67,6 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_START_DELAY_S,
         help=f"with --hollow: seconds from a task's sync to its RUNNING (default {DEFAULT_START_DELAY_S})",
     )
+    parser.add_argument(
+        "--channel-key-file",
+        default=None,
+        help="the cell's channel key (mode 0600, made by `cell up`): only requests signed with it "
+        "by the cell's masters are obeyed; /healthz and /metrics stay open",
+    )
+    parser.add_argument(
+        "--insecure-channel",
+        action="store_true",
+        help="run without a channel key, obeying anyone who reaches the port, who can then run any "
+        "command on this machine: for experiments run by hand on a private machine only",
+    )
     parser.add_argument("--log-level", default="info")
     return parser
 
@@ -92,26 +131,56 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args.name or not args.state_dir:
         parser.error("--name and --state-dir are required (except with --hollow N)")
+    if args.channel_key_file is None and not args.insecure_channel:
+        parser.error(
+            "--channel-key-file is required: without it anyone who reaches the borglet's port can "
+            "run commands on this machine (--insecure-channel runs it so anyway, for experiments)"
+        )
+    try:
+        key = channel.load_key(args.channel_key_file) if args.channel_key_file else None
+    except channel.ChannelKeyError as err:
+        parser.error(str(err))
     logging.basicConfig(
         level=args.log_level.upper(),
         format=f"%(asctime)s borglet[{args.name}] %(levelname)s %(name)s: %(message)s",
     )
-    os.makedirs(args.state_dir, exist_ok=True)
+    state_dir = os.path.abspath(args.state_dir)
+    work_dir = os.path.abspath(args.work_dir or default_work_dir(args.name, state_dir))
+    as_users, why = run_tasks_as_users(args.run_tasks_as, os.geteuid(), sys.executable)
+    if args.run_tasks_as == "job-user" and not as_users:
+        parser.error(f"--run-tasks-as job-user: {why}")
+    try:
+        prepare_dirs(state_dir, work_dir if as_users else None)
+    except ValueError as err:
+        parser.error(str(err))
     config = MachineConfig(
         name=args.name,
         capacity=capacity,
-        state_dir=os.path.abspath(args.state_dir),
+        state_dir=state_dir,
         attrs=attrs,
         failure_domain=args.failure_domain,
         kill_grace_s=args.kill_grace,
         start_rate=args.start_rate,
+        task_uids=as_users,
+        work_dir=work_dir,
     )
     borglet = Borglet(config, choose(args.isolation, args.name))
     borglet.load()
-    logging.getLogger(__name__).info(
-        "machine %s isolation=%s capacity=%s", args.name, borglet.isolation.name, capacity
-    )
-    app = make_app(borglet, kill_tasks_on_exit=args.kill_tasks_on_exit)
+    log = logging.getLogger(__name__)
+    log.info("machine %s isolation=%s capacity=%s", args.name, borglet.isolation.name, capacity)
+    if as_users:
+        log.info("tasks run as their job users' own uids from %d, in %s", taskusers.FIRST_UID, work_dir)
+    else:
+        log.warning(
+            "tasks run as the borglet's own user (uid %d), able to signal it and each other and to "
+            "read its state dir: %s", os.geteuid(), why,
+        )  # fmt: skip
+    if key is None:
+        logging.getLogger(__name__).warning(
+            "--insecure-channel: syncs are not authenticated; anyone who reaches %s can run commands here",
+            args.listen,
+        )
+    app = make_app(borglet, kill_tasks_on_exit=args.kill_tasks_on_exit, channel_key=key)
     # uvicorn shuts down gracefully on SIGTERM and then re-raises it to the handler that was
     # there before; making that handler exit 0 reports the requested stop as a clean exit.
     signal.signal(signal.SIGTERM, _exit_cleanly)
@@ -155,6 +224,60 @@ def _serve_hollow(
         HollowApp(machines), host=host, port=port, log_level="warning", access_log=False,
         http="httptools", lifespan="off",
     )  # fmt: skip
+
+
+def run_tasks_as_users(mode: str, euid: int, python: str) -> tuple[bool, str]:
+    """Whether tasks run as their job users' uids (`--run-tasks-as`), and why not if not."""
+    if mode == "borglet":
+        return False, "--run-tasks-as borglet"
+    if euid != 0:
+        return False, f"the borglet runs as uid {euid}, not root, and cannot start a task as another uid"
+    if mode == "auto":
+        blocked = private_ancestor(python)
+        if blocked is not None:
+            return False, (
+                f"other users cannot run this Python ({python}: {blocked} keeps them out), which "
+                "tasks run as `python`; install it where they can, or choose --run-tasks-as job-user "
+                "for tasks that run other programs"
+            )
+    return True, ""
+
+
+def private_ancestor(path: str) -> str | None:
+    """The first directory on the way to `path` (or the file itself) that other users may not
+    pass or run, or None."""
+    real = Path(os.path.realpath(path))
+    for step in (*reversed(real.parents), real):
+        if not os.stat(step).st_mode & stat.S_IXOTH:
+            return str(step)
+    return None
+
+
+def default_work_dir(name: str, state_dir: str) -> str:
+    """Where a root borglet makes its tasks' working directories: outside the state dir
+    (private), and outside /tmp (where another user could plant a link first), one per state
+    dir so the borglets of several cells on one host never share one."""
+    return os.path.join(WORK_ROOT, f"{sanitize(name)}-{sha1(state_dir.encode()).hexdigest()[:8]}")
+
+
+def prepare_dirs(state_dir: str, work_dir: str | None) -> None:
+    """The state dir, private to the borglet's user (0700: tasks run as other uids must not
+    read its table or other tasks' logs); the parent of the tasks' working directories, which
+    their uids may pass through but not list (0711). ValueError if a directory above it
+    keeps other users out: no task could enter its own."""
+    os.makedirs(state_dir, exist_ok=True)
+    os.chmod(state_dir, 0o700)
+    if work_dir is None:
+        return
+    os.makedirs(work_dir, mode=0o711, exist_ok=True)
+    os.chmod(work_dir, 0o711)
+    for parent in Path(work_dir).parents:
+        if not os.stat(parent).st_mode & stat.S_IXOTH:
+            raise ValueError(
+                f"--work-dir {work_dir}: {parent} does not let other users pass (mode "
+                f"{stat.S_IMODE(os.stat(parent).st_mode):04o}), so tasks, which run as their own "
+                "uids, could not enter their working directories; choose a --work-dir elsewhere"
+            )
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Mapping
 from hashlib import sha1
@@ -28,12 +29,17 @@ def spawn(
     env: Mapping[str, str],
     cwd: str | None,
     log_dir: str,
+    user: int | None = None,
 ) -> subprocess.Popen:
     """Start a task in its own session with stdout and stderr appended to their files in
-    `log_dir` (borglet/logs.py).
+    `log_dir` (borglet/logs.py); with `user`, as that uid, gid the same number, and no
+    supplementary groups (borglet/taskusers.py).
 
-    No pre-exec hook, so CPython spawns with vfork: the borglet's size does not slow it down.
+    No pre-exec hook, so CPython spawns with vfork, and the borglet's size does not slow it
+    down; changing the uid makes it fork instead (CPython will not vfork a child that
+    changes its ids), which copies the borglet's page tables once per start.
     """
+    ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
     out, err = logs.open_streams(log_dir)
     try:
         return subprocess.Popen(
@@ -45,10 +51,27 @@ def spawn(
             stderr=err,
             start_new_session=True,
             close_fds=True,
+            **ids,
         )
     finally:
         os.close(out)
         os.close(err)
+
+
+def make_workdir(path: str, uid: int) -> str:
+    """A task's own working directory, `path`, mode 0700 and owned by `uid` (and gid `uid`);
+    its parent is the borglet's, so the task cannot swap it for a link."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    os.chown(path, uid, uid, follow_symlinks=False)
+    return path
+
+
+def remove_workdir(path: str) -> None:
+    """Delete an ended task's working directory and what it left there (links not followed)."""
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def create_time(pid: int) -> float | None:

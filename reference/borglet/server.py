@@ -1,4 +1,8 @@
-"""The borglet's HTTP API: /v1/sync for the master, /v1/state, task logs, /healthz and /metrics."""
+"""The borglet's HTTP API: /v1/sync for the master, /v1/state, task logs, /healthz and /metrics.
+
+With a channel key, every endpoint but /healthz and /metrics answers only requests signed
+with it (reference/channel.py): a 401 otherwise, before any handler runs.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +16,19 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from reference import channel
 from reference.borglet import logs
 from reference.borglet.metrics import make_registry, render
 from reference.borglet.protocol import SyncRequest
 from reference.borglet.supervisor import Borglet, SyncRefused
 
 
-def make_app(borglet: Borglet, kill_tasks_on_exit: bool = False) -> FastAPI:
+def make_app(
+    borglet: Borglet, kill_tasks_on_exit: bool = False, channel_key: bytes | None = None
+) -> FastAPI:
     """An app whose lifespan runs the supervisor loop; shutting it down leaves tasks running
-    unless kill_tasks_on_exit."""
+    unless kill_tasks_on_exit. With `channel_key`, it obeys only requests signed with it;
+    without one, anyone who reaches its port (only hand-run experiments: --insecure-channel)."""
     registry = make_registry(borglet)
 
     @asynccontextmanager
@@ -35,6 +43,8 @@ def make_app(borglet: Borglet, kill_tasks_on_exit: bool = False) -> FastAPI:
             borglet.stop(kill_tasks=kill_tasks_on_exit)
 
     app = FastAPI(title=f"minborg borglet {borglet.config.name}", lifespan=lifespan)
+    if channel_key is not None:
+        app.add_middleware(channel.Verifier, key=channel_key, machine=borglet.config.name)
 
     # Handlers are sync (def): FastAPI runs them in its thread pool, and the borglet's own lock
     # serializes them with the supervisor loop.

@@ -10,6 +10,7 @@ environment marker instead of starting it a second time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reference import ports
-from reference.borglet import decisions, logs, processes, store
+from reference.borglet import decisions, logs, processes, store, taskusers
 from reference.borglet.health import Prober
 from reference.borglet.isolation import Isolation
 from reference.borglet.protocol import SyncRequest, TaskSpec
@@ -77,6 +78,14 @@ class MachineConfig:
     kill_grace_s: float = 3.0
     tick_s: float = 0.2
     start_rate: float = 200.0  # task processes started per second, at most
+    # Run each task as its job user's own unprivileged uid (taskusers.py; the borglet must be
+    # root), in its own working directory under `work_dir`; False: as the borglet's user.
+    task_uids: bool = False
+    work_dir: str = ""  # default: the state dir's path + ".work"
+
+    @property
+    def work_root(self) -> str:
+        return self.work_dir or self.state_dir.rstrip("/") + ".work"
 
 
 class Borglet:
@@ -110,6 +119,7 @@ class Borglet:
         # The desired set of the last applied sync, the base of the next delta; None until a
         # whole set was applied since this borglet started.
         self.desired: dict[str, TaskSpec] | None = None
+        self.uids: dict[str, int] = {}  # job user -> the uid its tasks run as (task_uids)
         self.syncs = 0
         self.refused: Counter[str] = Counter()
         self._lock = threading.RLock()
@@ -125,6 +135,7 @@ class Borglet:
         # Cgroups of ended tasks, removed by the supervisor loop outside the lock: removing
         # thousands after a job's kill, under the lock, kept syncs waiting past their timeout.
         self._to_release: deque[dict[str, str]] = deque()
+        self._to_clean: deque[str] = deque()  # working directories of ended tasks
 
     @property
     def epoch(self) -> int:
@@ -235,6 +246,7 @@ class Borglet:
                 int(fence.get("epoch", 0)), int(fence.get("seq", 0)), int(fence.get("revision", 0))
             )
             self.master = str(table.get("master", ""))
+            self.uids = {str(user): int(uid) for user, uid in table.get("uids", {}).items()}
             self.tombstones = OrderedDict(table.get("tombstones", {}))
             for tid, record in table.get("tasks", {}).items():
                 task = Task.from_record(record)
@@ -310,6 +322,9 @@ class Borglet:
         self._save_if_dirty(force=True)
         self.prober.close()
         self.release_groups()
+        if self.config.task_uids:
+            with contextlib.suppress(OSError):  # only once no task's directory is left in it
+                os.rmdir(self.config.work_root)
         # Removes only the borglet's empty cgroup subtrees; groups of running tasks stay.
         self.isolation.close()
 
@@ -467,6 +482,8 @@ class Borglet:
                 done += 1
             else:
                 self._to_release.append(group)
+        for _ in range(len(self._to_clean) if limit is None else min(limit, len(self._to_clean))):
+            processes.remove_workdir(self._to_clean.popleft())
         return done
 
     def _observe(self, task: Task, now: float) -> None:
@@ -582,6 +599,7 @@ class Borglet:
                 task.launching = False
                 return False
             env = self._task_env(task)
+            uid = self._run_as(task)
         spec = task.spec
         proc: subprocess.Popen | None = None
         try:
@@ -591,7 +609,7 @@ class Borglet:
                 self._failed_to_start(task, f"setup: {err}")
             return False
         try:
-            proc = self._spawn(task, group, env)
+            proc = self._spawn(task, group, env, uid)
             error = None
         except (OSError, subprocess.SubprocessError) as err:
             error = f"spawn: {err}"
@@ -618,6 +636,8 @@ class Borglet:
     def _task_env(self, task: Task) -> dict[str, str]:
         spec = task.spec
         env = dict(os.environ)
+        if self.config.task_uids:
+            env["HOME"] = self.workdir(task)  # the borglet's own is not the task's to read
         env.update(
             PORT=str(task.port),
             TASK_INDEX=str(spec.index),
@@ -631,16 +651,39 @@ class Borglet:
         env[processes.BORGLET_MARKER] = self.config.state_dir
         return env
 
-    def _spawn(self, task: Task, group: dict[str, str], env: dict[str, str]) -> subprocess.Popen:
+    def workdir(self, task: Task) -> str:
+        """The task's own working directory, when tasks run as their users' uids."""
+        return os.path.join(self.config.work_root, task.key)
+
+    def _run_as(self, task: Task) -> int | None:
+        """The uid the task runs as (its job user's, recorded on first use), or None: as the
+        borglet's own user. Under the lock."""
+        if not self.config.task_uids:
+            return None
+        user = taskusers.user_of(task.spec.job, task.spec.task_id)
+        uid = taskusers.assign(user, self.uids)
+        if self.uids.get(user) != uid:
+            self.uids[user] = uid
+            self._dirty = True
+        return uid
+
+    def _spawn(
+        self, task: Task, group: dict[str, str], env: dict[str, str], uid: int | None
+    ) -> subprocess.Popen:
         log_dir = logs.task_dir(self.config.state_dir, task.key)
-        proc = processes.spawn(task.spec.command, env, task.spec.cwd, log_dir)
+        cwd = task.spec.cwd
+        if uid is not None:
+            # Its HOME, and its working directory unless its job names one: only its uid enters.
+            home = processes.make_workdir(self.workdir(task), uid)
+            cwd = cwd or home
+        proc = processes.spawn(task.spec.command, env, cwd, log_dir, uid)
         self.isolation.attach(group, proc.pid, task.spec.request.ram)
         return proc
 
     def _launch(self, task: Task, now: float) -> None:
         """A restart in place, under the lock (rare: backoffs spread restarts out)."""
         try:
-            proc = self._spawn(task, task.group, self._task_env(task))
+            proc = self._spawn(task, task.group, self._task_env(task), self._run_as(task))
         except (OSError, subprocess.SubprocessError) as err:
             self._failed_to_start(task, f"spawn: {err}")
             return
@@ -693,10 +736,12 @@ class Borglet:
         )
 
     def _release(self, task: Task) -> None:
-        """Hand the ended task's cgroup to `release_groups`."""
+        """Hand the ended task's cgroup and working directory to `release_groups`."""
         if task.group:
             self._to_release.append(task.group)
             task.group = {}
+        if self.config.task_uids:
+            self._to_clean.append(self.workdir(task))
 
     def _ports_in_use(self) -> set[int]:
         return {t.port for t in self.tasks.values() if not t.ended and t.port}
@@ -747,6 +792,7 @@ class Borglet:
                 "epoch": self.fence.epoch,
                 "fence": {"epoch": self.fence.epoch, "seq": self.fence.seq, "revision": self.fence.revision},
                 "master": self.master,
+                "uids": dict(self.uids),
                 "tasks": {tid: t.to_record() for tid, t in self.tasks.items()},
                 "tombstones": dict(self.tombstones),
             }

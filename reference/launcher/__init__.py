@@ -28,7 +28,13 @@ from reference.launcher.processes import (
     stop_processes,
     wait_ready,
 )
-from reference.launcher.roles import DEFAULT_CAPACITY, rack_of, start_borglet, start_master
+from reference.launcher.roles import (
+    DEFAULT_CAPACITY,
+    borglet_auth,
+    rack_of,
+    start_borglet,
+    start_master,
+)
 from reference.launcher.toxiproxy import TOXIPROXY_ENV, find_toxiproxy_server
 from reference.ports import HOST
 
@@ -43,6 +49,7 @@ __all__ = [
     "ProxyRecord",
     "Role",
     "Stopped",
+    "borglet_auth",
     "child_env",
     "descendants",
     "down",

@@ -42,6 +42,7 @@ from reference.launcher.roles import (
     HOLLOW_PROCESS,
     etcd_records,
     hollow_addresses,
+    make_channel_key,
     start_borglet,
     start_hollow,
     start_master,
@@ -116,6 +117,7 @@ def up(
         return resume(root, progress=say)
     server = find_toxiproxy_server() if toxiproxy else None
     prepare_state_dir(root, say)
+    make_channel_key(root)
     workdir = os.getcwd()
     env = child_env(workdir)
     info = CellInfo(cell, str(root), workdir, time.time(), (), (), {}, replica_cpu=replica_cpu)

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from reference import channel
 from reference.launcher.cellfile import ProcessRecord, Role
 from reference.launcher.processes import spawn
 from reference.ports import HOST
@@ -16,6 +17,25 @@ DEFAULT_CAPACITY = "cpu=4000m,ram=8GiB"
 HOLLOW_PROCESS = "hollow"
 HOLLOW_PREFIX = "/m/"  # a hollow machine's address is the process's URL + /m/<machine>
 MASTER_MAX_TXN_OPS = 1000  # under the local etcd's --max-txn-ops, with room to spare
+
+
+def channel_key_file(root: Path) -> Path:
+    """Where the cell's channel key lives: its masters sign with it, its borglets check it."""
+    return root / channel.KEY_FILE
+
+
+def borglet_auth(root: Path, machine: str) -> channel.ClientAuth:
+    """Signs requests to `machine` of the cell in state dir `root` as its masters do: for a
+    probe or a test that reads a borglet directly."""
+    return channel.ClientAuth(channel.load_key(channel_key_file(root)), machine=machine)
+
+
+def make_channel_key(root: Path) -> Path:
+    """A new channel key for a new cell in state dir `root` (mode 0600); a key left there by
+    an earlier cell is replaced, so that cell's processes cannot command this one's borglets."""
+    path = channel_key_file(root)
+    path.unlink(missing_ok=True)
+    return channel.create_key_file(path)
 
 
 def rack_of(i: int) -> str:
@@ -47,7 +67,8 @@ def start_master(
         "--etcd", ",".join(etcd_urls), "--cell", cell, "--advertise", urls[name],
         *(["--peers", peers] if peers else []),
         # The cell's etcd takes larger txns than etcd's default (etcd_cluster.MAX_TXN_OPS).
-        "--max-txn-ops", str(MASTER_MAX_TXN_OPS), *extra,
+        "--max-txn-ops", str(MASTER_MAX_TXN_OPS), "--channel-key-file", str(channel_key_file(root)),
+        *extra,
     ]  # fmt: skip
     log = root / "logs" / f"{name}.log"
     return spawn(Role.MASTER, name, command, urls[name], log, workdir, env)
@@ -60,7 +81,7 @@ def start_scheduler(
     address of its own; it reads etcd and posts its plans to the leader."""
     command = [
         sys.executable, "-m", "reference.master.schedulerd", "--name", name, "--etcd", ",".join(etcd_urls),
-        "--cell", cell,
+        "--cell", cell, "--channel-key-file", str(channel_key_file(root)),
     ]  # fmt: skip
     return spawn(Role.SCHEDULER, name, command, "", root / "logs" / f"{name}.log", workdir, env)
 
@@ -74,6 +95,7 @@ def start_borglet(
         sys.executable, "-m", "reference.borglet", "--name", name, "--listen", f"{HOST}:{port}",
         "--capacity", capacity, "--attrs", f"rack={rack_of(i)}", "--failure-domain", rack_of(i),
         "--state-dir", str(root / "machines" / name), "--kill-tasks-on-exit",
+        "--channel-key-file", str(channel_key_file(root)),
     ]  # fmt: skip
     log = root / "logs" / f"{name}.log"
     # The borglet's cwd is where `cell up` ran: tasks inherit it, so relative paths and

@@ -19,6 +19,7 @@ import httpx
 import psutil
 
 import reference
+from reference import channel
 from reference.launcher.cellfile import ProcessRecord, Role, is_alive
 from reference.launcher.processes import (
     child_env,
@@ -111,6 +112,9 @@ class LocalCell:
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # The cell's channel key: its masters sign every request to a borglet with it.
+        self.channel_key_file = channel.create_key_file(self.workdir / channel.KEY_FILE)
+        self.channel_key = channel.load_key(self.channel_key_file)
         self.cell = cell
         self.capacity = capacity
         self.isolation = isolation
@@ -123,7 +127,7 @@ class LocalCell:
         self._n_masters, self._n_borglets, self._n_schedulers = masters, borglets, schedulers
         self._master_opts = [
             "--poll-interval", str(poll_interval), "--down-after", str(down_after),
-            "--lease-ttl", str(lease_ttl), *master_args,
+            "--lease-ttl", str(lease_ttl), "--channel-key-file", str(self.channel_key_file), *master_args,
         ]  # fmt: skip
         self.http = httpx.Client(timeout=10.0)
 
@@ -147,6 +151,7 @@ class LocalCell:
                 argv = [
                     sys.executable, "-m", "reference.master.schedulerd", "--name", f"s{i}",
                     "--etcd", ",".join(self.etcd.client_urls), "--cell", self.cell,
+                    "--channel-key-file", str(self.channel_key_file),
                 ]  # fmt: skip
                 self.schedulers.append(Proc(f"s{i}", 0, argv, self.workdir / f"scheduler-s{i}.log", Role.SCHEDULER))
                 self.schedulers[-1].start()
@@ -169,7 +174,7 @@ class LocalCell:
             "--listen", f"{HOST}:{port}", "--capacity", self.capacity,
             "--attrs", f"rack=r{len(self.borglets) % 2}", "--failure-domain", f"r{len(self.borglets) % 2}",
             "--state-dir", str(state), "--isolation", self.isolation, "--kill-tasks-on-exit",
-            "--kill-grace", "1",
+            "--kill-grace", "1", "--channel-key-file", str(self.channel_key_file),
         ]  # fmt: skip
         proc = Proc(name, port, argv, self.workdir / f"borglet-{name}.log", Role.BORGLET)
         proc.start()

@@ -18,12 +18,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from reference import channel
 from reference.jobspec import validation_errors
 from reference.master import contract, freshness, logs, ui, views
 from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
-from reference.master.linkshard import RELAY_PATH, REPORTS_PATH
+from reference.master.linkshard import RELAY_PATH, REPORTS_PATH, replica_peer
 from reference.master.machines import MachineBody, machine_from_body
 from reference.master.mutations import ApiError, kill_job, kill_task, submit_job, update_job
 from reference.master.querycheck import freshness_query, known_query
@@ -92,12 +93,33 @@ class Observe:
                 self.metrics.latency.labels(path, scope["method"]).observe(time.perf_counter() - started)
 
 
+class InternalOnly:
+    """ASGI middleware: requests under /internal/ (link shards, the scheduler process) must be
+    signed with the cell's channel key for this replica (`channel.Verifier`), or get 401."""
+
+    def __init__(self, app: ASGIApp, key: bytes, peer: str) -> None:
+        self.app = app
+        self.verifier = channel.Verifier(app, key, peer, open_paths=())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/internal/"):
+            await self.verifier(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
 def make_app(replica: Replica) -> FastAPI:
     # Every operation refuses query parameters it does not declare.
     app = FastAPI(title=f"minborg master {replica.name}", version="1", dependencies=[Depends(known_query)])
     cell_name = replica.config.cell_name
+    if replica.config.channel_key is not None:
+        # Between replicas and from the scheduler: signed with the cell's channel key, for
+        # this replica, like a master's requests to a borglet.
+        app.add_middleware(
+            InternalOnly, key=replica.config.channel_key, peer=replica_peer(replica.name)
+        )
     forwarder = Forwarder(replica)
-    task_logs = logs.LogProxy()
+    task_logs = logs.LogProxy(auth=channel.client_auth(replica.config.channel_key))
     metrics = replica.metrics
 
     # Added first, so it runs inside Observe: refused reads are counted too.

@@ -6,6 +6,7 @@ import argparse
 import logging
 import signal
 
+from reference import channel
 from reference.master import freshness
 from reference.master.leader import LeaderConfig
 from reference.master.writer import MAX_OPS_PER_TXN
@@ -73,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--link-shards", choices=("on", "off"), default="on",
         help="on: every replica polls a share of the borglets and relays the leader's syncs; off: the leader polls all",
     )  # fmt: skip
+    p.add_argument(
+        "--channel-key-file",
+        default=None,
+        help="the cell's channel key (made by `cell up`): every request to a borglet is signed with "
+        "it; without it requests go unsigned, and only borglets run with --insecure-channel obey them",
+    )
     p.add_argument("--log-level", default="info")
     return p
 
@@ -92,6 +99,10 @@ def main(argv: list[str] | None = None) -> None:
         quota = parse_quota(args.default_quota) if args.default_quota else None
     except ValueError as err:
         parser.error(str(err))
+    try:
+        key = channel.load_key(args.channel_key_file) if args.channel_key_file else None
+    except channel.ChannelKeyError as err:
+        parser.error(str(err))
     if args.max_txn_ops < 2:
         parser.error(f"--max-txn-ops must be at least 2, not {args.max_txn_ops}")
     if args.poll_interval <= 0 or args.down_after < 1 or args.lease_ttl < 1 or args.max_staleness <= 0:
@@ -101,6 +112,11 @@ def main(argv: list[str] | None = None) -> None:
         format=f"%(asctime)s master[{args.name}] %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll drowns the log
+    if key is None:
+        logging.getLogger(__name__).warning(
+            "no --channel-key-file: requests to borglets go unsigned, and only borglets run with "
+            "--insecure-channel obey them"
+        )
     url = args.advertise or f"http://{host}:{port}"
     config = LeaderConfig(
         cell_name=args.cell,
@@ -111,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         restart_rate=args.restart_rate,
         roll_rate=args.roll_rate,
         default_quota=quota,
+        channel_key=key,
     )
     replica = Replica(
         name=args.name,

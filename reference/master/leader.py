@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from reference import channel
 from reference.elastic.jobscaler import JobAutoscaler
 from reference.elastic.reclaimer import Reclaimer
 from reference.master import events
@@ -41,6 +42,7 @@ class LeaderConfig:
     default_quota: Resources | None = None  # for user "*" in every band but best effort
     pass_interval: float = 0.5  # the longest the scheduler sleeps without a change
     link_shards: bool = True  # every replica polls a share of the machines (linkshard.py)
+    channel_key: bytes | None = None  # signs every request to a borglet (reference/channel.py)
 
 
 class TokenBucket:
@@ -247,6 +249,7 @@ class Term:
             down_after=config.down_after,
             on_poll=on_poll,
             link=link,
+            auth=channel.client_auth(config.channel_key),
         )
         # Around the scheduler: horizontal autoscaling of jobs and Borg's reservation
         # estimates, both reading the usage the poller gathers and writing through `writer`.

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from reference import channel
 from reference.master import shards
 from reference.master.cache import WatchCache
 
@@ -69,13 +70,17 @@ class LinkShard:
         http: httpx.Client | None = None,
         workers: int = 16,
         clock: Callable[[], float] = time.monotonic,
+        key: bytes | None = None,
     ) -> None:
         self.cache = cache
         self.name = name
+        self.key = key  # the cell's channel key: every request to a borglet is signed
         self.send = send
         self.interval = interval
         self.clock = clock
-        self._http = http or httpx.Client(timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5))
+        self._http = http or httpx.Client(
+            timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5), auth=channel.client_auth(key)
+        )
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"shard-{name}")
         self._relay_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"relay-{name}")
         self._reads = KeptAlive(max(0.5, min(interval, 2.0)))
@@ -154,12 +159,16 @@ class LinkShard:
             if self._stop.is_set():
                 return
             chunk = names[i : i + CHUNK]
-            replies = list(self._pool.map(lambda m: (m, self._read(share[m])), chunk))
+            replies = list(self._pool.map(lambda m: (m, self._read(m, share[m])), chunk))
             self._deliver(self._batch(replies))
         self.rounds += 1
 
-    def _read(self, address: str) -> dict[str, Any] | None:
-        return self._reads.get_json(f"{address.rstrip('/')}/v1/state")
+    def _read(self, machine: str, address: str) -> dict[str, Any] | None:
+        url = f"{address.rstrip('/')}/v1/state"
+        headers = None
+        if self.key is not None:
+            headers = channel.sign(self.key, "GET", urlsplit(url).path.encode(), b"", machine, time.time())
+        return self._reads.get_json(url, headers)
 
     def _batch(self, replies: list[tuple[str, dict[str, Any] | None]]) -> Batch:
         now = self.clock()
@@ -222,7 +231,9 @@ class LinkShard:
     def _relay_one(self, item: dict[str, Any]) -> dict[str, Any]:
         machine, address = str(item.get("machine", "")), str(item.get("address", ""))
         try:
-            response = self._http.post(f"{address.rstrip('/')}/v1/sync", json=item.get("body"))
+            response = self._http.post(
+                f"{address.rstrip('/')}/v1/sync", json=item.get("body"), headers=channel.to_machine(machine)
+            )
         except httpx.HTTPError as err:
             return {"machine": machine, "status": 0, "error": str(err) or type(err).__name__}
         try:
@@ -315,7 +326,7 @@ class ShardRelay:
 
     def __init__(self, shard: LinkShard, timeout: float = 30.0) -> None:
         self.shard = shard
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=1.0))
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=1.0), auth=channel.client_auth(shard.key))
         self.fallbacks = 0
 
     def close(self) -> None:
@@ -328,7 +339,9 @@ class ShardRelay:
         url = self.shard.cache.cell().replicas.get(owner, "")
         if owner != self.shard.name and url:
             try:
-                response = self._http.post(f"{url.rstrip('/')}{RELAY_PATH}", json={"items": items})
+                response = self._http.post(
+                    f"{url.rstrip('/')}{RELAY_PATH}", json={"items": items}, headers=channel.to_machine(replica_peer(owner))
+                )
                 if response.status_code == 200:
                     replies = response.json().get("replies")
                     if isinstance(replies, list):
@@ -338,6 +351,12 @@ class ShardRelay:
                 log.info("relay through %s failed: %s", owner, err)
             self.fallbacks += 1
         return self.shard.relay(items)
+
+
+def replica_peer(name: str) -> str:
+    """The name a request between replicas (or from the scheduler) is signed for: the
+    channel's machine header, so a request signed for one replica is refused by another."""
+    return f"replica:{name}"
 
 
 REPORTS_PATH = "/internal/v1/shard/reports"  # a shard's batch, to the leader

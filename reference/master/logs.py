@@ -9,6 +9,7 @@ from urllib.parse import quote
 import httpx
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from reference import channel
 from reference.master import views
 from reference.master.cell import Cell, borglet_task_id
 from spec.model import Task, TaskId, TaskState
@@ -60,14 +61,17 @@ def never_started(cell: Cell, task: Task) -> str:
 class LogProxy:
     """Fetches logs from borglets; one HTTP client for the replica's lifetime."""
 
-    def __init__(self, timeout: float = 5.0, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._timeout = timeout
+    def __init__(
+        self, timeout: float = 5.0, transport: httpx.AsyncBaseTransport | None = None,
+        auth: httpx.Auth | None = None,
+    ) -> None:  # fmt: skip
+        self._timeout, self._auth = timeout, auth
         self._transport = transport
         self._http: httpx.AsyncClient | None = None
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:  # made on the event loop that uses it
-            self._http = httpx.AsyncClient(timeout=self._timeout, transport=self._transport)
+            self._http = httpx.AsyncClient(timeout=self._timeout, transport=self._transport, auth=self._auth)
         return self._http
 
     async def fetch(
@@ -99,7 +103,7 @@ class LogProxy:
         }
         http = self._client()
         try:
-            request = http.build_request("GET", url, params=params)
+            request = http.build_request("GET", url, params=params, headers=channel.to_machine(info.machine))
             upstream = await http.send(request, stream=True)
         except httpx.HTTPError as err:
             return _error(502, "machine", f"machine {info.machine} did not answer for the logs of {task.id}: {err}")

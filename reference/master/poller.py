@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from reference import channel
 from reference.master import pollclock, reports, shards
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, MachineInfo, borglet_task_id
@@ -94,6 +95,7 @@ class Poller:
         clock: Callable[[], float] = time.monotonic,
         link: Link | None = None,
         sync_every: float | None = None,
+        auth: httpx.Auth | None = None,  # signs each request (reference/channel.py)
     ) -> None:
         self.cache = cache
         self.link = link
@@ -113,7 +115,7 @@ class Poller:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="poll")
-        self._http = httpx.Client(timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5))
+        self._http = httpx.Client(timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5), auth=auth)
         self._thread = threading.Thread(target=self._run, name="poller", daemon=True)
         self.usage: dict[TaskId, tuple[tuple[str, int], ...]] = {}
         # machine -> {borglet task id: state} from its last reply: what really runs there.
@@ -344,7 +346,7 @@ class Poller:
     def _probe(self, name: str, address: str) -> None:
         """Read what a machine runs without changing it: the first contact of this poller."""
         try:
-            response = self._http.get(f"{address.rstrip('/')}/v1/state")
+            response = self._http.get(f"{address.rstrip('/')}/v1/state", headers=channel.to_machine(name))
             reply = response.json() if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError) as err:
             log.debug("state of %s not read: %s", name, err)
@@ -386,7 +388,7 @@ class Poller:
         """Send one sync; the reply, {"refused": reason} for a refusal, None for no answer."""
         seq, body = self._prepare(name, desired, ids, revision)
         try:
-            response = self._http.post(f"{address.rstrip('/')}/v1/sync", json=body)
+            response = self._http.post(f"{address.rstrip('/')}/v1/sync", json=body, headers=channel.to_machine(name))
         except httpx.HTTPError as err:
             log.debug("sync to %s failed: %s", address, err)
             return None

@@ -9,10 +9,11 @@ from typing import Any
 
 import httpx
 
+from reference import channel
 from reference.master import codec, freshness
 from reference.master.cache import WatchCache
 from reference.master.leader import LeaderConfig, Term
-from reference.master.linkshard import REPORTS_PATH, LinkShard, ShardRelay
+from reference.master.linkshard import REPORTS_PATH, LinkShard, ShardRelay, replica_peer
 from reference.master.metrics import MasterMetrics
 from reference.master.writer import MAX_OPS_PER_TXN, Writer
 from reference.store import ops
@@ -95,9 +96,13 @@ class Replica:
         # Every replica's link shard polls its share of the borglets (none with shards off).
         self.shard: LinkShard | None = None
         self.relay: ShardRelay | None = None
-        self._leader_http = httpx.Client(timeout=httpx.Timeout(30.0, connect=1.0))
+        self._leader_http = httpx.Client(
+            timeout=httpx.Timeout(30.0, connect=1.0), auth=channel.client_auth(config.channel_key)
+        )
         if config.link_shards:
-            self.shard = LinkShard(self.cache, name=name, send=self._send_batch, interval=config.poll_interval)
+            self.shard = LinkShard(
+                self.cache, name=name, send=self._send_batch, interval=config.poll_interval, key=config.channel_key
+            )
             self.relay = ShardRelay(self.shard)
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -226,7 +231,9 @@ class Replica:
         if leader is None or leader.name == self.name:
             return None
         try:
-            response = self._leader_http.post(f"{leader.url.rstrip('/')}{REPORTS_PATH}", json=batch)
+            response = self._leader_http.post(
+                f"{leader.url.rstrip('/')}{REPORTS_PATH}", json=batch, headers=channel.to_machine(replica_peer(leader.name))
+            )
             answer = response.json() if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError) as err:
             log.debug("batch to %s failed: %s", leader.name, err)

@@ -36,9 +36,11 @@ from typing import Any
 
 import httpx
 
+from reference import channel
 from reference.master import codec
 from reference.master.cache import WatchCache
 from reference.master.leader import Unschedulable
+from reference.master.linkshard import replica_peer
 from reference.scheduler import SchedulerConfig, plan_for
 from reference.scheduler.wire import plan_to_json
 from reference.store.client import StoreClient, StoreError
@@ -53,8 +55,9 @@ HEARTBEAT_S = 0.5  # an idle scheduler tells the leader it is there this often
 
 class SchedulerProcess:
     def __init__(
-        self, *, name: str, etcd: list[str], cell: str, lease_ttl: float = 2.0, config: SchedulerConfig | None = None
-    ) -> None:
+        self, *, name: str, etcd: list[str], cell: str, lease_ttl: float = 2.0, config: SchedulerConfig | None = None,
+        key: bytes | None = None,
+    ) -> None:  # fmt: skip
         self.name = name
         self.keys = codec.Keys(cell)
         self.client = StoreClient(etcd, timeout=2.0)
@@ -67,7 +70,8 @@ class SchedulerProcess:
         self._active = threading.Event()
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._http = httpx.Client(timeout=httpx.Timeout(30.0, connect=1.0))
+        # Plans go to the leader's /internal/ endpoint, signed with the cell's channel key.
+        self._http = httpx.Client(timeout=httpx.Timeout(30.0, connect=1.0), auth=channel.client_auth(key))
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
         self.unschedulable = Unschedulable()
         self.passes = 0
@@ -121,7 +125,7 @@ class SchedulerProcess:
         """One pass: plan what is pending and propose it; with `heartbeat`, propose even an
         empty plan. Returns whether a proposal went out."""
         cell = self.cache.cell()
-        leader = cell.leader.partition("=")[2]
+        leader_name, _, leader = cell.leader.partition("=")
         if not leader:
             return False
         pending = set()
@@ -145,7 +149,9 @@ class SchedulerProcess:
             doc["plan"] = plan_to_json(plan)
             self.proposed["placements"] += len(plan.placements)
         try:
-            response = self._http.post(f"{leader.rstrip('/')}{PLANS_PATH}", json=doc)
+            response = self._http.post(
+                f"{leader.rstrip('/')}{PLANS_PATH}", json=doc, headers=channel.to_machine(replica_peer(leader_name))
+            )
         except httpx.HTTPError as err:
             log.info("plan not delivered to %s: %s", leader, err)
             return False
@@ -170,6 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--etcd", required=True, help="etcd client URLs, comma separated")
     parser.add_argument("--cell", required=True, help="cell name")
     parser.add_argument("--lease-ttl", type=float, default=2.0, help="scheduler lease TTL in seconds")
+    parser.add_argument("--channel-key-file", default=None, help="the cell's channel key: plans are signed with it")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     if args.lease_ttl < 1:
@@ -178,7 +185,13 @@ def main(argv: list[str] | None = None) -> None:
         level=args.log_level.upper(), format=f"%(asctime)s scheduler[{args.name}] %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    process = SchedulerProcess(name=args.name, etcd=args.etcd.split(","), cell=args.cell, lease_ttl=args.lease_ttl)
+    try:
+        key = channel.load_key(args.channel_key_file) if args.channel_key_file else None
+    except channel.ChannelKeyError as err:
+        parser.error(str(err))
+    process = SchedulerProcess(
+        name=args.name, etcd=args.etcd.split(","), cell=args.cell, lease_ttl=args.lease_ttl, key=key
+    )
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

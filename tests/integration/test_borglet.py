@@ -4,17 +4,23 @@ memory pressure, and surviving its own SIGKILL with re-adoption."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import psutil
 import pytest
 
+from reference import channel
+from reference.borglet import taskusers
+from reference.borglet.cli import private_ancestor
 from reference.ports import free_port
 from reference.waiting import wait_until
 
@@ -27,14 +33,19 @@ MiB = 1024 * 1024
 class BorgletProcess:
     """One `python -m reference.borglet` subprocess and a client for its API."""
 
-    def __init__(self, state_dir: Path, name: str, capacity: str):
-        self.state_dir, self.name, self.capacity = state_dir, name, capacity
+    def __init__(self, state_dir: Path, name: str, capacity: str, extra: tuple[str, ...] = ()):
+        self.state_dir, self.name, self.capacity, self.extra = state_dir, name, capacity, extra
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
         self.pids_seen: set[int] = set()
         self.epoch = 1
         self.seq = 0
+        # The borglet obeys only requests signed with its cell's key, as the master signs them.
+        self.key_file = channel.create_key_file(state_dir / channel.KEY_FILE)
+        self.http = httpx.Client(
+            auth=channel.ClientAuth(channel.load_key(self.key_file)), headers=channel.to_machine(name), timeout=5
+        )
 
     def start(self) -> None:
         log = open(self.state_dir / f"borglet-{self.port}.log", "ab")  # noqa: SIM115
@@ -42,7 +53,8 @@ class BorgletProcess:
             [sys.executable, "-m", "reference.borglet", "--name", self.name,
              "--listen", f"127.0.0.1:{self.port}", "--capacity", self.capacity,
              "--attrs", "rack=r1,arch=x86", "--failure-domain", "r1",
-             "--state-dir", str(self.state_dir), "--kill-tasks-on-exit", "--kill-grace", "1"],
+             "--state-dir", str(self.state_dir), "--kill-tasks-on-exit", "--kill-grace", "1",
+             "--channel-key-file", str(self.key_file), *self.extra],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()
@@ -57,7 +69,7 @@ class BorgletProcess:
 
     def sync(self, *tasks: dict, epoch: int | None = None) -> dict:
         self.seq += 1  # each sync of one master is newer than the last
-        response = httpx.post(
+        response = self.http.post(
             f"{self.url}/v1/sync",
             json={"master": "test", "epoch": self.epoch if epoch is None else epoch,
                   "seq": self.seq, "tasks": list(tasks)},
@@ -67,7 +79,7 @@ class BorgletProcess:
         return self._note(response.json())
 
     def state(self) -> dict:
-        return self._note(httpx.get(f"{self.url}/v1/state", timeout=5).json())
+        return self._note(self.http.get(f"{self.url}/v1/state").json())
 
     def task(self, task_id: str) -> dict | None:
         return next((t for t in self.state()["tasks"] if t["task_id"] == task_id), None)
@@ -165,11 +177,11 @@ def test_runs_a_hello_world_task_and_kills_it_when_no_longer_desired(borglet: Bo
     assert f'minborg_borglet_tasks{{machine="{borglet.name}",state="RUNNING"}} 1.0' in metrics
 
     # A stale leader is fenced off and changes nothing.
-    stale = httpx.post(f"{borglet.url}/v1/sync", json={"master": "old", "epoch": 0, "tasks": []})
+    stale = borglet.http.post(f"{borglet.url}/v1/sync", json={"master": "old", "epoch": 0, "tasks": []})
     assert stale.status_code == 409 and stale.json()["epoch"] == 1
     assert stale.json()["reason"] == "stale_epoch"
     # So is a sync of the current leader older than one already applied (delayed or replayed).
-    replay = httpx.post(
+    replay = borglet.http.post(
         f"{borglet.url}/v1/sync", json={"master": "test", "epoch": 1, "seq": borglet.seq, "tasks": []}
     )
     assert replay.status_code == 409 and replay.json()["reason"] == "stale_seq"
@@ -256,3 +268,125 @@ def test_tasks_survive_a_borglet_sigkill_and_are_re_adopted(borglet: BorgletProc
     assert [t["task_id"] for t in borglet.state()["tasks"]] == ["alice/web/3#0"]
     borglet.sync()
     wait_until(lambda: not alive(task["pid"]), 10, "the adopted task to die")
+
+
+# --- tasks run unprivileged ----------------------------------------------------------------------
+
+# An interpreter that the tasks' uids may run (pyenv's, under a private /root, is not).
+TASK_PYTHON = next(
+    (p for p in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3") if os.path.exists(p) and private_ancestor(p) is None),
+    None,
+)
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or TASK_PYTHON is None,
+    reason=f"tasks run as their users' own uids only under a root borglet (this test runs as uid {os.geteuid()}), "
+    "and only a Python that other users can run can be their program",
+)
+
+
+@pytest.fixture
+def rooted(tmp_path: Path) -> Iterator[BorgletProcess]:
+    """A borglet that runs every task as its job user's own uid."""
+    node = BorgletProcess(tmp_path, f"ru{os.getpid()}x{free_port()}", "cpu=2000m,ram=2GiB", ("--run-tasks-as", "job-user"))
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()
+
+# What a task can see and do: printed as one JSON line on its stdout.
+PROBE = """
+import json, os, sys
+out = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(), "cwd": os.getcwd()}
+for what, pid in (("kill_borglet", sys.argv[1]), *(("kill_" + p.split("=")[0], p.split("=")[1]) for p in sys.argv[3:])):
+    try:
+        os.kill(int(pid), 0)
+        out[what] = "allowed"
+    except PermissionError:
+        out[what] = "EPERM"
+for what, path in (("list_state", sys.argv[2]), ("read_table", os.path.join(sys.argv[2], "tasks.json"))):
+    try:
+        os.listdir(path) if what == "list_state" else open(path).read()
+        out[what] = "allowed"
+    except PermissionError:
+        out[what] = "EACCES"
+with open("scratch", "w") as f:  # its working directory is its own to write
+    f.write("x")
+out["cwd_owner"] = os.stat(".").st_uid
+print(json.dumps(out), flush=True)
+"""
+
+
+def probe(borglet: BorgletProcess, task_id: str, job: str, *others: str) -> dict:
+    """Run PROBE as a task of `job` (no cwd: its own directory) and return what it printed."""
+    assert borglet.proc is not None
+    argv = [str(TASK_PYTHON), "-c", PROBE, str(borglet.proc.pid), str(borglet.state_dir), *others]
+    return {"task_id": task_id, "job": job, "command": argv, "restart_policy": "never"}
+
+
+def probe_output(borglet: BorgletProcess, task_id: str) -> dict:
+    wait_until(lambda: borglet.task(task_id)["state"] in ("FINISHED", "FAILED"), 20, f"{task_id} to end")
+    task = borglet.task(task_id)
+    logs = f"{borglet.url}/v1/tasks/{quote(task_id, safe='')}/logs"
+    out, err = (borglet.http.get(logs, params={"stream": s}).text for s in ("stdout", "stderr"))
+    assert task["state"] == "FINISHED", (task, err)
+    return json.loads(out)
+
+
+@needs_root
+def test_a_task_runs_as_an_unprivileged_uid_that_cannot_touch_the_borglet(rooted: BorgletProcess):
+    borglet = rooted
+    borglet.sync(probe(borglet, "alice/probe/0#0", "alice/probe"))
+    seen = probe_output(borglet, "alice/probe/0#0")
+    assert seen["uid"] >= taskusers.FIRST_UID and seen["gid"] == seen["uid"] and seen["groups"] == []
+    assert seen["kill_borglet"] == "EPERM"
+    assert seen["list_state"] == "EACCES" and seen["read_table"] == "EACCES"
+    assert seen["cwd_owner"] == seen["uid"] and os.path.basename(seen["cwd"]).startswith("alice_probe_0_0")
+    assert stat.S_IMODE(os.stat(borglet.state_dir).st_mode) == 0o700
+    # Its log came back through the borglet (it writes to files the borglet opened), and the
+    # borglet recorded the user's uid, so a restarted borglet gives alice the same one.
+    def recorded() -> int | None:
+        return json.loads((borglet.state_dir / "tasks.json").read_text()).get("uids", {}).get("alice")
+
+    assert wait_until(recorded, 5, "alice's uid in the task table") == seen["uid"]
+    # Once the task is forgotten its working directory goes too.
+    borglet.sync()
+    wait_until(lambda: not os.path.exists(seen["cwd"]), 10, "the ended task's directory to go")
+
+
+@needs_root
+def test_a_task_of_one_user_cannot_signal_another_users_tasks(rooted: BorgletProcess):
+    borglet = rooted
+    sleep = [str(TASK_PYTHON), "-c", "import time; time.sleep(60)"]
+    sleepers = [
+        python_task("bob/sleep/0#0", "", job="bob/sleep", command=sleep, cwd=None),
+        python_task("alice/sleep/0#0", "", job="alice/sleep", command=sleep, cwd=None),
+    ]
+    borglet.sync(*sleepers)
+    bob, alice = (
+        wait_until(lambda tid=t["task_id"]: borglet.task(tid)["pid"], 10, f"{t['task_id']} to start") for t in sleepers
+    )
+    borglet.sync(*sleepers, probe(borglet, "alice/probe/0#0", "alice/probe", f"bob={bob}", f"alice={alice}"))
+    seen = probe_output(borglet, "alice/probe/0#0")
+    assert seen["kill_bob"] == "EPERM"
+    assert seen["kill_alice"] == "allowed"  # one user's tasks share its uid
+    assert alive(bob) and alive(alice)
+    assert psutil.Process(bob).uids().real != psutil.Process(alice).uids().real == seen["uid"]
+
+
+@needs_root
+def test_the_example_jobs_run_under_their_users_uids(rooted: BorgletProcess):
+    # examples/*.yaml name `python`; here the interpreter other users can run.
+    web = hello("demo/hello_world/0#0", job="demo/hello_world", command=[str(TASK_PYTHON), "-m", "examples.hello_world.server"])
+    batch = python_task(
+        "demo/batch/0#0", "", job="demo/batch", command=[str(TASK_PYTHON), "-m", "examples.batch"],
+        env={"WORK_SECONDS": "0.2"},
+    )  # fmt: skip
+    rooted.sync(web, batch)
+    task = wait_until(lambda: (t := rooted.task(web["task_id"])) and t["healthy"] and t, 20, "hello_world healthy")
+    assert httpx.get(f"http://127.0.0.1:{task['port']}/", timeout=5).text.startswith("hello from")
+    assert psutil.Process(task["pid"]).uids().real >= taskusers.FIRST_UID
+    done = wait_until(lambda: (t := rooted.task(batch["task_id"]))["state"] in ("FINISHED", "FAILED") and t, 20, "batch")
+    assert done["state"] == "FINISHED", done
+    logs = f"{rooted.url}/v1/tasks/{quote(batch['task_id'], safe='')}/logs"
+    assert "rounds in 0.2s" in rooted.http.get(logs).text

@@ -19,6 +19,7 @@ import pytest
 
 from harness.history import double_running, parse_task_id
 from loadtests.periodic import Periodic
+from reference import channel
 from tests.integration.cellkit import REPO, LocalCell, Proc, wait_for
 
 pytestmark = pytest.mark.integration
@@ -42,17 +43,17 @@ class Sampler(Periodic):
     """Polls every borglet's state in one thread, in turn: a sample holds when its request was
     sent and when the answer arrived (the state it shows held at some moment in between)."""
 
-    def __init__(self, borglets: list[Proc], every: float = 0.1) -> None:
+    def __init__(self, borglets: list[Proc], key: bytes, every: float = 0.1) -> None:
         super().__init__(every, "sampler")
         self.borglets = borglets
         self.samples: list[dict[str, Any]] = []
-        self._http = httpx.Client(timeout=2.0)
+        self._http = httpx.Client(timeout=2.0, auth=channel.ClientAuth(key))  # signed as a master's
 
     def tick(self) -> None:
         for b in self.borglets:
             sent = time.monotonic()
             try:
-                tasks = self._http.get(f"{b.url}/v1/state").json()["tasks"]
+                tasks = self._http.get(f"{b.url}/v1/state", headers=channel.to_machine(b.name)).json()["tasks"]
             except (httpx.HTTPError, ValueError, KeyError):
                 continue
             t = time.monotonic()
@@ -130,7 +131,7 @@ def holds_counted(cell: LocalCell) -> float:
 def test_roll_and_resize_never_run_two_incarnations_at_once(cell: LocalCell, tmp_path: Path) -> None:
     assert cell.submit(slow_job(3)).status_code == 201
     first = wait_for(lambda: newest_running(cell, 3, {}), 30, "3 tasks running")
-    with Sampler(cell.borglets) as sampler:
+    with Sampler(cell.borglets, cell.channel_key) as sampler:
         time.sleep(0.5)
         rolled_at = time.monotonic()
         r = cell.request("PATCH", "/v1/jobs/bob/slow", json={"request": {"ram": "40MiB"}})

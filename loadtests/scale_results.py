@@ -1,0 +1,87 @@
+"""A scale campaign's results: one run's figures, what kept it from Borg's SLOs, the largest cell that met them, read back from results.json (pure)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SLO_POLL_P95_S = 10.0  # Borg's: 95th percentile of the borglet polling interval
+SLO_READ_P99_S = 1.0  # Borg's: 99th percentile UI (read) response time
+
+
+@dataclass
+class Result:
+    machines: int
+    replicas: int
+    replica_cpu: float | None
+    up_s: float = 0.0
+    fill_tasks: int = 0
+    fill_confirmed: int = 0
+    fill_s: float | None = None
+    poll: dict[str, float] = field(default_factory=dict)  # p50/p95/max of the worst shard
+    shards: list[dict[str, Any]] = field(default_factory=list)
+    read_p50_s: float | None = None
+    read_p99_s: float | None = None
+    reads: int = 0
+    read_errors: int = 0
+    write_p50_s: float | None = None
+    write_p99_s: float | None = None
+    writes: int = 0
+    write_errors: int = 0
+    arrived: int = 0
+    confirmed_per_min: float = 0.0
+    start_latency_p50_s: float | None = None
+    start_latency_p95_s: float | None = None
+    cpu: dict[str, float] = field(default_factory=dict)  # role -> cores used during the window
+    etcd_db_bytes: int = 0
+    started_twice: int = 0
+    error: str | None = None
+
+    @property
+    def slo_met(self) -> bool:
+        return not failures(self)
+
+
+def failures(r: Result) -> list[str]:
+    """What kept a run from meeting the SLOs, the most basic first (empty: it met them)."""
+    out = []
+    if r.error:
+        out.append(f"run failed: {r.error}")
+    if r.started_twice:
+        out.append(f"{r.started_twice} task id(s) started twice")
+    if r.fill_confirmed < r.fill_tasks:
+        out.append(f"fill incomplete: {r.fill_confirmed} of {r.fill_tasks} tasks confirmed started")
+    p95 = r.poll.get("p95")
+    if p95 is None:
+        out.append("no polling interval measured")
+    elif p95 >= SLO_POLL_P95_S:
+        out.append(f"polling p95 {p95:.1f} s >= {SLO_POLL_P95_S:.0f} s")
+    if r.read_p99_s is None:
+        out.append("no read answered")
+    elif r.read_p99_s >= SLO_READ_P99_S:
+        out.append(f"read p99 {r.read_p99_s:.2f} s >= {SLO_READ_P99_S:.0f} s")
+    return out
+
+
+def largest_meeting(results: list[Result]) -> dict[int, dict[str, Any]]:
+    """Per replica count: the largest cell that met the SLOs and, for the next size tried,
+    what failed first."""
+    out: dict[int, dict[str, Any]] = {}
+    for replicas in sorted({r.replicas for r in results}):
+        runs = sorted((r for r in results if r.replicas == replicas), key=lambda r: r.machines)
+        met = [r.machines for r in runs if r.slo_met]
+        best = max(met) if met else None
+        beyond = next((r for r in runs if (best is None or r.machines > best) and not r.slo_met), None)
+        out[replicas] = {
+            "largest": best,
+            "failed_at": beyond.machines if beyond else None,
+            "first_failure": failures(beyond)[0] if beyond else None,
+        }
+    return out
+
+
+def load(path: Path) -> tuple[dict[str, Any], list[Result]]:
+    doc = json.loads(path.read_text())
+    return doc["config"], [Result(**r) for r in doc["results"]]

@@ -1,0 +1,40 @@
+"""The scale campaign's verdicts: what keeps a run from Borg's SLOs and the largest cell per replica count that met them."""
+
+from __future__ import annotations
+
+from loadtests.scale_results import Result, failures, largest_meeting
+
+
+def _run(machines: int, replicas: int, p95: float | None = 2.0, read_p99: float | None = 0.2, **kw: object) -> Result:
+    r = Result(machines, replicas, 0.3, fill_tasks=10 * machines, fill_confirmed=10 * machines, **kw)  # type: ignore[arg-type]
+    r.poll = {"p50": 1.0, "p95": p95, "max": 5.0} if p95 is not None else {}
+    r.read_p99_s = read_p99
+    return r
+
+
+def test_a_run_within_every_slo_meets_them() -> None:
+    assert failures(_run(100, 1)) == []
+    assert _run(100, 1).slo_met
+
+
+def test_each_slo_and_promise_is_checked() -> None:
+    assert failures(_run(100, 1, p95=12.0)) == ["polling p95 12.0 s >= 10 s"]
+    assert failures(_run(100, 1, read_p99=1.5)) == ["read p99 1.50 s >= 1 s"]
+    assert failures(_run(100, 1, started_twice=2))[0] == "2 task id(s) started twice"
+    incomplete = _run(100, 1)
+    incomplete.fill_confirmed = 900
+    assert failures(incomplete) == ["fill incomplete: 900 of 1000 tasks confirmed started"]
+    assert failures(_run(100, 1, p95=None, read_p99=None)) == ["no polling interval measured", "no read answered"]
+    assert failures(_run(100, 1, error="cell up: boom"))[0] == "run failed: cell up: boom"
+
+
+def test_largest_cell_meeting_the_slos_per_replica_count() -> None:
+    runs = [
+        _run(100, 1), _run(1000, 1, p95=14.0), _run(5000, 1, p95=40.0),
+        _run(100, 5), _run(1000, 5), _run(5000, 5, read_p99=2.0),
+        _run(100, 3, p95=11.0),
+    ]  # fmt: skip
+    best = largest_meeting(runs)
+    assert best[1] == {"largest": 100, "failed_at": 1000, "first_failure": "polling p95 14.0 s >= 10 s"}
+    assert best[5] == {"largest": 1000, "failed_at": 5000, "first_failure": "read p99 2.00 s >= 1 s"}
+    assert best[3] == {"largest": None, "failed_at": 100, "first_failure": "polling p95 11.0 s >= 10 s"}

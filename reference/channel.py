@@ -1,0 +1,304 @@
+"""The authenticated master-borglet channel: a per-cell secret key, requests signed with it (HMAC-SHA256) by the master and checked by the borglet.
+
+Every request a master sends to a borglet carries three headers:
+
+- `X-Minborg-Channel-Time`: when it was signed, in seconds since the epoch;
+- `X-Minborg-Channel-Machine`: the machine it is meant for (the caller sets it, `to_machine`);
+- `X-Minborg-Channel-Signature`: `v1=` and the hex HMAC-SHA256, under the cell's key, of the
+  method, the path with its query as sent, the time, the machine and the SHA-256 of the body.
+
+The borglet (`Verifier`, an ASGI middleware) answers 401, before any handler runs, to a request
+that lacks them, is signed with another key, was altered, is meant for another machine, or was
+signed more than `WINDOW_S` seconds from its own clock. Naming the machine keeps a sync signed
+for one borglet from being replayed to another inside the window; a replay to the same borglet
+is refused by the sync protocol's (epoch, seq) fence. The channel authenticates; it does not
+encrypt (docs/security.md), and docs/decisions.md says why HMAC and not mutual TLS.
+
+Use: `key = load_key(path)`; a client passes `auth=ClientAuth(key)` to its `httpx.Client` or
+`httpx.AsyncClient` and `headers=to_machine(name)` to each request; a server wraps its ASGI app
+in `Verifier(app, key, machine)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import os
+import secrets
+import stat
+import time
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+KEY_FILE = "channel.key"  # its name in a local cell's state dir
+KEY_BYTES = 32
+WINDOW_S = 30.0  # how far a request's signing time may be from the borglet's clock
+MAX_BODY_BYTES = 256 * 1024 * 1024  # a signed body is read whole before it is checked
+TIME_HEADER = "X-Minborg-Channel-Time"
+MACHINE_HEADER = "X-Minborg-Channel-Machine"
+SIGNATURE_HEADER = "X-Minborg-Channel-Signature"
+SCHEME = "v1="
+
+
+class ChannelKeyError(ValueError):
+    """A key file that is missing, malformed or readable by others."""
+
+
+# --- the key ---------------------------------------------------------------------------------
+
+
+def create_key_file(path: str | os.PathLike[str]) -> Path:
+    """Write a new random key to `path` (mode 0600, created exclusively); a key already there
+    is kept, so a cell restarted on its state dir keeps its key. Returns the path."""
+    target = Path(path)
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        load_key(target)  # refuse a bad one now rather than at the first start
+        return target
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(KEY_BYTES) + "\n")
+    return target
+
+
+def load_key(path: str | os.PathLike[str]) -> bytes:
+    """The key in `path`; ChannelKeyError saying what to fix if it is missing, open to other
+    users (like ssh, a secret anyone can read is no secret) or not 64 hex digits."""
+    try:
+        mode = os.stat(path).st_mode
+        text = Path(path).read_text().strip()
+    except OSError as err:
+        raise ChannelKeyError(f"cannot read the channel key {path}: {err.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ChannelKeyError(
+            f"the channel key {path} is open to other users (mode {stat.S_IMODE(mode):04o}): chmod 600 it"
+        )
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != KEY_BYTES:
+        raise ChannelKeyError(f"the channel key {path} must hold {2 * KEY_BYTES} hex digits")
+    return key
+
+
+# --- signing and checking (pure) ---------------------------------------------------------------
+
+
+def signed_text(method: str, target: bytes, timestamp: str, machine: str, body: bytes) -> bytes:
+    """What the signature covers: method, path and query as sent, time, machine, body digest."""
+    digest = hashlib.sha256(body).hexdigest()
+    return b"\n".join(
+        (method.upper().encode(), target, timestamp.encode(), machine.encode(), digest.encode())
+    )
+
+
+def signature(key: bytes, text: bytes) -> str:
+    return SCHEME + hmac.new(key, text, hashlib.sha256).hexdigest()
+
+
+def sign(
+    key: bytes, method: str, target: bytes, body: bytes, machine: str, now: float
+) -> dict[str, str]:
+    """The headers that authenticate one request to `machine`, signed at `now`."""
+    timestamp = f"{now:.3f}"
+    return {
+        TIME_HEADER: timestamp,
+        MACHINE_HEADER: machine,
+        SIGNATURE_HEADER: signature(key, signed_text(method, target, timestamp, machine, body)),
+    }
+
+
+def check_headers(
+    headers: Mapping[str, str], machine: str, now: float, window_s: float = WINDOW_S
+) -> tuple[str, str] | None:
+    """(header, what is wrong) when the headers alone refuse the request, else None: checked
+    before its body is read, so an unsigned request costs the borglet nothing."""
+    if not headers.get(SIGNATURE_HEADER):
+        return (
+            SIGNATURE_HEADER,
+            "the request is not signed: the borglet obeys only its cell's masters",
+        )
+    raw = headers.get(TIME_HEADER, "")
+    try:
+        signed_at = float(raw)
+    except ValueError:
+        signed_at = math.nan
+    if not math.isfinite(signed_at):
+        return TIME_HEADER, f"must be the signing time in seconds since the epoch, not {raw[:40]!r}"
+    if abs(now - signed_at) > window_s:
+        return TIME_HEADER, (
+            f"signed {now - signed_at:.0f} s from the borglet's clock, more than the {window_s:.0f} s allowed"
+        )
+    if headers.get(MACHINE_HEADER, "") != machine:
+        return (
+            MACHINE_HEADER,
+            f"the request is for machine {headers.get(MACHINE_HEADER, '')[:80]!r}, this is {machine!r}",
+        )
+    return None
+
+
+def verify(
+    key: bytes, method: str, target: bytes, headers: Mapping[str, str], body: bytes, machine: str,
+    now: float, window_s: float = WINDOW_S,
+) -> tuple[str, str] | None:  # fmt: skip
+    """(header, what is wrong) for a request that is not from a holder of `key`, meant for
+    `machine`, signed within `window_s` of `now` and unaltered; None for one that is."""
+    problem = check_headers(headers, machine, now, window_s)
+    if problem is not None:
+        return problem
+    expected = signature(key, signed_text(method, target, headers[TIME_HEADER], machine, body))
+    if not hmac.compare_digest(expected.encode(), headers[SIGNATURE_HEADER].encode()):
+        return (
+            SIGNATURE_HEADER,
+            "the signature does not match: another cell's key, or an altered request",
+        )
+    return None
+
+
+# --- the client side -----------------------------------------------------------------------------
+
+
+def to_machine(name: str) -> dict[str, str]:
+    """The header naming the machine a request is for; `ClientAuth` signs it."""
+    return {MACHINE_HEADER: name}
+
+
+class ClientAuth(httpx.Auth):
+    """Signs every request of an `httpx.Client` or `httpx.AsyncClient` with the cell's key,
+    for the machine each request names (`to_machine`), or for `machine` when given."""
+
+    requires_request_body = True
+
+    def __init__(
+        self, key: bytes, clock: Callable[[], float] = time.time, machine: str | None = None
+    ) -> None:
+        self.key, self.clock, self.machine = key, clock, machine
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        machine = (
+            self.machine if self.machine is not None else request.headers.get(MACHINE_HEADER, "")
+        )
+        request.headers.update(
+            sign(
+                self.key,
+                request.method,
+                request.url.raw_path,
+                request.content,
+                machine,
+                self.clock(),
+            )
+        )
+        yield request
+
+
+def client_auth(key: bytes | None) -> ClientAuth | None:
+    """`ClientAuth(key)`, or None (unsigned requests) for a master run without a key."""
+    return None if key is None else ClientAuth(key)
+
+
+# --- the server side -----------------------------------------------------------------------------
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class Verifier:
+    """ASGI middleware: every HTTP request but those to `open_paths` must be signed for
+    `machine` with `key`, or it is answered 401 before the app sees it."""
+
+    def __init__(
+        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], key: bytes, machine: str, *,
+        open_paths: Iterable[str] = ("/healthz", "/metrics"), clock: Callable[[], float] = time.time,
+        window_s: float = WINDOW_S,
+    ) -> None:  # fmt: skip
+        self.app, self.key, self.machine, self.clock, self.window_s = (
+            app,
+            key,
+            machine,
+            clock,
+            window_s,
+        )
+        self.open_paths = frozenset(open_paths)
+        self.refused = 0  # requests answered 401
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        lowered = {
+            name: headers.get(name.lower(), "")
+            for name in (TIME_HEADER, MACHINE_HEADER, SIGNATURE_HEADER)
+        }
+        problem = check_headers(lowered, self.machine, self.clock(), self.window_s)
+        body = b""
+        if problem is None:
+            body, more = await _read_body(receive)
+            if more:
+                problem = ("content-length", f"the body is larger than {MAX_BODY_BYTES} bytes")
+        if problem is None:
+            target = scope.get("raw_path") or scope["path"].encode()
+            if scope.get("query_string"):
+                target += b"?" + scope["query_string"]
+            problem = verify(
+                self.key,
+                scope["method"],
+                target,
+                lowered,
+                body,
+                self.machine,
+                self.clock(),
+                self.window_s,
+            )
+        if problem is not None:
+            self.refused += 1
+            await _refuse(send, *problem)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+
+async def _read_body(receive: Receive) -> tuple[bytes, bool]:
+    """The request's body, and whether it went past MAX_BODY_BYTES (then not all of it)."""
+    parts, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(parts), False
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return b"", True
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts), False
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # the disconnect, when it comes
+
+    return replayed
+
+
+async def _refuse(send: Send, header: str, error: str) -> None:
+    content = json.dumps({"detail": [{"field": header, "error": error}]}).encode()
+    await send({
+        "type": "http.response.start", "status": 401,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode()),
+                    (b"www-authenticate", b"MinborgChannel")],
+    })  # fmt: skip
+    await send({"type": "http.response.body", "body": content})
