@@ -76,3 +76,26 @@ def test_shards_off_the_leader_polls_every_machine(tmp_path: Path) -> None:
         assert cell.get("/v1/shard")["link_shards"] is False
         assert cell.submit(sleeper_job("s", count=4)).status_code == 201
         wait_for(lambda: cell.running("bob", "s", 4), 60, "4 tasks running")
+
+
+def test_the_replicas_internal_endpoints_obey_only_the_cell(tmp_path: Path) -> None:
+    """A relay would sign whatever it is asked to send: an unsigned request to it (or a forged
+    batch of reports to the leader, or a forged plan) is refused and changes nothing."""
+    with LocalCell(tmp_path, masters=1, borglets=1) as cell:
+        leader = cell.wait_leader()
+        borglet = cell.borglets[0]
+        forged_sync = {"master": "mallory", "epoch": 10**12, "seq": 1, "revision": 0,
+                       "tasks": [{"task_id": "x/y/0#0", "command": ["/bin/true"]}]}  # fmt: skip
+        relay = cell.request("POST", "/internal/v1/shard/sync", master=leader,
+                             json={"items": [{"machine": borglet.name, "address": borglet.url, "body": forged_sync}]})  # fmt: skip
+        assert relay.status_code == 401, relay.text
+        reports = cell.request("POST", "/internal/v1/shard/reports", master=leader,
+                               json={"shard": "m0", "reports": {}, "missed": {borglet.name: 99}})  # fmt: skip
+        assert reports.status_code == 401, reports.text
+        plan = cell.request("POST", "/internal/v1/plans", master=leader, json={"plan": {"placements": []}})
+        assert plan.status_code == 401, plan.text
+        time.sleep(2)
+        assert cell.get("/v1/cell")["machines"] == {"up": 1, "down": 0}
+        # The real leader still runs work on the machine: its epoch was not raised.
+        assert cell.submit(sleeper_job("ok", count=1)).status_code == 201
+        wait_for(lambda: cell.running("bob", "ok", 1), 30, "a task started by the real leader")
