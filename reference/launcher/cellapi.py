@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 
+from reference.cellfile import auth_headers, read_admin_token
 from reference.client import CellClient, ClientError
 from reference.launcher.cellfile import CellInfo, LauncherError, Role, is_alive
 from reference.launcher.processes import check_running, log_tail
@@ -27,7 +28,7 @@ def wait_for_leader(
     masters = info.of_role(Role.MASTER)
     own = {m.name for m in masters}
     last = "no master answered"
-    with httpx.Client(timeout=1.0) as http:
+    with httpx.Client(timeout=1.0, headers=auth_headers(read_admin_token(info.state_dir))) as http:
 
         def leader_named() -> str | None:
             nonlocal last
@@ -65,7 +66,7 @@ def register_machines(info: CellInfo, capacity: str) -> None:
     registered is fine: a retried registration)."""
     # Quantities go as the user wrote them ("4000m", "8GiB"): the API parses them itself.
     declared = parse_pairs(capacity)
-    with CellClient(list(info.master_urls)) as client:
+    with CellClient(list(info.master_urls), token=read_admin_token(info.state_dir)) as client:
         for i, (name, url) in enumerate(info.borglet_urls.items()):
             machine = {
                 "name": name,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from reference import procscan
-from reference.cellfile import CELL_FILE, state_dir_path
+from reference.cellfile import CELL_FILE, read_admin_token, state_dir_path
 from reference.client import CellClient, ClientError
 from reference.launcher.cellapi import LEADER_TIMEOUT_S, register_machines, wait_for_leader
 from reference.launcher.cellfile import (
@@ -37,6 +37,7 @@ from reference.launcher.roles import DEFAULT_CAPACITY, etcd_records, start_borgl
 from reference.launcher.statedir import (
     check_arguments,
     check_resumable,
+    ensure_admin_token,
     prepare_state_dir,
     refuse_running,
 )
@@ -86,6 +87,7 @@ def up(
         return resume(root, progress=say)
     server = find_toxiproxy_server() if toxiproxy else None
     prepare_state_dir(root, say)
+    ensure_admin_token(root)
     workdir = os.getcwd()
     env = child_env(workdir)
     info = CellInfo(cell, str(root), workdir, time.time(), (), (), {})
@@ -365,7 +367,8 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     }
     if result["running"] and info.master_urls:
         try:
-            with CellClient(list(info.master_urls), timeout=2.0, retry_s=3.0) as client:
+            token = read_admin_token(info.state_dir)
+            with CellClient(list(info.master_urls), timeout=2.0, retry_s=3.0, token=token) as client:
                 result["api"] = client.cell()
         except ClientError as err:
             result["api_error"] = str(err)
