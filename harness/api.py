@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +40,13 @@ def cpu_milli(value: Any) -> int:
 class Api:
     """Talks to the masters by URL, rotating over them; never follows a redirect to `reference/`."""
 
-    def __init__(self, urls: list[str], history: History | None = None) -> None:
+    def __init__(self, urls: list[str], history: History | None = None, token: str | None = None) -> None:
         self.urls = list(urls)
         self.history = history if history is not None else History()
-        self._http = httpx.Client(timeout=TIMEOUT_S)
+        # The cell's bearer token: given, else $MINBORG_TOKEN (a cell of another implementation
+        # may take none).
+        token = token or os.environ.get("MINBORG_TOKEN")
+        self._http = httpx.Client(timeout=TIMEOUT_S, headers={"Authorization": f"Bearer {token}"} if token else {})
         # Requests spread over the masters, each from the next one round; reads of one
         # revision stay on the master that answered last (`read_together`).
         self._rr = itertools.cycle(range(len(self.urls)))

@@ -53,6 +53,10 @@ class LocalCell:
         self.borglets = {p.name: p for p in info.of_role(Role.BORGLET)}
         self._next_machine = self.machines
 
+    def admin_token(self) -> str | None:
+        """The cell's admin token, from its state dir (what its masters were started with)."""
+        return launcher.read_admin_token(self.state_dir)
+
     def down(self) -> list[str]:
         """Stop the cell; returns what is still running."""
         leftovers: list[str] = []

@@ -42,7 +42,7 @@ def run(plan: Plan) -> RunResult:
         else:
             assert plan.target, "give --target URL or --start-cell"
             urls = plan.target.split(",")
-        api = Api(urls)
+        api = Api(urls, token=cell.admin_token() if cell is not None else None)
         ctx = context.Context(api=api, cell=cell, history=api.history)
         context.CTX = ctx
         failure = _run_hypothesis(plan)

@@ -14,6 +14,7 @@ from rich.markup import escape
 from reference import launcher
 from reference.cli_common import (
     EXIT_USAGE,
+    Credentials,
     JsonOpt,
     MasterOpt,
     OutputOpt,
@@ -77,9 +78,7 @@ def _credentials(
         ),
     ] = None,
 ) -> None:
-    if token:
-        # Every command's client reads it from there (CellClient.discover).
-        os.environ[TOKEN_ENV] = token
+    Credentials.token = token
 
 # Commands that hand their arguments, --help included, to another program's own parser.
 PASS_THROUGH: dict[str, Any] = {
