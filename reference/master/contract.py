@@ -155,8 +155,10 @@ def document(app: FastAPI) -> dict[str, Any]:
         if not access.needs_token(path):
             continue
         for method, operation in ops.items():
-            # The guard (master/guard.py) answers these before any handler runs.
-            operation["security"] = [{"bearer": []}]
+            # The guard (master/guard.py) answers these before any handler runs. A dashboard
+            # page without a token is its shell (200), not a 401: it declares no scheme.
+            if not access.is_ui(path):
+                operation["security"] = [{"bearer": []}]
             responses = operation["responses"]
             responses["401"] = {"description": _MEANING[401], "headers": CHALLENGE, "content": error_ref}
             responses["429"] = {"description": _MEANING[429], "headers": RETRY_AFTER, "content": error_ref}
