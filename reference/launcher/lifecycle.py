@@ -258,8 +258,17 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
 
 def _respawn(records: Sequence[ProcessRecord], info: CellInfo, env: dict[str, str]) -> list[ProcessRecord]:
     return [
-        spawn(r.role, r.name, list(r.command), r.url, Path(r.log), info.workdir, env) for r in records
+        spawn(r.role, r.name, _with_admin_token(r, info), r.url, Path(r.log), info.workdir, env) for r in records
     ]
+
+
+def _with_admin_token(record: ProcessRecord, info: CellInfo) -> list[str]:
+    """The recorded command; a master recorded before cells had an admin token gets one, so
+    the commands run beside the state dir keep working on a resumed older cell."""
+    command = list(record.command)
+    if record.role is Role.MASTER and "--admin-token-file" not in command:
+        command += ["--admin-token-file", str(ensure_admin_token(Path(info.state_dir)))]
+    return command
 
 
 @dataclass(frozen=True)
