@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from reference.cellfile import auth_headers, read_admin_token
 from reference.launcher import CellInfo, ProcessRecord, ProxyRecord, Role, borglet_auth, is_alive
 
 STATE_DIR_ENV = "MINBORG_STATE_DIR"
@@ -53,9 +54,14 @@ def master_index(name: str) -> int:
     return int(name.removeprefix("master"))
 
 
+def admin_headers(info: CellInfo) -> dict[str, str]:
+    """The Authorization header of the cell's admin token (from its state dir)."""
+    return auth_headers(read_admin_token(info.state_dir))
+
+
 def cell_status(info: CellInfo, timeout: float = 1.0) -> dict[str, Any] | None:
     """/v1/cell from the first live master that answers directly (no proxy in the way)."""
-    with httpx.Client(timeout=timeout) as http:
+    with httpx.Client(timeout=timeout, headers=admin_headers(info)) as http:
         for record in info.of_role(Role.MASTER):
             if not is_alive(record):
                 continue

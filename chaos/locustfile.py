@@ -21,6 +21,7 @@ from locust import User, between, constant, task
 
 from chaos import cellfile, jobs
 from chaos.history import HistoryFile, Op, Outcome
+from reference.cellfile import auth_headers, read_admin_token
 from reference.launcher import CellInfo, Role
 
 STATE_DIR = os.environ.get("CHAOS_STATE_DIR", ".minborg")
@@ -34,6 +35,7 @@ HISTORY = HistoryFile(RUN_DIR / "history.jsonl")
 # revision is stale for this client and is asked of another replica instead.
 FLOOR = {"revision": 0}
 _INFO = CellInfo.load(STATE_DIR)
+ADMIN = auth_headers(read_admin_token(_INFO.state_dir))  # every simulated client is the cell's admin
 _ids = itertools.count()
 
 
@@ -53,6 +55,7 @@ class KVUser(User):
         self.uid = next(_ids)
         self.name_ = f"u{self.uid}"
         self.http = requests.Session()
+        self.http.headers.update(ADMIN)
         self.urls = list(_INFO.master_urls)
         self.turn = self.uid
         self.keys = {f"kv-{RUN_ID}-{self.uid}-{n}": 0 for n in range(KEYS_PER_USER)}
@@ -158,6 +161,7 @@ class HelloUser(User):
 
     def on_start(self) -> None:
         self.http = requests.Session()
+        self.http.headers.update(ADMIN)
         self.endpoints: list[str] = []
         self.resolved_at = 0.0
         self.turn = 0
@@ -208,6 +212,7 @@ class WatchUser(User):
 
     def on_start(self) -> None:
         self.http = requests.Session()
+        self.http.headers.update(ADMIN)
 
     def on_stop(self) -> None:
         self.http.close()

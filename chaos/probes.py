@@ -21,7 +21,7 @@ HELLO_JOB = "demo/hello_world"
 
 def _client_get(info: CellInfo, path: str, timeout: float = 1.0) -> httpx.Response | None:
     """GET through the client proxies, trying each master once."""
-    with httpx.Client(timeout=timeout) as http:
+    with httpx.Client(timeout=timeout, headers=cellfile.admin_headers(info)) as http:
         for url in info.master_urls:
             try:
                 response = http.get(url + path)
@@ -103,7 +103,9 @@ def _final_read(info: CellInfo, writer: HistoryFile, key: str) -> None:
         leader = cellfile.leader(info)
         if leader is not None:
             try:
-                response = httpx.get(f"{leader.record.url}/v1/jobs/{key}", timeout=2.0)
+                response = httpx.get(
+                    f"{leader.record.url}/v1/jobs/{key}", timeout=2.0, headers=cellfile.admin_headers(info)
+                )
             except httpx.HTTPError:
                 response = None
             if response is not None and response.status_code == 404:
@@ -287,7 +289,7 @@ def _write(info: CellInfo, key: str, value: int, retry_s: float) -> int:
     """One register write through the client proxies; returns the final HTTP status (0: none)."""
     status, end = 0, time.monotonic() + retry_s
     body = jobs.register_patch(value)
-    with httpx.Client(timeout=3.0) as http:
+    with httpx.Client(timeout=3.0, headers=cellfile.admin_headers(info)) as http:
         while True:
             for url in info.master_urls:
                 try:
@@ -345,7 +347,7 @@ def writes_recover_within(state_dir: str, run: str, within_s: float = 30.0) -> f
 
 
 def _ensure_probe_job(info: CellInfo) -> None:
-    with httpx.Client(timeout=3.0) as http:
+    with httpx.Client(timeout=3.0, headers=cellfile.admin_headers(info)) as http:
         for url in info.master_urls:
             try:
                 status = http.post(url + "/v1/jobs", json=jobs.register_job("probe", 1)).status_code

@@ -18,7 +18,11 @@ HELLO = "examples/hello_world.yaml"
 def up(label: str) -> str:
     """Start a fresh cell in a temporary state dir; returns the state dir."""
     state_dir = tempfile.mkdtemp(prefix=f"minborg-chaos-{label}-")
-    launcher.up(state_dir, replicas=REPLICAS, machines=MACHINES, etcd_members=ETCD, toxiproxy=True)
+    # Its Locust clients are all the admin: the rate limit is set, off, as every campaign sets it.
+    launcher.up(
+        state_dir, replicas=REPLICAS, machines=MACHINES, etcd_members=ETCD, toxiproxy=True,
+        master_args=("--rate-limit", "0"),
+    )  # fmt: skip
     project = Path(__file__).resolve().parent.parent
     subprocess.run(
         [sys.executable, "-m", "reference.cli", "job", "submit", HELLO, "--state-dir", state_dir],

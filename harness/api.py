@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,14 +43,17 @@ class Api:
 
     def __init__(
         self, urls: list[str], history: History | None = None,
-        borglet_auth: Callable[[str], httpx.Auth] | None = None,
+        borglet_auth: Callable[[str], httpx.Auth] | None = None, token: str | None = None,
     ) -> None:  # fmt: skip
         self.urls = list(urls)
         # How to sign a read of a machine's borglet, by machine name (a cell that authenticates
         # its borglets' callers); None sends them unsigned.
         self._borglet_auth = borglet_auth
         self.history = history if history is not None else History()
-        self._http = httpx.Client(timeout=TIMEOUT_S)
+        # The cell's bearer token: given, else $MINBORG_TOKEN (a cell of another implementation
+        # may take none).
+        token = token or os.environ.get("MINBORG_TOKEN")
+        self._http = httpx.Client(timeout=TIMEOUT_S, headers={"Authorization": f"Bearer {token}"} if token else {})
         # Requests spread over the masters, each from the next one round; reads of one
         # revision stay on the master that answered last (`read_together`).
         self._rr = itertools.cycle(range(len(self.urls)))

@@ -18,7 +18,9 @@ CI = (3, 60)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="minborg conformance", description="Judge a Minborg cell against the spec.")
-    p.add_argument("--target", help="master URL(s), comma separated, of a running cell")
+    p.add_argument(
+        "--target", help="master URL(s), comma separated, of a running cell (its token: $MINBORG_TOKEN)"
+    )
     p.add_argument("--start-cell", action="store_true", help="start a local reference cell (always torn down)")
     p.add_argument("--replicas", type=int, default=1, choices=(1, 3, 5), help="master replicas of the started cell")
     p.add_argument("--examples", type=int, default=None, help=f"Hypothesis examples (default {FULL[0]}, --ci {CI[0]})")

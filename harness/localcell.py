@@ -59,6 +59,10 @@ class LocalCell:
         """Signs a read of `machine`'s borglet with the cell's channel key, as its masters do."""
         return launcher.borglet_auth(Path(self.state_dir), machine)
 
+    def admin_token(self) -> str | None:
+        """The cell's admin token, from its state dir (what its masters were started with)."""
+        return launcher.read_admin_token(self.state_dir)
+
     def down(self) -> list[str]:
         """Stop the cell; returns what is still running."""
         leftovers: list[str] = []

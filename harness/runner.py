@@ -42,7 +42,10 @@ def run(plan: Plan) -> RunResult:
         else:
             assert plan.target, "give --target URL or --start-cell"
             urls = plan.target.split(",")
-        api = Api(urls, borglet_auth=cell.borglet_auth if cell is not None else None)
+        api = Api(
+            urls, borglet_auth=cell.borglet_auth if cell is not None else None,
+            token=cell.admin_token() if cell is not None else None,
+        )
         ctx = context.Context(api=api, cell=cell, history=api.history)
         context.CTX = ctx
         failure = _run_hypothesis(plan)

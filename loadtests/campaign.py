@@ -131,6 +131,7 @@ def run_one(target: Target, n: int, ladder: Ladder, args: Any, out: Path) -> dic
             "LOADTEST_SERVICE_JOB": cell.SERVICE_JOB,
             "LOADTEST_SERVICE_TASKS": str(tasks),
             "LOADTEST_COST_MS": f"{args.cost_ms:g}",
+            **cell.locust_env(info),
         }
         sampler = Sampler(lambda: watched(info, locust_pids)).start()
         try:

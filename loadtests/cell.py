@@ -31,12 +31,27 @@ class WatchedProcess:
     pid: int
 
 
+# Every simulated client sends the admin token, so the per-user rate limit is off: a campaign
+# measures the master, not the limiter.
+MASTER_ARGS = ("--rate-limit", "0")
+
+
 def start(state_dir: Path, replicas: int, etcd_members: int | None = None) -> CellInfo:
     """A new cell of `replicas` masters and etcd members (unless told otherwise), one machine."""
     return launcher.up(
         state_dir, cell=CELL_NAME, replicas=replicas, machines=1,
-        machine_capacity=MACHINE_CAPACITY, etcd_members=etcd_members,
+        machine_capacity=MACHINE_CAPACITY, etcd_members=etcd_members, master_args=MASTER_ARGS,
     )  # fmt: skip
+
+
+def client(info: CellInfo, urls: list[str] | None = None) -> CellClient:
+    """A client of the cell as its admin."""
+    return CellClient(urls or list(info.master_urls), token=launcher.read_admin_token(info.state_dir))
+
+
+def locust_env(info: CellInfo) -> dict[str, str]:
+    """What a Locust process needs to call the cell: its admin token."""
+    return {"MINBORG_TOKEN": launcher.read_admin_token(info.state_dir) or ""}
 
 
 def stop(state_dir: Path) -> None:
@@ -52,11 +67,11 @@ def hello_world(task_count: int, repo: Path) -> dict[str, Any]:
 
 def run_service(info: CellInfo, task_count: int, repo: Path) -> list[dict[str, Any]]:
     """Submit hello_world and wait until all its tasks are healthy endpoints."""
-    with CellClient(list(info.master_urls)) as client:
-        client.submit(hello_world(task_count, repo))
+    with client(info) as api:
+        api.submit(hello_world(task_count, repo))
         deadline = time.monotonic() + ENDPOINTS_TIMEOUT_S
         while True:
-            found = client.endpoints(SERVICE_JOB)
+            found = api.endpoints(SERVICE_JOB)
             if len(found) >= task_count:
                 return [e.__dict__ for e in found]
             if time.monotonic() > deadline:
@@ -70,15 +85,15 @@ def run_service(info: CellInfo, task_count: int, repo: Path) -> list[dict[str, A
 def submit_jobs(info: CellInfo, keys: list[str], timeout_s: float = 30.0) -> None:
     """Submit a small pending job for each "user/name" key, then wait until every master
     replica shows them all (a reader pinned to a follower must not miss them)."""
-    with CellClient(list(info.master_urls)) as client:
+    with client(info) as api:
         for key in keys:
             user, name = key.split("/")
-            client.submit(small_job(user, name))
+            api.submit(small_job(user, name))
     deadline = time.monotonic() + timeout_s
     for url in info.master_urls:
-        with CellClient([url]) as client:
+        with client(info, [url]) as api:
             while True:
-                seen = {j["key"] for j in client.jobs(keys[0].split("/")[0])}
+                seen = {j["key"] for j in api.jobs(keys[0].split("/")[0])}
                 if set(keys) <= seen:
                     break
                 if time.monotonic() > deadline:
@@ -88,9 +103,9 @@ def submit_jobs(info: CellInfo, keys: list[str], timeout_s: float = 30.0) -> Non
 
 def limits(info: CellInfo) -> dict[str, Any]:
     """How the service's tasks are held: the machine's isolation and hello_world's CPU request."""
-    with CellClient(list(info.master_urls)) as client:
-        machines = client.machines()
-        job = client.job(SERVICE_JOB)["job"]
+    with client(info) as api:
+        machines = api.machines()
+        job = api.job(SERVICE_JOB)["job"]
     cpu = str(job.get("request", {}).get("cpu", "0m"))
     millis = int(cpu[:-1]) if cpu.endswith("m") else int(float(cpu) * 1000)
     return {"isolation": machines[0].get("isolation", "") if machines else "",

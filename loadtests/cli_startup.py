@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             cell.submit(job)
             wait_for(lambda: cell.running(user, name, 2), 30, "the bench job to run")
             env["MINBORG_MASTER"] = cell.masters[0].url
+            env["MINBORG_TOKEN"] = cell.admin_token
         elif args.master:
             env["MINBORG_MASTER"] = args.master
         base = minborg()

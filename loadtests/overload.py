@@ -40,6 +40,7 @@ from loadtests.periodic import Periodic
 from loadtests.procsample import ProcSampler, task_processes
 from loadtests.sampler import Sampler, Target
 from reference import launcher
+from reference.cellfile import auth_headers
 
 CELL = "overload"
 CAPACITY = "cpu=64000m,ram=256GiB"  # declared, not real: resources never limit the flood
@@ -105,13 +106,13 @@ class RunResult:
 class Reader(Periodic):
     """GET /v1/cell every READ_EVERY_S, round robin over the masters; latencies in ms."""
 
-    def __init__(self, urls: list[str]) -> None:
+    def __init__(self, urls: list[str], headers: dict[str, str]) -> None:
         super().__init__(READ_EVERY_S, "reader")
         self.urls = urls
         self.latencies: list[float] = []
         self.errors = 0
         self._reads = 0
-        self._http = httpx.Client(timeout=10.0)
+        self._http = httpx.Client(timeout=10.0, headers=headers)
 
     def tick(self) -> None:
         url = self.urls[self._reads % len(self.urls)]
@@ -190,13 +191,18 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
     result = RunResult(spec)
     root = Path(tempfile.mkdtemp(prefix="minborg-overload-"))
     flood_prefix = f"{FLOOD[0]}/{FLOOD[1]}/"
-    info = launcher.up(root, cell=CELL, replicas=spec.replicas, machines=spec.machines, machine_capacity=CAPACITY)
+    # The flood is the admin's: no per-user rate limit, so the master's own overload shows.
+    info = launcher.up(
+        root, cell=CELL, replicas=spec.replicas, machines=spec.machines, machine_capacity=CAPACITY,
+        master_args=("--rate-limit", "0"),
+    )  # fmt: skip
     urls = list(info.master_urls)
-    leader_url = httpx.get(f"{urls[0]}/v1/cell", timeout=30).json().get("leader_url") or urls[0]
+    auth = auth_headers(launcher.read_admin_token(root))
+    leader_url = httpx.get(f"{urls[0]}/v1/cell", timeout=30, headers=auth).json().get("leader_url") or urls[0]
     try:
-        with httpx.Client(base_url=leader_url, timeout=120.0) as http:
+        with httpx.Client(base_url=leader_url, timeout=120.0, headers=auth) as http:
             _ok(write(http, "POST", "/v1/jobs", json=service_job()), "submit the service job")
-            with Sampler(lambda: _targets(info)) as usage, Reader(urls) as reader, ProcSampler(
+            with Sampler(lambda: _targets(info)) as usage, Reader(urls, auth) as reader, ProcSampler(
                 (flood_prefix,), every=1.0
             ) as procs:
                 submitted_wall, t0 = time.time(), time.monotonic()

@@ -64,10 +64,16 @@ def service_bns(index: int) -> str:
     return f"{index}.{job_name}.{job_user}.{CELL}.minborg"
 
 
+# Every simulated client acts as the cell's admin ($MINBORG_TOKEN): its user name is only the
+# owner part of its jobs' names, and the campaign's cell has no rate limit.
+AUTH = {"Authorization": f"Bearer {os.environ['MINBORG_TOKEN']}"} if os.environ.get("MINBORG_TOKEN") else {}
+
+
 class MasterUser(FastHttpUser):
     """What every master client has: its replica, its user name, its jobs, submit and get."""
 
     abstract = True
+    default_headers = AUTH
     wait_time = constant(0)
     network_timeout = NETWORK_TIMEOUT_S
     connection_timeout = NETWORK_TIMEOUT_S
@@ -185,6 +191,7 @@ class SubmitOnlyUser(MasterUser):
 
 
 class ServiceUser(FastHttpUser):
+    default_headers = AUTH
     wait_time = constant(0)
     network_timeout = NETWORK_TIMEOUT_S
     connection_timeout = NETWORK_TIMEOUT_S

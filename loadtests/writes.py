@@ -98,6 +98,7 @@ def one(users: int, seconds: float, out: Path) -> Run:
             "LOADTEST_MASTERS": ",".join(info.master_urls),
             "LOADTEST_CELL": cell.CELL_NAME,
             "LOADTEST_SUBMIT_TASKS": "0",
+            **cell.locust_env(info),
         }
         txns0, jobs0 = _counts(info.master_urls[0])
         m0, e0, c0, w0 = _cpu_seconds([master]), _cpu_seconds(etcd), psutil.cpu_times(), time.monotonic()

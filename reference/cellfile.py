@@ -15,6 +15,9 @@ CELL_FILE = "cell.json"
 DEFAULT_STATE_DIR = ".minborg"
 STATE_DIR_ENV = "MINBORG_STATE_DIR"
 MASTER_ENV = "MINBORG_MASTER"
+TOKEN_ENV = "MINBORG_TOKEN"
+# The cell's admin token, written by `minborg cell up` (mode 0600) and read by its masters.
+ADMIN_TOKEN_FILE = "admin.token"
 
 # Status used by ClientError when no replica answered at all (there is no HTTP status).
 NO_ANSWER = 0
@@ -107,12 +110,36 @@ def master_urls(
     return urls
 
 
+def admin_token_path(state_dir: str | os.PathLike[str] | None = None) -> Path:
+    return state_dir_path(state_dir) / ADMIN_TOKEN_FILE
+
+
+def read_admin_token(state_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """The local cell's admin token from its state dir, None if there is none to read."""
+    try:
+        return admin_token_path(state_dir).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def find_token(token: str | None = None, state_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """The bearer token to send: --token, else $MINBORG_TOKEN, else the local cell's admin token."""
+    return token or os.environ.get(TOKEN_ENV) or read_admin_token(state_dir)
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """The Authorization header of `token` (none without a token)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def client_error_message(err: ClientError) -> str:
     """A ClientError as one or more lines a person can act on."""
     hints = {
         404: "not found",
         409: "conflict",
-        403: "refused (over quota?)",
+        401: "no valid token: pass --token, set $MINBORG_TOKEN, or use the cell's state dir",
+        403: "refused",
+        429: "rate limited; retry in a moment",
         410: "gone: list again",
         422: "invalid request",
         503: "no leader right now; retry in a few seconds",

@@ -14,6 +14,7 @@ from rich.markup import escape
 from reference import launcher
 from reference.cli_common import (
     EXIT_USAGE,
+    Credentials,
     JsonOpt,
     MasterOpt,
     OutputOpt,
@@ -35,7 +36,8 @@ from reference.cli_render import (
     replicas_table,
     state_counts,
 )
-from reference.client import CELL_FILE, MASTER_ENV, ClientError, state_dir_path
+from reference.cli_users import user_app
+from reference.client import CELL_FILE, MASTER_ENV, TOKEN_ENV, ClientError, state_dir_path
 
 app = typer.Typer(
     name="minborg",
@@ -57,12 +59,26 @@ app.add_typer(job_app, name="job")
 app.add_typer(task_app, name="task")
 app.add_typer(machine_app, name="machine")
 app.add_typer(bns_app, name="bns")
+app.add_typer(user_app, name="user")
 app.add_typer(bench_app, name="bench")
 app.add_typer(report_app, name="report")
 app.add_typer(spec_app, name="spec")
 campaign_app = typer.Typer(help="Load, chaos and elasticity campaigns that write reports.", no_args_is_help=True)
 app.add_typer(campaign_app, name="campaign")
 app.command("demo")(demo)
+
+
+@app.callback()
+def _credentials(
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            help=f"Bearer token for the cell's API. Default: ${TOKEN_ENV}, else the local cell's admin token.",
+        ),
+    ] = None,
+) -> None:
+    Credentials.token = token
 
 # Commands that hand their arguments, --help included, to another program's own parser.
 PASS_THROUGH: dict[str, Any] = {

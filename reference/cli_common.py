@@ -84,8 +84,15 @@ def emitted(data: Any, output: str) -> bool:
     return False
 
 
+class Credentials:
+    """The token `minborg --token` was given, for this invocation (None: $MINBORG_TOKEN, else
+    the state dir's admin token)."""
+
+    token: str | None = None
+
+
 def client(master: str | None, state_dir: str | None, **kw: Any) -> CellClient:
-    return CellClient.discover(master, state_dir, **kw)
+    return CellClient.discover(master, state_dir, token=Credentials.token, **kw)
 
 
 def job_key(key: str) -> str:

@@ -15,6 +15,7 @@ import httpx
 import typer
 
 from reference import jobspec, launcher
+from reference.cellfile import read_admin_token
 from reference.cli_render import console, errors, table, tasks_table
 from reference.client import CellClient, ClientError, Endpoint, RoundRobin
 from reference.waiting import wait_until
@@ -88,7 +89,7 @@ class Demo:
             machines=self.machines,
             progress=lambda msg: console.print(f"   [dim]{msg}[/dim]"),
         )
-        self.client = CellClient(list(self.info.master_urls))
+        self.client = CellClient(list(self.info.master_urls), token=read_admin_token(self.state_dir))
         return f"leader {self.client.cell().get('leader')}, state in {self.state_dir}"
 
     def submit(self) -> str:

@@ -36,6 +36,7 @@ COMMANDS = (
     ("task", "Inspect tasks, their events and logs; kill them."),
     ("machine", "Inspect the cell's machines."),
     ("bns", "Borg Name Service: <index>.<job>.<user>.<cell>.minborg."),
+    ("user", "Add, list and revoke the cell's users and their tokens (admin)."),
     ("bench", "Benchmarks of the scheduler, of a live cell and of this command's start-up."),
     ("report", "Regenerate measured reports."),
     ("spec", "The executable specification."),
@@ -92,7 +93,7 @@ def parse(args: list[str]) -> tuple[list[str], dict[str, str]]:
     return positional, options
 
 
-def get(urls: list[str], path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+def get(urls: list[str], path: str, params: dict[str, str] | None = None, token: str | None = None) -> dict[str, Any]:
     """GET from the first replica that answers; 503 moves on and is retried for RETRY_S."""
     query = f"?{urllib.parse.urlencode(params)}" if params else ""
     deadline = time.monotonic() + RETRY_S
@@ -100,7 +101,7 @@ def get(urls: list[str], path: str, params: dict[str, str] | None = None) -> dic
         failures: list[str] = []
         for url in urls:
             try:
-                status, body = http_get(url, path + query)
+                status, body = http_get(url, path + query, token=token)
             except (OSError, ValueError) as err:
                 failures.append(f"{url}: {err}")
                 continue
@@ -116,7 +117,7 @@ def get(urls: list[str], path: str, params: dict[str, str] | None = None) -> dic
         time.sleep(0.5)
 
 
-def http_get(url: str, target: str, timeout: float = 5.0) -> tuple[int, bytes]:
+def http_get(url: str, target: str, timeout: float = 5.0, token: str | None = None) -> tuple[int, bytes]:
     """One HTTP/1.1 GET on a fresh connection: (status, body). A few lines of socket code
     instead of urllib.request or http.client, whose imports cost more than the request."""
     parts = urllib.parse.urlsplit(url)
@@ -124,8 +125,9 @@ def http_get(url: str, target: str, timeout: float = 5.0) -> tuple[int, bytes]:
         raise ValueError(f"the fast path speaks plain http only, not {url}")
     host, port = parts.hostname, parts.port or 80
     with socket.create_connection((host, port), timeout=timeout) as sock:
+        auth = f"Authorization: Bearer {token}\r\n" if token else ""
         sock.sendall(
-            f"GET {target} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\n"
+            f"GET {target} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\n{auth}"
             f"Connection: close\r\n\r\n".encode()
         )
         chunks = []
@@ -181,7 +183,8 @@ def run(args: list[str]) -> int:
         output = output_of(options)
         urls = cellfile.master_urls(options.get("--master"), options.get("--state-dir"))
         params = {"user": options["--user"]} if options.get("--user") else None
-        jobs = get(urls, "/v1/jobs", params)["jobs"]
+        token = cellfile.find_token(None, options.get("--state-dir"))
+        jobs = get(urls, "/v1/jobs", params, token)["jobs"]
         if output in ("json", "yaml"):
             print(cli_plain.dump(jobs, output))
         elif not jobs:
@@ -195,7 +198,8 @@ def run(args: list[str]) -> int:
         if not (user and sep and name) or "/" in name:
             raise Fallback
         urls = cellfile.master_urls(options.get("--master"), options.get("--state-dir"))
-        tasks = get(urls, f"/v1/jobs/{user}/{name}/tasks")["tasks"]
+        token = cellfile.find_token(None, options.get("--state-dir"))
+        tasks = get(urls, f"/v1/jobs/{user}/{name}/tasks", token=token)["tasks"]
         if output in ("json", "yaml"):
             print(cli_plain.dump(tasks, output))
         else:

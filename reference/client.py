@@ -17,7 +17,10 @@ from reference.cellfile import (  # re-exported: the client's public names
     MASTER_ENV,
     NO_ANSWER,
     STATE_DIR_ENV,
+    TOKEN_ENV,
     ClientError,
+    auth_headers,
+    find_token,
     format_detail,
     master_urls,
     read_cell_file,
@@ -28,7 +31,7 @@ from reference.endpoints import Endpoints
 
 __all__ = [
     "CELL_FILE", "DEFAULT_STATE_DIR", "MASTER_ENV", "NO_ANSWER", "STATE_DIR_ENV", "CellClient", "ClientError",
-    "Endpoint", "Message", "RoundRobin", "format_detail", "master_urls", "parse_sse", "read_cell_file",
+    "Endpoint", "Message", "RoundRobin", "TOKEN_ENV", "find_token", "format_detail", "master_urls", "parse_sse", "read_cell_file",
     "split_key", "split_urls", "state_dir_path",
 ]  # fmt: skip
 
@@ -56,6 +59,7 @@ class CellClient:
 
     A replica that answered last is tried first next time. `503` (no leader yet) is retried
     for at most `retry_s` seconds, honouring Retry-After; other errors raise ClientError.
+    Every request carries `token` (default: $MINBORG_TOKEN) as `Authorization: Bearer`.
     """
 
     def __init__(
@@ -67,19 +71,27 @@ class CellClient:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         transport: httpx.BaseTransport | None = None,
+        token: str | None = None,
     ) -> None:
         if not urls:
             raise ValueError("CellClient needs at least one master URL")
         self.masters = Endpoints(urls)
         self.retry_s = retry_s
         self._sleep, self._clock = sleep, clock
-        self._http = httpx.Client(timeout=timeout, transport=transport)
+        token = token or os.environ.get(TOKEN_ENV)
+        self._http = httpx.Client(timeout=timeout, transport=transport, headers=auth_headers(token))
 
     @classmethod
     def discover(
-        cls, master: str | None = None, state_dir: str | os.PathLike[str] | None = None, **kw: Any
+        cls,
+        master: str | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        **kw: Any,
     ) -> CellClient:
-        return cls(master_urls(master, state_dir), **kw)
+        """A client of the cell that --master, $MINBORG_MASTER or the state dir names, with the
+        token --token, $MINBORG_TOKEN or the state dir's admin token gives."""
+        return cls(master_urls(master, state_dir), token=find_token(token, state_dir), **kw)
 
     def close(self) -> None:
         self._http.close()
@@ -225,6 +237,16 @@ class CellClient:
 
     def resolve(self, bns_name: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/bns/{bns_name}")
+
+    def add_user(self, name: str) -> dict[str, Any]:
+        """Add a user (admin only); the answer's `token` is the only copy of its token."""
+        return self.request("POST", "/v1/users", json={"name": name})
+
+    def users(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/users")["users"]
+
+    def revoke_user(self, name: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/v1/users/{name}")
 
 
 @dataclass(frozen=True)

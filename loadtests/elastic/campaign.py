@@ -136,12 +136,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bounds = cellscaler.parse_bounds(args.machines)
     state_dir = Path(tempfile.mkdtemp(prefix="minborg-elastic-"))
     load1_before = os.getloadavg()
+    # The campaign's clients all send the admin token: no per-user rate limit in the way.
     info = launcher.up(state_dir, machines=bounds[0], machine_capacity=args.machine_capacity,
-                       progress=lambda m: print(f"  {m}", flush=True))  # fmt: skip
+                       master_args=("--rate-limit", "0"), progress=lambda m: print(f"  {m}", flush=True))  # fmt: skip
     scaler = cellscaler.spawn(info, bounds, args.machine_capacity, ["--idle-cooldown", f"{args.idle_cooldown:g}"])
     cell = launcher.CellInfo.load(state_dir)
     replace(cell, processes=cell.processes + (scaler,)).save()  # so `cell down` stops it first
-    client = CellClient(list(info.master_urls), timeout=5.0)
+    client = CellClient(list(info.master_urls), timeout=5.0, token=launcher.read_admin_token(state_dir))
     sampler = Sampler(client)
     result: dict[str, Any] = {}
     try:
@@ -155,6 +156,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ELASTIC_MASTER=info.master_urls[0], ELASTIC_JOB=JOB, ELASTIC_STAGES=args.stages,
             ELASTIC_RATE=f"{args.rate:g}", ELASTIC_COST_MS=f"{args.cost_ms:g}",
             ELASTIC_REFRESH_S=f"{args.refresh:g}", ELASTIC_LOG=str(out / "requests.csv"),
+            MINBORG_TOKEN=launcher.read_admin_token(state_dir) or "",
             PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")])),
         )  # fmt: skip
         command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",

@@ -64,6 +64,7 @@ class StageShape(LoadTestShape):
 
 class ServiceUser(FastHttpUser):
     host = MASTER
+    default_headers = {"Authorization": f"Bearer {os.environ['MINBORG_TOKEN']}"} if os.environ.get("MINBORG_TOKEN") else {}
     wait_time = constant_throughput(RATE)
     network_timeout = TIMEOUT_S
     connection_timeout = TIMEOUT_S

@@ -7,6 +7,7 @@ started), `toxiproxy` (a proxy on every link), `cellapi` (a leader, the machines
 `testcell` (a cell for the tests and benches, on the same process handling).
 """
 
+from reference.cellfile import read_admin_token
 from reference.launcher.cellapi import wait_for_leader
 from reference.launcher.cellfile import (
     CellInfo,
@@ -57,6 +58,7 @@ __all__ = [
     "is_alive",
     "kill_process",
     "rack_of",
+    "read_admin_token",
     "restart",
     "resume",
     "shut_down",

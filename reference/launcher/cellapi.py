@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from reference.cellfile import auth_headers, read_admin_token
 from reference.client import CellClient, ClientError
 from reference.launcher.cellfile import CellInfo, LauncherError, Role, is_alive
 from reference.launcher.processes import check_running, log_tail
@@ -30,7 +31,7 @@ def wait_for_leader(
     masters = info.of_role(Role.MASTER)
     own = {m.name for m in masters}
     last = "no master answered"
-    with httpx.Client(timeout=1.0) as http:
+    with httpx.Client(timeout=1.0, headers=auth_headers(read_admin_token(info.state_dir))) as http:
 
         def leader_named() -> str | None:
             nonlocal last
@@ -81,7 +82,7 @@ def register_machines(info: CellInfo, capacity: str) -> None:
                 "failure_domain": rack_of(i),
             }
         )
-    with CellClient(list(info.master_urls)) as client:
+    with CellClient(list(info.master_urls), token=read_admin_token(info.state_dir)) as client:
 
         def register(machine: dict[str, object]) -> None:
             try:

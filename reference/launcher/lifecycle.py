@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 
 from reference import procscan
-from reference.cellfile import CELL_FILE, state_dir_path
+from reference.cellfile import CELL_FILE, read_admin_token, state_dir_path
 from reference.client import CellClient, ClientError
 from reference.launcher import cpubudget
 from reference.launcher.cellapi import LEADER_TIMEOUT_S, register_machines, wait_for_leader
@@ -52,6 +52,7 @@ from reference.launcher.statedir import (
     check_arguments,
     check_hollow,
     check_resumable,
+    ensure_admin_token,
     prepare_state_dir,
     refuse_running,
 )
@@ -118,6 +119,7 @@ def up(
     server = find_toxiproxy_server() if toxiproxy else None
     prepare_state_dir(root, say)
     make_channel_key(root)
+    ensure_admin_token(root)
     workdir = os.getcwd()
     env = child_env(workdir)
     info = CellInfo(cell, str(root), workdir, time.time(), (), (), {}, replica_cpu=replica_cpu)
@@ -316,8 +318,17 @@ def _hold_to_budget(info: CellInfo, masters: Sequence[ProcessRecord]) -> None:
 
 def _respawn(records: Sequence[ProcessRecord], info: CellInfo, env: dict[str, str]) -> list[ProcessRecord]:
     return [
-        spawn(r.role, r.name, list(r.command), r.url, Path(r.log), info.workdir, env) for r in records
+        spawn(r.role, r.name, _with_admin_token(r, info), r.url, Path(r.log), info.workdir, env) for r in records
     ]
+
+
+def _with_admin_token(record: ProcessRecord, info: CellInfo) -> list[str]:
+    """The recorded command; a master recorded before cells had an admin token gets one, so
+    the commands run beside the state dir keep working on a resumed older cell."""
+    command = list(record.command)
+    if record.role is Role.MASTER and "--admin-token-file" not in command:
+        command += ["--admin-token-file", str(ensure_admin_token(Path(info.state_dir)))]
+    return command
 
 
 @dataclass(frozen=True)
@@ -430,7 +441,8 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     }
     if result["running"] and info.master_urls:
         try:
-            with CellClient(list(info.master_urls), timeout=2.0, retry_s=3.0) as client:
+            token = read_admin_token(info.state_dir)
+            with CellClient(list(info.master_urls), timeout=2.0, retry_s=3.0, token=token) as client:
                 result["api"] = client.cell()
         except ClientError as err:
             result["api_error"] = str(err)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reference import channel
+from reference.cellfile import ADMIN_TOKEN_FILE
 from reference.launcher.cellfile import ProcessRecord, Role
 from reference.launcher.processes import spawn
 from reference.ports import HOST
@@ -68,7 +69,7 @@ def start_master(
         *(["--peers", peers] if peers else []),
         # The cell's etcd takes larger txns than etcd's default (etcd_cluster.MAX_TXN_OPS).
         "--max-txn-ops", str(MASTER_MAX_TXN_OPS), "--channel-key-file", str(channel_key_file(root)),
-        *extra,
+        "--admin-token-file", str(root / ADMIN_TOKEN_FILE), *extra,
     ]  # fmt: skip
     log = root / "logs" / f"{name}.log"
     return spawn(Role.MASTER, name, command, urls[name], log, workdir, env)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from reference import procscan
-from reference.cellfile import CELL_FILE
+from reference.cellfile import ADMIN_TOKEN_FILE, CELL_FILE
 from reference.launcher.cellfile import CellInfo, LauncherError, Role
 from reference.resources import parse_capacity
 from reference.store.etcd_cluster import EtcdCluster, EtcdClusterError
@@ -75,6 +77,21 @@ def prepare_state_dir(root: Path, say: Callable[[str], None]) -> None:
             )
     (root / "logs").mkdir(parents=True, exist_ok=True)
     (root / "machines").mkdir(parents=True, exist_ok=True)
+
+
+def ensure_admin_token(root: Path) -> Path:
+    """The cell's admin token file in `root`, written (mode 0600, 256 random bits) if absent.
+
+    The masters learn the admin from it (--admin-token-file); the CLI, run where the state
+    dir is, sends it. Kept across `up --fresh`: it is the operator's credential, not cell data."""
+    path = root / ADMIN_TOKEN_FILE
+    if not path.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        # Created with its final mode: never readable by others, not even for an instant.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("mbt_" + secrets.token_urlsafe(32) + "\n")
+    return path
 
 
 def refuse_running(info: CellInfo) -> None:

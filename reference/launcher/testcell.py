@@ -20,6 +20,7 @@ import psutil
 
 import reference
 from reference import channel
+from reference.cellfile import auth_headers
 from reference.launcher.cellfile import ProcessRecord, Role, is_alive
 from reference.launcher.processes import (
     child_env,
@@ -29,6 +30,7 @@ from reference.launcher.processes import (
     stop_processes,
     wait_ready,
 )
+from reference.launcher.statedir import ensure_admin_token
 from reference.ports import HOST, free_port, free_ports
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS, EtcdCluster
 from reference.waiting import wait_until
@@ -129,7 +131,12 @@ class LocalCell:
             "--poll-interval", str(poll_interval), "--down-after", str(down_after),
             "--lease-ttl", str(lease_ttl), "--channel-key-file", str(self.channel_key_file), *master_args,
         ]  # fmt: skip
-        self.http = httpx.Client(timeout=10.0)
+        # The cell's admin token: every request this object makes carries it; tests that act
+        # as another user add one (`add_user`) and send theirs.
+        self.admin_token_file = ensure_admin_token(self.workdir)
+        self.admin_token = self.admin_token_file.read_text().strip()
+        self.auth = auth_headers(self.admin_token)
+        self.http = httpx.Client(timeout=10.0, headers=self.auth)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -142,7 +149,8 @@ class LocalCell:
                 argv = [
                     sys.executable, "-m", "reference.master", "--name", f"m{i}",
                     "--listen", f"{HOST}:{port}", "--etcd", ",".join(self.etcd.client_urls),
-                    "--cell", self.cell, "--peers", peers, *self._master_opts,
+                    "--cell", self.cell, "--peers", peers, "--admin-token-file", str(self.admin_token_file),
+                    *self._master_opts,
                 ]  # fmt: skip
                 self.masters.append(Proc(f"m{i}", port, argv, self.workdir / f"master-m{i}.log"))
             for m in self.masters:
@@ -246,6 +254,12 @@ class LocalCell:
         r = self.request("GET", path, **kw)
         r.raise_for_status()
         return r.json()
+
+    def add_user(self, name: str) -> str:
+        """Add user `name` (as the admin); returns its token."""
+        r = self.request("POST", "/v1/users", json={"name": name})
+        r.raise_for_status()
+        return str(r.json()["token"])
 
     def leader(self, skip: Proc | None = None) -> Proc | None:
         for m in self.live_masters():

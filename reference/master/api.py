@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reference import channel
 from reference.jobspec import validation_errors
-from reference.master import contract, freshness, logs, ui, views
+from reference.master import access, contract, freshness, guard, logs, ui, users, views
 from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
@@ -108,9 +108,12 @@ class InternalOnly:
             await self.app(scope, receive, send)
 
 
-def make_app(replica: Replica) -> FastAPI:
+def make_app(replica: Replica, access_config: access.AccessConfig | None = None) -> FastAPI:
+    """The API of `replica`; `access_config` says how callers are checked (default: tokens
+    required, no admin token but those of users stored in etcd, the default rate limit)."""
     # Every operation refuses query parameters it does not declare.
     app = FastAPI(title=f"minborg master {replica.name}", version="1", dependencies=[Depends(known_query)])
+    access_config = access_config if access_config is not None else access.AccessConfig()
     cell_name = replica.config.cell_name
     if replica.config.channel_key is not None:
         # Between replicas and from the scheduler: signed with the cell's channel key, for
@@ -130,6 +133,8 @@ def make_app(replica: Replica) -> FastAPI:
         wait_revision=replica.cache.wait_revision,
         bound_s=replica.max_staleness,
     )
+    # Outside the read gate, inside Observe: a refused caller costs no cache wait, and is counted.
+    app.add_middleware(guard.Guard, **guard.make(access_config, replica.cache, ui.shell_page))
     app.add_middleware(Observe, metrics=metrics)
 
     @app.exception_handler(RequestValidationError)
@@ -317,12 +322,17 @@ def make_app(replica: Replica) -> FastAPI:
             return JSONResponse(status_code=503, content={"detail": [detail("", f"not committed: {err}")]})
 
     ui.install(app, replica, task_logs, cell_overview)
+    users.install(app, replica)
     contract.install(app)
 
     # --- jobs ----------------------------------------------------------------------------------
 
     @app.post("/v1/jobs", status_code=201, responses=contract.answers(403, 409, 503))
     async def post_job(request: Request, payload: Any = Body(None)) -> Response:
+        who = guard.identity_of(request.scope)
+        owner = payload.get("user") if isinstance(payload, dict) else None
+        if who is not None and isinstance(owner, str) and (refusal := access.may_act_for(who, owner)) is not None:
+            return JSONResponse(status_code=403, content=detail("user", refusal))
         return await write(
             request,
             payload,

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from reference.master import cacheindex, codec
+from reference.master.access import UserRecord
 from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo
 from reference.master.changes import Change, ChangeLog
 from reference.store import ops
@@ -79,6 +80,9 @@ class WatchCache:
         self._capacity_epoch = 0
         self._leader = ""
         self._replicas: dict[str, str] = {}
+        # Users by name and by their token's hash: each request is authenticated from these.
+        self._users: dict[str, UserRecord] = {}
+        self._user_hashes: dict[str, UserRecord] = {}
         self._raw: dict[bytes, bytes] = {}  # key -> value as stored, for the writer's checks
         self._revision = 0
         self._view: Cell | None = None
@@ -163,6 +167,14 @@ class WatchCache:
             capacity_epoch=self._capacity_epoch,
         )
 
+    def user_by_hash(self, token_sha256: str) -> UserRecord | None:
+        """The user whose token hashes to `token_sha256`, as the cache last heard of it."""
+        return self._user_hashes.get(token_sha256)
+
+    def users(self) -> list[UserRecord]:
+        with self._cond:
+            return sorted(self._users.values(), key=lambda u: u.name)
+
     def raw(self, key: str) -> bytes | None:
         with self._cond:
             return self._raw.get(key.encode())
@@ -191,7 +203,7 @@ class WatchCache:
             self._heard_at = asked
             for d in (
                 self._machines, self._machine_infos, self._jobs, self._job_infos, self._tasks,
-                self._task_infos, self._quotas, self._replicas, self._raw, self._job_tasks,
+                self._task_infos, self._quotas, self._replicas, self._users, self._user_hashes, self._raw, self._job_tasks,
                 self._latest, self._work, self._running,
             ):  # fmt: skip
                 d.clear()
@@ -289,6 +301,11 @@ class WatchCache:
             elif k.startswith(self.keys.tasks):
                 t, ti = codec.decode_task(value)
                 self._put_task(t, ti)
+            elif k.startswith(self.keys.users):
+                self._forget_user(k[len(self.keys.users) :])
+                u = codec.decode_user(value)
+                self._users[u.name] = u
+                self._user_hashes[u.token_sha256] = u
             elif k.startswith(self.keys.quotas):
                 q, amount = codec.decode_quota(value)
                 self._quotas[q] = amount
@@ -326,12 +343,19 @@ class WatchCache:
                 log.error("watch cache: cannot read the deleted key %s", k)
                 return
             self._delete_task(tid)
+        elif k.startswith(self.keys.users):
+            self._forget_user(k[len(self.keys.users) :])
         elif k.startswith(self.keys.quotas):
             from spec.model import Band
 
             user, band = k[len(self.keys.quotas) :].split("/")
             self._quotas.pop(QuotaKey(user, Band(band)), None)
             self._dirty.add("quotas")
+
+    def _forget_user(self, name: str) -> None:
+        old = self._users.pop(name, None)
+        if old is not None:
+            self._user_hashes.pop(old.token_sha256, None)
 
     # --- the pass's work set, from the changed keys --------------------------------------------
 

@@ -7,7 +7,7 @@ import logging
 import signal
 
 from reference import channel
-from reference.master import freshness
+from reference.master import access, freshness
 from reference.master.leader import LeaderConfig
 from reference.master.writer import MAX_OPS_PER_TXN
 from reference.resources import CELL_MACHINES, parse_pairs
@@ -80,8 +80,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="the cell's channel key (made by `cell up`): every request to a borglet is signed with "
         "it; without it requests go unsigned, and only borglets run with --insecure-channel obey them",
     )
+    p.add_argument(
+        "--admin-token-file", default=None,
+        help="file holding the admin's bearer token (mode 0600; `cell up` writes one); its SHA-256 is recorded in etcd",
+    )
+    p.add_argument(
+        "--rate-limit", type=float, default=access.DEFAULT_RATE,
+        help=f"requests per second each user may make to this replica (default {access.DEFAULT_RATE:g}; 0: no limit)",
+    )
+    p.add_argument(
+        "--rate-burst", type=float, default=None,
+        help="requests a user may make at once above the rate (default: twice --rate-limit)",
+    )
+    p.add_argument("--metrics-need-token", action="store_true", help="/metrics takes a token like the API (default: open)")
+    p.add_argument(
+        "--unsafe-no-auth-benchmark-only", action="store_true",
+        help="check no token at all: anyone who reaches the replica owns the cell. Only for measuring what the checks cost",
+    )  # fmt: skip
     p.add_argument("--log-level", default="info")
     return p
+
+
+def access_config(args: argparse.Namespace) -> access.AccessConfig:
+    """How the replica checks its callers, from its arguments; ValueError naming the flag."""
+    admin_hash = None
+    if args.admin_token_file:
+        from reference.master.users import read_token_file
+
+        try:
+            admin_hash = access.hash_token(read_token_file(args.admin_token_file))
+        except OSError as err:
+            raise ValueError(f"--admin-token-file: cannot read {args.admin_token_file}: {err.strerror}") from None
+        except ValueError as err:
+            raise ValueError(f"--admin-token-file: {err}") from None
+    if args.rate_limit < 0 or (args.rate_burst is not None and args.rate_burst < 1):
+        raise ValueError("--rate-limit must be >= 0 (0: no limit) and --rate-burst >= 1")
+    burst = args.rate_burst if args.rate_burst is not None else 2 * args.rate_limit
+    return access.AccessConfig(
+        admin_hash=admin_hash, rate=args.rate_limit, burst=burst,
+        metrics_open=not args.metrics_need_token, enforce=not args.unsafe_no_auth_benchmark_only,
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -97,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         host, port = parse_listen(args.listen)
         peers = parse_peers(args.peers)
         quota = parse_quota(args.default_quota) if args.default_quota else None
+        checks = access_config(args)
     except ValueError as err:
         parser.error(str(err))
     try:
@@ -140,9 +179,19 @@ def main(argv: list[str] | None = None) -> None:
         max_txn_ops=args.max_txn_ops,
     )
     replica.start()
+    if not checks.enforce:
+        logging.getLogger(__name__).warning("--unsafe-no-auth-benchmark-only: this replica checks no token")
+    if checks.admin_hash is not None:
+        from reference.master.users import store_admin
+        from reference.store.client import StoreError
+
+        try:
+            store_admin(replica.client, replica.keys, checks.admin_hash)
+        except StoreError as err:  # this replica still knows the admin from the file
+            logging.getLogger(__name__).warning("could not record the admin's token hash in etcd: %s", err)
     signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
-        uvicorn.run(make_app(replica), host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.run(make_app(replica, checks), host=host, port=port, log_level="warning", access_log=False)
     finally:
         replica.stop()
 

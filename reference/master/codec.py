@@ -8,9 +8,11 @@ Under `/minborg/<cell>/`:
     state/jobs/<user>/<name>                a job: spec fields + the job file + submitted_at
     state/tasks/<user>/<name>/<index>/<inc> a task incarnation: spec fields + runtime facts + history
     state/quotas/<user>/<band>              a quota: resource -> amount
+    users/<name>                            a user: the SHA-256 of its token, whether it is the admin
 
 Every record carries "schema": 1; a record of another schema is refused loudly rather than
-misread. Keys are written only by the leader's fenced transactions (replicas/ excepted).
+misread. Keys are written only by the leader's fenced transactions (replicas/ and users/
+excepted: a user is not cell state, and any replica adds or revokes one in etcd directly).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 from typing import Any
 
 from reference.jobspec import JobSpec
+from reference.master.access import UserRecord
 from reference.master.cell import JobInfo, MachineInfo, TaskInfo
 from spec.model import (
     AppClass,
@@ -56,6 +59,7 @@ class Keys:
         self.jobs = self.state + "jobs/"
         self.tasks = self.state + "tasks/"
         self.quotas = self.state + "quotas/"
+        self.users = self.root + "users/"
 
     def machine(self, name: str) -> str:
         return self.machines + name
@@ -72,6 +76,9 @@ class Keys:
     def replica(self, name: str) -> str:
         return self.replicas + name
 
+    def user(self, name: str) -> str:
+        return self.users + name
+
 
 def dumps(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
@@ -85,6 +92,25 @@ def loads(raw: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise SchemaError(f"record of schema {doc.get('schema') if isinstance(doc, dict) else '?'}, want {SCHEMA}")
     return doc
+
+
+# --- users ---------------------------------------------------------------------------------
+
+
+def encode_user(u: UserRecord) -> bytes:
+    return dumps(
+        {"schema": SCHEMA, "name": u.name, "token_sha256": u.token_sha256, "admin": u.admin, "created_at": u.created_at}
+    )
+
+
+def decode_user(raw: bytes) -> UserRecord:
+    d = loads(raw)
+    return UserRecord(
+        name=str(d["name"]),
+        token_sha256=str(d["token_sha256"]),
+        admin=bool(d.get("admin", False)),
+        created_at=float(d.get("created_at", 0.0)),
+    )
 
 
 # --- machines ------------------------------------------------------------------------------

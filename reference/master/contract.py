@@ -15,7 +15,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from reference.jobspec import JobSpec, request_schema
-from reference.master import logs, watch
+from reference.master import access, logs, watch
 from reference.master.machines import MachineBody
 
 # --- the bodies of the errors ----------------------------------------------------------------
@@ -74,11 +74,16 @@ Tail = Annotated[int, Query(json_schema_extra={"minimum": 0, "maximum": logs.MAX
 FollowFor = Annotated[float, Query(json_schema_extra={"exclusiveMinimum": 0, "maximum": logs.MAX_FOLLOW_S})]
 
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
+CHALLENGE = {"WWW-Authenticate": {"description": '`Bearer realm="minborg"`', "schema": {"type": "string"}}}
+BEARER = {"type": "http", "scheme": "bearer", "description": "a user's token (`minborg user add`) or the cell's admin token"}
 
 _MEANING = {
-    403: "the job would exceed its user's quota in its priority band",
+    401: "no valid token: send `Authorization: Bearer <token>` (WWW-Authenticate says so)",
+    403: "the job would exceed its user's quota in its priority band, or the caller may not do this: "
+    "another user's job, or machines, quotas or users (the admin's)",
     404: "no such job, task, machine or BNS name",
     409: "the request conflicts with the cell: a job or machine of that name exists, a task is already dead, a machine still holds allocs",
+    429: "the caller's user is over its rate limit on this replica; retry after Retry-After seconds",
     410: "`since` is older than the oldest change this replica can replay",
     422: "invalid input: a body field, path or query parameter (an undeclared one included), named in `field`",
     502: "the task's machine did not answer or refused",
@@ -144,6 +149,21 @@ def document(app: FastAPI) -> dict[str, Any]:
             "content": {"application/json": {"schema": _component(model, schemas)}},
         }
     errors = {f"#/components/schemas/{model.__name__}" for model in (ErrorBody, GoneBody)}
+    doc["components"].setdefault("securitySchemes", {})["bearer"] = BEARER
+    error_ref = {"application/json": {"schema": {"$ref": f"#/components/schemas/{ErrorBody.__name__}"}}}
+    for path, ops in doc["paths"].items():
+        if not access.needs_token(path):
+            continue
+        for method, operation in ops.items():
+            # The guard (master/guard.py) answers these before any handler runs. A dashboard
+            # page without a token is its shell (200), not a 401: it declares no scheme.
+            if not access.is_ui(path):
+                operation["security"] = [{"bearer": []}]
+            responses = operation["responses"]
+            responses["401"] = {"description": _MEANING[401], "headers": CHALLENGE, "content": error_ref}
+            responses["429"] = {"description": _MEANING[429], "headers": RETRY_AFTER, "content": error_ref}
+            if access.may_be_refused(method, path):
+                responses.setdefault("403", {"description": _MEANING[403], "content": error_ref})
     for operation in (op for ops in doc["paths"].values() for op in ops.values()):
         responses = operation["responses"]
         # Every operation refuses an undeclared query parameter, those of other modules too,

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 FORWARD_TIMEOUT_S = 10.0
 HOP_HEADER = "X-Minborg-Forwarded-By"
 REVISION_HEADER = "X-Minborg-Revision"
+# What of the leader's answer goes back to the client (WWW-Authenticate with a 401).
+FORWARDED_BACK = ("x-minborg-revision", "retry-after", "www-authenticate")
 CATCH_UP_S = 2.0  # the longest a forwarded write's answer waits for this replica's cache
 
 
@@ -46,15 +48,16 @@ class Forwarder:
             # json.dumps, not httpx's json=: a body with JSON's Infinity or NaN must reach the
             # leader to be refused there with a 422, not fail to encode here.
             body = None if payload is None else json.dumps(payload)
-            answer = self.http.request(
-                request.method, url, content=body,
-                headers={HOP_HEADER: self.replica.name, "content-type": "application/json"},
-            )  # fmt: skip
+            headers = {HOP_HEADER: self.replica.name, "content-type": "application/json"}
+            # The caller's token goes along: the leader checks who asks, as this replica did.
+            if (auth := request.headers.get("authorization")) is not None:
+                headers["Authorization"] = auth
+            answer = self.http.request(request.method, url, content=body, headers=headers)
         except httpx.HTTPError as err:
             log.info("forward to %s failed: %s", leader.name, err)
             return _unavailable(f"the leader {leader.name} did not answer; retry")
         self.catch_up(answer)
-        headers = {k: v for k, v in answer.headers.items() if k.lower() in ("x-minborg-revision", "retry-after")}
+        headers = {k: v for k, v in answer.headers.items() if k.lower() in FORWARDED_BACK}
         headers["X-Minborg-Leader"] = leader.name
         return Response(
             content=answer.content,

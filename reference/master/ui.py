@@ -53,26 +53,69 @@ pre{background:#11151c;color:#d8dee9;padding:10px;overflow:auto;max-height:360px
 
 SCRIPT = """
 (function(){
-  var rev = document.body.dataset.revision, timer = null, live = document.getElementById('live');
+  var timer = null, live = document.getElementById('live');
+  // The token the user gave once: from the page's URL fragment (#token=...), else asked for;
+  // kept in this tab's sessionStorage and sent with every request the page makes.
+  function token(){
+    var m = location.hash.match(/token=([^&]+)/);
+    if (m) {
+      sessionStorage.setItem('minborg-token', decodeURIComponent(m[1]));
+      history.replaceState(null, '', location.pathname + location.search);
+    }
+    var t = sessionStorage.getItem('minborg-token');
+    if (!t) {
+      t = window.prompt('Token for this cell (`minborg user add NAME` prints one; the admin token is in the state dir):');
+      if (t) sessionStorage.setItem('minborg-token', t.trim());
+    }
+    return sessionStorage.getItem('minborg-token') || '';
+  }
+  function headers(extra){
+    var h = {'Authorization': 'Bearer ' + token()};
+    for (var k in extra) h[k] = extra[k];
+    return h;
+  }
   function refresh(){
     timer = null;
-    fetch(location.href, {headers: {'X-Minborg-Fragment': '1'}}).then(function(r){ return r.text(); })
-      .then(function(html){
-        var doc = new DOMParser().parseFromString(html, 'text/html');
-        document.querySelector('main').innerHTML = doc.querySelector('main').innerHTML;
-        document.body.dataset.revision = doc.body.dataset.revision;
-        live.textContent = 'live, revision ' + doc.body.dataset.revision;
-      });
-  }
-  function connect(){
-    var source = new EventSource('/v1/events?timeout_s=300&since=' + document.body.dataset.revision);
-    source.onopen = function(){ live.textContent = 'live, revision ' + document.body.dataset.revision; };
-    ['task', 'job', 'machine'].forEach(function(kind){
-      source.addEventListener(kind, function(){ if (!timer) timer = setTimeout(refresh, 300); });
+    return fetch(location.href, {headers: headers({'X-Minborg-Fragment': '1'})}).then(function(r){
+      if (r.status === 401) {
+        sessionStorage.removeItem('minborg-token');
+        live.textContent = 'the token was refused: reload the page to give another';
+        throw new Error('401');
+      }
+      return r.text();
+    }).then(function(html){
+      var doc = new DOMParser().parseFromString(html, 'text/html');
+      var main = doc.querySelector('main');
+      document.querySelector('main').innerHTML = main ? main.innerHTML : doc.body.innerHTML;
+      if (doc.body.dataset.revision) document.body.dataset.revision = doc.body.dataset.revision;
+      live.textContent = 'live, revision ' + document.body.dataset.revision;
     });
-    source.onerror = function(){ source.close(); live.textContent = 'reconnecting...'; setTimeout(connect, 2000); };
   }
-  connect();
+  // Server-sent events read through fetch: EventSource cannot send an Authorization header.
+  function connect(){
+    fetch('/v1/events?timeout_s=300&since=' + document.body.dataset.revision, {headers: headers({})})
+      .then(function(r){
+        if (!r.ok) throw new Error('HTTP ' + r.status);
+        live.textContent = 'live, revision ' + document.body.dataset.revision;
+        var reader = r.body.getReader(), decoder = new TextDecoder(), buffer = '';
+        function pump(){
+          return reader.read().then(function(chunk){
+            if (chunk.done) { connect(); return; }
+            buffer += decoder.decode(chunk.value, {stream: true});
+            var messages = buffer.split('\\n\\n');
+            buffer = messages.pop();
+            messages.forEach(function(m){
+              if (/^event: (task|job|machine)$/m.test(m) && !timer) timer = setTimeout(refresh, 300);
+            });
+            return pump();
+          });
+        }
+        return pump();
+      })
+      .catch(function(){ live.textContent = 'reconnecting...'; setTimeout(connect, 2000); });
+  }
+  var first = document.body.dataset.shell ? refresh() : Promise.resolve();
+  first.then(connect, function(){});
   setInterval(refresh, 10000);  // machines' usage changes without events
 })();
 """
@@ -94,6 +137,18 @@ def page(title: str, body: str, cell: Cell, replica_name: str) -> str:
 <header><a href="/ui">Sigma</a><span>minborg cell, served by replica {e(replica_name)}</span>
 <span id="live">revision {cell.revision}</span></header>
 <main>{body}</main>
+<script>{SCRIPT}</script>
+</body></html>"""
+
+
+def shell_page() -> str:
+    """A page asked for without a token: no data, only the script that asks again with one."""
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>Sigma</title>
+<meta name="viewport" content="width=device-width,initial-scale=1"><style>{STYLE}</style></head>
+<body data-revision="0" data-shell="1">
+<header><a href="/ui">Sigma</a><span>minborg cell</span><span id="live">loading...</span></header>
+<main><p>Loading the cell with your token...</p></main>
 <script>{SCRIPT}</script>
 </body></html>"""
 

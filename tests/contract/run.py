@@ -19,11 +19,12 @@ from pathlib import Path
 from reference.launcher.testcell import REPO, LocalCell
 
 
-def command(url: str, *, max_examples: int, max_time_s: int, seed: int, report: Path) -> list[str]:
-    """The schemathesis command line for the master at `url`."""
+def command(url: str, token: str, *, max_examples: int, max_time_s: int, seed: int, report: Path) -> list[str]:
+    """The schemathesis command line for the master at `url`, as the cell's admin."""
     binary = shutil.which("schemathesis") or str(Path(sys.executable).with_name("schemathesis"))
     return [
         binary, "--config-file", str(Path(__file__).with_name("schemathesis.toml")), "run", f"{url}/openapi.json", "--checks", "all", "--max-examples", str(max_examples),
+        "--header", f"Authorization: Bearer {token}",
         "--max-time", str(max_time_s), "--seed", str(seed), "--workers", "1", "--request-timeout", "15",
         "--generation-database", "none", "--no-color", "--report", "junit", "--report-junit-path", str(report),
     ]  # fmt: skip
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(workdir), masters=1, borglets=1
     ) as cell:
         leader = cell.wait_leader()
-        argv_ = command(leader.url, max_examples=args.max_examples, max_time_s=args.max_time, seed=args.seed,
+        argv_ = command(leader.url, cell.admin_token, max_examples=args.max_examples, max_time_s=args.max_time, seed=args.seed,
                         report=args.report.resolve())  # fmt: skip
         return subprocess.run(argv_, cwd=workdir, env=env, check=False).returncode  # its caches stay out of the tree
 

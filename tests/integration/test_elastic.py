@@ -22,8 +22,8 @@ AUTOSCALE = {
 class Load:
     """Threads calling the job through RoundRobin at a settable total rate; counts failures."""
 
-    def __init__(self, urls: list[str], job: str, threads: int = 4) -> None:
-        self.urls, self.job = urls, job
+    def __init__(self, urls: list[str], job: str, token: str, threads: int = 4) -> None:
+        self.urls, self.job, self.token = urls, job, token
         self.rate = 0.0
         self.ok = self.failed = 0
         self.errors: list[str] = []
@@ -42,7 +42,7 @@ class Load:
             t.join(10)
 
     def _run(self, threads: int) -> None:
-        with CellClient(self.urls, timeout=3.0) as client:
+        with CellClient(self.urls, timeout=3.0, token=self.token) as client:
             balancer = RoundRobin(client, self.job, refresh_s=1.0, timeout=3.0)
             while not self._stop.is_set():
                 rate = self.rate / threads
@@ -79,7 +79,7 @@ def test_job_grows_under_load_and_shrinks_after_without_failed_requests(tmp_path
         assert cell.submit(hello_job("elastic", count=1, autoscale=AUTOSCALE)).status_code == 201
         wait_for(lambda: job_state(cell)[1] == 1, 30, "the first task healthy")
         urls = [m.url for m in cell.live_masters()]
-        with Load(urls, "alice/elastic") as load:
+        with Load(urls, "alice/elastic", cell.admin_token) as load:
             load.rate = 30.0  # about 4 tasks' worth at 8 req/s each: max is 3
             grown = time.monotonic()
             wait_for(lambda: job_state(cell) == (3, 3), 40, "3 healthy tasks under load", every=0.5)

@@ -3,6 +3,7 @@ each way a task ends, pending reasons, and watches resumed from a revision."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -33,7 +34,7 @@ def cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCell]:
 
 @pytest.fixture(scope="module")
 def api(cell: LocalCell) -> Iterator[CellClient]:
-    with CellClient([m.url for m in cell.masters], retry_s=15) as client:
+    with CellClient([m.url for m in cell.masters], retry_s=15, token=cell.admin_token) as client:
         yield client
 
 
@@ -147,10 +148,11 @@ def test_logs_and_events_through_the_cli(cell: LocalCell, tmp_path: Path) -> Non
     from reference.cli import app
 
     master = cell.masters[0].url
-    shown = CliRunner().invoke(app, ["task", "show", "ivy/exit3", "0", "--master", master])
+    token = ["--token", cell.admin_token]
+    shown = CliRunner().invoke(app, [*token, "task", "show", "ivy/exit3", "0", "--master", master])
     assert shown.exit_code == 0, shown.output
     assert "exit code 3" in shown.output and "scheduled" in shown.output
-    logs = CliRunner().invoke(app, ["task", "logs", "ivy/exit3", "0", "--stderr", "--master", master])
+    logs = CliRunner().invoke(app, [*token, "task", "logs", "ivy/exit3", "0", "--stderr", "--master", master])
     assert logs.exit_code == 0 and logs.output == "to stderr\n"
 
 
@@ -197,6 +199,7 @@ def test_follow_moves_to_the_next_incarnation_when_the_machine_dies(cell: LocalC
         [sys.executable, "-m", "reference.cli", "task", "logs", "ivy/mover", "0", "-f", "--for", "20",
          "--master", cell.masters[0].url],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "MINBORG_TOKEN": cell.admin_token},
     )  # fmt: skip
     try:
         time.sleep(3.0)  # the command is up and following incarnation 0

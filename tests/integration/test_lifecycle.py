@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from reference import launcher, procscan
+from reference.cellfile import auth_headers
 from tests.integration.cellkit import REPO, sleeper_job, wait_for
 
 pytestmark = pytest.mark.integration
@@ -46,9 +47,14 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
 class Api:
     """Requests to whichever master of the cell answers."""
 
-    def __init__(self, urls: list[str]) -> None:
+    def __init__(self, urls: list[str], token: str | None = None) -> None:
         self.urls = urls
-        self.http = httpx.Client(timeout=3.0)
+        self.http = httpx.Client(timeout=3.0, headers=auth_headers(token))
+
+    @classmethod
+    def of(cls, info: launcher.CellInfo) -> Api:
+        """As the cell's admin, with the token `cell up` wrote in its state dir."""
+        return cls(list(info.master_urls), launcher.read_admin_token(info.state_dir))
 
     def call(self, method: str, path: str, **kw: Any) -> httpx.Response | None:
         for url in self.urls:
@@ -88,7 +94,7 @@ def task_processes(root: Path, count: int) -> dict[int, str]:
 
 def test_cold_restart_of_the_control_plane_keeps_acknowledged_jobs_and_running_tasks(state_dir: Path) -> None:
     info = launcher.up(state_dir, replicas=3, machines=2, etcd_members=3)
-    api = Api(list(info.master_urls))
+    api = Api.of(info)
     r = api.call("POST", "/v1/jobs", json=sleeper_job("steady", count=2))
     assert r is not None and r.status_code == 201, r and r.text
     wait_for(lambda: api.running("bob/steady", 2), 30, "the running job's tasks")
@@ -99,7 +105,7 @@ def test_cold_restart_of_the_control_plane_keeps_acknowledged_jobs_and_running_t
     stop = threading.Event()
 
     def submit() -> None:
-        client = Api(list(info.master_urls))
+        client = Api.of(info)
         for i in range(10_000):
             if stop.is_set():
                 return
@@ -127,7 +133,7 @@ def test_cold_restart_of_the_control_plane_keeps_acknowledged_jobs_and_running_t
 
     began = time.monotonic()
     restarted = launcher.restart(state_dir, control_plane=True)
-    api = Api(list(restarted.master_urls))
+    api = Api.of(restarted)
     first = wait_for(
         lambda: (r := api.call("POST", "/v1/jobs", json=tiny_job("after"))) is not None and r.status_code == 201,
         30, "a write accepted after the restart",  # fmt: skip
@@ -157,7 +163,7 @@ def test_down_then_up_resumes_the_cell_and_fresh_wipes_it(state_dir: Path) -> No
     up = minborg("cell", "up", "--replicas", "1", "--machines", "1", *flags)
     assert up.returncode == 0, up.stdout + up.stderr
     info = launcher.CellInfo.load(state_dir)
-    api = Api(list(info.master_urls))
+    api = Api.of(info)
     r = api.call("POST", "/v1/jobs", json=sleeper_job("kept", count=2))
     assert r is not None and r.status_code == 201, r and r.text
     wait_for(lambda: api.running("bob/kept", 2), 60, "the job's tasks")
@@ -177,7 +183,7 @@ def test_down_then_up_resumes_the_cell_and_fresh_wipes_it(state_dir: Path) -> No
     assert (state_dir / "etcd").is_dir()
 
     info = launcher.CellInfo.load(state_dir)
-    api = Api(list(info.master_urls))
+    api = Api.of(info)
     assert "bob/kept" in api.jobs()
     tasks = wait_for(lambda: api.running("bob/kept", 2), 30, "the job's tasks back after the resume")
     assert sorted(t["index"] for t in tasks) == [0, 1]
@@ -188,13 +194,13 @@ def test_down_then_up_resumes_the_cell_and_fresh_wipes_it(state_dir: Path) -> No
     assert fresh.returncode == 0, fresh.stdout + fresh.stderr
     assert f"deleting {state_dir / 'etcd'}" in fresh.stdout.replace("\n", "")
     info = launcher.CellInfo.load(state_dir)
-    assert Api(list(info.master_urls)).jobs() == set()
+    assert Api.of(info).jobs() == set()
     assert minborg("cell", "down", *flags).returncode == 0
 
 
 def test_down_kills_the_tasks_a_sigkilled_borglet_left_behind(state_dir: Path) -> None:
     info = launcher.up(state_dir, replicas=1, machines=1)
-    api = Api(list(info.master_urls))
+    api = Api.of(info)
     r = api.call("POST", "/v1/jobs", json=sleeper_job("orphans", count=3))
     assert r is not None and r.status_code == 201, r and r.text
     wait_for(lambda: api.running("bob/orphans", 3), 60, "the job's tasks")
@@ -213,7 +219,7 @@ def test_down_kills_the_tasks_a_sigkilled_borglet_left_behind(state_dir: Path) -
 
 def test_full_restart_leaves_tasks_running_and_the_borglets_readopt_them(state_dir: Path) -> None:
     info = launcher.up(state_dir, replicas=1, machines=1)
-    api = Api(list(info.master_urls))
+    api = Api.of(info)
     r = api.call("POST", "/v1/jobs", json=sleeper_job("adopted", count=2))
     assert r is not None and r.status_code == 201, r and r.text
     wait_for(lambda: api.running("bob/adopted", 2), 60, "the job's tasks")
@@ -226,7 +232,7 @@ def test_full_restart_leaves_tasks_running_and_the_borglets_readopt_them(state_d
     info = launcher.CellInfo.load(state_dir)
     assert all(launcher.is_alive(p) and p.pid != old[p.name] for p in info.processes), "every process is new"
 
-    api = Api(list(info.master_urls))
+    api = Api.of(info)
     time.sleep(3.0)  # a few polls of the new leader: a task started twice would show by now
     tasks = wait_for(lambda: api.running("bob/adopted", 2), 15, "the re-adopted tasks seen running")
     assert sorted((t["index"], t["incarnation"]) for t in tasks) == [(0, 0), (1, 0)]

@@ -16,13 +16,17 @@ from reference.store.etcd_cluster import EtcdCluster
 pytestmark = pytest.mark.integration
 
 BOUND_S = 2.0
+TOKEN = "mbt_freshness-test-admin"
 
 
 def master(name: str, etcd_urls: list[str], workdir: Path) -> Proc:
     port = free_port()
+    token_file = workdir / "admin.token"
+    token_file.write_text(TOKEN)
     argv = [
         sys.executable, "-m", "reference.master", "--name", name, "--listen", f"127.0.0.1:{port}",
         "--etcd", ",".join(etcd_urls), "--cell", "fresh", "--lease-ttl", "3", "--max-staleness", str(BOUND_S),
+        "--admin-token-file", str(token_file),
     ]  # fmt: skip
     return Proc(name, port, argv, workdir / f"master-{name}.log")
 
@@ -37,7 +41,7 @@ def job(name: str) -> dict[str, object]:
 def test_replica_cut_from_etcd_refuses_reads_while_another_serves(tmp_path: Path) -> None:
     cluster = EtcdCluster(tmp_path / "etcd", members=3).start()
     procs: list[Proc] = []
-    http = httpx.Client(timeout=5.0)
+    http = httpx.Client(timeout=5.0, headers={"Authorization": f"Bearer {TOKEN}"})
     try:
         # A tuple, so that member 0 (falsy as an int) counts as found.
         (etcd_leader,) = wait_for(lambda: (i,) if (i := cluster.leader_index()) is not None else None, 10, "etcd leader")

@@ -22,6 +22,7 @@ import pytest
 
 from loadtests.overload import write
 from loadtests.procsample import ProcSampler, index_of, task_processes
+from reference.cellfile import auth_headers, read_admin_token
 from reference.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -42,6 +43,11 @@ def minborg(state_dir: Path, *args: str, timeout: float = 180.0) -> subprocess.C
     )  # fmt: skip
 
 
+def admin(state: Path) -> dict[str, str]:
+    """The Authorization header of the cell's admin token, which `cell up` wrote in its state dir."""
+    return auth_headers(read_admin_token(state))
+
+
 @pytest.fixture()
 def cell(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     state = tmp_path / "cell"
@@ -49,7 +55,7 @@ def cell(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     assert up.returncode == 0, up.stdout + up.stderr
     info = json.loads((state / "cell.json").read_text())
     try:
-        leader = httpx.get(f"{info['master_urls'][0]}/v1/cell", timeout=30).json().get("leader_url")
+        leader = httpx.get(f"{info['master_urls'][0]}/v1/cell", timeout=30, headers=admin(state)).json().get("leader_url")
         yield state, leader or info["master_urls"][0]
     finally:
         down = minborg(state, "cell", "down")
@@ -62,7 +68,7 @@ def test_a_flood_job_starts_runs_once_and_dies_with_its_kill(cell: tuple[Path, s
     state, master = cell
     flood_prefix = f"{FLOOD[0]}/{FLOOD[1]}/"
     service_prefix = f"{SERVICE[0]}/{SERVICE[1]}/"
-    http = httpx.Client(base_url=master, timeout=30.0)
+    http = httpx.Client(base_url=master, timeout=30.0, headers=admin(state))
     service = {
         "name": SERVICE[1], "user": SERVICE[0], "priority": 200, "task_count": 3,
         "request": {"cpu": "100m", "ram": "64MiB"}, "command": ["sleep", "600"],

@@ -124,7 +124,9 @@ def test_the_dashboard_shows_the_cell_a_job_and_a_task_and_follows_changes(
     leader = cell.leader()
     assert leader is not None
 
-    browser.open(f"{follower.url}/ui")
+    # The token is given once, in the URL's fragment (never sent to the server); the page
+    # keeps it for the tab and sends it with every request it makes.
+    browser.open(f"{follower.url}/ui#token={cell.admin_token}")
     text = wait_for(lambda: (t := browser.text()) and "live, revision" in t and t, 15, "the live cell page")
     for expected in (f"leader\t{leader.name}", "b0", "b1", "b2", "alice", "production", "bob", "batch", "carol"):
         assert expected in text, (expected, text)
@@ -158,7 +160,7 @@ def test_a_down_machine_is_red_and_an_unknown_job_is_a_404(cell: LocalCell, brow
     b2.kill()
     wait_for(lambda: any(m["state"] == "down" for m in cell.get("/v1/machines")["machines"]), 15, "b2 down")
     # Its tasks were lost with it: the cell's event stream says so, task by task.
-    with CellClient([cell.masters[0].url]) as api:
+    with CellClient([cell.masters[0].url], token=cell.admin_token) as api:
         lost = wait_for(
             lambda: [m.data for m in api.watch("/v1/events", since=since, timeout_s=1)
                      if m.event == "task" and m.data["kind"] == "lost"],
@@ -168,7 +170,7 @@ def test_a_down_machine_is_red_and_an_unknown_job_is_a_404(cell: LocalCell, brow
     assert {e["task"] for e in lost} == set(on_b2), (lost, on_b2)
     assert all(e["detail"] == "machine b2 down (was on b2)" for e in lost), lost
     assert {"machine": "b2", "kind": "down"} in down
-    browser.open(f"{cell.masters[0].url}/ui")
+    browser.open(f"{cell.masters[0].url}/ui#token={cell.admin_token}")
     text = wait_for(lambda: (t := browser.text()) and "1 down" in t and t, 15, "the down machine")
     color = browser.call(
         "POST", "/execute/sync",
@@ -176,5 +178,8 @@ def test_a_down_machine_is_red_and_an_unknown_job_is_a_404(cell: LocalCell, brow
     )  # fmt: skip
     assert color == "rgb(253, 232, 232)", color  # the down machine's row is red
     assert "b2\tdown" in text
-    assert httpx.get(f"{cell.masters[0].url}/ui/jobs/nobody/ghost").status_code == 404
+    assert httpx.get(f"{cell.masters[0].url}/ui/jobs/nobody/ghost", headers=cell.auth).status_code == 404
+    # Without a token a page is its shell, with no data of the cell in it.
+    shell = httpx.get(f"{cell.masters[0].url}/ui/jobs/alice/web")
+    assert shell.status_code == 200 and "alice" not in shell.text and "Loading" in shell.text
     time.sleep(0.1)

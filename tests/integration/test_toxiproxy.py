@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from reference import launcher
+from reference.cellfile import auth_headers
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +50,8 @@ def test_every_link_has_a_named_proxy(cell: launcher.CellInfo) -> None:
 def test_clients_masters_and_borglets_go_through_the_proxies(cell: launcher.CellInfo) -> None:
     listens = {f"http://{p.listen}": p for p in cell.proxies}
     assert all(url in listens for url in cell.master_urls)
-    machines = httpx.get(cell.master_urls[0] + "/v1/machines").json()["machines"]
+    token = launcher.read_admin_token(cell.state_dir)
+    machines = httpx.get(cell.master_urls[0] + "/v1/machines", headers=auth_headers(token)).json()["machines"]
     assert {listens[m["address"]].name for m in machines} == {"master-borglet0", "master-borglet1"}
     master0 = next(p for p in cell.of_role(launcher.Role.MASTER) if p.name == "master0")
     cmdline = Path(f"/proc/{master0.pid}/cmdline").read_bytes().decode().split("\0")

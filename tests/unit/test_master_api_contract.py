@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from reference.master.access import AccessConfig, hash_token
 from reference.master.api import make_app
 from reference.master.leader import LeaderConfig
 from reference.master.replica import Replica
@@ -19,6 +20,9 @@ with warnings.catch_warnings():  # starlette's TestClient warns about its httpx
     from fastapi.testclient import TestClient
 
 
+ADMIN_TOKEN = "mbt_contract-test-admin"
+
+
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
     # Never started: no etcd, no leader. Reads need allow_stale; writes answer 503 once validated.
@@ -26,7 +30,8 @@ def client() -> Iterator[TestClient]:
         name="m0", url="http://127.0.0.1:1", etcd=["http://127.0.0.1:9"],
         config=LeaderConfig(cell_name="c", master_name="m0"),
     )  # fmt: skip
-    with TestClient(make_app(replica)) as c:
+    app = make_app(replica, AccessConfig(admin_hash=hash_token(ADMIN_TOKEN)))
+    with TestClient(app, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as c:
         yield c
 
 
@@ -124,16 +129,16 @@ def test_every_422_is_the_field_error_body_and_fastapis_own_is_gone(doc: dict[st
 @pytest.mark.parametrize(
     ("method", "path", "statuses"),
     [
-        ("post", "/v1/jobs", {"201", "403", "409", "422", "503"}),
-        ("patch", "/v1/jobs/{user}/{name}", {"200", "403", "404", "422", "503"}),
-        ("delete", "/v1/jobs/{user}/{name}", {"200", "404", "422", "503"}),
-        ("delete", "/v1/jobs/{user}/{name}/tasks/{index}", {"200", "404", "409", "422", "503"}),
-        ("get", "/v1/jobs/{user}/{name}", {"200", "404", "422", "503"}),
-        ("get", "/v1/jobs", {"200", "410", "422", "503"}),
-        ("get", "/v1/jobs/{user}/{name}/tasks/{index}/logs", {"200", "404", "422", "502", "503"}),
-        ("post", "/v1/machines", {"201", "409", "422", "503"}),
-        ("delete", "/v1/machines/{name}", {"200", "404", "409", "422", "503"}),
-        ("get", "/v1/bns/{bns_name}", {"200", "404", "422", "503"}),
+        ("post", "/v1/jobs", {"201", "401", "403", "409", "422", "429", "503"}),
+        ("patch", "/v1/jobs/{user}/{name}", {"200", "401", "403", "404", "422", "429", "503"}),
+        ("delete", "/v1/jobs/{user}/{name}", {"200", "401", "403", "404", "422", "429", "503"}),
+        ("delete", "/v1/jobs/{user}/{name}/tasks/{index}", {"200", "401", "403", "404", "409", "422", "429", "503"}),
+        ("get", "/v1/jobs/{user}/{name}", {"200", "401", "404", "422", "429", "503"}),
+        ("get", "/v1/jobs", {"200", "401", "410", "422", "429", "503"}),
+        ("get", "/v1/jobs/{user}/{name}/tasks/{index}/logs", {"200", "401", "404", "422", "429", "502", "503"}),
+        ("post", "/v1/machines", {"201", "401", "403", "409", "422", "429", "503"}),
+        ("delete", "/v1/machines/{name}", {"200", "401", "403", "404", "409", "422", "429", "503"}),
+        ("get", "/v1/bns/{bns_name}", {"200", "401", "404", "422", "429", "503"}),
         ("get", "/readyz", {"200", "422", "503"}),
     ],
 )
@@ -145,8 +150,11 @@ def test_every_status_an_operation_answers_is_declared(
     for status in statuses - {"200", "201"}:
         (media_type,) = responses[status]["content"]
         assert media_type == "application/json"
-    if "503" in statuses:
-        assert "Retry-After" in responses["503"]["headers"]
+    for status in {"503", "429"} & statuses:
+        assert "Retry-After" in responses[status]["headers"]
+    if "401" in statuses:
+        assert "WWW-Authenticate" in responses["401"]["headers"]
+        assert doc["paths"][path][method]["security"] == [{"bearer": []}]
 
 
 def test_every_read_declares_the_freshness_controls_and_503(doc: dict[str, Any]) -> None:
