@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--target", choices=[Target.CONTROL, Target.SERVICE], default=Target.CONTROL)
     load.add_argument("--out", type=Path, required=True, help="report directory")
     load.add_argument("--processes", type=int, default=2, help="Locust worker processes")
+    load.add_argument("--replica-cpu", type=float, default=None,
+                      help="hold each master replica and scheduler process to this many cores (cgroup quota)")  # fmt: skip
     load.add_argument("--step-start", type=int, default=2)
     load.add_argument("--step-users", type=int, default=4)
     load.add_argument("--max-users", type=int, default=62)
@@ -117,8 +119,10 @@ def run_one(target: Target, n: int, ladder: Ladder, args: Any, out: Path) -> dic
     control = target == Target.CONTROL
     writes = control and args.write_phases  # the etcd bench and the submit-only runs
     reads: Ladder | None = args.reads_ladder if control else None
-    info = cell.start(state_dir, replicas=n if control else 1)
-    record: dict[str, Any] = {"target": str(target), "replicas": n, "machine": before, "phases": {}}
+    replica_cpu = getattr(args, "replica_cpu", None)
+    info = cell.start(state_dir, replicas=n if control else 1, replica_cpu=replica_cpu)
+    record: dict[str, Any] = {"target": str(target), "replicas": n, "machine": before, "phases": {},
+                              "replica_cpu": replica_cpu}  # fmt: skip
     locust_pids: list[int] = []
     try:
         tasks = CONTROL_SERVICE_TASKS if control else n

@@ -36,11 +36,15 @@ class WatchedProcess:
 MASTER_ARGS = ("--rate-limit", "0")
 
 
-def start(state_dir: Path, replicas: int, etcd_members: int | None = None) -> CellInfo:
-    """A new cell of `replicas` masters and etcd members (unless told otherwise), one machine."""
+def start(
+    state_dir: Path, replicas: int, etcd_members: int | None = None, replica_cpu: float | None = None
+) -> CellInfo:
+    """A new cell of `replicas` masters and etcd members (unless told otherwise), one machine;
+    `replica_cpu` holds each master and the scheduler process to that many cores."""
     return launcher.up(
         state_dir, cell=CELL_NAME, replicas=replicas, machines=1,
         machine_capacity=MACHINE_CAPACITY, etcd_members=etcd_members, master_args=MASTER_ARGS,
+        replica_cpu=replica_cpu,
     )  # fmt: skip
 
 

@@ -339,7 +339,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--measure-s", type=float, default=45.0)
     p.add_argument("--fill-timeout-s", type=float, default=240.0)
     p.add_argument("--out", default="reports/scale")
+    p.add_argument("--report", default="reports/scale.md", help="the report to write")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the last results.json")
+    p.add_argument(
+        "--check", action="store_true",
+        help="exit 1 when a run broke a promise (failed, a task id started twice, the fill incomplete); SLOs are measured, not checked",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     random.seed(args.seed)
@@ -349,11 +354,15 @@ def main(argv: list[str] | None = None) -> None:
         poll_interval=args.poll_interval, arrival_per_min=args.arrival_per_min, measure_s=args.measure_s,
         fill_timeout_s=args.fill_timeout_s, out=Path(args.out),
     )  # fmt: skip
-    if not args.report_only:
-        run(cfg)
+    results = run(cfg) if not args.report_only else []
     from loadtests.scale_report import write_report
 
-    print(write_report(cfg.out / "results.json", Path("reports/scale.md")))
+    print(write_report(cfg.out / "results.json", Path(args.report)))
+    broken = [r for r in results if r.error or r.started_twice or r.fill_confirmed < r.fill_tasks]
+    if args.check and broken:
+        for r in broken:
+            print(f"broken promise at {r.machines} machines, {r.replicas} replica(s): {failures(r)[0]}")
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

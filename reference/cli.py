@@ -478,6 +478,12 @@ def campaign_load(ctx: typer.Context) -> None:
     _run_main("loadtests.campaign", "the load campaign", ["load", *ctx.args], extra="campaigns")
 
 
+@campaign_app.command("scale", **PASS_THROUGH)
+def campaign_scale(ctx: typer.Context) -> None:
+    """Hollow cells of 100 to 10,000 machines with 1, 3 and 5 replicas against Borg's SLOs; writes reports/scale.md (try --help)."""
+    _run_main("loadtests.scale", "the scale campaign", ctx.args, extra="campaigns")
+
+
 @campaign_app.command("smoke", **PASS_THROUGH)
 def campaign_smoke(ctx: typer.Context) -> None:
     """The 60-second load smoke campaign (try --help)."""

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from reference import channel, launcher
+from reference.cellfile import auth_headers, read_admin_token
 from reference.launcher import CellInfo
 from reference.waiting import wait_until
 from tests.integration.cellkit import REPO, sleeper_job
@@ -52,7 +53,8 @@ def borglet_state(info: CellInfo) -> dict[str, Any]:
 
 
 def master(info: CellInfo, method: str, path: str, **kw: Any) -> httpx.Response:
-    return httpx.request(method, info.master_urls[0] + path, timeout=10, **kw)
+    headers = auth_headers(read_admin_token(info.state_dir))
+    return httpx.request(method, info.master_urls[0] + path, timeout=10, headers=headers, **kw)
 
 
 def running_pids(info: CellInfo, user: str, name: str, count: int) -> dict[str, int] | None:

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from reference import launcher
+from reference.cellfile import read_admin_token
 from reference.client import CellClient
 from reference.master.reports import parse_borglet_task_id
 from reference.waiting import wait_until
@@ -73,7 +74,7 @@ def test_a_job_runs_on_hollow_machines_and_is_killed(state_dir: Path) -> None:
         "name": "scale", "user": "hollow", "priority": 100, "task_count": TASKS,
         "request": {"cpu": "100m", "ram": "64MiB"}, "command": ["server"],
     }  # fmt: skip
-    with CellClient(list(info.master_urls)) as client, Sampler(served.url) as sampler:
+    with CellClient(list(info.master_urls), token=read_admin_token(info.state_dir)) as client, Sampler(served.url) as sampler:
         machines = client.machines()
         assert len(machines) == MACHINES
         assert all(m["attrs"].get("hollow") == "true" for m in machines)
