@@ -100,7 +100,13 @@ def build(root: Path) -> Path:
         f"(no think time), {ladder.get('step_seconds', 0):g} s steps (the first {ladder.get('settle_s', 0):g} s "
         f"of each step not counted). Stop rules: error rate over "
         f"{100 * ladder.get('rules', {}).get('max_error_rate', 0.01):g}%, p95 over {slo:g} ms, "
-        f"or the maximum of {ladder.get('rules', {}).get('max_users', '?')} users.",
+        f"or the maximum of {ladder.get('rules', {}).get('max_users', '?')} users. "
+        + (
+            f"**CPU budget: {runs[0].record['replica_cpu']:g} cores per master replica and for the scheduler "
+            "process** (a cgroup quota each, `--replica-cpu`), so more replicas bring more CPU, as hosts would."
+            if runs[0].record.get("replica_cpu")
+            else "No CPU budget per replica: every replica competes for the same cores."
+        ),
         "",
         "## Machine",
         "",
