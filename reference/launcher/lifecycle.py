@@ -225,8 +225,8 @@ def restart(
     control_plane: bool = False,
     progress: Progress | None = None,
 ) -> CellInfo:
-    """Restart etcd and the masters on their data and, unless `control_plane`, the borglets
-    on their state dirs. Tasks keep running throughout: the borglets are stopped without
+    """Restart etcd, the masters and the scheduler processes on their data and, unless
+    `control_plane`, the borglets on their state dirs. Tasks keep running throughout: the borglets are stopped without
     their tasks (SIGKILL to the borglet alone) and re-adopt them when they start again.
     Whatever was already dead (a SIGKILLed control plane) is simply started."""
     say = progress or (lambda _msg: None)
@@ -239,6 +239,10 @@ def restart(
     if masters:
         say(f"masters: stopping {len(masters)}")  # they resign: the leader key goes at once
         stop_processes(masters)
+    schedulers = [s for s in info.of_role(Role.SCHEDULER) if is_alive(s)]
+    if schedulers:
+        say(f"schedulers: stopping {len(schedulers)}")
+        stop_processes(schedulers)
     etcd = [m for m in info.of_role(Role.ETCD) if is_alive(m)]
     if etcd:
         say(f"etcd: stopping {len(etcd)} member(s)")
@@ -453,7 +457,7 @@ def _cpu(info: CellInfo, record: ProcessRecord) -> dict[str, Any]:
     """A process's CPU seconds used and, for a master replica of a cell with a budget, the
     budget its group holds (cores): from the group's cpuacct (children included), else the
     process's own times."""
-    if info.replica_cpu is not None and record.role is Role.MASTER:
+    if info.replica_cpu is not None and record.role in (Role.MASTER, Role.SCHEDULER):
         group = cpubudget.process_group(info.cell, info.state_dir, record.name)
         return {"cpu_s": cpubudget.cpu_used_s(group), "cpu_budget": cpubudget.quota_of(group)}
     proc = live_process(record.pid, record.create_time)
