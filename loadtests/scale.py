@@ -15,7 +15,8 @@ for `measure_s` seconds keeps new tasks arriving at `arrival_per_min` while read
 - task ids started more than once (must be none).
 
 A run meets Borg's SLOs (Verma et al. 2015, section 3.4) when polling p95 is under 10 s and
-read p99 under 1 s, with the fill complete. `reports/scale.md` gives, per replica count, the
+read p99 under 1 s, with the fill complete. For each replica count the sizes are tried in
+order until one fails: the larger ones are not run. `reports/scale.md` gives, per replica count, the
 largest cell that met them and what failed first beyond it. Everything runs on loopback; each
 run is bounded in time (`fill_timeout_s`, `measure_s`).
 
@@ -306,12 +307,17 @@ def run(cfg: Config) -> list[Result]:
     cfg.out.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
     path = cfg.out / "results.json"
+    failed: set[int] = set()  # replica counts whose ladder has stopped
     for machines in cfg.machines:
         for replicas in cfg.replicas:
+            if replicas in failed:
+                continue  # a larger cell would not meet the SLOs either: the ladder stops
             print(f"scale: {machines} hollow machines, {replicas} replica(s), {cfg.replica_cpu} cores each", flush=True)
             r = run_one(cfg, machines, replicas)
             results.append(r)
             print(f"  -> {'meets the SLOs' if r.slo_met else '; '.join(failures(r))}", flush=True)
+            if not r.slo_met:
+                failed.add(replicas)
             path.write_text(json.dumps(
                 {"config": _config_json(cfg), "results": [asdict(x) for x in results]}, indent=1
             ))  # fmt: skip

@@ -5,7 +5,10 @@ share (`shards.assign` over the live replicas the watch cache lists, so every re
 and a replica that dies loses its share when its registration lease ends), reads the state
 of each machine in it (`GET /v1/state`), keeps the last report it sent the leader for each,
 and sends the leader, in batches, only the differences, plus the machines that did not
-answer and how many polls in a row they have missed. The leader acts on a difference only
+answer and how many polls in a row they have missed. Polling and sending are apart: the
+shard's sender thread sends what changed since its last batch whenever the leader has taken
+that one, so a leader slow to apply a batch delays the news, never the polls (a machine polled
+twice meanwhile is sent once, its latest report). The leader acts on a difference only
 when it holds the report it is based on; otherwise it asks for the whole report, which the
 next round sends. A new leader, a machine new to the share, a machine that missed a poll and
 a batch that did not arrive all start again from a whole report.
@@ -51,6 +54,8 @@ class _Polled:
     version: int = 0  # counts the reports sent for this machine; a change names its base
     misses: int = 0
     polled_at: float | None = None
+    latest: dict[str, Any] | None = None  # the last answer, not sent yet when `dirty`
+    dirty: bool = False  # something to send: a new answer, or a miss
 
 
 Batch = dict[str, Any]
@@ -88,6 +93,8 @@ class LinkShard:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="link-shard", daemon=True)
+        self._sender = threading.Thread(target=self._send_loop, name="link-shard-send", daemon=True)
+        self._news = threading.Event()
         self._leader = ""
         self.gaps: deque[float] = deque(maxlen=GAPS_KEPT)
         self.rounds = 0
@@ -102,11 +109,14 @@ class LinkShard:
 
     def start(self) -> None:
         self._thread.start()
+        self._sender.start()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(5)
+        self._news.set()
+        for thread in (self._thread, self._sender):
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(5)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._relay_pool.shutdown(wait=False, cancel_futures=True)
         self._http.close()
@@ -141,7 +151,7 @@ class LinkShard:
             self._stop.wait(max(0.0, self.interval - (self.clock() - began)))
 
     def round(self) -> None:
-        """Poll every machine of the share once, sending the leader a batch per chunk."""
+        """Poll every machine of the share once; the sender takes what changed as it comes."""
         leader = self.cache.cell().leader.partition("=")[0]
         share = self.share()
         with self._lock:
@@ -150,6 +160,7 @@ class LinkShard:
                 self._leader = leader
                 for p in self._machines.values():
                     p.report = None
+                    p.dirty = p.latest is not None or p.misses > 0
             for gone in set(self._machines) - set(share):
                 del self._machines[gone]
             for m in share:
@@ -159,8 +170,8 @@ class LinkShard:
             if self._stop.is_set():
                 return
             chunk = names[i : i + CHUNK]
-            replies = list(self._pool.map(lambda m: (m, self._read(m, share[m])), chunk))
-            self._deliver(self._batch(replies))
+            self._record(list(self._pool.map(lambda m: (m, self._read(m, share[m])), chunk)))
+            self._news.set()
         self.rounds += 1
 
     def _read(self, machine: str, address: str) -> dict[str, Any] | None:
@@ -170,10 +181,8 @@ class LinkShard:
             headers = channel.sign(self.key, "GET", urlsplit(url).path.encode(), b"", machine, time.time())
         return self._reads.get_json(url, headers)
 
-    def _batch(self, replies: list[tuple[str, dict[str, Any] | None]]) -> Batch:
+    def _record(self, replies: list[tuple[str, dict[str, Any] | None]]) -> None:
         now = self.clock()
-        reports: dict[str, Any] = {}
-        missed: dict[str, int] = {}
         with self._lock:
             for m, reply in replies:
                 p = self._machines.get(m)
@@ -184,16 +193,46 @@ class LinkShard:
                 p.polled_at = now
                 if reply is None:
                     p.misses += 1
-                    p.report = None  # the answer after a silence goes whole
-                    missed[m] = p.misses
+                    p.report = p.latest = None  # the answer after a silence goes whole
+                    p.dirty = True
+                else:
+                    # An answer after misses is news even if it reads the same: the leader
+                    # must hear that the machine is back.
+                    p.dirty = p.dirty or p.misses > 0 or p.report is None or reply != p.latest
+                    p.misses = 0
+                    p.latest = reply
+
+    def _send_loop(self) -> None:
+        while not self._stop.is_set():
+            self._news.wait(1.0)
+            self._news.clear()
+            try:
+                while not self._stop.is_set() and self._deliver(self._batch()):
+                    pass
+            except Exception:  # one bad batch must not end the sending
+                log.exception("link shard batch failed")
+
+    def _batch(self, limit: int = 4 * CHUNK) -> Batch:
+        """What changed since the last batch, for at most `limit` machines."""
+        reports: dict[str, Any] = {}
+        missed: dict[str, int] = {}
+        with self._lock:
+            for m, p in self._machines.items():
+                if len(reports) + len(missed) >= limit:
+                    break
+                if not p.dirty:
                     continue
-                p.misses = 0
+                p.dirty = False
+                if p.latest is None:
+                    if p.misses:
+                        missed[m] = p.misses
+                    continue
                 if p.report is None:
                     p.version += 1
-                    reports[m] = {"version": p.version, "report": reply}
+                    reports[m] = {"version": p.version, "report": p.latest}
                     self.sent["whole"] += 1
                 else:
-                    change = shards.diff(p.report, reply)
+                    change = shards.diff(p.report, p.latest)
                     if not change:
                         self.sent["unchanged"] += 1
                         continue
@@ -201,25 +240,29 @@ class LinkShard:
                     reports[m] = {"version": p.version, "base": p.version - 1, "change": change}
                     self.sent["changes"] += 1
                     self.sent["entries"] += shards.size(change)
-                p.report = reply
+                p.report = p.latest
         return {"shard": self.name, "leader": self._leader, "reports": reports, "missed": missed}
 
-    def _deliver(self, batch: Batch) -> None:
+    def _deliver(self, batch: Batch) -> bool:
+        """Send one batch; whether there was anything to send."""
         if not batch["reports"] and not batch["missed"]:
-            return
+            return False
         answer = self.send(batch)
         with self._lock:
             self.sent["batches"] += 1
             if answer is None:
                 # Whether the leader applied it is unknown: start these machines again whole.
                 self.sent["failed"] += 1
-                for m in batch["reports"]:
+                for m in (*batch["reports"], *batch["missed"]):
                     if m in self._machines:
                         self._machines[m].report = None
-                return
+                        self._machines[m].dirty = True
+                return False  # the next news (or a second) tries again
             for m in answer.get("need_full") or []:
                 if m in self._machines:
                     self._machines[m].report = None
+                    self._machines[m].dirty = True
+        return True
 
     # --- relaying the leader's syncs -----------------------------------------------------------
 
