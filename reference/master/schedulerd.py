@@ -132,7 +132,9 @@ class SchedulerProcess:
         work = cell.work if cell.work is not None else set(cell.state.tasks)
         for tid in work:
             t = cell.state.tasks.get(tid)
-            if t is not None and t.state is TaskState.PENDING:
+            # A task whose job record has not arrived yet (a large job is written in several
+            # txns, tasks first) is left for the pass that sees its job.
+            if t is not None and t.state is TaskState.PENDING and tid.job in cell.state.jobs:
                 pending.add(tid)
         pending -= self.unschedulable.known(cell.capacity_epoch)
         to_plan = self.unschedulable.to_plan(pending, cell.capacity_epoch) if pending else set()
@@ -164,7 +166,9 @@ class SchedulerProcess:
         self.proposed["placed"] += int(answer.get("placed") or 0)
         self.proposed["conflicts"] += int(answer.get("conflicts") or 0)
         if plan is not None:
-            self.unschedulable.found(to_plan - {p.task for p in plan.placements}, pending, cell.capacity_epoch)
+            # Set aside only the tasks the pass found no place for, with reasons; a task it did
+            # not get to is planned again at once.
+            self.unschedulable.found({u.task for u in plan.unschedulable}, pending, cell.capacity_epoch)
             # Plan again only on the state the leader's commit made.
             self.cache.wait_revision(int(answer.get("revision") or 0), 5.0)
         return True
