@@ -88,44 +88,67 @@ def _f(v: float | None, unit: str = "", digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}{unit}"
 
 
-def write_report(results_path: Path, out: Path) -> Path:
-    config, results = load(results_path)
-    figures = out.parent / "scale"
-    figures.mkdir(parents=True, exist_ok=True)
-    plot_polling(results, figures / "polling.png")
-    plot_started(results, figures / "started.png")
-    plot_cpu(results, figures / "cpu.png")
-    best = largest_meeting(results)
-    budget = config.get("replica_cpu")
+def write_report(results_paths: Path | list[Path], out: Path) -> Path:
+    """reports/scale.md from one or more campaigns' results.json (one section each)."""
+    paths = [results_paths] if isinstance(results_paths, Path) else list(results_paths)
     lines = [
         "# Scale: hollow cells of 1, 3 and 5 replicas against Borg's SLOs",
         "",
-        f"Produced by `{COMMAND}` (module `loadtests/scale.py`; this report: `{COMMAND} --report-only`), "
-        f"machines {','.join(str(m) for m in config['machines'])}, replicas "
-        f"{','.join(str(r) for r in config['replicas'])}, "
-        + (f"**{budget} cores per replica** and for the scheduler process (a cgroup CPU quota each)"
-           if budget else "no CPU budget per replica")
-        + f", {config['tasks_per_machine']} tasks per machine, poll interval {config['poll_interval']} s, "
-        f"arrivals {config['arrival_per_min']:,} tasks/min for {config['measure_s']:.0f} s. "
-        "Machines are hollow borglets (simulated tasks, for scale tests only) served by one process; "
-        "the masters, etcd, the scheduler and the hollow process share one 2-core host.",
-        "",
         f"SLOs (Verma et al. 2015, section 3.4): borglet polling interval p95 under {SLO_POLL_P95_S:.0f} s, "
-        f"API read p99 under {SLO_READ_P99_S:.0f} s, the fill complete, no task id started twice.",
+        f"API read p99 under {SLO_READ_P99_S:.0f} s; and the promises: the fill complete, no task id started twice. "
+        "Machines are hollow borglets (simulated tasks, for scale tests only) served by one process; "
+        "the masters, etcd, the scheduler process and the hollow process share one 2-core host. For each "
+        "replica count the sizes are tried in order until one fails.",
         "",
-        "## Largest cell meeting the SLOs, per replica count",
+        "How to read it: the polling interval is the time between two polls of one machine by the "
+        "replica whose link shard owns it (the worst replica's p95 is the cell's); with more replicas "
+        "each shard polls fewer machines. CPU is cores used during the measurement window: the leader "
+        "includes its own shard; 'others' are the other replicas together (their shards and watch "
+        "caches). 'started/min' counts arriving tasks that the hollow borglets confirmed running, "
+        "not the API's word.",
+        "",
+    ]
+    for path in paths:
+        lines += _section(path, out)
+    out.write_text("\n".join(lines))
+    return out
+
+
+def _section(results_path: Path, out: Path) -> list[str]:
+    config, results = load(results_path)
+    name = results_path.parent.name
+    figures = out.parent / "scale"
+    figures.mkdir(parents=True, exist_ok=True)
+    plot_polling(results, figures / f"{name}-polling.png")
+    plot_started(results, figures / f"{name}-started.png")
+    plot_cpu(results, figures / f"{name}-cpu.png")
+    best = largest_meeting(results)
+    budget = config.get("replica_cpu")
+    machines = ",".join(str(m) for m in config["machines"])
+    replicas = ",".join(str(r) for r in config["replicas"])
+    command = (
+        f"{COMMAND} --machines {machines} --replicas {replicas} --replica-cpu {budget or 0} "
+        f"--tasks-per-machine {config['tasks_per_machine']} --measure-s {config['measure_s']:g} "
+        f"--fill-timeout-s {config['fill_timeout_s']:g} --out {config['out']}"
+    )
+    lines = [
+        f"## {config['tasks_per_machine']} task(s) per machine (`{config['out']}`)",
+        "",
+        f"Produced by `{command}`. "
+        + (f"**{budget} cores per replica** and for the scheduler process (a cgroup CPU quota each)"
+           if budget else "No CPU budget per replica")
+        + f"; poll interval {config['poll_interval']} s; arrivals {config['arrival_per_min']:,} tasks/min "
+        f"for {config['measure_s']:.0f} s, in jobs of {config.get('arrival_job', 100)} tasks.",
         "",
         "| replicas | largest cell meeting the SLOs | next size tried | what failed first there |",
         "|---:|---:|---:|---|",
     ]
-    for replicas, b in best.items():
+    for replicas_n, b in best.items():
         lines.append(
-            f"| {replicas} | {b['largest'] if b['largest'] is not None else 'none'} | "
+            f"| {replicas_n} | {b['largest'] if b['largest'] is not None else 'none'} | "
             f"{b['failed_at'] if b['failed_at'] is not None else '-'} | {b['first_failure'] or '-'} |"
         )
     lines += [
-        "",
-        "## Every run",
         "",
         "| machines | replicas | up (s) | fill confirmed | fill (s) | poll p50 / p95 / max (s) | read p50 / p99 (s) | "
         "write p50 / p99 (s) | started/min | start p50 / p95 (s) | CPU leader / others / scheduler / etcd / hollow "
@@ -139,25 +162,31 @@ def write_report(results_path: Path, out: Path) -> Path:
         lines.append(
             f"| {r.machines:,} | {r.replicas} | {r.up_s:.0f} | {r.fill_confirmed:,}/{r.fill_tasks:,} | {_f(r.fill_s, '', 0)} | "
             f"{poll} | {_f(r.read_p50_s, '', 3)} / {_f(r.read_p99_s, '', 3)} | "
-            f"{_f(r.write_p50_s, '', 3)} / {_f(r.write_p99_s, '', 3)} | {r.confirmed_per_min:,.0f} | "
-            f"{_f(r.start_latency_p50_s)} / {_f(r.start_latency_p95_s)} | {cpu} | "
+            f"{_f(r.write_p50_s, '', 3)} / {_f(r.write_p99_s, '', 3)} ({r.writes} ok, {r.write_errors} failed) | "
+            f"{r.confirmed_per_min:,.0f} | {_f(r.start_latency_p50_s)} / {_f(r.start_latency_p95_s)} | {cpu} | "
             f"{r.etcd_db_bytes / 2**20:.1f} | {r.started_twice} | {verdict} |"
         )
     lines += [
         "",
-        "![polling interval p95 by cell size](scale/polling.png)",
+        f"![polling interval p95 by cell size](scale/{name}-polling.png)",
         "",
-        "![arrivals started per minute](scale/started.png)",
+        f"![arrivals started per minute](scale/{name}-started.png)",
         "",
-        "![CPU per role](scale/cpu.png)",
-        "",
-        "How to read it: the polling interval is the time between two polls of one machine by the "
-        "replica whose link shard owns it (the worst replica's p95 is the cell's); with more replicas "
-        "each shard polls fewer machines. CPU is cores used during the measurement window: the leader "
-        "includes its own shard; 'others' are the other replicas together (their shards and watch "
-        "caches). 'started/min' counts arriving tasks that the hollow borglets confirmed running, "
-        "not the API's word.",
+        f"![CPU per role](scale/{name}-cpu.png)",
         "",
     ]
-    out.write_text("\n".join(lines))
-    return out
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(description="reports/scale.md from scale campaigns' results.json files")
+    p.add_argument("results", nargs="+", type=Path, help="results.json of each campaign, one section each")
+    p.add_argument("--out", type=Path, default=Path("reports/scale.md"))
+    args = p.parse_args(argv)
+    print(write_report(args.results, args.out))
+
+
+if __name__ == "__main__":
+    main()
