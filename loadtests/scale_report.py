@@ -94,6 +94,9 @@ def write_report(results_paths: Path | list[Path], out: Path) -> Path:
     lines = [
         "# Scale: hollow cells of 1, 3 and 5 replicas against Borg's SLOs",
         "",
+        f"This file: `python -m loadtests.scale_report {' '.join(str(p) for p in paths)} --out {out}`, "
+        "from the campaigns named in each section.",
+        "",
         f"SLOs (Verma et al. 2015, section 3.4): borglet polling interval p95 under {SLO_POLL_P95_S:.0f} s, "
         f"API read p99 under {SLO_READ_P99_S:.0f} s; and the promises: the fill complete, no task id started twice. "
         "Machines are hollow borglets (simulated tasks, for scale tests only) served by one process; "
