@@ -6,7 +6,10 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from reference.borglet.protocol import SyncRequest
 
 T = TypeVar("T")
 
@@ -66,6 +69,22 @@ def desired_after(
         specs.pop(tid, None)
     specs.update(add)
     return specs
+
+
+def accept_sync(
+    fence: Fence, desired: Mapping[str, T] | None, request: SyncRequest
+) -> tuple[str | None, dict[str, T]]:
+    """(why the sync is refused, {}) or (None, the desired set it makes of `desired`, the set
+    of the last sync applied, None before any): the one reading of a sync that the borglet
+    and a hollow machine both apply."""
+    base = request.delta.base_seq if request.delta is not None else None
+    reason = sync_refusal(fence, request.epoch, request.seq, request.revision, base, desired is not None)
+    if reason is not None:
+        return reason, {}
+    if request.delta is None:
+        return None, {spec.task_id: spec for spec in request.tasks}  # type: ignore[misc]
+    add = ((s.task_id, s) for s in request.delta.add)
+    return None, desired_after(desired or {}, request.delta.remove, add)  # type: ignore[arg-type]
 
 
 def expired_tombstones(tombstones: Mapping[str, int], applied_revision: int) -> list[str]:

@@ -155,19 +155,10 @@ class Borglet:
         applied (decisions.refusal) or a delta whose base is not the last one applied.
         """
         with self._lock:
-            base = request.delta.base_seq if request.delta is not None else None
-            reason = decisions.sync_refusal(
-                self.fence, request.epoch, request.seq, request.revision, base, self.desired is not None
-            )
+            reason, specs = decisions.accept_sync(self.fence, self.desired, request)
             if reason is not None:
                 self.refused[reason] += 1
                 raise SyncRefused(reason, self.fence, request)
-            if request.delta is None:
-                specs = {spec.task_id: spec for spec in request.tasks}
-            else:
-                specs = decisions.desired_after(
-                    self.desired or {}, request.delta.remove, ((s.task_id, s) for s in request.delta.add)
-                )
             self.fence = decisions.Fence(request.epoch, request.seq, request.revision)
             self.master = request.master
             self.desired = specs
