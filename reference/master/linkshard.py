@@ -207,10 +207,17 @@ class LinkShard:
             self._news.wait(1.0)
             self._news.clear()
             try:
-                while not self._stop.is_set() and self._deliver(self._batch()):
-                    pass
+                self.flush()
             except Exception:  # one bad batch must not end the sending
                 log.exception("link shard batch failed")
+
+    def flush(self) -> int:
+        """Send the leader everything that changed, batch by batch, until nothing is left or a
+        batch does not arrive; returns the batches sent."""
+        sent = 0
+        while not self._stop.is_set() and self._deliver(self._batch()):
+            sent += 1
+        return sent
 
     def _batch(self, limit: int = 4 * CHUNK) -> Batch:
         """What changed since the last batch, for at most `limit` machines."""

@@ -1,0 +1,130 @@
+"""A link shard's bookkeeping, with its reads and its leader replaced: whole reports first, then only changes; a lost batch or a leader without the base starts a machine again whole; misses are counted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference.master import shards
+from reference.master.linkshard import LinkShard
+
+
+@dataclass
+class _Info:
+    address: str
+
+
+@dataclass
+class _State:
+    machines: dict[str, object]
+
+
+@dataclass
+class _Cell:
+    machines: dict[str, _Info]
+    state: _State
+    replicas: dict[str, str] = field(default_factory=lambda: {"r1": "http://r1"})
+    leader: str = "r1=http://r1"
+
+
+class _Cache:
+    def __init__(self, names: list[str]) -> None:
+        self.view = _Cell({n: _Info(f"http://b/{n}") for n in names}, _State({n: object() for n in names}))
+
+    def cell(self) -> _Cell:
+        return self.view
+
+
+class _Leader:
+    """Keeps what a leader would rebuild from the batches, and can refuse or lose them."""
+
+    def __init__(self) -> None:
+        self.copies: dict[str, tuple[int, dict[str, Any]]] = {}
+        self.batches: list[dict[str, Any]] = []
+        self.lose_next = False
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any] | None:
+        if self.lose_next:
+            self.lose_next = False
+            return None
+        self.batches.append(batch)
+        need_full = []
+        for m, entry in batch["reports"].items():
+            if "report" in entry:
+                self.copies[m] = (entry["version"], entry["report"])
+            elif m in self.copies and self.copies[m][0] == entry["base"]:
+                self.copies[m] = (entry["version"], shards.apply(self.copies[m][1], entry["change"]))
+            else:
+                need_full.append(m)
+        return {"need_full": need_full}
+
+
+def _shard(names: list[str]) -> tuple[LinkShard, _Leader, dict[str, dict[str, Any] | None]]:
+    leader = _Leader()
+    shard = LinkShard(_Cache(names), name="r1", send=leader, interval=1.0)  # type: ignore[arg-type]
+    answers: dict[str, dict[str, Any] | None] = {}
+    shard._read = lambda machine, address: answers.get(machine)  # type: ignore[method-assign]
+    return shard, leader, answers
+
+
+def _report(*tasks: tuple[str, str], cpu: int = 0) -> dict[str, Any]:
+    return {"usage": {"cpu": cpu}, "tasks": [{"task_id": t, "state": s} for t, s in tasks]}
+
+
+def test_whole_reports_first_then_only_what_changed() -> None:
+    shard, leader, answers = _shard(["m1", "m2"])
+    answers.update(m1=_report(("a", "RUNNING")), m2=_report(("b", "RUNNING")))
+    shard.round()
+    assert shard.flush() == 1
+    assert {m: "report" in e for m, e in leader.batches[-1]["reports"].items()} == {"m1": True, "m2": True}
+
+    shard.round()  # nothing changed: nothing is sent
+    assert shard.flush() == 0
+
+    answers["m2"] = _report(("b", "FINISHED"))
+    shard.round()
+    assert shard.flush() == 1
+    batch = leader.batches[-1]["reports"]
+    assert list(batch) == ["m2"] and batch["m2"]["change"] == {"tasks": [{"task_id": "b", "state": "FINISHED"}]}
+    assert shards.same(leader.copies["m2"][1], answers["m2"])  # type: ignore[arg-type]
+    shard.stop()
+
+
+def test_a_lost_batch_and_a_leader_without_the_base_start_again_whole() -> None:
+    shard, leader, answers = _shard(["m1"])
+    answers["m1"] = _report(("a", "RUNNING"))
+    shard.round()
+    shard.flush()
+    answers["m1"] = _report(("a", "RUNNING"), cpu=5)
+    shard.round()
+    leader.lose_next = True
+    assert shard.flush() == 0  # lost: whether the leader applied it is unknown
+    shard.flush()
+    assert "report" in leader.batches[-1]["reports"]["m1"]  # so the next one goes whole
+
+    leader.copies.clear()  # a leader that lost its copies (it asks for the whole report)
+    answers["m1"] = _report(("a", "RUNNING"), cpu=7)
+    shard.round()
+    assert shard.flush() == 2  # the change, refused for want of its base; then the whole report
+    assert "change" in leader.batches[-2]["reports"]["m1"]
+    assert "report" in leader.batches[-1]["reports"]["m1"]
+    assert leader.copies["m1"][1] == answers["m1"]
+    shard.stop()
+
+
+def test_misses_are_counted_and_the_answer_after_them_goes_whole() -> None:
+    shard, leader, answers = _shard(["m1"])
+    answers["m1"] = _report(("a", "RUNNING"))
+    shard.round()
+    shard.flush()
+    answers["m1"] = None
+    for misses in (1, 2):
+        shard.round()
+        shard.flush()
+        assert leader.batches[-1]["missed"] == {"m1": misses}
+    answers["m1"] = _report(("a", "RUNNING"))  # back, reading as before its silence
+    shard.round()
+    shard.flush()
+    assert "report" in leader.batches[-1]["reports"]["m1"]
+    assert shard.stats()["poll_interval_s"]["count"] == 3  # a gap between each two of the four polls
+    shard.stop()
