@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -28,42 +29,42 @@ def _by_replicas(results: list[Result]) -> dict[int, list[Result]]:
     return out
 
 
-def plot_polling(results: list[Result], path: Path) -> None:
+def _plot_by_size(
+    results: list[Result], path: Path, value: Callable[[Result], float | None], line: tuple[float, str],
+    ylabel: str, title: str, log_y: bool,
+) -> None:  # fmt: skip
+    """One line per replica count of `value` by cell size, with a red dashed `line` (y, label)."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for replicas, runs in _by_replicas(results).items():
-        xs = [r.machines for r in runs if r.poll.get("p95") is not None]
-        ax.plot(xs, [r.poll["p95"] for r in runs if r.poll.get("p95") is not None], marker="o",
-                label=f"{replicas} replica(s)")  # fmt: skip
-    ax.axhline(SLO_POLL_P95_S, color="red", ls="--", label=f"Borg's SLO: p95 < {SLO_POLL_P95_S:.0f} s")
+        points = [(r.machines, v) for r in runs if (v := value(r)) is not None]
+        ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=f"{replicas} replica(s)")
+    ax.axhline(line[0], color="red", ls="--", label=line[1])
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    if log_y:
+        ax.set_yscale("log")
     ax.set_xlim(50, 20_000)
     ax.set_xlabel("hollow machines in the cell")
-    ax.set_ylabel("borglet polling interval p95 (s)")
-    ax.set_title("Polling interval by cell size")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_polling(results: list[Result], path: Path) -> None:
+    _plot_by_size(
+        results, path, lambda r: r.poll.get("p95"), (SLO_POLL_P95_S, f"Borg's SLO: p95 < {SLO_POLL_P95_S:.0f} s"),
+        "borglet polling interval p95 (s)", "Polling interval by cell size", log_y=True,
+    )  # fmt: skip
 
 
 def plot_started(results: list[Result], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for replicas, runs in _by_replicas(results).items():
-        ax.plot([r.machines for r in runs], [r.confirmed_per_min for r in runs], marker="o",
-                label=f"{replicas} replica(s)")  # fmt: skip
-    ax.axhline(10_000, color="red", ls="--", label="target: 10,000 tasks/min")
-    ax.set_xscale("log")
-    ax.set_xlim(50, 20_000)
-    ax.set_xlabel("hollow machines in the cell")
-    ax.set_ylabel("arrivals confirmed started per minute")
-    ax.set_title("Scheduling and start throughput under steady arrivals")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _plot_by_size(
+        results, path, lambda r: r.confirmed_per_min, (10_000, "target: 10,000 tasks/min"),
+        "arrivals confirmed started per minute", "Scheduling and start throughput under steady arrivals", log_y=False,
+    )  # fmt: skip
 
 
 def plot_cpu(results: list[Result], path: Path) -> None:

@@ -25,7 +25,7 @@ from reference.master.cell import Cell, Draft, is_pass_work
 from reference.master.poller import Link, Poller
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
-from spec.actions import apply, restart_allowed
+from spec.actions import Step, apply, restart_allowed
 from spec.model import Band, CellState, QuotaKey, Resources, TaskId, TaskState
 
 log = logging.getLogger(__name__)
@@ -180,6 +180,11 @@ def record_pending_reasons(d: Draft, plan: Plan) -> int:
     return written
 
 
+def step_reason(step: Step) -> str:
+    """Why a plan's step is taken, as a task's history records it."""
+    return "scheduled" if step.action == "schedule" else f"preempted by {step.args[-1]}"
+
+
 def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
     """Apply a plan computed on an earlier state: each placement, with its preemptions, only
     if every one of its spec steps is allowed in the draft as it is now (optimistic
@@ -202,8 +207,7 @@ def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
             conflicts += 1
             continue
         for step in steps:
-            reason = "scheduled" if step.action == "schedule" else f"preempted by {step.args[-1]}"
-            d.step(step.action, *step.args, reason=reason)
+            d.step(step.action, *step.args, reason=step_reason(step))
         placed += 1
     return placed, conflicts
 
@@ -391,8 +395,7 @@ class Term:
     def _apply(self, d: Draft, plan: Plan) -> int:
         placed = 0
         for step in plan_steps(plan):
-            reason = "scheduled" if step.action == "schedule" else f"preempted by {step.args[-1]}"
-            if d.step(step.action, *step.args, reason=reason) and step.action == "schedule":
+            if d.step(step.action, *step.args, reason=step_reason(step)) and step.action == "schedule":
                 placed += 1
         return placed
 

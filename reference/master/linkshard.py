@@ -30,7 +30,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -126,12 +126,15 @@ class LinkShard:
     def members(self) -> list[str]:
         """The replicas the machines are shared among: the live ones the cache lists (this one
         counts itself from its start, before its registration shows)."""
-        return sorted(set(self.cache.cell().replicas) | {self.name})
+        return self._members(self.cache.cell().replicas)
+
+    def _members(self, replicas: Iterable[str]) -> list[str]:
+        return sorted(set(replicas) | {self.name})
 
     def share(self) -> dict[str, str]:
         """The machines this replica polls: name -> borglet address."""
         cell = self.cache.cell()
-        members = sorted(set(cell.replicas) | {self.name})
+        members = self._members(cell.replicas)
         out: dict[str, str] = {}
         for m in cell.state.machines:
             address = cell.machines[m].address if m in cell.machines else ""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,14 +19,6 @@ pytestmark = pytest.mark.integration
 
 MACHINES = 200
 TASKS = 300
-
-
-@pytest.fixture
-def state_dir(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "cell"
-    yield path
-    if (path / "cell.json").exists() and launcher.CellInfo.load(path).running():
-        launcher.down(path)
 
 
 class Sampler:

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -60,15 +59,6 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     return found
-
-
-@pytest.fixture
-def state_dir(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "cell"
-    yield path
-    # Whatever the test did, stop what it started.
-    if (path / "cell.json").exists() and launcher.CellInfo.load(path).running():
-        launcher.down(path)
 
 
 @needs_master

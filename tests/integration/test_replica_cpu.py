@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,14 +20,6 @@ pytestmark = [
 ]
 
 BUDGET = 0.2
-
-
-@pytest.fixture
-def state_dir(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "cell"
-    yield path
-    if (path / "cell.json").exists() and launcher.CellInfo.load(path).running():
-        launcher.down(path)
 
 
 def test_a_replica_is_held_to_its_budget(state_dir: Path) -> None:
