@@ -6,7 +6,7 @@ transition can never change the state it was given. No I/O, no clock, no randomn
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -308,6 +308,18 @@ def _running_on(tid: TaskId, task: Task) -> str | None:
     return task.machine if task.state is TaskState.RUNNING else None
 
 
+def _reserved(tid: TaskId, task: Task) -> Resources:
+    return task.reserved
+
+
+def _committed_for_prod(tid: TaskId, task: Task) -> Resources:
+    return task.request if is_prod(task.priority) else task.reserved
+
+
+def _alloc_of(key: str, job: Job) -> str | None:
+    return job.alloc
+
+
 def _by_user_band(key: str, job: Job) -> tuple[str, Band]:
     return (job.user, job.band)
 
@@ -374,11 +386,13 @@ class CellState:
         A task counts at its reservation (its request until the master estimates lower);
         with `min_priority`, only what is held at that priority or above counts.
         """
+        if min_priority is None:
+            return self._machine_sum(machine, _reserved)
         parts: list[Resources] = []
         for t in self._running_on_any_order(machine):
             if self.in_alloc(t):
                 continue  # counted through its alloc
-            if min_priority is None or t.priority >= min_priority:
+            if t.priority >= min_priority:
                 parts.append(t.reserved)
         for a in self.allocs_on(machine):
             if min_priority is None or a.priority >= min_priority:
@@ -388,11 +402,22 @@ class CellState:
     def machine_committed_for_prod(self, machine: str) -> Resources:
         """What a new prod task must fit beside: prod tasks at their full requests (prod is
         never overcommitted), other tasks at their reservations, and every alloc."""
-        parts: list[Resources] = []
-        for t in self._running_on_any_order(machine):
-            if self.in_alloc(t):
-                continue
-            parts.append(t.request if is_prod(t.priority) else t.reserved)
+        return self._machine_sum(machine, _committed_for_prod)
+
+    def _machine_sum(self, machine: str, weigh: Callable[[TaskId, Task], Resources]) -> Resources:
+        """`weigh` summed over the RUNNING tasks on the machine outside allocs, plus its allocs.
+
+        The sum over every RUNNING task is an index the task map keeps up to date (one lookup,
+        not a pass over a machine of thousands of tasks); the tasks of jobs in allocs, when the
+        cell has any, are taken out again one by one."""
+        parts = [self.tasks.sums(_running_on, weigh).get(machine, ZERO)]
+        alloc_jobs = self.jobs.group(_alloc_of)
+        if alloc_jobs:
+            in_allocs = frozenset().union(*alloc_jobs.values())
+            tasks = self.tasks
+            gone = [weigh(t, tasks[t]) for t in tasks.group(_running_on).get(machine, ()) if t.job in in_allocs]
+            if gone:
+                parts = [parts[0] - total(gone)]
         parts += [a.resources for a in self.allocs_on(machine)]
         return total(parts)
 

@@ -60,6 +60,63 @@ def test_groups_follow_every_kind_of_step() -> None:
             assert dict(m.group(parity)) == scratch(m), seed
 
 
+def weight(key: int, value: str) -> int:
+    return len(value) * 10 + key
+
+
+def scratch_sums(m: FMap[int, str]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for k, v in m.items():
+        g = parity(k, v)
+        if g is not None:
+            out[g] = out.get(g, 0) + weight(k, v)
+    return out
+
+
+def test_sums_follow_every_kind_of_step() -> None:
+    for seed in range(200):
+        rng = random.Random(seed)
+        m: FMap[int, str] = FMap({k: "ab" for k in range(rng.randrange(6))})
+        m.sums(parity, weight)
+        for _ in range(30):
+            values = ["a", "ab", "abc", "none"]
+            kind = rng.randrange(3)
+            if kind == 0:
+                m = m.set(rng.randrange(8), rng.choice(values))
+            elif kind == 1:
+                m = m.remove(rng.randrange(8))
+            else:
+                put = {rng.randrange(8): rng.choice(values) for _ in range(rng.randrange(3))}
+                m = m.edit(put, [rng.randrange(8) for _ in range(rng.randrange(3))])
+            kept = {g: w for g, w in m.sums(parity, weight).items() if w or g in scratch_sums(m)}
+            assert kept == scratch_sums(m), seed
+
+
+def test_a_machines_reservation_is_the_sum_over_its_tasks_after_every_step() -> None:
+    # The indexed sum must equal the plain one: place, grow and kill tasks of a job many times.
+    from spec.actions import kill, reserve, restart, schedule
+    from spec.model import Machine, Resources, TaskState, total
+
+    state = cell_with_job(6)
+    state = state.with_(machines=state.machines.set("m1", Machine("m1", Resources.of(cpu=4000))))
+    rng = random.Random(3)
+    for _ in range(300):
+        tasks = list(state.tasks.values())
+        t = rng.choice(tasks)
+        if t.state is TaskState.PENDING:
+            nxt = schedule(state, t.id, rng.choice(sorted(state.machines)))
+        elif t.state is TaskState.RUNNING and rng.random() < 0.5:
+            nxt = reserve(state, t.id, Resources.of(cpu=rng.randrange(1, 500)))
+        elif t.state is TaskState.RUNNING:
+            nxt = kill(state, t.id)
+        else:
+            nxt = restart(state, t.id)
+        state = nxt or state
+        for name in state.machines:
+            plain = total(x.reserved for x in state.tasks.values() if x.state is TaskState.RUNNING and x.machine == name)
+            assert state.machine_reserved(name) == plain
+
+
 def test_groups_are_not_part_of_equality_hashing_or_pickling() -> None:
     a: FMap[int, str] = FMap({1: "a", 2: "ab"})
     a.group(parity)
