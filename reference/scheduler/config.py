@@ -19,6 +19,7 @@ class SchedulerConfig:
     preemption_per_victim: float = 100.0  # preempting is a last resort: costs more than any fit
     preemption_per_priority: float = 0.25  # per priority unit of each victim: lowest victims first
     spread_weight: float = 10.0  # a job's tasks away from domains that already hold many of them
+    skew_weight: float = 10.0  # per task of the job a machine holds beyond the sample's least-loaded one
     locality_weight: float = 5.0  # a machine that already holds the job's package
     # Preemption and disruption.
     preemption: bool = True

@@ -43,7 +43,7 @@ from .policies import gpu_clustering, gpu_packing, policy_named
 from .queue import ordered
 from .reasons import amount, explain
 from .snapshot import PendingTask, Snapshot
-from .terms import locality_bonus, preemption_cost, spread_penalty
+from .terms import locality_bonus, preemption_cost, skew_penalty, spread_penalty
 
 
 class _Sample:
@@ -97,13 +97,14 @@ class Pass:
         self.gpu_max = max((sum(g) for g in self.cell.gcap), default=0)
         self.dom = np.array(self.cell.dom, dtype=np.int64)
         self.disrupted: dict[str, int] = dict(recent_disruptions or {})
-        self.job_dom: dict[str, np.ndarray] = {}  # a job's tasks per failure domain
-        self.job_placed: dict[str, int] = {}
-        self.running_doms: dict[str, list[int]] = {}
+        # Where each job's tasks are (running, then placed by this pass), and, once a task of
+        # the job is scored beside them, the same counted per failure domain and per machine.
+        self.job_on: dict[str, list[int]] = {}
+        self.job_spread: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for t in snapshot.running:
             mi = self.cell.index.get(t.machine)
             if mi is not None:
-                self.running_doms.setdefault(t.id.job, []).append(self.cell.dom[mi])
+                self.job_on.setdefault(t.id.job, []).append(mi)
         self.pkg_has: dict[str, np.ndarray] = {}
         self.pkg_machines: dict[str, list[int]] | None = None
         self.plan = Plan()
@@ -263,24 +264,32 @@ class Pass:
         size = s.size
         total = s.scores[:size]
         cfg = self.cfg
-        if cfg.spread_weight:
-            counts = self._job_domains(task.job)
-            placed = self.job_placed.get(task.job, 0)
+        if cfg.spread_weight or cfg.skew_weight:
+            placed = len(self.job_on.get(task.job, ()))
             if placed:
-                total = total - spread_penalty(cfg.spread_weight, placed, counts[s.doms[:size]])
+                doms, machines = self._job_spread(task.job)
+                if cfg.spread_weight:
+                    total = total - spread_penalty(cfg.spread_weight, placed, doms[s.doms[:size]])
+                if cfg.skew_weight:
+                    total = total - skew_penalty(cfg.skew_weight, machines[s.machines[:size]])
         if cfg.locality_weight and task.package:
             total = total + locality_bonus(cfg.locality_weight, self._package_on(task.package)[s.machines[:size]])
         return total
 
-    def _job_domains(self, job: str) -> np.ndarray:
-        counts = self.job_dom.get(job)
-        if counts is None:
-            counts = np.zeros(self.cell.domains, dtype=np.int64)
-            for d in self.running_doms.get(job, ()):
-                counts[d] += 1
-            self.job_placed[job] = len(self.running_doms.get(job, ()))
-            self.job_dom[job] = counts
-        return counts
+    def _job_spread(self, job: str) -> tuple[np.ndarray, np.ndarray]:
+        """The job's tasks counted per failure domain and per machine (a machine is the
+        smallest failure domain: a job's tasks spread over machines within a rack too).
+        Built only for a job that has a task to place beside others, so a cell of many
+        one-task jobs keeps no per-machine array."""
+        spread = self.job_spread.get(job)
+        if spread is None:
+            doms = np.zeros(self.cell.domains, dtype=np.int64)
+            machines = np.zeros(self.n, dtype=np.int32)
+            for mi in self.job_on.get(job, ()):
+                doms[self.cell.dom[mi]] += 1
+                machines[mi] += 1
+            spread = self.job_spread[job] = (doms, machines)
+        return spread
 
     def _package_on(self, package: str) -> np.ndarray:
         has = self.pkg_has.get(package)
@@ -350,9 +359,12 @@ class Pass:
         cell.touch(mi, self.cfg.cache_threshold if self.cfg.score_cache else 0.0)
         self.pre.update(mi)
         self.plan.placements.append(Placement(task.id, name, tuple(v.id for v in victims), score))
-        if self.cfg.spread_weight:
-            self._job_domains(task.job)[cell.dom[mi]] += 1
-            self.job_placed[task.job] += 1
+        if self.cfg.spread_weight or self.cfg.skew_weight:
+            self.job_on.setdefault(task.job, []).append(mi)
+            spread = self.job_spread.get(task.job)
+            if spread is not None:
+                spread[0][cell.dom[mi]] += 1
+                spread[1][mi] += 1
         if task.package and task.package not in cell.pkgs[mi]:
             cell.pkgs[mi].add(task.package)
             if self.pkg_machines is not None:

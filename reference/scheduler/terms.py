@@ -1,4 +1,4 @@
-"""The built-in score terms added to the policy's score: failure-domain spreading, package locality, preemption cost.
+"""The built-in score terms added to the policy's score: failure-domain and machine spreading, package locality, preemption cost.
 
 Pure functions of numbers; spreading and locality also take numpy arrays, one entry per
 machine of a sample, and then score the whole sample at once. The weights are
@@ -19,6 +19,17 @@ def spread_penalty(weight: float, placed: int, here: Counts) -> float | np.ndarr
     tasks: weight / (placed + 1) * here, `weight` times the share of the job (this task
     counted) that the domain already holds."""
     return (weight / (placed + 1)) * here
+
+
+def skew_penalty(weight: float, here: np.ndarray) -> np.ndarray:
+    """Points off each machine of a sample for every task of the job it holds beyond the
+    sample's least-loaded machine: weight * (here - min(here)). Like Kubernetes's default
+    spreading over hostnames (a soft skew), it keeps a job's tasks apart machine by machine,
+    which the share-based domain term cannot once the job is large: a machine then costs a
+    sliver of a share per task, and a packing policy's pull toward the fullest machine wins."""
+    if here.size == 0:
+        return here
+    return weight * (here - here.min())
 
 
 def locality_bonus(weight: float, has_package: bool | np.ndarray) -> float | np.ndarray:

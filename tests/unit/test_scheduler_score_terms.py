@@ -2,11 +2,14 @@
 which packages each machine holds), failure-domain spreading and the cost of preempting,
 the arithmetic beside each row: the pure terms first, then their effect on a pass."""
 
+from collections import Counter
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from reference.scheduler import SchedulerConfig, Snapshot, plan_pass
-from reference.scheduler.terms import locality_bonus, preemption_cost, spread_penalty
+from reference.scheduler.terms import locality_bonus, preemption_cost, skew_penalty, spread_penalty
 from spec.model import Resources, TaskId
 from tests.unit.scheduler_cells import machine, pending, running
 
@@ -102,9 +105,48 @@ def test_failure_domain_spreading(spread, where):
         (running("web/x", 100, 1000, "a", 0),),
         (pending("web/x", 100, 1000, 1),),
     )
-    cfg = SchedulerConfig(policy="best_fit", spread_weight=spread, locality_weight=0.0)
+    cfg = SchedulerConfig(policy="best_fit", spread_weight=spread, skew_weight=0.0, locality_weight=0.0)
     (p,) = plan_pass(snap, cfg).placements
     assert p.machine == where
+
+
+@pytest.mark.parametrize(
+    ("skew", "where"),
+    [
+        # As above, a: 25.0 and b: 12.5 (best_fit), domain spreading off. The skew term
+        # subtracts weight * (the job's tasks on the machine - the fewest on any sampled
+        # machine) = weight * (1 - 0) on a, nothing on b.
+        (0.0, "a"),  # 25 > 12.5
+        (10.0, "a"),  # 25 - 10 = 15 > 12.5
+        (15.0, "b"),  # 25 - 15 = 10 < 12.5
+    ],
+)
+def test_machine_skew_spreading(skew, where):
+    snap = Snapshot(
+        (machine("a"), machine("b")),
+        (running("web/x", 100, 1000, "a", 0),),
+        (pending("web/x", 100, 1000, 1),),
+    )
+    cfg = SchedulerConfig(policy="best_fit", spread_weight=0.0, skew_weight=skew, locality_weight=0.0)
+    (p,) = plan_pass(snap, cfg).placements
+    assert p.machine == where
+
+
+def test_skew_penalty_is_per_task_above_the_least_loaded_machine():
+    assert list(skew_penalty(10.0, np.array([3, 1, 2, 1]))) == [20.0, 0.0, 10.0, 0.0]
+    assert skew_penalty(10.0, np.array([], dtype=np.int64)).size == 0
+
+
+def test_a_large_job_of_tiny_tasks_spreads_over_its_sample_instead_of_piling_onto_two_machines():
+    # 2,000 tasks of 1m CPU on 20 machines of 64 cores in two racks: best fit alone would put
+    # 1,000 on one machine of each rack (the fullest machine always scores highest).
+    machines = tuple(replace(machine(f"m{i:02d}", cpu=64000), failure_domain=f"rack{i % 2}") for i in range(20))
+    snap = Snapshot(machines, (), tuple(pending("big/x", 100, 1, i) for i in range(2000)))
+    counts = Counter(p.machine for p in plan_pass(snap, SchedulerConfig(policy="best_fit")).placements)
+    assert sum(counts.values()) == 2000
+    assert len(counts) == 20 and max(counts.values()) - min(counts.values()) <= 1
+    piled = Counter(p.machine for p in plan_pass(snap, SchedulerConfig(policy="best_fit", skew_weight=0.0)).placements)
+    assert len(piled) == 2
 
 
 def test_the_snapshot_records_which_packages_each_machine_holds():
