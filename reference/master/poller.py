@@ -130,6 +130,7 @@ class Poller:
             set[str],
             dict[str, frozenset[str]],
         ] = (None, {}, set(), {})
+        self._rebuild_after = 0.0  # no rebuild of the desired sets before this (pollclock.next_rebuild)
         self.refusals: dict[str, int] = {}  # refusal reason -> count
         # machine -> (shard, version, report): the base of the next change a shard sends.
         self._copies: dict[str, tuple[str, int, dict[str, Any]]] = {}
@@ -170,9 +171,9 @@ class Poller:
         now = self.clock()
         with self._lock:
             key = (cell.revision, self._reported_version)
-        if key != self._plans[0]:
+        if key != self._plans[0] and (now >= self._rebuild_after or self._plans[0] is None):
             # What each machine is sent depends on the view and on what the machines reported
-            # alone: built when either changed, not on every turn.
+            # alone: built when either changed, not on every turn, and paced.
             if len(self._memo) > 2 * len(cell.state.tasks) + 1000:
                 self._memo = {}
             desired = {
@@ -181,6 +182,8 @@ class Poller:
             plans, blocking = self._hold_back(cell, desired)
             signatures = {name: frozenset(d["task_id"] for d in keep) for name, (keep, _) in plans.items()}
             self._plans = (key, plans, blocking, signatures)
+            took = self.clock() - now
+            self._rebuild_after = pollclock.next_rebuild(now, took)
         _, plans, blocking, signatures = self._plans
         relayed: dict[str, list[tuple[Any, ...]]] = {}
         for name, (desired, ids) in plans.items():

@@ -93,3 +93,15 @@ def test_a_machine_is_down_after_down_after_misses_in_a_row(misses_before, down_
 def test_usage_is_written_every_ten_seconds(written_at, now, due):
     assert pollclock.usage_due(Schedule(usage_written_at=written_at), now) is due
     assert pollclock.usage_written(Schedule(), now).usage_written_at == now
+
+
+@pytest.mark.parametrize(
+    ("now", "took", "after"),
+    [
+        (100.0, 0.0, 100.0),  # an instant rebuild (a small cell): the next turn may rebuild
+        (100.0, 0.1, 100.5),  # 0.1 s of work, 0.4 s of pause: a fifth of the time
+        (100.0, 1.0, 103.0),  # the pause is capped at 2 s
+    ],
+)
+def test_a_rebuild_of_the_desired_sets_is_paced_by_its_own_length(now, took, after):
+    assert pollclock.next_rebuild(now, took) == pytest.approx(after)
