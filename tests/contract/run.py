@@ -9,6 +9,7 @@ refused or invalid input accepted) is a failure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -36,11 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-time", type=int, default=180, help="seconds for the whole run")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--report", type=Path, default=Path("contract-junit.xml"), help="JUnit XML of the run")
+    p.add_argument("--keep", type=Path, default=None, help="keep the cell's files and logs in this folder")
     args = p.parse_args(argv)
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.contract.hooks", "PYTHONPATH": str(REPO)}
-    with tempfile.TemporaryDirectory(prefix="minborg-contract-") as workdir, LocalCell(
-        Path(workdir), masters=1, borglets=1
-    ) as cell:
+    with (
+        contextlib.nullcontext(str(args.keep)) if args.keep else tempfile.TemporaryDirectory(prefix="minborg-contract-")
+    ) as workdir, LocalCell(Path(workdir), masters=1, borglets=1) as cell:
         leader = cell.wait_leader()
         argv_ = command(leader.url, cell.admin_token, max_examples=args.max_examples, max_time_s=args.max_time, seed=args.seed,
                         report=args.report.resolve())  # fmt: skip
