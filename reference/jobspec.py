@@ -270,7 +270,7 @@ class JobSpec(BaseModel):
         out: dict[str, int] = {}
         errors = []
         for name, amount in value.items():
-            if not isinstance(name, str) or not re.match(RESOURCE_NAME_PATTERN, name):
+            if not isinstance(name, str) or not re.fullmatch(RESOURCE_NAME_PATTERN, name):
                 errors.append(f"resource name {name!r} must be lower-case letters, digits, '_'")
                 continue
             try:
@@ -397,7 +397,7 @@ def json_schema() -> dict[str, Any]:
 
 
 def is_valid_name(text: str) -> bool:
-    return bool(_NAME_RE.match(text))
+    return bool(_NAME_RE.fullmatch(text))
 
 
 def dumps(spec: JobSpec) -> str:
