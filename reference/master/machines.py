@@ -26,10 +26,19 @@ CAPACITY_SCHEMA: dict[str, Any] = {
 }  # fmt: skip
 
 
-# A borglet's URL: a host name or an IPv4 address, then an optional port (1-65535). A path is
-# allowed: hollow machines (scale tests) share one server, each under its own.
+# A borglet's URL: a host name, an IPv4 address or a bracketed IPv6 one (each form RFC 4291
+# writes, without an embedded IPv4), then an optional port (1-65535). A path is allowed:
+# hollow machines (scale tests) share one server, each under its own. Exact, so that every
+# address the document allows is one `urlsplit` and the borglet's client can read.
 _PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
-ADDRESS_PATTERN = rf"^https?://[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::{_PORT})?(?:/[A-Za-z0-9._~-]+)*/?$"
+_H = "[0-9A-Fa-f]{1,4}"
+_IPV6 = "(?:" + "|".join([
+    f"(?:{_H}:){{7}}{_H}", f"(?:{_H}:){{1,7}}:", f"(?:{_H}:){{1,6}}:{_H}", f"(?:{_H}:){{1,5}}(?::{_H}){{1,2}}",
+    f"(?:{_H}:){{1,4}}(?::{_H}){{1,3}}", f"(?:{_H}:){{1,3}}(?::{_H}){{1,4}}", f"(?:{_H}:){{1,2}}(?::{_H}){{1,5}}",
+    f"{_H}:(?::{_H}){{1,6}}", f":(?:(?::{_H}){{1,7}}|:)",
+]) + ")"  # fmt: skip
+_HOST = rf"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[{_IPV6}\])"
+ADDRESS_PATTERN = rf"^https?://{_HOST}(?::{_PORT})?(?:/[A-Za-z0-9._~-]+)*/?$"
 
 
 class MachineBody(BaseModel):

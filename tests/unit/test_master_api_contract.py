@@ -7,12 +7,14 @@ import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from reference.master.access import AccessConfig, hash_token
 from reference.master.api import make_app
 from reference.master.leader import LeaderConfig
+from reference.master.machines import MachineBody
 from reference.master.replica import Replica
 
 with warnings.catch_warnings():  # starlette's TestClient warns about its httpx
@@ -105,7 +107,13 @@ def test_a_capacity_cpu_written_as_a_whole_float_is_milli_cpu(client: TestClient
     assert r.status_code == 503, r.text  # read, then no leader to write it
 
 
-@pytest.mark.parametrize("address", ["http://[&", "http://[::1]:80", "http://a:0", "http://a:65536", "http://u@host:80"])
+@pytest.mark.parametrize("address", ["http://127.0.0.1:7001", "https://m1.example:443/", "http://[::1]:80", "http://10.0.0.1:80/m17"])
+def test_a_machine_address_is_a_url(address: str) -> None:
+    assert MachineBody(name="m1", address=address, capacity="cpu=4,ram=1GiB").address == address
+    assert urlsplit(address).hostname  # urlsplit raises for an address no client could read
+
+
+@pytest.mark.parametrize("address", ["http://[&", "http://[:]:80", "http://[1.2]", "http://a:0", "http://a:65536", "http://u@host:80"])
 def test_a_machine_address_that_is_no_url_is_refused(client: TestClient, address: str) -> None:
     r = client.post("/v1/machines", json={"name": "m1", "address": address, "capacity": "cpu=4,ram=1GiB"})
     assert r.status_code == 422, r.text
