@@ -43,7 +43,7 @@ def command(url: str, token: str, *, max_examples: int, max_time_s: int, seed: i
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.contract.run", description=__doc__.splitlines()[0])
     p.add_argument("--max-examples", type=int, default=20, help="test cases per operation")
-    p.add_argument("--max-time", type=int, default=180, help="seconds for the whole run")
+    p.add_argument("--max-time", type=int, default=150, help="seconds of generated cases")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--report", type=Path, default=Path("contract-junit.xml"), help="JUnit XML of the run")
     p.add_argument("--keep", type=Path, default=None, help="keep the cell's files and logs in this folder")
