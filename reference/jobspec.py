@@ -68,10 +68,22 @@ class JobFileError(ValueError):
         return {"detail": self.errors}
 
 
+# What `ConstraintSpec._one_value_form` checks, as JSON Schema states it: a string `value` or a
+# non-empty `values` list (the other absent or null), and one value only for eq and ne.
+_ONE_VALUE_FORM: dict[str, Any] = {
+    "anyOf": [
+        {"required": ["value"], "properties": {"value": {"type": "string"}, "values": {"type": "null"}}},
+        {"required": ["values"], "properties": {"value": {"type": "null"}, "values": {"type": "array", "minItems": 1}},
+         "anyOf": [{"properties": {"values": {"maxItems": 1}}},
+                   {"required": ["op"], "properties": {"op": {"enum": [ConstraintOp.IN.value, ConstraintOp.NOT_IN.value]}}}]},
+    ]
+}  # fmt: skip
+
+
 class ConstraintSpec(BaseModel):
     """A hard constraint on a machine attribute: `{attr, op, value}` or `{attr, op, values}`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_ONE_VALUE_FORM)
     attr: str = Field(min_length=1)
     op: ConstraintOp = ConstraintOp.EQ
     value: str | None = None
@@ -112,9 +124,14 @@ class AutoscaleSpec(BaseModel):
     endpoints and BNS before it is stopped (longer than clients' endpoint refresh).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    # A cpu target is at most 1000 percent, as `_bounds` checks; `max` at least `min` is a rule
+    # between two figures that JSON Schema cannot state, so the document says it in words.
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
+        {"properties": {"metric": {"const": "requests_per_task"}}},
+        {"properties": {"target": {"maximum": 1000}}},
+    ]})  # fmt: skip
     min: int = Field(ge=1, le=10000)
-    max: int = Field(ge=1, le=10000)
+    max: int = Field(ge=1, le=10000, description="at least `min` (a request with `max` below `min` is refused, 422)")
     metric: AutoscaleMetric
     target: float = Field(gt=0)
     scale_up_cooldown: float = Field(default=5.0, ge=0, le=3600)
@@ -270,7 +287,7 @@ class JobSpec(BaseModel):
         out: dict[str, int] = {}
         errors = []
         for name, amount in value.items():
-            if not isinstance(name, str) or not re.match(RESOURCE_NAME_PATTERN, name):
+            if not isinstance(name, str) or not re.fullmatch(RESOURCE_NAME_PATTERN, name):
                 errors.append(f"resource name {name!r} must be lower-case letters, digits, '_'")
                 continue
             try:
@@ -397,7 +414,7 @@ def json_schema() -> dict[str, Any]:
 
 
 def is_valid_name(text: str) -> bool:
-    return bool(_NAME_RE.match(text))
+    return bool(_NAME_RE.fullmatch(text))
 
 
 def dumps(spec: JobSpec) -> str:

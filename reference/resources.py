@@ -197,19 +197,44 @@ def parse_capacity(text: str) -> dict[str, int]:
 
 
 def capacity_from_mapping(values: Mapping[str, Any]) -> dict[str, int]:
-    """A capacity given as a mapping (a machine registered through the API). An integer CPU
-    is milli-CPU, as a borglet reports its capacity; a string or float CPU is read by
-    `parse_cpu` ('4000m', '4', 0.5 cores); other resources as `parse_resource` reads them."""
-    out = {
-        str(name): _named("cpu", cpu_from_milli(value), read=check_bound)
-        if name == "cpu" and isinstance(value, int) and not isinstance(value, bool)
-        else _named(str(name), value)
-        for name, value in values.items()
-    }
+    """A capacity given as a mapping (a machine registered through the API), whose numbers are
+    in canonical units: a number for CPU is milli-CPU, as a borglet reports its capacity, and
+    every number is whole and not negative (4000.0 is 4000; 0.5 is refused); a string is read
+    as written ('4000m' or '4' cores, '8GiB'). Each error begins with the resource's name,
+    'cpu: ...', and a bound's is a `QuantityOutOfRange`."""
+    out: dict[str, int] = {}
+    for name, value in values.items():
+        try:
+            out[str(name)] = _mapped_figure(str(name), value)
+        except QuantityOutOfRange as err:
+            raise QuantityOutOfRange(f"{name}: {err}") from None
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
     for required in ("cpu", "ram"):
         if required not in out:
             raise ValueError(f"capacity lacks {required}: cpu and ram are required")
     return out
+
+
+_UNIT_OF_NUMBER = {"cpu": "milli-CPU", "ram": "bytes", "disk": "bytes"}
+
+
+def _mapped_figure(name: str, value: Any) -> int:
+    """One figure of a capacity mapping in its canonical unit; a number there already is in it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return parse_resource(name, value)  # a string, read as written; anything else refused
+    if not math.isfinite(value):
+        raise QuantityOutOfRange(bound_rule(name))
+    if value < 0:
+        raise ValueError(f"must not be negative, not {value!r}")
+    if value != int(value):
+        unit = _UNIT_OF_NUMBER.get(name, "a count")
+        hint = (f'; write {value:g} cores as the string "{value:g}" or "{round(value * 1000)}m"' if name == "cpu"
+                else '; write a fraction of a unit as a string, like "1.5GiB"' if name in BYTE_RESOURCES else "")  # fmt: skip
+        raise ValueError(f"a number here is {unit} and must be whole, not {value!r}{hint}")
+    if name == "cpu":
+        return check_bound(name, cpu_from_milli(int(value)))
+    return parse_resource(name, int(value))
 
 
 # --- writing ---------------------------------------------------------------------------------

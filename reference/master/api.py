@@ -25,7 +25,7 @@ from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
 from reference.master.linkshard import RELAY_PATH, REPORTS_PATH, replica_peer
-from reference.master.machines import MachineBody, machine_from_body
+from reference.master.machines import MachineBody, capacity_error, machine_from_body
 from reference.master.mutations import ApiError, kill_job, kill_task, submit_job, update_job
 from reference.master.querycheck import freshness_query, known_query
 from reference.master.readgate import ReadGate
@@ -327,7 +327,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
 
     # --- jobs ----------------------------------------------------------------------------------
 
-    @app.post("/v1/jobs", status_code=201, responses=contract.answers(403, 409, 503))
+    @app.post("/v1/jobs", status_code=201, responses=contract.answers(403, 404, 409, 503))
     async def post_job(request: Request, payload: Any = Body(None)) -> Response:
         who = guard.identity_of(request.scope)
         owner = payload.get("user") if isinstance(payload, dict) else None
@@ -351,7 +351,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
         request: Request, user: str | None = None, watch: bool = False, since: contract.Since = None,
         timeout_s: contract.WatchTimeout = watches.DEFAULT_TIMEOUT_S,
     ) -> Response:  # fmt: skip
-        if (refused := watches.refuse_timeout(timeout_s)) is not None:
+        if (refused := watches.refuse_out_of_bounds(timeout_s, since)) is not None:
             return refused
         if watch:
             select, render, initial = watches.job_messages(replica.cache, user)
@@ -404,7 +404,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
     ) -> Response:  # fmt: skip
         cell = replica.cache.cell()
         key = f"{user}/{name}"
-        if (refused := watches.refuse_timeout(timeout_s)) is not None:
+        if (refused := watches.refuse_out_of_bounds(timeout_s, since)) is not None:
             return refused
         if watch:
             select, render, initial = watches.task_messages(replica.cache, key, cell_name)
@@ -475,7 +475,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
         request: Request, watch: bool = False, since: contract.Since = None,
         timeout_s: contract.WatchTimeout = watches.DEFAULT_TIMEOUT_S,
     ) -> Response:
-        if (refused := watches.refuse_timeout(timeout_s)) is not None:
+        if (refused := watches.refuse_out_of_bounds(timeout_s, since)) is not None:
             return refused
         if watch:
             select, render, initial = watches.machine_messages(replica.cache)
@@ -497,7 +497,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
         except ValidationError as exc:
             return JSONResponse(status_code=422, content={"detail": validation_errors(exc)})
         except ValueError as err:
-            return JSONResponse(status_code=422, content=detail("capacity", str(err)))
+            return JSONResponse(status_code=422, content={"detail": [capacity_error(payload.get("capacity"), err)]})
 
         def change(d: Draft) -> str:
             if machine.name in d.state.machines:

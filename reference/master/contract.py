@@ -1,7 +1,7 @@
 """The master's OpenAPI document made exact: typed request bodies, every status with its real body, the text answers as text.
 
 The handlers read their bodies themselves (`Body(None)`, then `parse_job`, `parse_update`,
-`MachineBody`), so their error wording stays theirs; this module only says, in the
+`MachineBody`, the users' own check), so their error wording stays theirs; this module only says, in the
 document, what they take and what they answer.
 """
 
@@ -64,6 +64,13 @@ class JobUpdate(BaseModel):
     request: Annotated[dict[str, Any], WithJsonSchema(request_schema())] | None = None
 
 
+class UserBody(BaseModel):
+    """`POST /v1/users`: the new user's name (its token is made by the master)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=access.USER_NAME.pattern)
+
+
 # Parameters whose bounds the handlers check themselves (with their own wording): the
 # document states the bounds, FastAPI does not enforce them.
 Index = Annotated[int, Path(json_schema_extra={"minimum": 0})]
@@ -81,7 +88,7 @@ _MEANING = {
     401: "no valid token: send `Authorization: Bearer <token>` (WWW-Authenticate says so)",
     403: "the job would exceed its user's quota in its priority band, or the caller may not do this: "
     "another user's job, or machines, quotas or users (the admin's)",
-    404: "no such job, task, machine or BNS name",
+    404: "no such job, task, machine, BNS name or alloc (the one a job names)",
     409: "the request conflicts with the cell: a job or machine of that name exists, a task is already dead, a machine still holds allocs",
     429: "the caller's user is over its rate limit on this replica; retry after Retry-After seconds",
     410: "`since` is older than the oldest change this replica can replay",
@@ -127,6 +134,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/jobs"): JobSpec,
     ("patch", "/v1/jobs/{user}/{name}"): JobUpdate,
     ("post", "/v1/machines"): MachineBody,
+    ("post", "/v1/users"): UserBody,
 }
 
 

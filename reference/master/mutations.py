@@ -33,7 +33,7 @@ def submit_job(d: Draft, payload: Any) -> str:
     if job.key in d.state.jobs:
         raise ApiError(409, "name", f"job {job.key} already exists; kill it or choose another name")
     if job.alloc is not None and job.alloc not in d.state.allocs:
-        raise ApiError(422, "alloc", f"no alloc named {job.alloc}")
+        raise ApiError(404, "alloc", f"no alloc named {job.alloc}")
     admission = admit(d.state, job)
     if not admission:
         raise ApiError(403, "request", admission.reason)

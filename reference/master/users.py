@@ -90,7 +90,7 @@ def install(app: FastAPI, replica: Any) -> None:
             extra = sorted(set(payload) - {"name"})[0]
             return _refusal(422, str(extra), "unknown field; a user has only a name")
         name = payload.get("name")
-        if not isinstance(name, str) or not USER_NAME.match(name):
+        if not isinstance(name, str) or not USER_NAME.fullmatch(name):
             return _refusal(422, "name", f"a user name {USER_NAME_RULE}")
         token = new_token()
         record = UserRecord(name, hash_token(token), admin=False, created_at=time.time())

@@ -61,9 +61,11 @@ def _since(request: Request, since: int | None) -> int | None:
     return int(last) if last and last.isdigit() else None
 
 
-def refuse_timeout(timeout_s: float) -> JSONResponse | None:
-    """422 for a `timeout_s` outside (0, MAX_TIMEOUT_S], the bound the API declares, whether
-    or not the read watches; None when it is within it."""
+def refuse_out_of_bounds(timeout_s: float, since: int | None = None) -> JSONResponse | None:
+    """422 for a `timeout_s` outside (0, MAX_TIMEOUT_S] or a negative `since`, the bounds the
+    API declares, whether or not the read watches; None when both are within them."""
+    if since is not None and since < 0:
+        return JSONResponse(status_code=422, content={"detail": [{"field": "since", "error": "must be 0 or more"}]})
     if 0 < timeout_s <= MAX_TIMEOUT_S:
         return None
     return JSONResponse(
@@ -85,11 +87,9 @@ def stream(
     kind: str = "",
 ) -> Response:
     """A server-sent event stream of the changes `select` keeps, as `render` words them."""
-    if (refused := refuse_timeout(timeout_s)) is not None:
-        return refused
     since = _since(request, since)
-    if since is not None and since < 0:
-        return JSONResponse(status_code=422, content={"detail": [{"field": "since", "error": "must be 0 or more"}]})
+    if (refused := refuse_out_of_bounds(timeout_s, since)) is not None:
+        return refused
     log = cache.changes
     start = since
     first: list[Message] = []

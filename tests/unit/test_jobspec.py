@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from reference.jobspec import JobFileError, JobSpec, json_schema, load_job_file, parse_job
+from reference.jobspec import (
+    AutoscaleSpec,
+    ConstraintSpec,
+    JobFileError,
+    JobSpec,
+    json_schema,
+    load_job_file,
+    parse_job,
+)
 from spec.model import ConstraintOp, RestartPolicy
 
 BASE = {"name": "web", "user": "alice", "command": ["python", "-m", "examples.hello_world.server"]}
@@ -97,3 +105,41 @@ def test_json_schema_forbids_extra_fields() -> None:
     schema = json_schema()
     assert schema["additionalProperties"] is False
     assert {"name", "user", "command"} <= set(schema["required"])
+
+
+# --- the job file's JSON Schema states the model's cross-field rules --------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "body"),
+    [
+        (ConstraintSpec, {"attr": "rack", "value": "r1"}),
+        (ConstraintSpec, {"attr": "rack", "op": "in", "values": ["r1", "r2"]}),
+        (ConstraintSpec, {"attr": "rack", "op": "ne", "values": ["r1"], "value": None}),
+        (ConstraintSpec, {"attr": "rack"}),  # neither
+        (ConstraintSpec, {"attr": "rack", "value": "r1", "values": ["r1"]}),  # both
+        (ConstraintSpec, {"attr": "rack", "op": "in", "values": []}),
+        (ConstraintSpec, {"attr": "rack", "values": ["r1", "r2"]}),  # eq takes one value
+        (ConstraintSpec, {"attr": "rack", "op": "ne", "values": ["r1", "r2"]}),
+        (AutoscaleSpec, {"min": 1, "max": 3, "metric": "cpu", "target": 1000}),
+        (AutoscaleSpec, {"min": 1, "max": 3, "metric": "cpu", "target": 1001}),  # percent: at most 1000
+        (AutoscaleSpec, {"min": 1, "max": 3, "metric": "requests_per_task", "target": 5000}),
+    ],
+)  # fmt: skip
+def test_the_schema_and_the_model_agree(model: type, body: dict) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = JobSpec.model_json_schema()
+    valid = jsonschema.Draft202012Validator({**schema["$defs"][model.__name__], "$defs": schema["$defs"]}).is_valid(body)
+    try:
+        model.model_validate(body)
+        accepted = True
+    except ValueError:
+        accepted = False
+    assert valid == accepted
+
+
+def test_max_below_min_is_the_rule_the_schema_says_in_words() -> None:
+    # JSON Schema cannot compare two figures: the document says it, the model refuses it.
+    assert "at least `min`" in JobSpec.model_json_schema()["$defs"]["AutoscaleSpec"]["properties"]["max"]["description"]
+    with pytest.raises(ValueError, match=r"max \(1\) must be at least min \(3\)"):
+        AutoscaleSpec.model_validate({"min": 3, "max": 1, "metric": "cpu", "target": 70})

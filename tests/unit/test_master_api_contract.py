@@ -7,12 +7,14 @@ import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from reference.master.access import AccessConfig, hash_token
 from reference.master.api import make_app
 from reference.master.leader import LeaderConfig
+from reference.master.machines import MachineBody
 from reference.master.replica import Replica
 
 with warnings.catch_warnings():  # starlette's TestClient warns about its httpx
@@ -78,6 +80,51 @@ def test_a_timeout_outside_its_bound_is_refused_whether_or_not_the_read_watches(
         assert r.status_code != 422, r.text
 
 
+@pytest.mark.parametrize("path", ["/v1/jobs", "/v1/machines", "/v1/jobs/alice/web/tasks", "/v1/events"])
+def test_a_negative_since_is_refused_whether_or_not_the_read_watches(client: TestClient, path: str) -> None:
+    r = client.get(path, params={"allow_stale": "1", "since": "-1"})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"] == [{"field": "since", "error": "must be 0 or more"}]
+
+
+@pytest.mark.parametrize(
+    ("capacity", "field", "error"),
+    [
+        ({"cpu": 0.5, "ram": "1GiB"}, "capacity.cpu",
+         'a number here is milli-CPU and must be whole, not 0.5; write 0.5 cores as the string "0.5" or "500m"'),
+        ({"cpu": 4000, "ram": -1}, "capacity.ram", "must not be negative, not -1"),
+        ({"cpu": 4000}, "capacity", "capacity lacks ram: cpu and ram are required"),
+    ],
+)  # fmt: skip
+def test_a_capacity_refused_names_its_figure(client: TestClient, capacity: dict[str, Any], field: str, error: str) -> None:
+    r = client.post("/v1/machines", json={"name": "m1", "address": "http://127.0.0.1:1", "capacity": capacity})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"] == [{"field": field, "error": error}]
+
+
+def test_a_capacity_cpu_written_as_a_whole_float_is_milli_cpu(client: TestClient) -> None:
+    r = client.post("/v1/machines", json={"name": "m1", "address": "http://127.0.0.1:1", "capacity": {"cpu": 4000.0, "ram": 1024}})
+    assert r.status_code == 503, r.text  # read, then no leader to write it
+
+
+@pytest.mark.parametrize("address", ["http://127.0.0.1:7001", "https://m1.example:443/", "http://[::1]:80", "http://10.0.0.1:80/m17"])
+def test_a_machine_address_is_a_url(address: str) -> None:
+    assert MachineBody(name="m1", address=address, capacity="cpu=4,ram=1GiB").address == address
+    assert urlsplit(address).hostname  # urlsplit raises for an address no client could read
+
+
+@pytest.mark.parametrize("address", ["http://[&", "http://[:]:80", "http://[1.2]", "http://a:0", "http://a:65536", "http://u@host:80"])
+def test_a_machine_address_that_is_no_url_is_refused(client: TestClient, address: str) -> None:
+    r = client.post("/v1/machines", json={"name": "m1", "address": address, "capacity": "cpu=4,ram=1GiB"})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["field"] == "address"
+
+
+@pytest.mark.parametrize("body", [{}, {"name": "alice\n"}, {"name": "alice", "admin": True}])
+def test_a_user_body_outside_its_schema_is_refused(client: TestClient, body: dict[str, Any]) -> None:
+    assert client.post("/v1/users", json=body).status_code == 422
+
+
 @pytest.mark.parametrize(
     "path",
     [
@@ -129,7 +176,7 @@ def test_every_422_is_the_field_error_body_and_fastapis_own_is_gone(doc: dict[st
 @pytest.mark.parametrize(
     ("method", "path", "statuses"),
     [
-        ("post", "/v1/jobs", {"201", "401", "403", "409", "422", "429", "503"}),
+        ("post", "/v1/jobs", {"201", "401", "403", "404", "409", "422", "429", "503"}),
         ("patch", "/v1/jobs/{user}/{name}", {"200", "401", "403", "404", "422", "429", "503"}),
         ("delete", "/v1/jobs/{user}/{name}", {"200", "401", "403", "404", "422", "429", "503"}),
         ("delete", "/v1/jobs/{user}/{name}/tasks/{index}", {"200", "401", "403", "404", "409", "422", "429", "503"}),
@@ -184,8 +231,9 @@ def test_text_answers_are_declared_as_text(doc: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     ("method", "path", "model"),
-    [("post", "/v1/jobs", "JobSpec"), ("patch", "/v1/jobs/{user}/{name}", "JobUpdate"), ("post", "/v1/machines", "MachineBody")],
-)
+    [("post", "/v1/jobs", "JobSpec"), ("patch", "/v1/jobs/{user}/{name}", "JobUpdate"), ("post", "/v1/machines", "MachineBody"),
+     ("post", "/v1/users", "UserBody")],
+)  # fmt: skip
 def test_request_bodies_are_typed(doc: dict[str, Any], method: str, path: str, model: str) -> None:
     body = doc["paths"][path][method]["requestBody"]
     assert body == {"required": True, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model}"}}}}

@@ -62,13 +62,35 @@ def test_a_bare_cpu_number_is_cores_everywhere(given, milli):
 
 def test_a_figure_already_in_milli_cpu_is_named_so():
     # A borglet reports its capacity in milli-CPU; the machines API's mapping form takes
-    # that integer as it is (cpu_from_milli), while a string or a float there is cores.
+    # a number there as it is (cpu_from_milli), while a string is read as written.
     assert resources.cpu_from_milli(1500) == 1500
     assert resources.capacity_from_mapping({"cpu": 4000, "ram": 2**30}) == {"cpu": 4000, "ram": 2**30}
     assert machine_capacity({"cpu": 4000, "ram": "1GiB"})["cpu"] == 4000
     assert machine_capacity({"cpu": "4", "ram": "1GiB"})["cpu"] == 4000  # a string: cores
-    assert machine_capacity({"cpu": 0.5, "ram": "1GiB"})["cpu"] == 500  # a float: cores
+    assert machine_capacity({"cpu": "0.5", "ram": "1GiB"})["cpu"] == 500
     assert machine_capacity({"cpu": "4000m", "ram": "1GiB"})["cpu"] == 4000
+
+
+def test_a_capacity_mapping_takes_a_whole_number_written_as_a_float():
+    # JSON Schema's integer includes 4000.0: the same figure as 4000, milli-CPU and bytes.
+    assert resources.capacity_from_mapping({"cpu": 4000.0, "ram": 1024.0, "gpu": 2.0}) == {"cpu": 4000, "ram": 1024, "gpu": 2}
+
+
+@pytest.mark.parametrize(
+    ("mapping", "error"),
+    [
+        ({"cpu": 0.5, "ram": 1}, 'cpu: a number here is milli-CPU and must be whole, not 0.5; write 0.5 cores as the string "0.5" or "500m"'),
+        ({"cpu": 4000, "ram": 1.5}, 'ram: a number here is bytes and must be whole, not 1.5; write a fraction of a unit as a string, like "1.5GiB"'),
+        ({"cpu": 4000, "ram": 1, "gpu": 0.5}, "gpu: a number here is a count and must be whole, not 0.5"),
+        ({"cpu": -1, "ram": 1}, "cpu: must not be negative, not -1"),
+        ({"cpu": 4000, "ram": -1.0}, "ram: must not be negative, not -1.0"),
+        ({"cpu": True, "ram": 1}, "cpu: invalid CPU quantity True"),
+    ],
+)  # fmt: skip
+def test_a_capacity_mapping_refuses_a_fraction_or_a_negative_number(mapping, error):
+    with pytest.raises(ValueError) as caught:
+        resources.capacity_from_mapping(mapping)
+    assert str(caught.value) == error
 
 
 @pytest.mark.parametrize("value", [True, 1.5, "4000", None])
