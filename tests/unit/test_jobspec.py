@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from reference.jobspec import (
@@ -127,7 +128,6 @@ def test_json_schema_forbids_extra_fields() -> None:
     ],
 )  # fmt: skip
 def test_the_schema_and_the_model_agree(model: type, body: dict) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
     schema = JobSpec.model_json_schema()
     valid = jsonschema.Draft202012Validator({**schema["$defs"][model.__name__], "$defs": schema["$defs"]}).is_valid(body)
     try:
