@@ -91,6 +91,8 @@ class RunResult:
     borglet_cpu_peak: float = 0.0
     borglet_rss_peak_mib: float = 0.0
     kill_at_s: float | None = None  # seconds from the submission to the kill
+    kill_status: int | None = None  # the kill's HTTP status when the cell refused it (no leader for minutes)
+    leader_lost: bool = False  # the job's reads after the burst found no leader
     machines_down: int = 0
     doubles: int = 0
     orphans: int = 0
@@ -146,6 +148,18 @@ def write(http: httpx.Client, method: str, path: str, **kwargs: object) -> int:
             return 200 if (retried and method == "DELETE" and status == 404) else status
         retried = True
         time.sleep(1.0)
+
+
+def _read(http: httpx.Client, path: str, key: str, within_s: float = 60.0) -> list[dict[str, Any]] | None:
+    """A list read after the burst, retried while the cell has no leader; None if it never answered."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return http.get(path).json()[key]
+        except (httpx.HTTPError, ValueError, KeyError):
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(1.0)
 
 
 def _ok(status: int, what: str) -> None:
@@ -234,7 +248,9 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
                     if counts.get("running_confirmed", 0) >= result.started:
                         break
                     time.sleep(0.5)
-                tasks = http.get(f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}/tasks").json()["tasks"]
+                tasks = _read(http, f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}/tasks", "tasks")
+                result.leader_lost = tasks is None
+                tasks = tasks or []
                 placed_at = [
                     next((h["at"] for h in t.get("history", []) if h["state"] == "RUNNING"), None) for t in tasks
                 ]
@@ -243,13 +259,15 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
                 result.scheduled_p50_s, result.scheduled_p99_s = percentile(placed, 0.5), percentile(placed, 0.99)
                 result.started_p50_s, result.started_p99_s = percentile(started, 0.5), percentile(started, 0.99)
                 result.started_max_s = max(started) if started else None
-                machines = http.get("/v1/machines").json()["machines"]
+                machines = _read(http, "/v1/machines", "machines") or []
                 result.machines_down = sum(1 for m in machines if m["state"] != "up")
                 leader = _leader(http, urls)
 
                 killed = time.monotonic()
                 result.kill_at_s = killed - t0
-                _ok(write(http, "DELETE", f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}"), "kill the flood job")
+                status = write(http, "DELETE", f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}")
+                if status >= 300:  # recorded, not raised: what the cell did until then is the result
+                    result.kill_status = status
                 while time.monotonic() - killed < kill_timeout_s:
                     live = len(procs.live(flood_prefix))
                     result.timeline.append((time.monotonic() - t0, 0, 0, live))
@@ -286,6 +304,12 @@ def _fmt(value: float | None, unit: str = "s", digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f} {unit}"
 
 
+def _kill(r: RunResult) -> str:
+    if r.kill_status is not None:
+        return f"kill refused (HTTP {r.kill_status} for 180 s)"
+    return _fmt(r.kill_to_no_process_s)
+
+
 def report(results: list[RunResult], command: str, out: Path) -> None:
     """reports/overload.md and the plot of the largest run."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -299,7 +323,7 @@ def report(results: list[RunResult], command: str, out: Path) -> None:
         rows.append(
             f"| {r.spec} | {_fmt(r.all_scheduled_s)} | {started} | "
             f"{_fmt(r.started_p50_s)} / {_fmt(r.started_p99_s)} / {_fmt(r.started_max_s)} | "
-            f"{_fmt(r.kill_to_no_process_s)} | {_fmt(r.read_p50_ms, 'ms', 0)} / {_fmt(r.read_p99_ms, 'ms', 0)} / "
+            f"{_kill(r)} | {_fmt(r.read_p50_ms, 'ms', 0)} / {_fmt(r.read_p99_ms, 'ms', 0)} / "
             f"{_fmt(r.read_max_ms, 'ms', 0)} | {r.leader_cpu_peak:.0f}% | {r.borglet_cpu_peak:.0f}% | "
             f"{r.machines_down} | {r.doubles} | {r.orphans} |"
         )
