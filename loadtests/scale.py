@@ -175,15 +175,13 @@ def hollow_url(info: CellInfo) -> str:
 
 def fill(http: httpx.Client, url: str, served: str, total: int, timeout_s: float) -> tuple[int, float | None]:
     """Submit jobs of at most MAX_JOB_TASKS up to `total` tasks through the replica at `url`
-    and wait until the hollow machines served at `served` run them all: (tasks confirmed
+    (each retried while the cell has no leader, within `timeout_s`) and wait until the hollow machines served at `served` run them all: (tasks confirmed
     running, seconds it took, None when `timeout_s` passed first)."""
     began = time.time()
     n, left = 0, total
     while left > 0:
         count = min(MAX_JOB_TASKS, left)
-        response = http.post(f"{url}/v1/jobs", json=_job(f"fill{n}", count))
-        if response.status_code != 201:
-            raise RuntimeError(f"fill job {n}: {response.status_code} {response.text[:200]}")
+        _submit(http, url, _job(f"fill{n}", count), timeout_s)
         n, left = n + 1, left - count
     deadline = time.monotonic() + timeout_s
     while True:
@@ -194,6 +192,25 @@ def fill(http: httpx.Client, url: str, served: str, total: int, timeout_s: float
         if time.monotonic() > deadline:
             return confirmed, None
         time.sleep(2.0)
+
+
+def _submit(http: httpx.Client, url: str, job: dict[str, Any], retry_s: float) -> None:
+    """Submit `job`, again while the cell answers 503 (a replica between leaders says
+    "retry") or not at all, for up to `retry_s` seconds; RuntimeError on any other refusal."""
+    deadline = time.monotonic() + retry_s
+    retried = False
+    while True:
+        try:
+            response: httpx.Response | None = http.post(f"{url}/v1/jobs", json=job)
+        except httpx.HTTPError:
+            response = None
+        if response is not None and (response.status_code == 201 or (retried and response.status_code == 409)):
+            return  # 409 after a retry: the submit that got no answer had arrived
+        if (response is not None and response.status_code != 503) or time.monotonic() > deadline:
+            answer = f"{response.status_code} {response.text[:200]}" if response is not None else "no answer"
+            raise RuntimeError(f"submit {job['name']}: {answer}")
+        retried = True
+        time.sleep(1.0)
 
 
 def run_one(cfg: Config, machines: int, replicas: int, say: Any = print) -> Result:
