@@ -6,13 +6,16 @@ process, N hollow machines), either as every cell runs (the master signs each re
 hollow machine checks it as a borglet does) or with the channel off (`insecure_channel`: the
 master without the key, the hollow machines with `--insecure-channel`). It fills the cell to
 `--tasks-per-machine` tasks per machine, lets the polls settle, then over a fixed window
-measures, while readers call `GET /v1/cell`:
+(`--window-s`) measures:
 
 - the master replica's CPU seconds (from /proc; its link shard polls in the same process)
   per machine poll made, the polls counted by `/v1/shard`; the hollow process's likewise,
   which is where the signatures are checked;
 - the polling interval p50 / p95, as the scale campaign takes it from `/v1/shard`;
-- API read p50 / p99.
+
+and over the next `--read-window-s`, the polls going on, API read p50 / p99 of readers
+calling `GET /v1/cell` (not in the first window: the master's CPU for them would be
+counted as the polls').
 
 Runs go signed, unsigned, unsigned, signed, ... (`order`), so a drift in what else the host
 does weighs on both alike; the medians of each side and their ratio (signed / unsigned) are
@@ -67,9 +70,10 @@ class Config:
     tasks_per_machine: int = 2
     replica_cpu: float | None = 0.3  # the scale campaign's budget per replica
     poll_interval: float = 2.0
-    window_s: float = 30.0
+    window_s: float = 30.0  # polls and CPU measured
+    read_window_s: float = 15.0  # then reads measured, the polls going on
     settle_s: float = 6.0  # after the fill, before the window: the last syncs' reports sent
-    fill_timeout_s: float = 60.0
+    fill_timeout_s: float = 45.0
     readers: int = 2
 
 
@@ -149,8 +153,20 @@ def verdict(summary: dict[str, dict[str, Any]]) -> str:
 # --- one run (starts a cell) -------------------------------------------------------------------------
 
 
-def _shard(http: httpx.Client, url: str) -> dict[str, Any]:
-    return http.get(f"{url}/v1/shard", timeout=30.0).json()
+def _shard(http: httpx.Client, url: str, tries: int = 10) -> dict[str, Any]:
+    """The replica's `/v1/shard`, asked again while it sheds load (503) or does not answer:
+    a window whose polls cannot be counted has no figures."""
+    for _ in range(tries - 1):
+        try:
+            response = http.get(f"{url}/v1/shard", timeout=10.0)
+            if response.status_code == 200 and "polls" in response.json():
+                return response.json()
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    response = http.get(f"{url}/v1/shard", timeout=30.0)
+    response.raise_for_status()
+    return response.json()
 
 
 def _start(campaign: scale.Config, machines: int, root: Path, signed: bool, run: dict[str, Any], say: Any) -> CellInfo:
@@ -169,7 +185,7 @@ def _start(campaign: scale.Config, machines: int, root: Path, signed: bool, run:
 
 
 def run_one(cfg: Config, signed: bool, root: Path, say: Any = print) -> dict[str, Any]:
-    """Start a cell (signed or not), fill it, measure one window, stop it."""
+    """Start a cell (signed or not), fill it, measure the polls then the reads, stop it."""
     side = "signed" if signed else "unsigned"
     run: dict[str, Any] = {"side": side, "load_before": round(os.getloadavg()[0], 1)}
     campaign = scale.Config(replica_cpu=cfg.replica_cpu, poll_interval=cfg.poll_interval)
@@ -184,18 +200,21 @@ def run_one(cfg: Config, signed: bool, root: Path, say: Any = print) -> dict[str
             run["fill_tasks"] = total
             run["fill_confirmed"], run["fill_s"] = scale.fill(http, url, scale.hollow_url(info), total, cfg.fill_timeout_s)
             time.sleep(cfg.settle_s)
-            leader = http.get(f"{url}/v1/cell").json().get("leader")
-            roles = scale.process_roles(info, leader)
-            pids = {"master": roles["leader"], "hollow": roles["hollow"]}
+            roles = scale.process_roles(info, None)
+            # The one replica, whether or not it leads at this moment.
+            pids = {"master": roles["leader"] + roles["followers"], "hollow": roles["hollow"]}
             polls0 = int(_shard(http, url).get("polls", 0))
             cpu0 = {role: sum(scale.cpu_seconds(p) for p in ps) for role, ps in pids.items()}
-            probe = scale.Probe([url], headers, cfg.readers)
             window_began = time.monotonic()
-            probe.start()
             time.sleep(cfg.window_s)
             shard = _shard(http, url)
             cpu1 = {role: sum(scale.cpu_seconds(p) for p in ps) for role, ps in pids.items()}
             elapsed = time.monotonic() - window_began
+            # Reads after the poll window: served by the same process, they would be counted
+            # as the polls' CPU, and more of them where they are answered faster.
+            probe = scale.Probe([url], headers, cfg.readers)
+            probe.start()
+            time.sleep(cfg.read_window_s)
             probe.stop()
         cpu_s = {role: cpu1[role] - cpu0[role] for role in pids}
         run["figures"] = run_figures(int(shard.get("polls", 0)) - polls0, cpu_s, elapsed, shard, probe.latencies)
@@ -276,7 +295,9 @@ def report(docs: list[dict[str, Any]], command: str) -> str:
         "budget like the scale campaign's, one scheduler process), filled, then measured over a "
         "fixed window: the master's CPU per machine poll (its process's CPU time over the polls "
         "`/v1/shard` counts), the hollow process's likewise (where signatures are checked), the "
-        "polling interval as the scale campaign takes it, and `GET /v1/cell` latencies. Signed "
+        "polling interval as the scale campaign takes it; then, the polls going on, `GET /v1/cell` "
+        "latencies (after the first window, so that the master's CPU for reads is not counted as "
+        "the polls'). Signed "
         "and unsigned runs alternate; the ratio is of the medians, signed / unsigned. Target: "
         f"under {(TARGET_RATIO - 1) * 100:.0f}% added on the poll and on reads.",
     ]
@@ -289,7 +310,8 @@ def report(docs: list[dict[str, Any]], command: str) -> str:
             "",
             f"Produced by `{doc['command']}`: {cfg['rounds']} runs of each side, "
             f"{cfg['replica_cpu']} cores for the replica, poll interval {cfg['poll_interval']} s, "
-            f"a {cfg['window_s']:g} s window, {cfg['readers']} readers; host of {doc.get('host_cores')} cores, "
+            f"a {cfg['window_s']:g} s window of polls then {cfg.get('read_window_s', 0):g} s of "
+            f"{cfg['readers']} readers; host of {doc.get('host_cores')} cores, "
             f"1-minute load {min(loads, default=0):g} to {max(loads, default=0):g} during the runs.",
             "",
             table(doc),
@@ -306,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks-per-machine", type=int, default=Config.tasks_per_machine)
     p.add_argument("--replica-cpu", type=float, default=0.3, help="cores for the replica and the scheduler (0: no budget)")
     p.add_argument("--poll-interval", type=float, default=Config.poll_interval)
-    p.add_argument("--window-s", type=float, default=Config.window_s, help="seconds measured per run")
+    p.add_argument("--window-s", type=float, default=Config.window_s, help="seconds of polls measured per run")
+    p.add_argument("--read-window-s", type=float, default=Config.read_window_s, help="then seconds of reads measured")
     p.add_argument("--fill-timeout-s", type=float, default=Config.fill_timeout_s)
     p.add_argument("--out", default=None, help="the results JSON (default reports/pollauth/mN.json)")
     p.add_argument("--report", default=None, help="write the markdown report here")
@@ -322,11 +345,13 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.report).write_text(report(docs, command))
         print(f"wrote {args.report}")
         return 0
-    if args.machines < 1 or args.rounds < 1 or args.window_s <= 0 or args.tasks_per_machine < 0:
-        p.error("--machines and --rounds must be at least 1, --window-s above 0, --tasks-per-machine 0 or more")
+    if args.machines < 1 or args.rounds < 1 or min(args.window_s, args.read_window_s) <= 0 or args.tasks_per_machine < 0:
+        p.error("--machines and --rounds must be at least 1, --window-s and --read-window-s above 0, "
+                "--tasks-per-machine 0 or more")  # fmt: skip
     cfg = Config(
         machines=args.machines, rounds=args.rounds, tasks_per_machine=args.tasks_per_machine,
         replica_cpu=args.replica_cpu or None, poll_interval=args.poll_interval, window_s=args.window_s,
+        read_window_s=args.read_window_s,
         settle_s=3 * args.poll_interval, fill_timeout_s=args.fill_timeout_s,
     )  # fmt: skip
     out = Path(args.out or f"reports/pollauth/m{cfg.machines}.json")
