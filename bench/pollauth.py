@@ -28,6 +28,7 @@ printed and written as JSON (`--out`); `--report` writes the markdown report fro
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shlex
@@ -44,6 +45,7 @@ import httpx
 from bench.stats import percentile
 from loadtests import scale
 from loadtests.scale_results import poll_summary
+from reference import channel
 from reference.launcher import CellInfo
 
 TARGET_RATIO = 1.10  # the requirement: under 10% added by authentication on reads and on the poll
@@ -150,6 +152,41 @@ def verdict(summary: dict[str, dict[str, Any]]) -> str:
     return "target met: signing adds under 10% to every figure it applies to"
 
 
+# --- the channel's own work per poll, without HTTP ----------------------------------------------------
+
+
+def in_process_us(polls: int = 20_000) -> dict[str, float]:
+    """CPU microseconds per poll of what the channel adds, without HTTP: the master signing a
+    `GET /m/<machine>/v1/state` and the hollow server checking it (`channel.check_request`
+    on the ASGI scope, as it does for every request)."""
+    key, machine = bytes(range(32)), "hollow0000"
+    target = f"/m/{machine}/v1/state".encode()
+
+    def sign() -> dict[str, str]:
+        return channel.sign(key, "GET", target, b"", machine, time.time())
+
+    headers = [(k.lower().encode(), v.encode()) for k, v in sign().items()]
+    scope = {"type": "http", "method": "GET", "path": target.decode(), "raw_path": target, "query_string": b"",
+             "headers": [(b"host", b"127.0.0.1:7000"), (b"accept-encoding", b"identity"), *headers]}  # fmt: skip
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def checks() -> None:
+        for _ in range(polls):
+            problem, _ = await channel.check_request(key, machine, scope, receive, time.time())
+            assert problem is None, problem
+
+    began = time.process_time()
+    for _ in range(polls):
+        sign()
+    signed = time.process_time() - began
+    began = time.process_time()
+    asyncio.run(checks())
+    checked = time.process_time() - began
+    return {"sign_us": round(signed / polls * 1e6, 2), "check_us": round(checked / polls * 1e6, 2)}
+
+
 # --- one run (starts a cell) -------------------------------------------------------------------------
 
 
@@ -236,7 +273,10 @@ def run_one(cfg: Config, signed: bool, root: Path, say: Any = print) -> dict[str
 
 def measure(cfg: Config, out: Path, command: str, workdir: Path, say: Any = print) -> dict[str, Any]:
     """Every run in `order`, the JSON rewritten after each."""
-    doc: dict[str, Any] = {"command": command, "config": asdict(cfg), "host_cores": os.cpu_count(), "runs": []}
+    doc: dict[str, Any] = {
+        "command": command, "config": asdict(cfg), "host_cores": os.cpu_count(), "in_process_us": in_process_us(),
+        "runs": [],
+    }  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     for i, signed in enumerate(order(cfg.rounds)):
         say(f"pollauth: run {i + 1}/{2 * cfg.rounds}, {cfg.machines} hollow machines, {'signed' if signed else 'unsigned'}")
@@ -316,9 +356,21 @@ def report(docs: list[dict[str, Any]], command: str) -> str:
             "",
             table(doc),
             "",
+            *_in_process_line(doc),
             f"**{(doc.get('verdict') or verdict(compare(doc['runs']))).capitalize()}.**",
         ]
     return "\n".join(parts) + "\n"
+
+
+def _in_process_line(doc: dict[str, Any]) -> list[str]:
+    costs = doc.get("in_process_us")
+    if not costs:
+        return []
+    return [
+        f"The channel's own work per poll, without HTTP, on the same host: {costs['sign_us']:g} µs for the "
+        f"master to sign, {costs['check_us']:g} µs for the hollow server to check (CPU time).",
+        "",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

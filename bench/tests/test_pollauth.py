@@ -6,7 +6,16 @@ from typing import Any
 
 import pytest
 
-from bench.pollauth import METRICS, compare, order, report, run_figures, table, verdict
+from bench.pollauth import (
+    METRICS,
+    compare,
+    in_process_us,
+    order,
+    report,
+    run_figures,
+    table,
+    verdict,
+)
 
 SHARD = {"polls": 15_500, "poll_interval_s": {"count": 20_000, "p50": 2.0, "p95": 2.6, "max": 3.1}}
 
@@ -73,8 +82,15 @@ def test_the_report_names_its_commands_and_carries_the_table(failed: bool) -> No
         "config": {"machines": 10, "tasks_per_machine": 2, "rounds": 1, "replica_cpu": 0.3,
                    "poll_interval": 2.0, "window_s": 30.0, "readers": 2},
     }  # fmt: skip
+    doc["in_process_us"] = {"sign_us": 7.0, "check_us": 13.5}
     text = report([doc], "python -m bench.pollauth --report-from a.json --report r.md")
+    assert "7 µs for the master to sign, 13.5 µs for the hollow server to check" in text
     assert "This file: `python -m bench.pollauth --report-from a.json --report r.md`" in text
     assert "Produced by `python -m bench.pollauth --machines 10`" in text
     assert "| ratio | signed / unsigned | 1 |" in text and "**Target met" in text
     assert ("cell up: timed out" in table(doc)) is failed
+
+
+def test_the_channels_own_work_per_poll_is_timed_signing_and_checking_a_real_signature() -> None:
+    costs = in_process_us(polls=50)  # check_request asserts every one of them passes
+    assert costs["sign_us"] > 0 and costs["check_us"] > 0
