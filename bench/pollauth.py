@@ -235,7 +235,12 @@ def run_one(cfg: Config, signed: bool, root: Path, say: Any = print) -> dict[str
         with httpx.Client(timeout=60.0, headers=headers) as http:
             total = cfg.tasks_per_machine * cfg.machines
             run["fill_tasks"] = total
-            run["fill_confirmed"], run["fill_s"] = scale.fill(http, url, scale.hollow_url(info), total, cfg.fill_timeout_s)
+            try:
+                run["fill_confirmed"], run["fill_s"] = scale.fill(
+                    http, url, scale.hollow_url(info), total, cfg.fill_timeout_s
+                )
+            except RuntimeError as err:  # no leader to take the jobs: the polls go on all the same
+                run["fill_error"] = str(err)[:200]
             time.sleep(cfg.settle_s)
             roles = scale.process_roles(info, None)
             # The one replica, whether or not it leads at this moment.
@@ -313,7 +318,7 @@ def table(doc: dict[str, Any]) -> str:
         f = r.get("figures", {})
         fill = f"{r.get('fill_confirmed', '-')}/{r.get('fill_tasks', '-')}"
         cells = " | ".join(_cell(f.get(key)) for _, key in COLUMNS)
-        note = f" ({r['error']})" if r.get("error") else ""
+        note = f" ({r['error']})" if r.get("error") else f" (fill: {r['fill_error'][:80]})" if r.get("fill_error") else ""
         lines.append(f"| {i + 1} | {r['side']}{note} | {cells} | {fill} | {r.get('load_before')} |")
     summary = doc.get("summary") or compare(doc["runs"])
     for side in SIDES:
