@@ -128,15 +128,20 @@ def compare(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for metric, targeted in METRICS.items():
         medians: dict[str, float | None] = {}
+        ranges: dict[str, tuple[float, float] | None] = {}
         for side in SIDES:
             values = [r["figures"][metric] for r in runs if r["side"] == side and r.get("figures", {}).get(metric) is not None]
             medians[side] = round(statistics.median(values), 3) if values else None
+            ranges[side] = (min(values), max(values)) if values else None
         signed, unsigned = medians["signed"], medians["unsigned"]
         ratio = round(signed / unsigned, 3) if signed is not None and unsigned else None
+        a, b = ranges["signed"], ranges["unsigned"]
         out[metric] = {
             **medians,
             "ratio": ratio,
             "meets_target": (ratio < TARGET_RATIO) if targeted and ratio is not None else None,
+            # the two sides' runs overlap: the medians' difference is within the runs' spread
+            "overlap": (a[0] <= b[1] and b[0] <= a[1]) if a and b else None,
         }
     return out
 
@@ -146,7 +151,10 @@ def verdict(summary: dict[str, dict[str, Any]]) -> str:
     over = [f"{m} +{(s['ratio'] - 1) * 100:.0f}%" for m, s in summary.items() if s["meets_target"] is False]
     unmeasured = [m for m, s in summary.items() if METRICS[m] and s["ratio"] is None]
     if over:
-        return "target not met: signing adds 10% or more to " + ", ".join(over)
+        spread = [m for m, s in summary.items() if s["meets_target"] is False and s.get("overlap")]
+        return "target not met: signing adds 10% or more to " + ", ".join(over) + (
+            f" (within the runs' spread, the two sides' runs overlapping: {', '.join(spread)})" if spread else ""
+        )
     if unmeasured:
         return "target not judged: no figure for " + ", ".join(unmeasured)
     return "target met: signing adds under 10% to every figure it applies to"

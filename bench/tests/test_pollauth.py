@@ -68,6 +68,16 @@ def test_the_verdict_names_what_exceeds_the_target_and_by_how_much() -> None:
     runs = [run("signed", poll_p95_s=2.5, read_p99_ms=50.0), run("unsigned", poll_p95_s=2.0, read_p99_ms=48.0)]
     # 2.5 / 2.0 = 1.25: +25%; 50 / 48 = 1.042: under 10%
     assert verdict(compare(runs)) == "target not met: signing adds 10% or more to poll_p95_s +25%"
+    # another unsigned run at 3.0 s: median(2.0, 3.0) = 2.5, ratio 1.0; with one at 2.2 the
+    # median is 2.1 (2.5 / 2.1 = 1.19) and the unsigned runs 2.0..2.2 miss the signed 2.5
+    assert compare([*runs, run("unsigned", poll_p95_s=3.0)])["poll_p95_s"]["overlap"] is True
+    assert compare([*runs, run("unsigned", poll_p95_s=2.2)])["poll_p95_s"]["overlap"] is False
+    # signed median(2.5, 2.4, 1.5) = 2.4, 2.4 / 2.0 = 1.2; the signed runs' 1.5..2.5 hold the unsigned 2.0
+    spread = [run("signed", poll_p95_s=p) for p in (2.5, 2.4, 1.5)] + [run("unsigned", poll_p95_s=2.0)]
+    assert verdict(compare(spread)) == (
+        "target not met: signing adds 10% or more to poll_p95_s +20% "
+        "(within the runs' spread, the two sides' runs overlapping: poll_p95_s)"
+    )
     assert verdict(compare([run("signed"), run("unsigned")])).startswith("target met")
     assert verdict(compare([run("signed")])).startswith("target not judged")
 
