@@ -328,7 +328,7 @@ def table(doc: dict[str, Any]) -> str:
         cells = " | ".join(_cell(f.get(key)) for _, key in COLUMNS)
         note = f" ({r['error']})" if r.get("error") else f" (fill: {r['fill_error'][:80]})" if r.get("fill_error") else ""
         lines.append(f"| {i + 1} | {r['side']}{note} | {cells} | {fill} | {r.get('load_before')} |")
-    summary = doc.get("summary") or compare(doc["runs"])
+    summary = compare(doc["runs"])
     for side in SIDES:
         cells = " | ".join(_cell(summary[key][side]) for _, key in COLUMNS)
         lines.append(f"| median | {side} | {cells} | | |")
@@ -370,7 +370,7 @@ def report(docs: list[dict[str, Any]], command: str) -> str:
             table(doc),
             "",
             *_in_process_line(doc),
-            f"**{(doc.get('verdict') or verdict(compare(doc['runs']))).capitalize()}.**",
+            f"**{verdict(compare(doc['runs'])).capitalize()}.**",
         ]
     return "\n".join(parts) + "\n"
 
