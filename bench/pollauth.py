@@ -361,7 +361,8 @@ def report(docs: list[dict[str, Any]], command: str) -> str:
             "",
             f"## {cfg['machines']:,} hollow machines, {cfg['tasks_per_machine']} task(s) each",
             "",
-            f"Produced by `{doc['command']}`: {cfg['rounds']} runs of each side, "
+            f"Produced by `{doc['command']}`: {cfg['rounds']} runs of each side "
+            f"({len(doc['runs'])} of {2 * cfg['rounds']} recorded), "
             f"{cfg['replica_cpu']} cores for the replica, poll interval {cfg['poll_interval']} s, "
             f"a {cfg['window_s']:g} s window of polls then {cfg.get('read_window_s', 0):g} s of "
             f"{cfg['readers']} readers; host of {doc.get('host_cores')} cores, "
