@@ -29,7 +29,6 @@ import argparse
 import json
 import random
 import shutil
-import statistics
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -40,7 +39,7 @@ import httpx
 import psutil
 
 from bench.stats import percentile
-from loadtests.scale_results import Result, failures
+from loadtests.scale_results import Result, failures, poll_summary
 from reference import launcher
 from reference.launcher import CellInfo, Role
 from reference.launcher.roles import HOLLOW_PROCESS
@@ -70,12 +69,14 @@ class Config:
 # --- one run ------------------------------------------------------------------------------------
 
 
-def _headers(root: Path) -> dict[str, str]:
+def admin_headers(root: Path) -> dict[str, str]:
+    """The admin's bearer token of the cell in state dir `root`, as request headers."""
     token = root / TOKEN_FILE
     return {"Authorization": f"Bearer {token.read_text().strip()}"} if token.exists() else {}
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used so far; 0 once it is gone."""
     try:
         t = psutil.Process(pid).cpu_times()
         return float(t.user + t.system)
@@ -83,7 +84,8 @@ def _cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def _roles(info: CellInfo, leader: str | None) -> dict[str, list[int]]:
+def process_roles(info: CellInfo, leader: str | None) -> dict[str, list[int]]:
+    """The cell's process ids by what they do: leader, followers, scheduler, etcd, hollow."""
     roles: dict[str, list[int]] = {"leader": [], "followers": [], "scheduler": [], "etcd": [], "hollow": []}
     for p in info.processes:
         if p.role is Role.MASTER:
@@ -101,7 +103,7 @@ def _etcd_bytes(root: Path) -> int:
     return max((f.stat().st_size for f in (root / "etcd").rglob("db") if f.is_file()), default=0)
 
 
-class _Probe:
+class Probe:
     """Readers calling GET /v1/cell on every replica in turn until stopped."""
 
     def __init__(self, urls: list[str], headers: dict[str, str], readers: int) -> None:
@@ -146,25 +148,80 @@ def _job(name: str, count: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _hollow_jobs(http: httpx.Client, hollow_url: str) -> dict[str, Any]:
-    return http.get(f"{hollow_url}/v1/hollow/jobs", timeout=60.0).json()
+def hollow_jobs(http: httpx.Client, served: str) -> dict[str, Any]:
+    """What the hollow machines served at `served` run, per job (`/v1/hollow/jobs`)."""
+    return http.get(f"{served}/v1/hollow/jobs", timeout=60.0).json()
+
+
+def start_cell(
+    cfg: Config, machines: int, replicas: int, root: Path, *, insecure_channel: bool = False
+) -> CellInfo:
+    """A fresh hollow cell of `machines` in `root` as every run of the campaign starts one:
+    `replicas` replicas held to `cfg.replica_cpu` cores, one scheduler process, the poll
+    interval of `cfg`; `insecure_channel`: unsigned (to measure what signing costs)."""
+    if root.exists():
+        shutil.rmtree(root)
+    return launcher.up(
+        root, cell=CELL, replicas=replicas, machines=0, hollow=machines, replica_cpu=cfg.replica_cpu,
+        master_args=["--poll-interval", str(cfg.poll_interval), "--down-after", str(cfg.down_after)],
+        fresh=True, machine_capacity="cpu=4000m,ram=8GiB", insecure_channel=insecure_channel,
+    )  # fmt: skip
+
+
+def hollow_url(info: CellInfo) -> str:
+    """The URL of the process that serves the cell's hollow machines."""
+    return next(p.url for p in info.processes if p.role is Role.BORGLET and p.name == HOLLOW_PROCESS)
+
+
+def fill(http: httpx.Client, url: str, served: str, total: int, timeout_s: float) -> tuple[int, float | None]:
+    """Submit jobs of at most MAX_JOB_TASKS up to `total` tasks through the replica at `url`
+    (each retried while the cell has no leader, within `timeout_s`) and wait until the hollow machines served at `served` run them all: (tasks confirmed
+    running, seconds it took, None when `timeout_s` passed first)."""
+    began = time.time()
+    n, left = 0, total
+    while left > 0:
+        count = min(MAX_JOB_TASKS, left)
+        _submit(http, url, _job(f"fill{n}", count), timeout_s)
+        n, left = n + 1, left - count
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = hollow_jobs(http, served)
+        confirmed = sum(j["running"] for k, j in seen["jobs"].items() if k.startswith("scale/fill"))
+        if confirmed >= total:
+            return confirmed, round(time.time() - began, 1)
+        if time.monotonic() > deadline:
+            return confirmed, None
+        time.sleep(2.0)
+
+
+def _submit(http: httpx.Client, url: str, job: dict[str, Any], retry_s: float) -> None:
+    """Submit `job`, again while the cell answers 503 (a replica between leaders says
+    "retry") or not at all, for up to `retry_s` seconds; RuntimeError on any other refusal."""
+    deadline = time.monotonic() + retry_s
+    retried = False
+    while True:
+        try:
+            response: httpx.Response | None = http.post(f"{url}/v1/jobs", json=job)
+        except httpx.HTTPError:
+            response = None
+        if response is not None and (response.status_code == 201 or (retried and response.status_code == 409)):
+            return  # 409 after a retry: the submit that got no answer had arrived
+        if (response is not None and response.status_code != 503) or time.monotonic() > deadline:
+            answer = f"{response.status_code} {response.text[:200]}" if response is not None else "no answer"
+            raise RuntimeError(f"submit {job['name']}: {answer}")
+        retried = True
+        time.sleep(1.0)
 
 
 def run_one(cfg: Config, machines: int, replicas: int, say: Any = print) -> Result:
     result = Result(machines, replicas, cfg.replica_cpu)
     root = cfg.out / "cells" / f"m{machines}-r{replicas}"
-    if root.exists():
-        shutil.rmtree(root)
     began = time.monotonic()
     try:
-        info = launcher.up(
-            root, cell=CELL, replicas=replicas, machines=0, hollow=machines, replica_cpu=cfg.replica_cpu,
-            master_args=["--poll-interval", str(cfg.poll_interval), "--down-after", str(cfg.down_after)],
-            fresh=True, machine_capacity="cpu=4000m,ram=8GiB",
-        )  # fmt: skip
+        info = start_cell(cfg, machines, replicas, root)
     except Exception as err:  # a cell that does not come up is a result too
         result.error = f"cell up: {err}"
-        _down(root)
+        stop_cell(root)
         return result
     result.up_s = round(time.monotonic() - began, 1)
     say(f"  up in {result.up_s} s")
@@ -173,11 +230,12 @@ def run_one(cfg: Config, machines: int, replicas: int, say: Any = print) -> Resu
     except Exception as err:
         result.error = f"{type(err).__name__}: {err}"
     finally:
-        _down(root)
+        stop_cell(root)
     return result
 
 
-def _down(root: Path) -> None:
+def stop_cell(root: Path) -> None:
+    """Stop the cell in `root` and delete its state dir."""
     try:
         launcher.down(root)
     except Exception as err:
@@ -186,40 +244,20 @@ def _down(root: Path) -> None:
 
 
 def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) -> None:
-    headers = _headers(root)
+    headers = admin_headers(root)
     urls = list(info.master_urls)
-    hollow_url = next(p.url for p in info.processes if p.role is Role.BORGLET and p.name == HOLLOW_PROCESS)
+    served = hollow_url(info)
     http = httpx.Client(timeout=60.0, headers=headers)
     try:
-        # Fill: jobs of at most MAX_JOB_TASKS up to tasks_per_machine per machine.
-        total = cfg.tasks_per_machine * result.machines
-        result.fill_tasks = total
-        fill_began = time.time()
-        n, left = 0, total
-        while left > 0:
-            count = min(MAX_JOB_TASKS, left)
-            response = http.post(f"{urls[0]}/v1/jobs", json=_job(f"fill{n}", count))
-            if response.status_code != 201:
-                raise RuntimeError(f"fill job {n}: {response.status_code} {response.text[:200]}")
-            n, left = n + 1, left - count
-        deadline = time.monotonic() + cfg.fill_timeout_s
-        while True:
-            seen = _hollow_jobs(http, hollow_url)
-            confirmed = sum(j["running"] for k, j in seen["jobs"].items() if k.startswith("scale/fill"))
-            result.fill_confirmed = confirmed
-            if confirmed >= total:
-                result.fill_s = round(time.time() - fill_began, 1)
-                break
-            if time.monotonic() > deadline:
-                break
-            time.sleep(2.0)
-        say(f"  fill: {result.fill_confirmed}/{total} confirmed" + (f" in {result.fill_s} s" if result.fill_s else ""))
+        result.fill_tasks = cfg.tasks_per_machine * result.machines
+        result.fill_confirmed, result.fill_s = fill(http, urls[0], served, result.fill_tasks, cfg.fill_timeout_s)
+        say(f"  fill: {result.fill_confirmed}/{result.fill_tasks} confirmed" + (f" in {result.fill_s} s" if result.fill_s else ""))
 
         # The window: steady arrivals, readers, CPU.
         leader = http.get(f"{urls[0]}/v1/cell").json().get("leader")
-        roles = _roles(info, leader)
-        cpu0 = {role: sum(_cpu_seconds(p) for p in pids) for role, pids in roles.items()}
-        probe = _Probe(urls, headers, cfg.readers)
+        roles = process_roles(info, leader)
+        cpu0 = {role: sum(cpu_seconds(p) for p in pids) for role, pids in roles.items()}
+        probe = Probe(urls, headers, cfg.readers)
         probe.start()
         writes: list[float] = []
         submitted: dict[str, float] = {}
@@ -256,11 +294,11 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
             t.join(cfg.measure_s + 120)
         elapsed = time.monotonic() - window_began
         probe.stop()
-        cpu1 = {role: sum(_cpu_seconds(p) for p in pids) for role, pids in roles.items()}
+        cpu1 = {role: sum(cpu_seconds(p) for p in pids) for role, pids in roles.items()}
         result.cpu = {role: round((cpu1[role] - cpu0[role]) / elapsed, 3) for role in roles}
         # Give the last arrivals a moment to start, then count what the hollow borglets run.
         time.sleep(min(10.0, 3 * cfg.poll_interval))
-        seen = _hollow_jobs(http, hollow_url)
+        seen = hollow_jobs(http, served)
         result.started_twice = int(seen.get("started_twice") or 0)
         latencies = []
         confirmed = 0
@@ -282,14 +320,7 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
                 result.shards.append(http.get(f"{url}/v1/shard").json())
             except (httpx.HTTPError, ValueError):
                 result.shards.append({"url": url, "error": "no answer"})
-        intervals = [s.get("poll_interval_s") or {} for s in result.shards]
-        p95s = [i["p95"] for i in intervals if "p95" in i]
-        if p95s:
-            result.poll = {
-                "p50": round(statistics.median(i["p50"] for i in intervals if "p50" in i), 3),
-                "p95": max(p95s),
-                "max": max(i["max"] for i in intervals if "max" in i),
-            }
+        result.poll = poll_summary(result.shards)
         result.etcd_db_bytes = _etcd_bytes(root)
     finally:
         http.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,20 @@ class Result:
     @property
     def slo_met(self) -> bool:
         return not failures(self)
+
+
+def poll_summary(shards: list[dict[str, Any]]) -> dict[str, float]:
+    """The cell's polling interval from its replicas' `/v1/shard` answers: the median of their
+    p50s, the worst p95 and the worst max ({} when no shard measured one)."""
+    intervals = [s.get("poll_interval_s") or {} for s in shards]
+    p95s = [i["p95"] for i in intervals if "p95" in i]
+    if not p95s:
+        return {}
+    return {
+        "p50": round(statistics.median(i["p50"] for i in intervals if "p50" in i), 3),
+        "p95": max(p95s),
+        "max": max(i["max"] for i in intervals if "max" in i),
+    }
 
 
 def failures(r: Result) -> list[str]:

@@ -16,7 +16,8 @@ encrypt (docs/security.md), and docs/decisions.md says why HMAC and not mutual T
 
 Use: `key = load_key(path)`; a client passes `auth=ClientAuth(key)` to its `httpx.Client` or
 `httpx.AsyncClient` and `headers=to_machine(name)` to each request; a server wraps its ASGI app
-in `Verifier(app, key, machine)`.
+in `Verifier(app, key, machine)`, or, serving many machines, calls `check_request` for the one
+a request is addressed to.
 """
 
 from __future__ import annotations
@@ -233,40 +234,37 @@ class Verifier:
         if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        lowered = {
-            name: headers.get(name.lower(), "")
-            for name in (TIME_HEADER, MACHINE_HEADER, SIGNATURE_HEADER)
-        }
-        problem = check_headers(lowered, self.machine, self.clock(), self.window_s)
-        body = b""
-        if problem is None:
-            body, more = await _read_body(receive)
-            if more:
-                problem = ("content-length", f"the body is larger than {MAX_BODY_BYTES} bytes")
-        if problem is None:
-            target = scope.get("raw_path") or scope["path"].encode()
-            if scope.get("query_string"):
-                target += b"?" + scope["query_string"]
-            problem = verify(
-                self.key,
-                scope["method"],
-                target,
-                lowered,
-                body,
-                self.machine,
-                self.clock(),
-                self.window_s,
-            )
+        problem, body = await check_request(self.key, self.machine, scope, receive, self.clock(), self.window_s)
         if problem is not None:
             self.refused += 1
-            await _refuse(send, *problem)
+            await refuse(send, *problem)
             return
         await self.app(scope, _replay(body, receive), send)
 
 
-async def _read_body(receive: Receive) -> tuple[bytes, bool]:
-    """The request's body, and whether it went past MAX_BODY_BYTES (then not all of it)."""
+async def check_request(
+    key: bytes, machine: str, scope: Scope, receive: Receive, now: float, window_s: float = WINDOW_S,
+    max_body: int = MAX_BODY_BYTES,
+) -> tuple[tuple[str, str] | None, bytes]:  # fmt: skip
+    """(what is wrong or None, the body) for the ASGI HTTP request `scope`, as `verify` judges
+    it for `machine`: the check every server of the channel makes (`Verifier`, the hollow
+    borglets). The body is read only once the headers pass, and at most `max_body` bytes."""
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    lowered = {name: headers.get(name.lower(), "") for name in (TIME_HEADER, MACHINE_HEADER, SIGNATURE_HEADER)}
+    problem = check_headers(lowered, machine, now, window_s)
+    if problem is not None:
+        return problem, b""
+    body, more = await _read_body(receive, max_body)
+    if more:
+        return ("content-length", f"the body is larger than {max_body} bytes"), b""
+    target = scope.get("raw_path") or scope["path"].encode()
+    if scope.get("query_string"):
+        target += b"?" + scope["query_string"]
+    return verify(key, scope["method"], target, lowered, body, machine, now, window_s), body
+
+
+async def _read_body(receive: Receive, max_body: int) -> tuple[bytes, bool]:
+    """The request's body, and whether it went past `max_body` bytes (then not all of it)."""
     parts, size = [], 0
     while True:
         message = await receive()
@@ -274,7 +272,7 @@ async def _read_body(receive: Receive) -> tuple[bytes, bool]:
             return b"".join(parts), False
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
+        if size > max_body:
             return b"", True
         parts.append(chunk)
         if not message.get("more_body", False):
@@ -294,7 +292,8 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-async def _refuse(send: Send, header: str, error: str) -> None:
+async def refuse(send: Send, header: str, error: str) -> None:
+    """Answer 401, the body naming the header at fault and what is wrong with it."""
     content = json.dumps({"detail": [{"field": header, "error": error}]}).encode()
     await send({
         "type": "http.response.start", "status": 401,

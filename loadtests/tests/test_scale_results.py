@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtests.scale_results import Result, failures, largest_meeting
+from loadtests.scale_results import Result, failures, largest_meeting, poll_summary
 
 
 def _run(machines: int, replicas: int, p95: float | None = 2.0, read_p99: float | None = 0.2, **kw: object) -> Result:
@@ -38,3 +38,16 @@ def test_largest_cell_meeting_the_slos_per_replica_count() -> None:
     assert best[1] == {"largest": 100, "failed_at": 1000, "first_failure": "polling p95 14.0 s >= 10 s"}
     assert best[5] == {"largest": 1000, "failed_at": 5000, "first_failure": "read p99 2.00 s >= 1 s"}
     assert best[3] == {"largest": None, "failed_at": 100, "first_failure": "polling p95 11.0 s >= 10 s"}
+
+
+def test_the_cells_polling_interval_is_the_median_p50_and_the_worst_p95_and_max() -> None:
+    shards = [
+        {"poll_interval_s": {"count": 9, "p50": 2.0, "p95": 2.5, "max": 3.0}},
+        {"poll_interval_s": {"count": 9, "p50": 2.2, "p95": 4.0, "max": 4.5}},
+        {"poll_interval_s": {"count": 9, "p50": 3.1, "p95": 3.5, "max": 6.0}},
+        {"poll_interval_s": {"count": 0}},  # a shard that has polled nothing yet
+        {"url": "http://h:1", "error": "no answer"},
+    ]
+    # median(2.0, 2.2, 3.1) = 2.2; max(2.5, 4.0, 3.5) = 4.0; max(3.0, 4.5, 6.0) = 6.0
+    assert poll_summary(shards) == {"p50": 2.2, "p95": 4.0, "max": 6.0}
+    assert poll_summary([{"poll_interval_s": {"count": 0}}]) == {}

@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--channel-key-file",
         default=None,
         help="the cell's channel key (mode 0600, made by `cell up`): only requests signed with it "
-        "by the cell's masters are obeyed; /healthz and /metrics stay open",
+        "by the cell's masters are obeyed; /healthz and /metrics stay open. With --hollow, each "
+        "hollow machine checks it likewise; without it they obey anyone",
     )
     parser.add_argument(
         "--insecure-channel",
@@ -205,6 +206,10 @@ def _serve_hollow(
         parser.error(f"--hollow must be a number of machines above 0, not {args.hollow}")
     if args.hollow_start_delay < 0:
         parser.error(f"--hollow-start-delay must be 0 or more seconds, not {args.hollow_start_delay}")
+    try:
+        key = channel.load_key(args.channel_key_file) if args.channel_key_file else None
+    except channel.ChannelKeyError as err:
+        parser.error(str(err))
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s hollow-borglet %(levelname)s %(name)s: %(message)s",
@@ -217,11 +222,14 @@ def _serve_hollow(
         )
         for name in machine_names(args.hollow, args.name or "hollow")
     }
-    logging.getLogger(__name__).info("%d hollow machines of %s", len(machines), capacity)
+    log = logging.getLogger(__name__)
+    log.info("%d hollow machines of %s", len(machines), capacity)
+    if key is None:
+        log.warning("no --channel-key-file: the hollow machines obey unsigned requests")
     signal.signal(signal.SIGTERM, _exit_cleanly)
     # httptools parses a request in C: the per-request cost is the simulated machine's own.
     uvicorn.run(
-        HollowApp(machines), host=host, port=port, log_level="warning", access_log=False,
+        HollowApp(machines, channel_key=key), host=host, port=port, log_level="warning", access_log=False,
         http="httptools", lifespan="off",
     )  # fmt: skip
 

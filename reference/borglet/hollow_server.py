@@ -4,6 +4,12 @@ Machine M answers at `/m/M/v1/sync`, `/m/M/v1/state` and `/m/M/healthz`, so the 
 registered with, `http://HOST:PORT/m/M`, is used by the master's poller unchanged. The server
 as a whole answers `/healthz` and `/v1/hollow` (what runs on every machine, for tests).
 
+With the cell's channel key, a machine obeys only requests signed for it, as a borglet does
+(`channel.check_request`, the check of the borglet's `Verifier`): anything under `/m/M/` but
+its `/healthz` is answered 401 unless signed with the key for machine M. The server's own
+`/healthz` and `/v1/hollow` stay open, as a borglet's `/healthz` and `/metrics` do: they only
+read. Without a key (`--insecure-channel`) every request is obeyed.
+
 A bare ASGI app rather than FastAPI: ten thousand machines polled every few seconds on two
 cores shared with the masters and etcd leave little time per request, and routing and
 encoding through FastAPI cost several times what the simulated machine itself does. Every
@@ -13,11 +19,13 @@ request is handled on the event loop's one thread, which is what `HollowMachine`
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
+from reference import channel
 from reference.borglet.hollow import HollowMachine
 from reference.borglet.protocol import SyncRequest
 from reference.borglet.supervisor import SyncRefused
@@ -30,11 +38,17 @@ MAX_BODY_BYTES = 64 << 20  # a sync of many thousand tasks is a few MiB
 
 
 class HollowApp:
-    """The ASGI app of a set of hollow machines, by name."""
+    """The ASGI app of a set of hollow machines, by name; with `channel_key`, each obeys only
+    requests signed with it for that machine."""
 
-    def __init__(self, machines: Mapping[str, HollowMachine]) -> None:
+    def __init__(
+        self, machines: Mapping[str, HollowMachine], channel_key: bytes | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:  # fmt: skip
         self.machines = dict(machines)
+        self.channel_key, self.clock = channel_key, clock
         self.requests = 0
+        self.refused = 0  # requests answered 401
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -45,7 +59,16 @@ class HollowApp:
         self.requests += 1
         method, path = scope["method"], scope["path"]
         body = b""
-        if method == "POST":
+        signer = self.signed_for(path)
+        if signer is not None and self.channel_key is not None:
+            problem, body = await channel.check_request(
+                self.channel_key, signer, scope, receive, self.clock(), max_body=MAX_BODY_BYTES
+            )
+            if problem is not None:
+                self.refused += 1
+                await channel.refuse(send, *problem)
+                return
+        elif method == "POST":
             body = await _body(receive)
             if body is None:
                 await _reply(
@@ -57,6 +80,12 @@ class HollowApp:
         status, answer = self.handle(method, path, body)
         await _reply(send, status, answer)
 
+    def signed_for(self, path: str) -> str | None:
+        """The machine a request to `path` must be signed for when the cell has a key: the
+        one it is addressed to, but not for its /healthz; None for the server's own paths."""
+        name, endpoint = _split(path)
+        return name if name in self.machines and endpoint != "healthz" else None
+
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         """(HTTP status, JSON body) for one request."""
         if path == "/healthz" and method == "GET":
@@ -65,9 +94,8 @@ class HollowApp:
             return 200, self.summary()
         if path == "/v1/hollow/jobs" and method == "GET":
             return 200, self.jobs()
-        prefix, _, rest = path.partition("/m/")
-        name, slash, endpoint = rest.partition("/")
-        machine = self.machines.get(name) if not prefix and slash else None
+        name, endpoint = _split(path)
+        machine = self.machines.get(name)
         if machine is None:
             return 404, {"detail": [{"field": "path", "error": f"no hollow machine serves {path}"}]}
         if endpoint == "v1/sync" and method == "POST":
@@ -128,6 +156,13 @@ class HollowApp:
                 j["last_started_at"] = max(j["last_started_at"], float(task.started_at or 0.0))
             twice += sum(1 for n in machine.starts.values() if n > 1)
         return {"jobs": out, "started_twice": twice}
+
+
+def _split(path: str) -> tuple[str, str]:
+    """(machine, endpoint) of `/m/<machine>/<endpoint>`; ("", "") for any other path."""
+    prefix, _, rest = path.partition("/m/")
+    name, slash, endpoint = rest.partition("/")
+    return (name, endpoint) if not prefix and slash else ("", "")
 
 
 def _problem(error: Mapping[str, Any]) -> dict[str, str]:

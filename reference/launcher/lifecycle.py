@@ -92,6 +92,7 @@ def up(
     hollow_start_delay_s: float | None = None,
     replica_cpu: float | None = None,
     schedulers: int = 1,
+    insecure_channel: bool = False,
 ) -> CellInfo:
     """Start a local cell and return its cell file's contents once a leader exists and every
     machine is registered. On any failure everything started so far is stopped again.
@@ -104,7 +105,8 @@ def up(
     `replica_cpu` holds each master replica and scheduler process to that many cores
     (`cpubudget`), each in its own cgroup, for as long as the cell lives (restarts and resumes
     included). `schedulers` scheduler processes run beside the masters, one active at a time;
-    with none, the leader schedules."""
+    with none, the leader schedules. `insecure_channel` starts the masters without the
+    channel key and the borglets with `--insecure-channel`: only to measure what signing costs."""
     say = progress or (lambda _msg: None)
     etcd_members = replicas if etcd_members is None else etcd_members
     check_arguments(cell, replicas, machines, machine_capacity, etcd_members)
@@ -122,6 +124,7 @@ def up(
     ensure_admin_token(root)
     workdir = os.getcwd()
     env = child_env(workdir)
+    signed = not insecure_channel
     info = CellInfo(cell, str(root), workdir, time.time(), (), (), {}, replica_cpu=replica_cpu)
     try:
         say(f"etcd: starting {etcd_members} member(s)")
@@ -155,24 +158,26 @@ def up(
             etcd_of = {name: proxied_etcd_urls(info.proxies, name) for name in names}
         say(f"masters: starting {replicas} replica(s)")
         masters = [
-            start_master(root, cell, name, urls, etcd_of[name], master_args, workdir, env)
+            start_master(root, cell, name, urls, etcd_of[name], master_args, workdir, env, signed)
             for name in names
         ]
         if schedulers:
             say(f"scheduler: starting {schedulers} process(es), one active at a time")
         masters += [
-            start_scheduler(root, cell, f"scheduler{i}", list(cluster.client_urls), workdir, env)
+            start_scheduler(root, cell, f"scheduler{i}", list(cluster.client_urls), workdir, env, signed)
             for i in range(schedulers)
         ]
         say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
         borglets = [
-            start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env)
+            start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env, signed)
             for i, port in enumerate(borglet_ports)
         ]
         hollow_urls: dict[str, str] = {}
         if hollow:
             say(f"borglets: starting one process of {hollow} hollow machine(s) of {machine_capacity}")
-            served = start_hollow(root, hollow, ports[-1], machine_capacity, hollow_start_delay_s, workdir, env)
+            served = start_hollow(
+                root, hollow, ports[-1], machine_capacity, hollow_start_delay_s, workdir, env, signed
+            )
             borglets.append(served)
             hollow_urls = hollow_addresses(served.url, hollow)
         info = replace(

@@ -39,6 +39,14 @@ def make_channel_key(root: Path) -> Path:
     return channel.create_key_file(path)
 
 
+def channel_args(root: Path, signed: bool, borglet: bool) -> list[str]:
+    """A process's channel flags: the cell's key file; in a cell started unsigned (to measure
+    what signing costs) none for a master or scheduler and `--insecure-channel` for a borglet."""
+    if signed:
+        return ["--channel-key-file", str(channel_key_file(root))]
+    return ["--insecure-channel"] if borglet else []
+
+
 def rack_of(i: int) -> str:
     """Machines alternate between two racks so a job can spread over failure domains."""
     return f"r{i % 2}"
@@ -56,10 +64,10 @@ def etcd_records(cluster: EtcdCluster) -> tuple[ProcessRecord, ...]:
 
 def start_master(
     root: Path, cell: str, name: str, urls: dict[str, str], etcd_urls: list[str],
-    extra: Sequence[str], workdir: str, env: dict[str, str],
+    extra: Sequence[str], workdir: str, env: dict[str, str], signed: bool = True,
 ) -> ProcessRecord:  # fmt: skip
     """Start master replica `name` of the cell in state dir `root`; `urls` holds every
-    replica's URL by name."""
+    replica's URL by name; `signed` False: its requests to borglets go unsigned."""
     # Every replica is told of the others so any of them can list all replicas in /v1/cell.
     peers = ",".join(f"{peer}={url}" for peer, url in urls.items() if peer != name)
     port = urls[name].rsplit(":", 1)[1]
@@ -68,7 +76,7 @@ def start_master(
         "--etcd", ",".join(etcd_urls), "--cell", cell, "--advertise", urls[name],
         *(["--peers", peers] if peers else []),
         # The cell's etcd takes larger txns than etcd's default (etcd_cluster.MAX_TXN_OPS).
-        "--max-txn-ops", str(MASTER_MAX_TXN_OPS), "--channel-key-file", str(channel_key_file(root)),
+        "--max-txn-ops", str(MASTER_MAX_TXN_OPS), *channel_args(root, signed, borglet=False),
         "--admin-token-file", str(root / ADMIN_TOKEN_FILE), *extra,
     ]  # fmt: skip
     log = root / "logs" / f"{name}.log"
@@ -76,27 +84,29 @@ def start_master(
 
 
 def start_scheduler(
-    root: Path, cell: str, name: str, etcd_urls: list[str], workdir: str, env: dict[str, str]
-) -> ProcessRecord:
+    root: Path, cell: str, name: str, etcd_urls: list[str], workdir: str, env: dict[str, str],
+    signed: bool = True,
+) -> ProcessRecord:  # fmt: skip
     """Start scheduler process `name` of the cell (`reference.master.schedulerd`): it has no
     address of its own; it reads etcd and posts its plans to the leader."""
     command = [
         sys.executable, "-m", "reference.master.schedulerd", "--name", name, "--etcd", ",".join(etcd_urls),
-        "--cell", cell, "--channel-key-file", str(channel_key_file(root)),
+        "--cell", cell, *channel_args(root, signed, borglet=False),
     ]  # fmt: skip
     return spawn(Role.SCHEDULER, name, command, "", root / "logs" / f"{name}.log", workdir, env)
 
 
 def start_borglet(
-    root: Path, name: str, port: int, capacity: str, i: int, workdir: str, env: dict[str, str]
-) -> ProcessRecord:
+    root: Path, name: str, port: int, capacity: str, i: int, workdir: str, env: dict[str, str],
+    signed: bool = True,
+) -> ProcessRecord:  # fmt: skip
     """Start the borglet of machine `name` (the cell's `i`th) on `port`, its state in
     `root`/machines/`name`; it kills its tasks when it is stopped."""
     command = [
         sys.executable, "-m", "reference.borglet", "--name", name, "--listen", f"{HOST}:{port}",
         "--capacity", capacity, "--attrs", f"rack={rack_of(i)}", "--failure-domain", rack_of(i),
         "--state-dir", str(root / "machines" / name), "--kill-tasks-on-exit",
-        "--channel-key-file", str(channel_key_file(root)),
+        *channel_args(root, signed, borglet=True),
     ]  # fmt: skip
     log = root / "logs" / f"{name}.log"
     # The borglet's cwd is where `cell up` ran: tasks inherit it, so relative paths and
@@ -106,14 +116,15 @@ def start_borglet(
 
 def start_hollow(
     root: Path, count: int, port: int, capacity: str, start_delay_s: float | None, workdir: str,
-    env: dict[str, str],
+    env: dict[str, str], signed: bool = True,
 ) -> ProcessRecord:  # fmt: skip
     """Start the one process that serves `count` hollow machines on `port` (scale tests only);
-    `start_delay_s` None leaves the hollow borglet's own default."""
+    `start_delay_s` None leaves the hollow borglet's own default. Each machine checks the
+    channel's signatures as a borglet does."""
     command = [
         sys.executable, "-m", "reference.borglet", "--hollow", str(count), "--name", "hollow",
         "--listen", f"{HOST}:{port}", "--capacity", capacity,
-        "--log-level", "warning",
+        "--log-level", "warning", *channel_args(root, signed, borglet=True),
         *(["--hollow-start-delay", str(start_delay_s)] if start_delay_s is not None else []),
     ]  # fmt: skip
     log = root / "logs" / f"{HOLLOW_PROCESS}.log"

@@ -98,6 +98,7 @@ class LinkShard:
         self._leader = ""
         self.gaps: deque[float] = deque(maxlen=GAPS_KEPT)
         self.rounds = 0
+        self.polls = 0  # machine polls made, answered or not: what a poll's cost is counted per
         self.sent = {
             "batches": 0,
             "whole": 0,
@@ -187,6 +188,7 @@ class LinkShard:
     def _record(self, replies: list[tuple[str, dict[str, Any] | None]]) -> None:
         now = self.clock()
         with self._lock:
+            self.polls += len(replies)
             for m, reply in replies:
                 p = self._machines.get(m)
                 if p is None:
@@ -304,10 +306,12 @@ class LinkShard:
             gaps = sorted(self.gaps)
             share = len(self._machines)
             sent = dict(self.sent)
+            polls = self.polls
         return {
             "replica": self.name,
             "machines": share,
             "rounds": self.rounds,
+            "polls": polls,
             "poll_interval_s": _percentiles(gaps),
             "sent": sent,
         }

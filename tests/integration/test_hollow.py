@@ -1,4 +1,4 @@
-"""A cell of 200 hollow machines: a job of 300 tasks all RUNNING as the hollow borglets report it, then killed, and no task index ever running twice."""
+"""A cell of 200 hollow machines: a job of 300 tasks all RUNNING as the hollow borglets report it, then killed, no task index ever running twice, and the machines obeying only requests signed for them."""
 
 from __future__ import annotations
 
@@ -57,6 +57,11 @@ class Sampler:
                 self.samples += 1
 
 
+def http_status(url: str, auth: httpx.Auth | None = None) -> int:
+    with httpx.Client(timeout=5.0, auth=auth) as http:
+        return http.get(url).status_code
+
+
 def test_a_job_runs_on_hollow_machines_and_is_killed(state_dir: Path) -> None:
     info = launcher.up(state_dir, replicas=1, machines=0, hollow=MACHINES, hollow_start_delay_s=0.05)
     (served,) = [p for p in info.of_role(launcher.Role.BORGLET)]
@@ -88,6 +93,11 @@ def test_a_job_runs_on_hollow_machines_and_is_killed(state_dir: Path) -> None:
                 0.2,
             )
         time.sleep(0.3)  # a few more samples after the kill
+        # The machines obey the cell's masters only: a read not signed for the machine is refused.
+        address = info.borglet_urls["hollow0000"]
+        assert http_status(f"{address}/v1/state") == 401
+        assert http_status(f"{address}/v1/state", launcher.borglet_auth(state_dir, "hollow0001")) == 401
+        assert http_status(f"{address}/v1/state", launcher.borglet_auth(state_dir, "hollow0000")) == 200
     assert sampler.samples > 10
     assert sampler.twice == []
     launcher.down(state_dir)

@@ -1,12 +1,15 @@
-"""Hollow machines: simulated start, finish and kill on an injected clock, the real borglet's fencing, and the hollow server's routes."""
+"""Hollow machines: simulated start, finish and kill on an injected clock, the real borglet's fencing, and the hollow server's routes and channel checks."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
+from reference import channel
 from reference.borglet.hollow import (
     HollowConfig,
     HollowMachine,
@@ -248,6 +251,73 @@ def test_unknown_paths_are_404(method, path) -> None:
     assert status == 404 and answer["detail"][0]["field"] == "path"
 
 
+# --- the channel: each machine obeys only requests signed for it -------------------------------
+
+KEY = bytes(range(32))
+
+
+def signed_server(key: bytes | None = KEY) -> tuple[HollowApp, TestClient]:
+    one, _ = make()
+    other = HollowMachine(HollowConfig("hollow0001", {"cpu": 4000}))
+    server = HollowApp({"hollow0000": one, "hollow0001": other}, channel_key=key)
+    return server, TestClient(server)
+
+
+SYNC = {"master": "m", "epoch": 1, "seq": 1, "tasks": [spec("t@1")]}
+
+
+def test_a_request_signed_for_the_machine_is_obeyed() -> None:
+    server, http = signed_server()
+    auth = channel.ClientAuth(KEY)
+    answer = http.post("/m/hollow0000/v1/sync", json=SYNC, headers=channel.to_machine("hollow0000"), auth=auth)
+    assert answer.status_code == 200 and answer.json()["fence"]["seq"] == 1
+    assert http.get("/m/hollow0000/v1/state", headers=channel.to_machine("hollow0000"), auth=auth).status_code == 200
+    assert server.refused == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "machine", "field"),
+    [
+        (None, "hollow0000", channel.SIGNATURE_HEADER),  # unsigned
+        (bytes(range(1, 33)), "hollow0000", channel.SIGNATURE_HEADER),  # forged: another cell's key
+        (KEY, "hollow0001", channel.MACHINE_HEADER),  # the cell's key, but signed for another machine
+    ],
+)
+def test_an_unsigned_forged_or_other_machines_request_is_401_and_changes_nothing(key, machine, field) -> None:
+    server, http = signed_server()
+    auth = channel.ClientAuth(key) if key is not None else None
+    for method, path in (("POST", "/m/hollow0000/v1/sync"), ("GET", "/m/hollow0000/v1/state")):
+        answer = http.request(
+            method, path, json=SYNC if method == "POST" else None, headers=channel.to_machine(machine), auth=auth
+        )
+        assert answer.status_code == 401, (method, answer.text)
+        assert answer.json()["detail"][0]["field"] == field
+    assert server.machines["hollow0000"].fence.seq == 0 and not server.machines["hollow0000"].tasks
+    assert server.refused == 2
+
+
+def test_a_signed_request_altered_on_the_way_is_refused() -> None:
+    server, http = signed_server()
+    headers = channel.sign(KEY, "POST", b"/m/hollow0000/v1/sync", b"{}", "hollow0000", time.time())
+    answer = http.post("/m/hollow0000/v1/sync", content=json.dumps(SYNC).encode(), headers=headers)
+    assert answer.status_code == 401 and answer.json()["detail"][0]["field"] == channel.SIGNATURE_HEADER
+    assert server.machines["hollow0000"].fence.seq == 0
+
+
+def test_health_and_the_servers_own_reads_stay_open() -> None:
+    _, http = signed_server()
+    for path in ("/healthz", "/v1/hollow", "/v1/hollow/jobs", "/m/hollow0000/healthz"):
+        assert http.get(path).status_code == 200, path
+    assert http.get("/m/nosuch/v1/state").status_code == 404
+
+
+def test_without_a_key_every_request_is_obeyed() -> None:
+    server, http = signed_server(key=None)
+    assert http.post("/m/hollow0000/v1/sync", json=SYNC).status_code == 200
+    assert http.get("/m/hollow0000/v1/state").status_code == 200
+    assert server.machines["hollow0000"].fence.seq == 1
+
+
 # --- how a cell registers them ------------------------------------------------------------
 
 
@@ -267,3 +337,14 @@ def test_hollow_addresses_are_paths_under_the_serving_process() -> None:
     for bad in ("http://h:1/m/a b", "http://h:1/m?x=1", "ftp://h:1"):
         with pytest.raises(ValueError):
             MachineBody(name="x", address=bad, capacity="cpu=1,ram=1GiB")
+
+
+def test_a_cells_processes_get_the_key_unless_it_is_started_unsigned(tmp_path) -> None:
+    from reference.launcher.roles import channel_args
+
+    key = str(tmp_path / channel.KEY_FILE)
+    assert channel_args(tmp_path, True, borglet=True) == channel_args(tmp_path, True, borglet=False) == [
+        "--channel-key-file", key,
+    ]  # fmt: skip
+    assert channel_args(tmp_path, False, borglet=True) == ["--insecure-channel"]
+    assert channel_args(tmp_path, False, borglet=False) == []
