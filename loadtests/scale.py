@@ -41,12 +41,12 @@ import psutil
 from bench.stats import percentile
 from loadtests.scale_results import Result, failures, poll_summary
 from reference import launcher
+from reference.cellfile import auth_headers, read_admin_token
 from reference.launcher import CellInfo, Role
 from reference.launcher.roles import HOLLOW_PROCESS
 
 CELL = "scale"
 MAX_JOB_TASKS = 10_000  # the documented largest job
-TOKEN_FILE = "admin.token"
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,7 @@ class Config:
 
 def admin_headers(root: Path) -> dict[str, str]:
     """The admin's bearer token of the cell in state dir `root`, as request headers."""
-    token = root / TOKEN_FILE
-    return {"Authorization": f"Bearer {token.read_text().strip()}"} if token.exists() else {}
+    return auth_headers(read_admin_token(root))
 
 
 def cpu_seconds(pid: int) -> float:
