@@ -205,9 +205,9 @@ def capacity_from_mapping(values: Mapping[str, Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, value in values.items():
         try:
-            out[str(name)] = _mapped_figure(str(name), value)
-        except QuantityOutOfRange as err:
-            raise QuantityOutOfRange(f"{name}: {err}") from None
+            out[str(name)] = _named(str(name), value, read=_mapped_figure)
+        except QuantityOutOfRange:
+            raise  # named by _named
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
     for required in ("cpu", "ram"):
