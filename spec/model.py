@@ -395,7 +395,7 @@ class CellState:
             if t.priority >= min_priority:
                 parts.append(t.reserved)
         for a in self.allocs_on(machine):
-            if min_priority is None or a.priority >= min_priority:
+            if a.priority >= min_priority:
                 parts.append(a.resources)
         return total(parts)
 
