@@ -32,6 +32,7 @@ while a machine blocks a held task, after a refusal, and every `sync_every` seco
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -130,7 +131,7 @@ class Poller:
             set[str],
             dict[str, frozenset[str]],
         ] = (None, {}, set(), {})
-        self._rebuild_after = 0.0  # no rebuild of the desired sets before this (pollclock.next_rebuild)
+        self._rebuild_after = -math.inf  # no rebuild of the desired sets before this (pollclock.next_rebuild)
         self.refusals: dict[str, int] = {}  # refusal reason -> count
         # machine -> (shard, version, report): the base of the next change a shard sends.
         self._copies: dict[str, tuple[str, int, dict[str, Any]]] = {}
@@ -171,7 +172,7 @@ class Poller:
         now = self.clock()
         with self._lock:
             key = (cell.revision, self._reported_version)
-        if key != self._plans[0] and (now >= self._rebuild_after or self._plans[0] is None):
+        if key != self._plans[0] and now >= self._rebuild_after:
             # What each machine is sent depends on the view and on what the machines reported
             # alone: built when either changed, not on every turn, and paced.
             if len(self._memo) > 2 * len(cell.state.tasks) + 1000:
