@@ -2,4 +2,5 @@
 
 from reference.master.cli import main
 
-main()
+if __name__ == "__main__":  # not when a spawned child (the lease keeper) imports it
+    main()

@@ -84,6 +84,7 @@ class Replica:
             ttl_s=lease_ttl,
             on_elected=self._elected,
             on_deposed=self._deposed,
+            refresh_in_process=True,
         )
         self.writer = Writer(
             self.cache, self.election, self.keys, on_txn=self.metrics.on_txn, max_ops=max_txn_ops

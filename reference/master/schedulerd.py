@@ -65,7 +65,7 @@ class SchedulerProcess:
         self.config = config or SchedulerConfig()
         self.election = Election(
             self.client, self.keys.scheduler, f"{name}=scheduler", ttl_s=lease_ttl,
-            on_elected=self._elected, on_deposed=self._deposed,
+            on_elected=self._elected, on_deposed=self._deposed, refresh_in_process=True,
         )  # fmt: skip
         self._active = threading.Event()
         self._stop = threading.Event()

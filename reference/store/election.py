@@ -30,12 +30,17 @@ from collections.abc import Callable, Sequence
 
 from reference.store import ops
 from reference.store.client import Lease, StoreClient, StoreError, StoreOutcomeUnknown
+from reference.store.keeper import EXPIRED, LOST, LeaseKeeper, Term
 
 log = logging.getLogger(__name__)
 
 # Pause between refresh attempts after one failed (an etcd election lasts about one election
 # timeout: several tries fit in it, each bounded by the keepalive client's short timeouts).
 RETRY_S = 0.1
+# With the lease refreshed from a process of its own, how long the parent may show no sign of
+# life before the refreshes stop: longer than any stall of a busy master seen in the overload
+# bench, short enough that a stuck one is replaced (docs/decisions.md).
+HUNG_S = 15.0
 
 
 class Election:
@@ -58,6 +63,8 @@ class Election:
         sleep: Callable[[float], None] | None = None,
         on_elected: Callable[[int], None] | None = None,
         on_deposed: Callable[[str], None] | None = None,
+        refresh_in_process: bool = False,
+        hung_s: float = HUNG_S,
     ) -> None:
         if not candidate_name:
             raise ValueError("candidate_name must not be empty")
@@ -79,6 +86,17 @@ class Election:
             connect_timeout=min(client.connect_timeout, per_request),
         )
         self._clock = clock
+        # The refresh from a child process reads CLOCK_MONOTONIC there: only the real clock agrees.
+        if refresh_in_process and clock is not time.monotonic:
+            raise ValueError("refresh_in_process needs the real monotonic clock")
+        self._keeper = (
+            LeaseKeeper(
+                self._keepalive_client.endpoints, self.ttl_s, self.interval_s, self.retry_s,
+                self._keepalive_client.timeout, hung_s,
+            )
+            if refresh_in_process
+            else None
+        )
         self._wakeup = threading.Event()
         self._sleep = sleep if sleep is not None else self._wakeup.wait
         self._on_elected = on_elected
@@ -98,14 +116,19 @@ class Election:
     def is_leader(self) -> bool:
         """Whether this candidate leads now: it won, and its lease is surely still alive."""
         with self._lock:
-            return self._token is not None and self._clock() < self._deadline
+            return self._token is not None and self._clock() < self._deadline_of(self._token)
 
     @property
     def fencing_token(self) -> int | None:
         """The leader key's create_revision while this candidate leads, else None."""
         with self._lock:
-            alive = self._token is not None and self._clock() < self._deadline
+            alive = self._token is not None and self._clock() < self._deadline_of(self._token)
             return self._token if alive else None
+
+    @property
+    def refresher_pid(self) -> int | None:
+        """The process refreshing the lease, when it is refreshed from a process of its own."""
+        return self._keeper.pid if self._keeper is not None else None
 
     def leader(self) -> str | None:
         """The name of the current leader as etcd records it, or None if there is none."""
@@ -142,6 +165,8 @@ class Election:
             return False
         with self._lock:
             self._token, self._lease, self._deadline = token, lease, sent + self.ttl_s
+            if self._keeper is not None:
+                self._keeper.keep(Term(lease.id, lease.ttl, self.key, token, self.candidate_name), self._deadline)
             self._elected.set()
         log.info("%s elected for %s (fencing token %d)", self.candidate_name, self.key, token)
         self._ensure_thread()
@@ -169,6 +194,8 @@ class Election:
             token = self._token
         if token is not None:
             self._step_down(token, "resigned", revoke=True)
+        if self._keeper is not None:
+            self._keeper.close()
         self._keepalive_client.close()
 
     # -- fenced writes ------------------------------------------------------------------------
@@ -236,7 +263,9 @@ class Election:
                     self._thread = None
                     return
             refreshed = True
-            if token is not None:
+            if token is not None and self._keeper is not None:
+                self._watch_keeper(token)
+            elif token is not None:
                 refreshed = self._keepalive(token)
             else:
                 try:
@@ -253,7 +282,7 @@ class Election:
             if self._token is None:
                 return self.interval_s
             every = min(self.interval_s, self.retry_s) if retry else self.interval_s
-            return max(0.0, min(every, self._deadline - self._clock()))
+            return max(0.0, min(every, self._deadline_of(self._token) - self._clock()))
 
     def _keepalive(self, token: int) -> bool:
         """One refresh; returns False if etcd could not be reached (the term goes on until its deadline)."""
@@ -281,10 +310,26 @@ class Election:
         self._expire_if_late(token)
         return True
 
+    def _watch_keeper(self, token: int) -> None:
+        """With the refresh in a child process: tell it this process lives, and act on its verdict."""
+        assert self._keeper is not None
+        self._keeper.beat()
+        verdict = self._keeper.verdict(token)
+        if verdict == EXPIRED:
+            self._step_down(token, "lease expired in etcd", revoke=False)
+        elif verdict == LOST:
+            self._step_down(token, "the leader key is no longer ours", revoke=True)
+        else:
+            self._expire_if_late(token)
+
+    def _deadline_of(self, token: int) -> float:
+        """Until when `token`'s lease is surely alive: the child's last refresh, or this thread's."""
+        return self._keeper.deadline(token) if self._keeper is not None else self._deadline
+
     def _expire_if_late(self, token: int) -> bool:
         """Step down if the lease may have expired in etcd by now; returns whether it did."""
         with self._lock:
-            late = self._token == token and self._clock() >= self._deadline
+            late = self._token == token and self._clock() >= self._deadline_of(token)
         if late:
             self._step_down(token, f"lease not refreshed within {self.ttl_s}s", revoke=False)
         return late
@@ -312,6 +357,8 @@ class Election:
                 return  # this term already ended
             lease, self._token, self._lease = self._lease, None, None
             self._elected.clear()
+            if self._keeper is not None:
+                self._keeper.release(token)
         log.warning("%s deposed from %s: %s", self.candidate_name, self.key, reason)
         if revoke and lease is not None:
             # Deleting the key at once lets another candidate win without waiting a TTL.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -250,6 +251,64 @@ def test_losing_the_raft_leader_of_three_keeps_reads_and_writes_working(cluster:
     assert cluster.is_healthy(leader)
 
 
+def _hold_the_interpreter(seconds: int) -> None:
+    """Hold this process's GIL for `seconds`, asleep: libc's sleep called through `ctypes.PyDLL`,
+    which keeps the GIL for the whole call (a master stuck in a call, using no CPU)."""
+    ctypes.PyDLL(None).sleep(seconds)
+
+
+def _hold_the_interpreter_busy(seconds: float) -> None:
+    """Hold this process's GIL for about `seconds` while using the CPU, as a long call into C code
+    does on a busy master: `sum` over a range runs in C without returning to the interpreter."""
+    n = 2_000_000
+    started = time.perf_counter()
+    sum(range(n))
+    per_item = (time.perf_counter() - started) / n
+    sum(range(int(seconds / per_item)))
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["thread", "process"])
+def test_a_leader_whose_threads_are_starved_keeps_its_lease_only_when_refreshed_from_its_own_process(
+    client: StoreClient, in_process: bool
+) -> None:
+    deposed: list[str] = []
+    a = Election(client, LEADER_KEY, "a", ttl_s=2.0, on_deposed=deposed.append, refresh_in_process=in_process)
+    try:
+        assert a.campaign()
+        token = a.fencing_token
+        time.sleep(a.interval_s * 1.5)
+        _hold_the_interpreter_busy(3.5)  # longer than the TTL
+        time.sleep(0.2)  # the election thread's next turn
+        if in_process:
+            assert a.is_leader and a.fencing_token == token and deposed == []
+            assert a.fenced_txn([ops.put("/test/fenced", "kept")])
+        else:
+            wait_until(lambda: deposed != [], 2.0, "the thread-refreshed leader to step down", 0.05)
+            assert not a.is_leader and "not refreshed" in deposed[0]
+    finally:
+        a.resign()
+        client.delete(LEADER_KEY)
+        client.delete("/test/fenced")
+
+
+def test_a_stuck_leader_loses_its_lease_though_its_refresher_process_lives(client: StoreClient) -> None:
+    deposed: list[str] = []
+    a = Election(client, LEADER_KEY, "a", ttl_s=2.0, on_deposed=deposed.append, refresh_in_process=True, hung_s=1.0)
+    keeper_pid = a.refresher_pid
+    try:
+        assert a.campaign()
+        time.sleep(a.interval_s * 1.5)
+        _hold_the_interpreter(5)  # past hung_s, then past the lease's TTL in etcd
+        # etcd dropped the key with the lease: another candidate can win at once.
+        assert client.get(LEADER_KEY) is None
+        wait_until(lambda: deposed != [], 2.0, "the stuck leader to step down", 0.05)
+        assert not a.is_leader
+    finally:
+        a.resign()
+        client.delete(LEADER_KEY)
+    assert keeper_pid is not None and not _alive(keeper_pid)
+
+
 def test_stop_leaves_no_process_and_another_process_can_stop_it(tmp_path: Path) -> None:
     c = EtcdCluster(tmp_path, members=1).start()
     pids = [p for p in c.pids() if p is not None]
@@ -285,3 +344,4 @@ def _fenced_put_with_token(client: StoreClient, token: int, name: str) -> bool:
         [ops.put("/test/fenced", f"from {name}")],
     )
     return succeeded
+
