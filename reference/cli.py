@@ -27,6 +27,7 @@ from reference.cli_common import (
 )
 from reference.cli_demo import demo
 from reference.cli_jobs import bns_app, job_app, machine_app, task_app
+from reference.cli_quotas import quota_app
 from reference.cli_render import (
     console,
     errors,
@@ -60,6 +61,7 @@ app.add_typer(task_app, name="task")
 app.add_typer(machine_app, name="machine")
 app.add_typer(bns_app, name="bns")
 app.add_typer(user_app, name="user")
+app.add_typer(quota_app, name="quota")
 app.add_typer(bench_app, name="bench")
 app.add_typer(report_app, name="report")
 app.add_typer(spec_app, name="spec")

@@ -37,6 +37,7 @@ COMMANDS = (
     ("machine", "Inspect the cell's machines."),
     ("bns", "Borg Name Service: <index>.<job>.<user>.<cell>.minborg."),
     ("user", "Add, list and revoke the cell's users and their tokens (admin)."),
+    ("quota", "Set, list and delete the users' quotas per priority band (admin)."),
     ("bench", "Benchmarks of the scheduler, of a live cell and of this command's start-up."),
     ("report", "Regenerate measured reports."),
     ("spec", "The executable specification."),

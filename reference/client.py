@@ -248,6 +248,16 @@ class CellClient:
     def revoke_user(self, name: str) -> dict[str, Any]:
         return self.request("DELETE", f"/v1/users/{name}")
 
+    def quotas(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/quotas")["quotas"]
+
+    def set_quota(self, user: str, band: str, amounts: dict[str, Any]) -> dict[str, Any]:
+        """Set a user's quota in a band (admin only); `amounts` as a job's request writes them."""
+        return self.request("PUT", f"/v1/quotas/{user}/{band}", json=amounts)
+
+    def delete_quota(self, user: str, band: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/v1/quotas/{user}/{band}")
+
 
 @dataclass(frozen=True)
 class Message:

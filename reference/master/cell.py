@@ -195,7 +195,8 @@ class Draft:
         self.machines: Tracked = Tracked(base.machines)
         self.jobs: Tracked = Tracked(base.jobs)
         self.tasks: Tracked = Tracked(base.tasks)
-        self.quotas: dict[QuotaKey, Resources] = {}  # configuration written beside the state
+        # Configuration written beside the state; None deletes the entry (its user falls back to "*").
+        self.quotas: dict[QuotaKey, Resources | None] = {}
         self.steps: list[str] = []
         # Tasks whose spec state a step of this draft changed, added or removed.
         self.touched: set[TaskId] = set()

@@ -1,7 +1,7 @@
 """The master's OpenAPI document made exact: typed request bodies, every status with its real body, the text answers as text.
 
 The handlers read their bodies themselves (`Body(None)`, then `parse_job`, `parse_update`,
-`MachineBody`, the users' own check), so their error wording stays theirs; this module only says, in the
+`MachineBody`, the users' and the quotas' own checks), so their error wording stays theirs; this module only says, in the
 document, what they take and what they answer.
 """
 
@@ -12,11 +12,13 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Path, Query
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
 from reference.jobspec import JobSpec, request_schema
 from reference.master import access, logs, watch
 from reference.master.machines import MachineBody
+from reference.resources import CELL_MACHINES
+from spec.model import Band
 
 # --- the bodies of the errors ----------------------------------------------------------------
 
@@ -71,6 +73,14 @@ class UserBody(BaseModel):
     name: str = Field(pattern=access.USER_NAME.pattern)
 
 
+QUOTA_SCHEMA = {**request_schema(CELL_MACHINES), "examples": [{"cpu": "100", "ram": "512GiB"}]}
+
+
+class QuotaBody(RootModel[Annotated[dict[str, Any], WithJsonSchema(QUOTA_SCHEMA)]]):
+    """`PUT /v1/quotas/{user}/{band}`: the quota's figures as a job's request writes them, each at most
+    what `CELL_MACHINES` machines hold; a resource left out is zero (`{}` admits nothing in the band)."""
+
+
 # Parameters whose bounds the handlers check themselves (with their own wording): the
 # document states the bounds, FastAPI does not enforce them.
 Index = Annotated[int, Path(json_schema_extra={"minimum": 0})]
@@ -79,6 +89,8 @@ WatchTimeout = Annotated[float, Query(json_schema_extra={"exclusiveMinimum": 0, 
 LogStream = Annotated[str, Query(json_schema_extra={"enum": ["stdout", "stderr"]})]
 Tail = Annotated[int, Query(json_schema_extra={"minimum": 0, "maximum": logs.MAX_TAIL_LINES})]
 FollowFor = Annotated[float, Query(json_schema_extra={"exclusiveMinimum": 0, "maximum": logs.MAX_FOLLOW_S})]
+QuotaUser = Annotated[str, Path(json_schema_extra={"pattern": f"^(?:\\*|{access.USER_NAME.pattern.strip('^$')})$"})]
+QuotaBand = Annotated[str, Path(json_schema_extra={"enum": [b.value for b in Band if b is not Band.BEST_EFFORT]})]
 
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
 CHALLENGE = {"WWW-Authenticate": {"description": '`Bearer realm="minborg"`', "schema": {"type": "string"}}}
@@ -135,6 +147,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("patch", "/v1/jobs/{user}/{name}"): JobUpdate,
     ("post", "/v1/machines"): MachineBody,
     ("post", "/v1/users"): UserBody,
+    ("put", "/v1/quotas/{user}/{band}"): QuotaBody,
 }
 
 

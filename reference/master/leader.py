@@ -311,10 +311,12 @@ class Term:
         if quota is None:
             return
 
+        # A seed, not a setting: an entry already in etcd is the admin's (PUT /v1/quotas/*/<band>)
+        # and stands, or a failover would undo it (docs/decisions.md, "Quotas set through the API").
         def change(d: Draft) -> None:
             for band in (Band.BATCH, Band.PRODUCTION, Band.MONITORING):
                 key = QuotaKey("*", band)
-                if d.state.quotas.get(key) != quota:
+                if key not in d.state.quotas:
                     d.quotas[key] = quota
 
         self.writer.mutate(change)

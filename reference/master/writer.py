@@ -60,7 +60,7 @@ class Changed(Protocol):
     machines: dict[str, MachineInfo]
     jobs: dict[str, JobInfo]
     tasks: dict[TaskId, TaskInfo]
-    quotas: dict[QuotaKey, Resources]
+    quotas: dict[QuotaKey, Resources | None]
     task_keys: set[TaskId]
     job_keys: set[str]
     machine_keys: set[str]
@@ -95,7 +95,10 @@ def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
         elif old.machines.get(name) is not m or base.machines.get(name) is not info:
             other.append(ops.put(keys.machine(name), codec.encode_machine(m, info or MachineInfo())))
     for qkey, amount in draft.quotas.items():
-        other.append(ops.put(keys.quota(qkey), codec.encode_quota(qkey, amount)))
+        if amount is None:
+            deletes.append(ops.delete(keys.quota(qkey)))
+        else:
+            other.append(ops.put(keys.quota(qkey), codec.encode_quota(qkey, amount)))
     return task_ops + other + deletes
 
 
@@ -145,7 +148,7 @@ class _Group:
     machines: dict[str, MachineInfo]
     jobs: dict[str, JobInfo]
     tasks: dict[TaskId, TaskInfo]
-    quotas: dict[QuotaKey, Resources] = field(default_factory=dict)
+    quotas: dict[QuotaKey, Resources | None] = field(default_factory=dict)
     task_keys: set[TaskId] = field(default_factory=set)
     job_keys: set[str] = field(default_factory=set)
     machine_keys: set[str] = field(default_factory=set)

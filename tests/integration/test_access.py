@@ -1,4 +1,4 @@
-"""Users, tokens and limits on a live cell: no token changes nothing, a user cannot touch another's job or the cell's machines, a revoked token stops working on every replica, a follower forwards its caller's identity, and each user has a rate limit of its own.
+"""Users, tokens and limits on a live cell: no token changes nothing, a user cannot touch another's job or the cell's machines, only the admin sets quotas, a revoked token stops working on every replica, a follower forwards its caller's identity, and each user has a rate limit of its own.
 
 Each test is an attack that once worked on an open master: anyone who reached a replica could
 resize or kill another user's job, add a machine of 100 TiB or remove real ones.
@@ -6,6 +6,7 @@ resize or kill another user's job, add a machine of 100 TiB or remove real ones.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,32 @@ def test_machines_quotas_and_users_are_the_admins(cell: LocalCell, tokens: dict[
     assert snapshot(cell) == before
 
 
+def test_the_admin_sets_a_quota_and_lowering_it_below_running_use_kills_nothing(
+    cell: LocalCell, tokens: dict[str, str]
+) -> None:
+    before = snapshot(cell)["tasks"]  # alice/web: 2 tasks of 10m and 16MiB, RUNNING in batch
+    with as_user(cell, tokens["alice"]) as alice, as_user(cell, tokens["bob"]) as bob:
+        try:
+            r = cell.request("PUT", "/v1/quotas/alice/batch", json={"cpu": "1", "ram": "1GiB"})
+            assert r.status_code == 200, r.text
+            assert r.json()["quota"]["used"] == {"cpu": 20, "ram": 32 * 1024**2}
+            assert alice.get("/v1/quotas/alice/batch").json()["quota"]["limit"] == {"cpu": 1000, "ram": 1024**3}
+            assert cell.request("PUT", "/v1/quotas/alice/best_effort", json={"cpu": 1}).json()["detail"][0]["field"] == "band"
+            for method in ("PUT", "DELETE"):
+                r = bob.request(method, "/v1/quotas/alice/batch", json={"cpu": "100"} if method == "PUT" else None)
+                assert r.status_code == 403 and "admin" in r.text, (method, r.text)
+            # Lowered below what alice/web already requests: only new admissions are refused.
+            assert cell.request("PUT", "/v1/quotas/alice/batch", json={"cpu": "10m", "ram": "16MiB"}).status_code == 200
+            r = alice.post("/v1/jobs", json=sleeper_job("more", user="alice"))
+            assert r.status_code == 403 and "alice's batch quota is exceeded" in r.text, r.text
+            time.sleep(2.0)  # several poll and scheduling passes
+            assert snapshot(cell)["tasks"] == before
+        finally:
+            assert cell.request("DELETE", "/v1/quotas/alice/batch").status_code == 200
+    assert cell.request("DELETE", "/v1/quotas/alice/batch").status_code == 404
+    assert cell.request("GET", "/v1/quotas/alice/batch").status_code == 404  # no default quota in this cell
+
+
 def test_a_revoked_token_is_refused_within_two_seconds(cell: LocalCell, tmp_path: Path) -> None:
     token = cell.add_user("erin")
     with as_user(cell, token) as erin:
@@ -163,5 +190,8 @@ def test_a_follower_forwards_its_callers_identity_to_the_leader(tmp_path: Path) 
             assert r.status_code == 403 and "user alice" in r.text
         with httpx.Client(base_url=follower.url, timeout=10.0) as anonymous:
             assert anonymous.post("/v1/jobs", json=sleeper_job("anon", user="bob", count=0)).status_code == 401
+        # The admin's quota change goes through the leader's writer too.
+        r = httpx.put(f"{follower.url}/v1/quotas/bob/batch", json={"cpu": "1"}, headers=cell.auth, timeout=10.0)
+        assert r.status_code == 200 and r.headers.get("X-Minborg-Leader") == leader.name, r.text
         assert "bob/anon" not in {j["key"] for j in cell.get("/v1/jobs")["jobs"]}
     assert cell.leftovers() == []

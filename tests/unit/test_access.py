@@ -80,6 +80,10 @@ def test_a_token_names_the_admin_a_stored_user_or_no_one() -> None:
         (BOB, "POST", "/v1/machines", False),
         (BOB, "DELETE", "/v1/machines/b0", False),
         (BOB, "PUT", "/v1/quotas/bob/batch", False),
+        (BOB, "DELETE", "/v1/quotas/bob/batch", False),  # not even a user's own quota
+        (BOB, "GET", "/v1/quotas/bob/batch", True),  # reading one is anyone's, as reading the list
+        (ADMIN, "PUT", "/v1/quotas/*/production", True),
+        (ADMIN, "DELETE", "/v1/quotas/bob/batch", True),
         (BOB, "POST", "/v1/users", False),
         (BOB, "DELETE", "/v1/users/alice", False),
         (ADMIN, "POST", "/v1/machines", True),

@@ -186,6 +186,9 @@ def test_every_422_is_the_field_error_body_and_fastapis_own_is_gone(doc: dict[st
         ("post", "/v1/machines", {"201", "401", "403", "409", "422", "429", "503"}),
         ("delete", "/v1/machines/{name}", {"200", "401", "403", "404", "409", "422", "429", "503"}),
         ("get", "/v1/bns/{bns_name}", {"200", "401", "404", "422", "429", "503"}),
+        ("get", "/v1/quotas/{user}/{band}", {"200", "401", "404", "422", "429", "503"}),
+        ("put", "/v1/quotas/{user}/{band}", {"200", "401", "403", "422", "429", "503"}),
+        ("delete", "/v1/quotas/{user}/{band}", {"200", "401", "403", "404", "422", "429", "503"}),
         ("get", "/readyz", {"200", "422", "503"}),
     ],
 )
@@ -252,6 +255,35 @@ def test_the_job_body_describes_quantities_as_written(doc: dict[str, Any]) -> No
     # Every reference in the document resolves inside it (no pydantic "#/$defs/...").
     refs = re.findall(r'"\$ref": "([^"]+)"', json.dumps(doc))
     assert refs and all(ref.removeprefix("#/components/schemas/") in schemas for ref in refs)
+
+
+def test_the_quota_body_and_path_are_the_handlers_rules(doc: dict[str, Any]) -> None:
+    op = doc["paths"]["/v1/quotas/{user}/{band}"]["put"]
+    assert op["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/QuotaBody"}
+    body = doc["components"]["schemas"]["QuotaBody"]
+    assert body["type"] == "object" and body["propertyNames"] == {"pattern": "^[a-z][a-z0-9_]*$"}
+    # A quota spans the cell: 100,000 machines of 1,024 cores each.
+    assert {"type": "number", "minimum": 0, "maximum": 102_400_000} in body["properties"]["cpu"]["anyOf"]
+    params = {p["name"]: p["schema"] for p in op["parameters"]}
+    assert params["band"]["enum"] == ["batch", "production", "monitoring"]  # best effort is never limited
+    assert re.fullmatch(params["user"]["pattern"], "*") and not re.fullmatch(params["user"]["pattern"], "a*")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [("/v1/quotas/alice/best_effort", {"cpu": 1}, "band"), ("/v1/quotas/alice/gold", {"cpu": 1}, "band"),
+     ("/v1/quotas/al%21ce/batch", {"cpu": 1}, "user"), ("/v1/quotas/alice/batch", {"cpu": "lots"}, "cpu"),
+     ("/v1/quotas/alice/batch", {"ram": -1}, "ram"), ("/v1/quotas/alice/batch", ["cpu"], "")],
+)  # fmt: skip
+def test_a_quota_refused_names_its_field_before_any_write(client: TestClient, path: str, body: Any, field: str) -> None:
+    r = client.put(path, json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["field"] == field
+
+
+def test_a_valid_quota_reaches_the_writer(client: TestClient) -> None:
+    assert client.put("/v1/quotas/*/batch", json={"cpu": "100", "ram": "512GiB"}).status_code == 503  # no leader
+    assert client.delete("/v1/quotas/alice/batch").status_code == 503
 
 
 # --- Starlette's own refusals in the API's shape ----------------------------------------------
