@@ -26,14 +26,20 @@ from reference.master.cell import Draft
 from reference.master.forward import Forwarder
 from reference.master.linkshard import RELAY_PATH, REPORTS_PATH, replica_peer
 from reference.master.machines import MachineBody, capacity_error, machine_from_body
-from reference.master.mutations import ApiError, kill_job, kill_task, submit_job, update_job
+from reference.master.mutations import (
+    ApiError,
+    kill_job,
+    kill_task,
+    remove_machine,
+    submit_job,
+    update_job,
+)
 from reference.master.querycheck import freshness_query, known_query
 from reference.master.readgate import ReadGate
 from reference.master.replica import Replica
 from reference.master.schedulerd import PLANS_PATH
 from reference.master.writer import NotLeader, WriteFailed
 from reference.scheduler.wire import plan_from_json
-from spec.actions import EvictReason
 
 RETRY_AFTER_S = "1"
 
@@ -515,19 +521,8 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
 
     @app.delete("/v1/machines/{name}", responses=contract.answers(404, 409, 503))
     async def delete_machine(name: str, request: Request) -> Response:
-        def change(d: Draft) -> int:
-            if name not in d.state.machines:
-                raise ApiError(404, "name", f"no machine {name}")
-            running = d.state.running_on(name)
-            for t in running:
-                d.step("evict", t.id, EvictReason.MAINTENANCE, reason=f"drain of {name}")
-            if not d.step("machine_remove", name, reason="machine removed"):
-                raise ApiError(409, "name", f"machine {name} still holds allocs; delete them first")
-            d.machines.pop(name, None)
-            return len(running)
-
         return await write(
-            request, None, change, lambda n, rev: stamped({"removed": name, "evicted": n}, rev)
+            request, None, lambda d: remove_machine(d, name), lambda n, rev: stamped({"removed": name, "evicted": n}, rev)
         )
 
     # --- quotas (read-only: the leader writes the configured defaults) ---------------------------
