@@ -18,6 +18,8 @@ from reference.store.client import StoreClient
 from spec.fmap import FMap
 from spec.model import Alloc, CellState, Job, Machine, QuotaKey, Resources, Task, TaskId
 
+from .simulator import job_file_of
+
 FORMAT = 1
 
 
@@ -52,7 +54,8 @@ def from_cell(cell: Cell, cell_name: str = "") -> dict[str, Any]:
         "revision": cell.revision,
         "machines": [_record(codec.encode_machine(s.machines[n], cell.machines.get(n) or MachineInfo()))
                      for n in sorted(s.machines)],
-        "jobs": [_record(codec.encode_job(s.jobs[k], cell.jobs[k])) for k in sorted(s.jobs) if k in cell.jobs],
+        "jobs": [_record(codec.encode_job(s.jobs[k], cell.jobs.get(k) or JobInfo(job_file_of(s.jobs[k]))))
+                 for k in sorted(s.jobs)],
         "tasks": [_record(codec.encode_task(s.tasks[t], cell.task_info(t))) for t in sorted(s.tasks)],
         "quotas": [_record(codec.encode_quota(q, a)) for q, a in sorted(s.quotas.items(), key=lambda i: (i[0].user, i[0].band))],
         "allocs": [encode_alloc(s.allocs[n]) for n in sorted(s.allocs)],

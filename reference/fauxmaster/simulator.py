@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from reference.jobspec import JobSpec
-from reference.master.cell import Cell, Draft
+from reference.master.cell import Cell, Draft, JobInfo
 from reference.master.leader import (
     commit_plan,
     pass_work,
@@ -36,6 +36,18 @@ T = TypeVar("T")
 def _all(wanted: int) -> int:
     """No rate limit: simulated time has no burst to protect."""
     return wanted
+
+
+def job_file_of(job: Job) -> JobSpec:
+    """A job file for a workload's job, which has none: the job's own fields, and a command
+    that is never run (a checkpoint records every job with its file)."""
+    request = {k: (f"{v}m" if k == "cpu" else v) for k, v in job.request.as_dict().items()}
+    return JobSpec.model_validate({
+        "name": job.name, "user": job.user, "priority": job.priority, "task_count": job.task_count,
+        "request": request, "command": ["true"], "restart_policy": job.restart_policy.value,
+        "appclass": job.appclass.value, "package": job.package, "alloc": job.alloc,
+        "constraints": [{"attr": c.attr, "op": c.op.value, "values": list(c.values)} for c in job.constraints],
+    })  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,7 @@ class Fauxmaster:
         """A cell of these machines and jobs (a trace's or a synthetic workload's), each job
         submitted through the spec's `submit` (its guard: valid and within `quotas`)."""
         fm = cls(**kw)
+        now = fm.now
 
         def build(d: Draft) -> None:
             for key, amount in (quotas or {}).items():
@@ -96,6 +109,7 @@ class Fauxmaster:
                 if not d.step("machine_add", m, reason="machine added"):
                     raise ValueError(f"machine {m.name}: the cell refuses it (a duplicate name?)")
             for j in jobs:
+                d.jobs[j.key] = JobInfo(job_file_of(j), now)
                 if not d.step("submit", j, reason="submitted"):
                     raise ValueError(f"job {j.key}: the cell refuses it (invalid, a duplicate, or over quota)")
 

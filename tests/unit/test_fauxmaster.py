@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from reference.cli import app
 from reference.fauxmaster import CheckpointError, Fauxmaster, pack, whatif
 from reference.fauxmaster import checkpoint as ckpt
 from reference.master.leader import commit_plan
@@ -14,6 +17,7 @@ from reference.scheduler import plan_for
 from spec.invariants import check_state
 from spec.model import Band, Job, Machine, QuotaKey, Resources, RestartPolicy, TaskId, TaskState
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CPU4 = Resources.of({"cpu": 4000, "ram": 4 << 30})
 
 
@@ -151,3 +155,22 @@ def test_commit_of_a_fauxmaster_plan_on_the_same_state_has_no_conflict() -> None
     fm = Fauxmaster.from_workload(machines(3), [job("web", 5, 1000)])
     plan = plan_for(fm.state, fm.config, seed=3)
     assert fm.change(lambda d: commit_plan(d, plan)) == (5, 0)
+
+
+def test_the_fauxmaster_command_runs_a_checkpoint_without_a_cell(tmp_path: Path) -> None:
+    fm = Fauxmaster.from_workload(machines(2), [job("web", 2, 1000, restart_policy=RestartPolicy.ALWAYS)])
+    fm.schedule_all_pending()
+    ckpt.save(ckpt.from_cell(fm.cell, "test"), tmp_path / "c.json")
+    busy = next(t.machine for t in fm.state.tasks.values() if t.state is TaskState.RUNNING)
+    r = CliRunner().invoke(app, [
+        "fauxmaster", "--checkpoint", str(tmp_path / "c.json"), "--apply", str(EXAMPLES / "hello_world.yaml"),
+        "--fail-machine", busy, "--schedule", "--json",
+    ])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    answer = json.loads(r.output)
+    # hello_world: 3 tasks of 100m, and the lost tasks of web restarted, all on the machine left.
+    assert answer["submitted"] == ["demo/hello_world"] and answer["lost"]
+    assert {p["machine"] for p in answer["placed"]} == {"m0", "m1"} - {busy}
+    assert len(answer["placed"]) == 3 + len(answer["lost"]) and answer["pending"] == []
+    r = CliRunner().invoke(app, ["fauxmaster", "--checkpoint", str(tmp_path / "c.json"), "--fail-machine", "m9"])
+    assert r.exit_code == 2 and "m9" in r.output
