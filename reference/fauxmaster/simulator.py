@@ -28,7 +28,7 @@ from reference.master.leader import (
 )
 from reference.master.mutations import submit_job
 from reference.scheduler import Plan, SchedulerConfig, plan_for
-from spec.model import Job, Machine, QuotaKey, Resources, TaskId, TaskState
+from spec.model import CellState, Job, Machine, QuotaKey, Resources, TaskId, TaskState
 
 T = TypeVar("T")
 
@@ -103,6 +103,7 @@ class Fauxmaster:
         now = fm.now
 
         def build(d: Draft) -> None:
+            # Quotas are configuration, written beside the state as the leader's defaults are.
             for key, amount in (quotas or {}).items():
                 d.state = d.state.with_(quotas=d.state.quotas.set(key, amount))
             for m in machines:
@@ -117,7 +118,7 @@ class Fauxmaster:
         return fm
 
     @property
-    def state(self) -> Any:
+    def state(self) -> CellState:
         return self.cell.state
 
     # --- changes -----------------------------------------------------------------------------
@@ -131,8 +132,10 @@ class Fauxmaster:
 
     def _commit(self, d: Draft) -> None:
         before = self.cell
+        # The draft's maps copied themselves on their first write; unwritten ones are the
+        # base's own dicts, shared (a view's dicts are never changed in place).
         self.cell = Cell(
-            state=d.state, machines=dict(d.machines), jobs=dict(d.jobs), tasks=dict(d.tasks),
+            state=d.state, machines=d.machines.data, jobs=d.jobs.data, tasks=d.tasks.data,
             revision=before.revision + 1,
         )  # fmt: skip
         for tid in d.touched:
