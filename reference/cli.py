@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from reference import launcher
+from reference import cli_faux, launcher
 from reference.cli_common import (
     EXIT_USAGE,
     Credentials,
@@ -68,6 +68,8 @@ app.add_typer(spec_app, name="spec")
 campaign_app = typer.Typer(help="Load, chaos and elasticity campaigns that write reports.", no_args_is_help=True)
 app.add_typer(campaign_app, name="campaign")
 app.command("demo")(demo)
+cell_app.command("checkpoint")(cli_faux.checkpoint)
+cell_app.command("whatif")(cli_faux.whatif)
 
 
 @app.callback()
@@ -520,6 +522,9 @@ def report_scheduler(ctx: typer.Context) -> None:
 def spec_explore(ctx: typer.Context) -> None:
     """Explore the spec's reachable states and check every invariant (try --help)."""
     _run_main("spec.explore", "the spec explorer", ctx.args)
+
+
+app.command("fauxmaster")(cli_faux.fauxmaster)
 
 
 def main() -> None:

@@ -71,13 +71,20 @@ def submit(
     wait_timeout: Annotated[
         float, typer.Option("--wait-timeout", min=1, help="Seconds to wait for every task to start, at most.")
     ] = 300,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Only say where the tasks would go, what they would preempt and why any would wait."
+        ),
+    ] = False,
     master: MasterOpt = None,
     state_dir: StateDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Validate a job file locally, submit it, then wait until every task runs (its borglet
     confirmed the start) or one fails, printing placements and starts; exits 1 if a task
-    fails or the wait times out. --detach returns as soon as the cell accepted the job."""
+    fails or the wait times out. --detach returns as soon as the cell accepted the job.
+    --dry-run writes nothing: the cell answers whether and where the job would fit."""
     from reference import jobspec  # pydantic: imported by the commands that read job files
 
     try:
@@ -87,6 +94,16 @@ def submit(
             raise fail(str(err), EXIT_USAGE) from None  # unreadable, or not YAML at all
         print_field_errors(f"invalid job file {file}", err.errors)
         raise typer.Exit(EXIT_USAGE) from None
+    if dry_run:
+        from reference.cli_faux import print_answer
+
+        with client(master, state_dir) as cell:
+            answer = cell.request("POST", "/v1/jobs", json=spec.canonical(), params={"dry_run": "true"})
+        if as_json:
+            print_json(answer)
+        else:
+            print_answer(answer, f"dry run of {spec.key} (revision {answer.get('revision')}): nothing was written")
+        return
     with client(master, state_dir) as cell:
         answer = cell.submit(spec.canonical())
         if as_json:

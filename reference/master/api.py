@@ -20,20 +20,26 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reference import channel
 from reference.jobspec import validation_errors
-from reference.master import access, contract, freshness, guard, logs, quotas, ui, users, views
+from reference.master import access, contract, dryrun, freshness, guard, logs, quotas, ui, users, views
 from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
 from reference.master.linkshard import RELAY_PATH, REPORTS_PATH, replica_peer
 from reference.master.machines import MachineBody, capacity_error, machine_from_body
-from reference.master.mutations import ApiError, kill_job, kill_task, submit_job, update_job
+from reference.master.mutations import (
+    ApiError,
+    kill_job,
+    kill_task,
+    remove_machine,
+    submit_job,
+    update_job,
+)
 from reference.master.querycheck import freshness_query, known_query
 from reference.master.readgate import ReadGate
 from reference.master.replica import Replica
 from reference.master.schedulerd import PLANS_PATH
 from reference.master.writer import NotLeader, WriteFailed
 from reference.scheduler.wire import plan_from_json
-from spec.actions import EvictReason
 
 RETRY_AFTER_S = "1"
 
@@ -328,12 +334,17 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
 
     # --- jobs ----------------------------------------------------------------------------------
 
-    @app.post("/v1/jobs", status_code=201, responses=contract.answers(403, 404, 409, 503))
-    async def post_job(request: Request, payload: Any = Body(None)) -> Response:
+    @app.post("/v1/jobs", status_code=201, responses={
+        **contract.answers(403, 404, 409, 503),
+        200: {"model": dryrun.DryRun, "description": "with dry_run=true: where the job would go; nothing is written"},
+    })  # fmt: skip
+    async def post_job(request: Request, payload: Any = Body(None), dry_run: bool = False) -> Response:
         who = guard.identity_of(request.scope)
         owner = payload.get("user") if isinstance(payload, dict) else None
         if who is not None and isinstance(owner, str) and (refusal := access.may_act_for(who, owner)) is not None:
             return JSONResponse(status_code=403, content=detail("user", refusal))
+        if dry_run:
+            return await run_in_threadpool(would, lambda cell: dryrun.submit(cell, payload))
         return await write(
             request,
             payload,
@@ -516,20 +527,25 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
 
     @app.delete("/v1/machines/{name}", responses=contract.answers(404, 409, 503))
     async def delete_machine(name: str, request: Request) -> Response:
-        def change(d: Draft) -> int:
-            if name not in d.state.machines:
-                raise ApiError(404, "name", f"no machine {name}")
-            running = d.state.running_on(name)
-            for t in running:
-                d.step("evict", t.id, EvictReason.MAINTENANCE, reason=f"drain of {name}")
-            if not d.step("machine_remove", name, reason="machine removed"):
-                raise ApiError(409, "name", f"machine {name} still holds allocs; delete them first")
-            d.machines.pop(name, None)
-            return len(running)
-
         return await write(
-            request, None, change, lambda n, rev: stamped({"removed": name, "evicted": n}, rev)
+            request, None, lambda d: remove_machine(d, name), lambda n, rev: stamped({"removed": name, "evicted": n}, rev)
         )
+
+    # --- would it fit? (a Fauxmaster on a copy of the cached cell; nothing is written) ---------
+
+    def would(answer: Callable[[Any], dict[str, Any]]) -> JSONResponse:
+        cell = replica.cache.cell()
+        try:
+            return stamped(answer(cell), cell.revision)
+        except ApiError as err:
+            return JSONResponse(status_code=err.status, content={"detail": err.errors})
+        except (ValueError, TypeError, OverflowError) as err:
+            return JSONResponse(status_code=422, content=detail("", f"the body cannot be read: {err}"))
+
+    @read("/v1/whatif", responses={**contract.answers(404, 503), 200: {"model": dryrun.WhatIf, "description": "what would move"}})
+    async def what_if(remove_machine: str) -> JSONResponse:
+        """Which tasks would move (to where) or wait if machine `remove_machine` were removed."""
+        return await run_in_threadpool(would, lambda cell: dryrun.remove_machine(cell, remove_machine))
 
     # --- quotas (read-only: the leader writes the configured defaults) ---------------------------
 

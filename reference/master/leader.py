@@ -212,6 +212,47 @@ def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
     return placed, conflicts
 
 
+def restart_dead(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) -> int:
+    """Restart the DEAD tasks among `candidates` that their job's policy restarts, as many as
+    `take(wanted)` allows (the leader's rate limit), in task id order; returns how many."""
+    state = d.state
+    restartable = []
+    for tid in candidates:
+        t = state.tasks.get(tid)
+        if t is None or t.state is not TaskState.DEAD:
+            continue
+        newer = TaskId(tid.job, tid.index, tid.incarnation + 1)  # what restart and roll add
+        if newer not in state.tasks and is_pass_work(t, state.jobs.get(tid.job), True):
+            restartable.append(tid)
+    if not restartable:
+        return 0
+    done = 0
+    for tid in sorted(restartable, key=str)[: take(len(restartable))]:
+        cause = d.state.tasks[tid].cause
+        # The spec's guard checks that tid is still the latest incarnation of its index.
+        done += d.step("restart", tid, reason=f"restart after {cause.value if cause else '?'}")
+    return done
+
+
+def roll_stale(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) -> int:
+    """Roll the RUNNING tasks among `candidates` whose request is older than their job's, as
+    many as `take(wanted)` allows, in task id order; returns how many."""
+    state = d.state
+    stale = [
+        tid
+        for tid in candidates
+        if (t := state.tasks.get(tid)) is not None
+        and t.state is TaskState.RUNNING
+        and is_pass_work(t, state.jobs.get(tid.job), True)
+    ]
+    if not stale:
+        return 0
+    done = 0
+    for tid in sorted(stale, key=str)[: take(len(stale))]:
+        done += d.step("roll", tid, reason="rolling update")
+    return done
+
+
 class Term:
     """One term of leadership: its threads stop when the term ends."""
 
@@ -416,36 +457,7 @@ class Term:
         return set(work) | d.touched
 
     def _restart_dead(self, d: Draft, candidates: set[TaskId]) -> int:
-        state = d.state
-        restartable = []
-        for tid in candidates:
-            t = state.tasks.get(tid)
-            if t is None or t.state is not TaskState.DEAD:
-                continue
-            newer = TaskId(tid.job, tid.index, tid.incarnation + 1)  # what restart and roll add
-            if newer not in state.tasks and is_pass_work(t, state.jobs.get(tid.job), True):
-                restartable.append(tid)
-        if not restartable:
-            return 0
-        done = 0
-        for tid in sorted(restartable, key=str)[: self.restarts.take(len(restartable))]:
-            cause = d.state.tasks[tid].cause
-            # The spec's guard checks that tid is still the latest incarnation of its index.
-            done += d.step("restart", tid, reason=f"restart after {cause.value if cause else '?'}")
-        return done
+        return restart_dead(d, candidates, self.restarts.take)
 
     def _roll(self, d: Draft, candidates: set[TaskId]) -> int:
-        state = d.state
-        stale = [
-            tid
-            for tid in candidates
-            if (t := state.tasks.get(tid)) is not None
-            and t.state is TaskState.RUNNING
-            and is_pass_work(t, state.jobs.get(tid.job), True)
-        ]
-        if not stale:
-            return 0
-        done = 0
-        for tid in sorted(stale, key=str)[: self.rolls.take(len(stale))]:
-            done += d.step("roll", tid, reason="rolling update")
-        return done
+        return roll_stale(d, candidates, self.rolls.take)

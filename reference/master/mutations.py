@@ -12,6 +12,7 @@ from typing import Any
 from reference.jobspec import JobFileError, parse_job, parse_request_value
 from reference.master.cell import Draft, JobInfo
 from reference.scheduler import admit
+from spec.actions import EvictReason
 from spec.model import Resources, TaskId, TaskState
 
 
@@ -117,3 +118,17 @@ def kill_task(d: Draft, key: str, index: int) -> TaskId:
     if not d.step("kill", task.id, reason="task killed"):
         raise ApiError(409, "index", f"task {task.id} is already DEAD")
     return task.id
+
+
+def remove_machine(d: Draft, name: str) -> int:
+    """Drain a machine (its RUNNING tasks evicted for maintenance, back to PENDING) and remove
+    it; returns how many tasks were evicted."""
+    if name not in d.state.machines:
+        raise ApiError(404, "name", f"no machine {name}")
+    running = d.state.running_on(name)
+    for t in running:
+        d.step("evict", t.id, EvictReason.MAINTENANCE, reason=f"drain of {name}")
+    if not d.step("machine_remove", name, reason="machine removed"):
+        raise ApiError(409, "name", f"machine {name} still holds allocs; delete them first")
+    d.machines.pop(name, None)
+    return len(running)

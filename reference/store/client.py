@@ -153,13 +153,17 @@ class StoreClient:
         kvs = result.get("kvs", [])
         return ops.parse_kv(kvs[0]) if kvs else None
 
-    def get_prefix(self, prefix: ops.Key) -> tuple[list[tuple[bytes, bytes, int]], int]:
+    def get_prefix(
+        self, prefix: ops.Key, revision: int | None = None
+    ) -> tuple[list[tuple[bytes, bytes, int]], int]:
         """Every (key, value, mod_revision) under `prefix`, sorted by key, and the revision
-        of the store the read reflects (start a watch at that revision + 1 to follow on)."""
-        result = self._post(
-            "kv/range",
-            {"key": ops.b64(prefix), "range_end": ops.b64(ops.prefix_range_end(prefix))},
-        )
+        of the store the read reflects (start a watch at that revision + 1 to follow on).
+        With `revision`, the keys as they were at that past revision (one range read: etcd
+        answers it from its history, until a compaction drops that revision)."""
+        request = {"key": ops.b64(prefix), "range_end": ops.b64(ops.prefix_range_end(prefix))}
+        if revision is not None:
+            request["revision"] = str(revision)
+        result = self._post("kv/range", request)
         kvs = [ops.parse_kv(kv) for kv in result.get("kvs", [])]
         return [(kv.key, kv.value, kv.mod_revision) for kv in kvs], ops.header_revision(result)
 

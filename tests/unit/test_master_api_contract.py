@@ -176,7 +176,7 @@ def test_every_422_is_the_field_error_body_and_fastapis_own_is_gone(doc: dict[st
 @pytest.mark.parametrize(
     ("method", "path", "statuses"),
     [
-        ("post", "/v1/jobs", {"201", "401", "403", "404", "409", "422", "429", "503"}),
+        ("post", "/v1/jobs", {"200", "201", "401", "403", "404", "409", "422", "429", "503"}),
         ("patch", "/v1/jobs/{user}/{name}", {"200", "401", "403", "404", "422", "429", "503"}),
         ("delete", "/v1/jobs/{user}/{name}", {"200", "401", "403", "404", "422", "429", "503"}),
         ("delete", "/v1/jobs/{user}/{name}/tasks/{index}", {"200", "401", "403", "404", "409", "422", "429", "503"}),
@@ -190,6 +190,7 @@ def test_every_422_is_the_field_error_body_and_fastapis_own_is_gone(doc: dict[st
         ("put", "/v1/quotas/{user}/{band}", {"200", "401", "403", "422", "429", "503"}),
         ("delete", "/v1/quotas/{user}/{band}", {"200", "401", "403", "404", "422", "429", "503"}),
         ("get", "/readyz", {"200", "422", "503"}),
+        ("get", "/v1/whatif", {"200", "401", "404", "422", "429", "503"}),
     ],
 )
 def test_every_status_an_operation_answers_is_declared(
