@@ -20,7 +20,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reference import channel
 from reference.jobspec import validation_errors
-from reference.master import access, contract, dryrun, freshness, guard, logs, quotas, ui, users, views
+from reference.master import (
+    access,
+    contract,
+    dryrun,
+    freshness,
+    guard,
+    logs,
+    quotas,
+    ui,
+    users,
+    views,
+)
 from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
