@@ -269,6 +269,8 @@ class JobSpec(BaseModel):
     appclass: AppClass = AppClass.BATCH
     health_check: HealthCheckSpec | None = None
     package: str = ""
+    # A container image the tasks run in on a borglet of the docker runtime (borglet/containers.py).
+    image: str = Field(default="", pattern=r"^([a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?)?$", max_length=255)
     alloc: str | None = None
     autoscale: AutoscaleSpec | None = None
 
