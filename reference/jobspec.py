@@ -326,7 +326,9 @@ class JobSpec(BaseModel):
             restart_policy=self.restart_policy,
             appclass=self.appclass,
             alloc=self.alloc,
-            package=self.package,
+            # A job's image is its package where it names no other: a machine holding the image
+            # is preferred (scheduler/terms.py, package_holders).
+            package=self.package or self.image,
             version=version,
         )
 
