@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Docker engine (borglet/containers.py); a task without one runs as a process either way",
     )
     parser.add_argument(
+        "--image-store",
+        default="",
+        help="with --runtime docker: a directory of `docker save` archives (NAME.tar, '/' as '_') "
+        "an image missing from the engine is loaded from, as a machine fetches a package",
+    )
+    parser.add_argument(
         "--cell", default="", help="the cell's name, which labels this borglet's containers (--runtime docker)"
     )
     parser.add_argument(
@@ -252,7 +258,8 @@ def docker_runtime(parser: argparse.ArgumentParser, args: argparse.Namespace, st
         return None
     try:
         containers = Containers(
-            args.cell, args.name, state_dir, default_cgroup_parent(args.name, Path("/proc/self/cgroup").read_text())
+            args.cell, args.name, state_dir, default_cgroup_parent(args.name, Path("/proc/self/cgroup").read_text()),
+            image_store=os.path.abspath(args.image_store) if args.image_store else "",
         )
         containers.client.ping()
     except Exception as err:  # ImportError, DockerException: either way no engine to use

@@ -146,7 +146,7 @@ class Containers:
 
     def __init__(
         self, cell: str, machine: str, state_dir: str, cgroup_parent: str, client: Any = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, image_store: str = "",
     ) -> None:  # fmt: skip
         if client is None:
             import docker  # only a docker-runtime borglet needs the SDK
@@ -156,6 +156,8 @@ class Containers:
         self.cell, self.machine, self.state_dir = cell, machine, state_dir
         self.cgroup_parent = cgroup_parent
         self.clock = clock
+        self.image_store = image_store
+        self._fetch_lock = threading.Lock()
         self._images: list[str] = []
         self._images_at = -IMAGES_EVERY_S
         self._images_lock = threading.Lock()
@@ -178,12 +180,32 @@ class Containers:
             container.start()
             container.reload()
         except docker.errors.ImageNotFound as err:
-            raise OSError(f"image {spec.image!r} is not on this machine's engine: {err.explanation}") from err
+            if not self.fetch(spec.image):
+                raise OSError(f"image {spec.image!r} is not on this machine's engine: {err.explanation}") from err
+            return self.run(spec, env, uid, log_dir, cgroup_parent)
         except docker.errors.APIError as err:
             raise OSError(f"docker: {err.explanation or err}") from err
         except docker.errors.DockerException as err:
             raise OSError(f"docker: {err}") from err
         return _started(container.id, container.attrs)
+
+    def fetch(self, image: str) -> bool:
+        """Load a missing image from the image store (`docker save` archives, one per image:
+        `store_path`), as a Borg machine fetches a package; False when the store has none."""
+        if not self.image_store:
+            return False
+        path = store_path(self.image_store, image)
+        with self._fetch_lock:  # the first start that misses it loads it; the others wait
+            if any(image in (tag, tag.removesuffix(":latest")) for tag in image_tags(self.client.api.images())):
+                return True
+            try:
+                with open(path, "rb") as archive:
+                    log.info("loading image %s from %s", image, path)
+                    self.client.images.load(archive)
+            except FileNotFoundError:
+                return False
+            self._images_at = -IMAGES_EVERY_S  # the next report lists it
+        return True
 
     def exit_status(self, container_id: str) -> tuple[int | None, bool]:
         """The exit code of an ended container and whether the kernel OOM-killed it."""
@@ -278,6 +300,13 @@ def image_tags(images: list[dict[str, Any]]) -> list[str]:
 def _started(container_id: str, attrs: Mapping[str, Any]) -> Started:
     pid = int(attrs["State"].get("Pid") or 0)
     return Started(container_id, pid, processes.create_time(pid) if pid else None)
+
+
+def store_path(store: str, image: str) -> str:
+    """Where an image's archive lives in an image store: 'minborg/hello_world' ->
+    STORE/minborg_hello_world.tar (a tag other than latest is part of the name)."""
+    name = image.removesuffix(":latest").replace("/", "_").replace(":", "_")
+    return os.path.join(store, f"{name}.tar")
 
 
 def prepare_log_dir(log_dir: str, uid: int) -> None:

@@ -254,3 +254,15 @@ def test_a_restarted_borglet_readopts_by_labels_and_removes_what_it_no_longer_wa
         assert "c1" in engine.boxes and engine.runs == 3  # a kept running, never started again
     finally:
         second.stop(kill_tasks=True, timeout_s=3)
+
+
+@pytest.mark.parametrize(
+    "image, path",
+    [
+        ("minborg/hello_world", "/s/minborg_hello_world.tar"),
+        ("minborg/hello_world:latest", "/s/minborg_hello_world.tar"),  # the same image
+        ("minborg/batch:v2", "/s/minborg_batch_v2.tar"),
+    ],
+)
+def test_store_path(image, path):
+    assert containers.store_path("/s", image) == path
