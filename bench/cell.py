@@ -36,19 +36,16 @@ from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS
 
 
 def job(name: str, count: int, image: str = "") -> dict[str, Any]:
-    """A job of `count` sleeping tasks; with `image`, its tasks run in containers of it (their
-    64 MiB: a container's memory limit counts the interpreter, which an 8 MiB one OOM-kills)."""
-    if image:
-        return {
-            "name": name, "user": "bench", "priority": 100, "task_count": count,
-            "request": {"cpu": "10m", "ram": "64MiB"}, "image": image,
-            "command": ["python", "-c", "import time; time.sleep(3600)"], "restart_policy": "on_failure",
-        }  # fmt: skip
+    """A job of `count` sleeping tasks; with `image`, its tasks run in containers of it.
+
+    64 MiB each: an interpreter does not start under 8 MiB (the address-space limit of the
+    rlimit isolation, or a container's memory limit), and a task that crash-loops would be
+    counted as started at its first spawn."""
     return {
         "name": name, "user": "bench", "priority": 100, "task_count": count,
-        "request": {"cpu": "10m", "ram": "8MiB"},
-        "command": [sys.executable, "-c", "import time; time.sleep(3600)"],
-        "restart_policy": "on_failure",
+        "request": {"cpu": "10m", "ram": "64MiB"},
+        "command": ["python" if image else sys.executable, "-c", "import time; time.sleep(3600)"],
+        "restart_policy": "on_failure", **({"image": image} if image else {}),
     }  # fmt: skip
 
 

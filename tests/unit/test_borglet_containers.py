@@ -5,6 +5,7 @@ and the supervisor on a fake engine: containers beside processes, an OOM kill, r
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 
 import pytest
@@ -134,10 +135,12 @@ class FakeEngine:
         self.oom: set[str] = set()
         self.removed: list[str] = []
         self.runs = 0
+        self.lock = threading.Lock()  # the borglet starts several containers at once
 
     def run(self, spec, env, uid, log_dir, cgroup_parent=None):
-        self.runs += 1
-        cid = f"c{self.runs}"
+        with self.lock:
+            self.runs += 1
+            cid = f"c{self.runs}"
         proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
         self.boxes[cid] = (spec.task_id, proc)
         return containers.Started(cid, proc.pid, processes.create_time(proc.pid))
@@ -235,7 +238,7 @@ def test_a_restarted_borglet_readopts_by_labels_and_removes_what_it_no_longer_wa
     first = borglet_on(tmp_path, engine)
     sync(first, 1, boxed("a#0"), boxed("b#0"))
     first.start_queued()
-    pid = first.tasks["a#0"].pid
+    pid, kept, dropped = first.tasks["a#0"].pid, first.tasks["a#0"].container, first.tasks["b#0"].container
     first.stop()  # tasks left running, as at a borglet crash
     # A container whose record never reached the table: the borglet died between its save and
     # the container's start, or a run of a task no longer here.
@@ -243,15 +246,15 @@ def test_a_restarted_borglet_readopts_by_labels_and_removes_what_it_no_longer_wa
     second = borglet_on(tmp_path, engine)
     try:
         second.load()
-        assert second.tasks["a#0"].pid == pid and second.tasks["a#0"].container == "c1"
+        assert second.tasks["a#0"].pid == pid and second.tasks["a#0"].container == kept
         assert second.tasks["a#0"].state == "RUNNING"
         sync(second, 2, boxed("a#0"))  # b is no longer wanted
         second.tick()
         settle(second, lambda: second.tasks["b#0"].ended, "b killed")
         second.tick()
         second.release_groups()
-        assert stray.container_id in engine.removed and "c2" in engine.removed
-        assert "c1" in engine.boxes and engine.runs == 3  # a kept running, never started again
+        assert stray.container_id in engine.removed and dropped in engine.removed
+        assert kept in engine.boxes and engine.runs == 3  # a kept running, never started again
     finally:
         second.stop(kill_tasks=True, timeout_s=3)
 
@@ -266,3 +269,14 @@ def test_a_restarted_borglet_readopts_by_labels_and_removes_what_it_no_longer_wa
 )
 def test_store_path(image, path):
     assert containers.store_path("/s", image) == path
+
+
+def test_image_names_are_the_base_then_one_per_dockerfile(tmp_path):
+    from reference import images
+
+    for name in ("hello_world", "batch"):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        (tmp_path / "images" / name / "Dockerfile").write_text("FROM minborg/base\n")
+    (tmp_path / "images" / "notes").mkdir()  # no Dockerfile: no image
+    assert images.image_names(tmp_path) == ["minborg/base", "minborg/batch", "minborg/hello_world"]
+    assert images.image_names(images.repository_root()) == ["minborg/base", "minborg/batch", "minborg/hello_world"]
