@@ -213,7 +213,7 @@ class Containers:
 
         try:
             state = self.client.api.inspect_container(container_id)["State"]
-        except docker.errors.APIError as err:
+        except (docker.errors.DockerException, OSError) as err:  # OSError: the engine's socket
             log.warning("cannot inspect container %s: %s", container_id[:12], err)
             return None, False
         code = state.get("ExitCode")
@@ -253,7 +253,7 @@ class Containers:
             self.client.api.remove_container(container_id, force=True)
         except docker.errors.NotFound:
             return True
-        except docker.errors.APIError as err:
+        except (docker.errors.DockerException, OSError) as err:
             log.warning("cannot remove container %s: %s", container_id[:12], err)
             return False
         return True

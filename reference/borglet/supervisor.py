@@ -502,7 +502,11 @@ class Borglet:
         if not self._sweep_due:
             return
         self._sweep_due = False
-        labelled = containers.labelled()
+        try:
+            labelled = containers.labelled()
+        except Exception as err:  # an engine that does not answer: left for the next restart
+            log.warning("cannot list this borglet's containers: %s", err)
+            return
         with self._lock:
             for cid, tid in labelled.items():
                 task = self.tasks.get(tid)
@@ -559,8 +563,13 @@ class Borglet:
 
     def _on_exit(self, task: Task, returncode: int | None, now: float) -> None:
         if task.container:
-            # The engine knows how its container ended, OOM kill included (State.OOMKilled).
-            returncode, oom = self._containers().exit_status(task.container)
+            # The engine knows how its container ended, OOM kill included (State.OOMKilled);
+            # a task the borglet killed ends KILLED whatever it says, so the engine is not
+            # asked, under the lock, once per container of a job's kill.
+            if task.kill_reason is None:
+                returncode, oom = self._containers().exit_status(task.container)
+            else:
+                oom = False
             self._to_remove.append(task.container)
             task.container = ""
         else:
