@@ -4,6 +4,12 @@ Task start: a 100-task job is submitted; each task's latency is the borglet's st
 its process minus the moment the submit was sent. Failover: the leader is SIGKILLed N
 times (restarted in between); each time, from the kill to the first write the cell accepts.
 Lost writes: a writer submits jobs all along; every acknowledged one must be present after.
+
+`--runtime docker` runs the job's tasks as containers of `--image` (the borglets run the docker
+runtime) and measures each task's memory on the host: its processes' RSS, plus, for a
+container, its runtime shim's and its share of the engine's growth. `--image-absent` removes
+the image first: the borglets load it from an image store (`docker save` archives) on the
+first start that misses it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import json
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -28,13 +35,58 @@ from reference.launcher.testcell import LocalCell, wait_for
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS
 
 
-def job(name: str, count: int) -> dict[str, Any]:
+def job(name: str, count: int, image: str = "") -> dict[str, Any]:
+    """A job of `count` sleeping tasks; with `image`, its tasks run in containers of it.
+
+    64 MiB each: an interpreter does not start under 8 MiB (the address-space limit of the
+    rlimit isolation, or a container's memory limit), and a task that crash-loops would be
+    counted as started at its first spawn."""
     return {
         "name": name, "user": "bench", "priority": 100, "task_count": count,
-        "request": {"cpu": "10m", "ram": "8MiB"},
-        "command": [sys.executable, "-c", "import time; time.sleep(3600)"],
-        "restart_policy": "on_failure",
+        "request": {"cpu": "10m", "ram": "64MiB"},
+        "command": ["python" if image else sys.executable, "-c", "import time; time.sleep(3600)"],
+        "restart_policy": "on_failure", **({"image": image} if image else {}),
     }  # fmt: skip
+
+
+ENGINE = ("dockerd", "containerd")  # the engine's own processes, whose growth a container costs
+
+
+def rss_of(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+def tree(pid: int) -> list[int]:
+    try:
+        return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    except psutil.Error:
+        return []
+
+
+def engine_rss() -> int:
+    return rss_of([p.pid for p in psutil.process_iter(["name"]) if p.info["name"] in ENGINE])
+
+
+def task_memory(tasks: list[dict[str, Any]], engine_before: int, containers: bool) -> dict[str, float]:
+    """Per task, in MiB: its processes' RSS (a container's: its init and the task), and for a
+    container its shim's RSS and its share of the engine's growth since before the job."""
+    pids = [int(t["pid"]) for t in tasks if t.get("pid")]
+    own = sum(rss_of(tree(pid)) for pid in pids) / max(1, len(pids))
+    out = {"tasks_measured": len(pids), "task_rss_mib": own / 2**20}
+    if containers:
+        shims = {psutil.Process(pid).ppid() for pid in pids if psutil.pid_exists(pid)}
+        out["shim_rss_mib"] = rss_of(sorted(shims)) / max(1, len(pids)) / 2**20
+        out["engine_growth_mib"] = (engine_rss() - engine_before) / max(1, len(pids)) / 2**20
+        out["total_mib"] = out["task_rss_mib"] + out["shim_rss_mib"] + out["engine_growth_mib"]
+    else:
+        out["total_mib"] = out["task_rss_mib"]
+    return out
 
 
 class RssSampler(threading.Thread):
@@ -52,9 +104,10 @@ class RssSampler(threading.Thread):
                     pass
 
 
-def task_start(cell: LocalCell, count: int) -> dict[str, float]:
+def task_start(cell: LocalCell, count: int, image: str = "") -> dict[str, Any]:
+    engine_before = engine_rss() if image else 0
     sent = time.time()
-    r = cell.submit(job("start", count))
+    r = cell.submit(job("start", count, image))
     r.raise_for_status()
 
     def started() -> list[dict[str, Any]] | None:
@@ -62,10 +115,30 @@ def task_start(cell: LocalCell, count: int) -> dict[str, float]:
         ts = [t for t in cell.tasks("bench", "start") if t["state"] == "RUNNING" and t.get("confirmed") and t.get("started_at")]
         return ts if len(ts) >= count else None
 
-    tasks = wait_for(started, 120, f"{count} tasks started", every=0.2)
+    tasks = wait_for(started, 300, f"{count} tasks started", every=0.2)
     lat = [t["started_at"] - sent for t in tasks]
+    memory = task_memory([cell_task(cell, t) for t in tasks], engine_before, bool(image))
     cell.request("DELETE", "/v1/jobs/bench/start")
-    return {"tasks": count, "p50_s": percentile(lat, 0.5), "p99_s": percentile(lat, 0.99), "max_s": max(lat)}
+    return {
+        "tasks": count, "p50_s": percentile(lat, 0.5), "p99_s": percentile(lat, 0.99), "max_s": max(lat),
+        "memory": memory,
+    }  # fmt: skip
+
+
+def cell_task(cell: LocalCell, listed: dict[str, Any]) -> dict[str, Any]:
+    """A task's full record (its pid is in the one-task answer, not in the list)."""
+    if listed.get("pid"):
+        return listed
+    return cell.get(f"/v1/jobs/bench/start/tasks/{listed['index']}")
+
+
+def image_absent(image: str, store: Path) -> None:
+    """Save `image` into the image store the borglets load from, then remove it from the engine."""
+    from reference.borglet.containers import store_path
+
+    store.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["docker", "save", "-o", store_path(str(store), image), image], check=True)
+    subprocess.run(["docker", "rmi", image], check=True, stdout=subprocess.DEVNULL)
 
 
 def api_latency(cell: LocalCell, reads: int = 300, writes: int = 60) -> dict[str, float]:
@@ -177,25 +250,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poll-interval", type=float, default=1.0)
     p.add_argument("--etcd-heartbeat-ms", type=int, default=HEARTBEAT_MS)
     p.add_argument("--etcd-election-ms", type=int, default=ELECTION_MS)
+    p.add_argument("--runtime", choices=("process", "docker"), default="process", help="the borglets' runtime")
+    p.add_argument("--image", default="minborg/hello_world", help="with --runtime docker: the tasks' image")
+    p.add_argument(
+        "--image-absent", action="store_true",
+        help="with --runtime docker: remove the image first; the borglets load it from an image store",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--workdir", default=None, help="keep logs here (default: a temporary directory)")
     args = p.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="minborg-bench-"))
+    image = args.image if args.runtime == "docker" else ""
+    borglet_args: tuple[str, ...] = ()
+    if image:
+        borglet_args = ("--runtime", "docker", "--cell", "bench", "--image-store", str(workdir / "images"))
+        if args.image_absent:
+            image_absent(image, workdir / "images")
     cell = LocalCell(
         workdir, masters=args.replicas, borglets=args.machines, capacity="cpu=64000m,ram=64GiB",
         cell="bench", poll_interval=args.poll_interval, lease_ttl=args.lease_ttl,
         etcd_heartbeat_ms=args.etcd_heartbeat_ms, etcd_election_ms=args.etcd_election_ms,
         master_args=("--rate-limit", "0"),  # the bench's one client is the admin, as fast as it goes
+        borglet_args=borglet_args,
     )  # fmt: skip
     results: dict[str, Any] = {
         "replicas": args.replicas, "machines": args.machines, "workdir": str(workdir), "lease_ttl": args.lease_ttl,
         "etcd_heartbeat_ms": args.etcd_heartbeat_ms, "etcd_election_ms": args.etcd_election_ms,
-        "loadavg_before": os.getloadavg(),
+        "loadavg_before": os.getloadavg(), "runtime": args.runtime, "image": image,
+        "image_absent": bool(image and args.image_absent),
     }  # fmt: skip
     with cell:
         rss = RssSampler(cell)
         rss.start()
-        results["task_start"] = task_start(cell, args.tasks)
+        results["task_start"] = task_start(cell, args.tasks, image)
         results["api"] = api_latency(cell)
         if args.kills > 0 and args.replicas > 1:
             results["failover"] = failover(cell, args.kills)
@@ -210,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ts, api = results["task_start"], results["api"]
         print(f"task start ({ts['tasks']} tasks): p50 {ts['p50_s']:.3f}s p99 {ts['p99_s']:.3f}s max {ts['max_s']:.3f}s")
+        print("memory per task: " + ", ".join(f"{k} {v:.2f}" for k, v in ts["memory"].items()))
         print(f"API reads p50 {api['read_p50_ms']:.1f}ms p99 {api['read_p99_ms']:.1f}ms; "
               f"writes p50 {api['write_p50_ms']:.1f}ms p99 {api['write_p99_ms']:.1f}ms")  # fmt: skip
         if "failover" in results:

@@ -67,6 +67,8 @@ app.add_typer(report_app, name="report")
 app.add_typer(spec_app, name="spec")
 campaign_app = typer.Typer(help="Load, chaos and elasticity campaigns that write reports.", no_args_is_help=True)
 app.add_typer(campaign_app, name="campaign")
+image_app = typer.Typer(help="Container images for cells of the docker runtime.", no_args_is_help=True)
+app.add_typer(image_app, name="image")
 app.command("demo")(demo)
 cell_app.command("checkpoint")(cli_faux.checkpoint)
 cell_app.command("whatif")(cli_faux.whatif)
@@ -89,6 +91,23 @@ PASS_THROUGH: dict[str, Any] = {
     "context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
     "add_help_option": False,
 }
+
+
+# --- image -----------------------------------------------------------------------------------
+
+
+@image_app.command("build")
+@handles_errors
+def image_build() -> None:
+    """Build the base image (Debian with python3, by debootstrap; skipped when present) and the
+    examples' images (images/*/Dockerfile) on this machine's Docker engine."""
+    from reference import images
+
+    try:
+        built = images.build_all(say=lambda msg: console.print(f"[dim]{escape(msg)}[/dim]"))
+    except RuntimeError as err:
+        raise fail(str(err)) from None
+    console.print(f"built {', '.join(built)}")
 
 
 # --- cell ------------------------------------------------------------------------------------
@@ -154,6 +173,14 @@ def cell_up(
         float | None,
         typer.Option("--hollow-start-delay", min=0, help="Seconds from a hollow task's sync to its RUNNING (default 0.1)."),
     ] = None,
+    runtime: Annotated[
+        str,
+        typer.Option(
+            "--runtime",
+            help="process, or docker: a job that names an image runs its tasks as containers of it "
+            "(needs a Docker engine; `minborg image build` first).",
+        ),
+    ] = "process",
     as_json: JsonOpt = False,
 ) -> None:
     """Start a cell: etcd, the master replicas and the borglets. A state dir that holds a stopped
@@ -192,6 +219,7 @@ def cell_up(
         hollow_start_delay_s=hollow_start_delay,
         replica_cpu=replica_cpu,
         schedulers=schedulers,
+        runtime=runtime,
     )
     if bounds is not None and not resuming:  # a resumed cell brings back the autoscaler it had
         info = _start_autoscaler(info, bounds, machine_capacity, say)

@@ -44,6 +44,7 @@ COMMANDS = (
     ("report", "Regenerate measured reports."),
     ("spec", "The executable specification."),
     ("campaign", "Load, chaos and elasticity campaigns that write reports."),
+    ("image", "Container images for cells of the docker runtime."),
 )  # fmt: skip
 FAST_OPTIONS = {"--master", "--state-dir", "--user", "--output", "-o"}
 FLAGS = {"--json"}

@@ -269,6 +269,8 @@ class JobSpec(BaseModel):
     appclass: AppClass = AppClass.BATCH
     health_check: HealthCheckSpec | None = None
     package: str = ""
+    # A container image the tasks run in on a borglet of the docker runtime (borglet/containers.py).
+    image: str = Field(default="", pattern=r"^([a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?)?$", max_length=255)
     alloc: str | None = None
     autoscale: AutoscaleSpec | None = None
 
@@ -324,7 +326,9 @@ class JobSpec(BaseModel):
             restart_policy=self.restart_policy,
             appclass=self.appclass,
             alloc=self.alloc,
-            package=self.package,
+            # A job's image is its package where it names no other: a machine holding the image
+            # is preferred (scheduler/terms.py, package_holders).
+            package=self.package or self.image,
             version=version,
         )
 

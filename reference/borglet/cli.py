@@ -13,6 +13,7 @@ from pathlib import Path
 
 from reference import channel
 from reference.borglet import taskusers
+from reference.borglet.containers import Containers, default_cgroup_parent
 from reference.borglet.hollow import DEFAULT_START_DELAY_S
 from reference.borglet.isolation import choose
 from reference.borglet.processes import sanitize
@@ -66,6 +67,22 @@ def build_parser() -> argparse.ArgumentParser:
         "of the state dir)",
     )
     parser.add_argument("--isolation", choices=("auto", "cgroup", "rlimit"), default="auto")
+    parser.add_argument(
+        "--runtime",
+        choices=("process", "docker"),
+        default="process",
+        help="docker: a task whose job names an image runs as a container of it, on this host's "
+        "Docker engine (borglet/containers.py); a task without one runs as a process either way",
+    )
+    parser.add_argument(
+        "--image-store",
+        default="",
+        help="with --runtime docker: a directory of `docker save` archives (NAME.tar, '/' as '_') "
+        "an image missing from the engine is loaded from, as a machine fetches a package",
+    )
+    parser.add_argument(
+        "--cell", default="", help="the cell's name, which labels this borglet's containers (--runtime docker)"
+    )
     parser.add_argument(
         "--kill-tasks-on-exit",
         action="store_true",
@@ -165,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         task_uids=as_users,
         work_dir=work_dir,
     )
-    borglet = Borglet(config, choose(args.isolation, args.name))
+    borglet = Borglet(config, choose(args.isolation, args.name), containers=docker_runtime(parser, args, state_dir))
     borglet.load()
     log = logging.getLogger(__name__)
     log.info("machine %s isolation=%s capacity=%s", args.name, borglet.isolation.name, capacity)
@@ -232,6 +249,22 @@ def _serve_hollow(
         HollowApp(machines, channel_key=key), host=host, port=port, log_level="warning", access_log=False,
         http="httptools", lifespan="off",
     )  # fmt: skip
+
+
+def docker_runtime(parser: argparse.ArgumentParser, args: argparse.Namespace, state_dir: str) -> Containers | None:
+    """The engine of `--runtime docker`, None for the process runtime; an unreachable engine
+    (or no Docker SDK) ends the borglet with why."""
+    if args.runtime != "docker":
+        return None
+    try:
+        containers = Containers(
+            args.cell, args.name, state_dir, default_cgroup_parent(args.name, Path("/proc/self/cgroup").read_text()),
+            image_store=os.path.abspath(args.image_store) if args.image_store else "",
+        )
+        containers.client.ping()
+    except Exception as err:  # ImportError, DockerException: either way no engine to use
+        parser.error(f"--runtime docker: no Docker engine answers ({err}); start dockerd or use --runtime process")
+    return containers
 
 
 def run_tasks_as_users(mode: str, euid: int, python: str) -> tuple[bool, str]:

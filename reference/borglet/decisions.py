@@ -305,3 +305,13 @@ def memory_pressure_victims(candidates: Iterable[Candidate], capacity_ram: int) 
         victims.append(candidate.task_id)
         total -= candidate.ram_bytes
     return victims
+
+
+def container_unwanted(task_live: bool, task_container: str, container_id: str) -> bool:
+    """Whether a container found by this borglet's label is to be removed: its task is not a
+    live task here (forgotten, ended, or never known), or the task runs in another container
+    (an older run's). A live task with no container yet is being started: its new container
+    may be this one."""
+    if not task_live:
+        return True
+    return bool(task_container) and task_container != container_id

@@ -50,6 +50,7 @@ class TaskSpec(BaseModel):
     priority: int = 0
     restart_policy: RestartPolicy = "never"
     health_check: HealthCheck | None = None
+    image: str = Field(default="", description="a container image to run the task in (--runtime docker)")
 
 
 class Delta(BaseModel):

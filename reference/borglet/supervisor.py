@@ -19,10 +19,12 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reference import ports
+from reference.borglet import containers as runtime
 from reference.borglet import decisions, logs, processes, store, taskusers
 from reference.borglet.health import Prober
 from reference.borglet.isolation import Isolation
@@ -43,6 +45,7 @@ RELEASES_PER_TICK = 200  # cgroups of ended tasks removed per pass, outside the 
 OBSERVE_CHUNK = 200  # tasks observed per hold of the lock in a pass
 FIRST_PROBE_DELAY_S = 0.1
 STARTUP_PROBE_INTERVAL_S = 0.25  # probe quickly until a task is first healthy
+CONTAINER_STARTS = 8  # containers the starter makes at once (--runtime docker)
 
 
 class SyncRefused(Exception):
@@ -105,8 +108,12 @@ class Borglet:
         clock: Callable[[], float] = time.monotonic,
         prober: Prober | None = None,
         wall_clock: Callable[[], float] = time.time,
+        containers: runtime.Containers | None = None,
     ):
         self.config = config
+        # The docker runtime (--runtime docker): a task whose job names an image runs as a
+        # container of it; None, or a task without an image: as a process.
+        self.containers = containers
         self.isolation = isolation
         self.clock = clock
         self.wall_clock = wall_clock
@@ -138,6 +145,8 @@ class Borglet:
         # thousands after a job's kill, under the lock, kept syncs waiting past their timeout.
         self._to_release: deque[dict[str, str]] = deque()
         self._to_clean: deque[str] = deque()  # working directories of ended tasks
+        self._to_remove: deque[str] = deque()  # containers of ended runs, removed outside the lock
+        self._sweep_due = False  # after the first sync: remove the containers no task wants
 
     @property
     def epoch(self) -> int:
@@ -165,6 +174,8 @@ class Borglet:
             self.master = request.master
             self.desired = specs
             self.syncs += 1
+            if self.syncs == 1 and self.containers is not None:
+                self._sweep_due = True
             self._dirty = True
             plan = decisions.reconcile(
                 specs,
@@ -233,6 +244,7 @@ class Borglet:
         table = store.load(self.table_path)
         now = self.wall_clock()
         marked: dict[str, list[int]] | None = None
+        labelled: dict[str, runtime.Started] | None = None
         with self._lock:
             fence = table.get("fence") or {"epoch": table.get("epoch", 0)}
             self.fence = decisions.Fence(
@@ -255,7 +267,17 @@ class Borglet:
                     health_checked=task.spec.health_check is not None,
                 )
                 found = False
-                if not task.ended and task.launching and task.pid is None:
+                if not task.ended and task.launching and task.pid is None and self._in_container(task):
+                    # Saved just before its container was made: found by its labels, if it runs.
+                    if labelled is None:
+                        labelled = {f.task_id: f.container for f in self._containers().owned()}
+                    hit = labelled.get(tid)
+                    if hit is not None:
+                        found = True
+                        task.pid, task.container, task.create_time = hit.pid, hit.container_id, hit.create_time
+                        task.started_at = task.create_time or now
+                    task.launching = False
+                elif not task.ended and task.launching and task.pid is None:
                     # Saved just before its spawn: the process may exist; never spawn it again.
                     if marked is None:
                         marked = processes.marked_processes(self.config.state_dir)
@@ -311,6 +333,9 @@ class Borglet:
                 thread.join(timeout=5)
         if kill_tasks:
             self.kill_all("borglet_exit", timeout_s or self.config.kill_grace_s + 2)
+            if self.containers is not None:
+                self._to_remove.extend(self.containers.all_ids())  # nothing it ran outlives it
+                self.release_groups()
         self._dirty = True
         self._save_if_dirty(force=True)
         self.prober.close()
@@ -414,11 +439,17 @@ class Borglet:
             return 0
         self._save_if_dirty(force=True)  # the write-ahead: launching is on disk before a spawn
         started = 0
-        for tid in batch:
-            if self._stop.is_set():
-                break
-            if self._start(tid):
-                started += 1
+        if self.containers is not None:
+            # A container takes the engine a second or so to make and start, mostly waiting on
+            # runc and the file system: several at once, where a process spawn takes a millisecond.
+            with ThreadPoolExecutor(CONTAINER_STARTS, thread_name_prefix="borglet-start") as pool:
+                started = sum(pool.map(lambda tid: not self._stop.is_set() and self._start(tid), batch))
+        else:
+            for tid in batch:
+                if self._stop.is_set():
+                    break
+                if self._start(tid):
+                    started += 1
         with self._lock:
             for tid in reversed(batch):  # any the loop did not reach go back to the front
                 task = self.tasks.get(tid)
@@ -459,8 +490,33 @@ class Borglet:
             self._relieve_memory_pressure(now)
             for task in self.tasks.values():
                 self._maybe_probe(task, now)
+        if self.containers is not None:
+            self._tend_containers()
         self.release_groups(RELEASES_PER_TICK)
         self._save_if_dirty(force=False)
+
+    def _tend_containers(self) -> None:
+        """The engine's side of a pass, outside the lock: the list of images a report gives,
+        and once after the first sync, the removal of every container no task wants (left by
+        a run of this borglet that is no longer desired, or the borglet's restart)."""
+        containers = self._containers()
+        containers.refresh_images()
+        if not self._sweep_due:
+            return
+        self._sweep_due = False
+        try:
+            labelled = containers.labelled()
+        except Exception as err:  # an engine that does not answer: left for the next restart
+            log.warning("cannot list this borglet's containers: %s", err)
+            return
+        with self._lock:
+            for cid, tid in labelled.items():
+                task = self.tasks.get(tid)
+                if decisions.container_unwanted(
+                    task is not None and not task.ended, task.container if task else "", cid
+                ):
+                    log.warning("removing container %s of %s: no task here wants it", cid[:12], tid or "?")
+                    self._to_remove.append(cid)
 
     def release_groups(self, limit: int | None = None) -> int:
         """Remove the cgroups of ended tasks (killing what is left in them), outside the lock;
@@ -477,6 +533,15 @@ class Borglet:
                 self._to_release.append(group)
         for _ in range(len(self._to_clean) if limit is None else min(limit, len(self._to_clean))):
             processes.remove_workdir(self._to_clean.popleft())
+        for _ in range(len(self._to_remove) if limit is None else min(limit, len(self._to_remove))):
+            try:
+                cid = self._to_remove.popleft()
+            except IndexError:
+                break
+            if self._containers().remove(cid):
+                done += 1
+            else:
+                self._to_remove.append(cid)
         return done
 
     def _observe(self, task: Task, now: float) -> None:
@@ -499,7 +564,18 @@ class Borglet:
             task.kill_deadline = None
 
     def _on_exit(self, task: Task, returncode: int | None, now: float) -> None:
-        oom = self.isolation.oom_kills(task.group) > task.oom_base
+        if task.container:
+            # The engine knows how its container ended, OOM kill included (State.OOMKilled);
+            # a task the borglet killed ends KILLED whatever it says, so the engine is not
+            # asked, under the lock, once per container of a job's kill.
+            if task.kill_reason is None:
+                returncode, oom = self._containers().exit_status(task.container)
+            else:
+                oom = False
+            self._to_remove.append(task.container)
+            task.container = ""
+        else:
+            oom = self.isolation.oom_kills(task.group) > task.oom_base
         ran_for = now - task.started_at
         # Children the task left behind in its session die with it.
         processes.signal_session(task.pid, signal.SIGKILL)
@@ -523,7 +599,10 @@ class Borglet:
         if task.pid is None:
             return
         task.sampled_at = now
-        sample = self.isolation.sample(task.group, task.pid)
+        if task.container:
+            sample = self._containers().sample(task.container, task.pid)
+        else:
+            sample = self.isolation.sample(task.group, task.pid)
         task.ram_bytes = sample.ram_bytes
         if task.cpu_sample is None:
             task.cpu_sample = (now, sample.cpu_ns)
@@ -594,9 +673,10 @@ class Borglet:
             env = self._task_env(task)
             uid = self._run_as(task)
         spec = task.spec
-        proc: subprocess.Popen | None = None
+        proc: subprocess.Popen | runtime.Started | None = None
         try:
-            group = self.isolation.prepare(task.key, spec.request.cpu, spec.request.ram)
+            # A container's group is the engine's, made under the borglet's (containers.py).
+            group = {} if self._in_container(task) else self.isolation.prepare(task.key, spec.request.cpu, spec.request.ram)
         except OSError as err:
             with self._lock:
                 self._failed_to_start(task, f"setup: {err}")
@@ -615,6 +695,8 @@ class Borglet:
                 # Killed (or forgotten) while its process was being made: it never ran for
                 # the cell; the process goes now, and its group with it.
                 processes.signal_session(proc.pid, signal.SIGKILL)
+                if isinstance(proc, runtime.Started):
+                    self._to_remove.append(proc.container_id)
                 task.launching = False
                 self._release(task)
                 return False
@@ -628,6 +710,9 @@ class Borglet:
 
     def _task_env(self, task: Task) -> dict[str, str]:
         spec = task.spec
+        if self._in_container(task):
+            markers = {processes.TASK_MARKER: spec.task_id, processes.BORGLET_MARKER: self.config.state_dir}
+            return runtime.task_env(spec, task.port, self.config.name, markers)
         env = dict(os.environ)
         if self.config.task_uids:
             env["HOME"] = self.workdir(task)  # the borglet's own is not the task's to read
@@ -650,8 +735,8 @@ class Borglet:
 
     def _run_as(self, task: Task) -> int | None:
         """The uid the task runs as (its job user's, recorded on first use), or None: as the
-        borglet's own user. Under the lock."""
-        if not self.config.task_uids:
+        borglet's own user. Under the lock. A container always runs as its job user's uid."""
+        if not self.config.task_uids and not self._in_container(task):
             return None
         user = taskusers.user_of(task.spec.job, task.spec.task_id)
         uid = taskusers.assign(user, self.uids)
@@ -660,10 +745,22 @@ class Borglet:
             self._dirty = True
         return uid
 
+    def _in_container(self, task: Task) -> bool:
+        """Whether the task runs as a container: its job names an image and this borglet
+        runs the docker runtime (one without an image runs as a process: docs/decisions.md)."""
+        return self.containers is not None and bool(task.spec.image)
+
+    def _containers(self) -> runtime.Containers:
+        assert self.containers is not None, "a container task on a borglet without the docker runtime"
+        return self.containers
+
     def _spawn(
         self, task: Task, group: dict[str, str], env: dict[str, str], uid: int | None
-    ) -> subprocess.Popen:
+    ) -> subprocess.Popen | runtime.Started:
         log_dir = logs.task_dir(self.config.state_dir, task.key)
+        if self._in_container(task):
+            assert uid is not None
+            return self._containers().run(task.spec, env, uid, log_dir)
         cwd = task.spec.cwd
         if uid is not None:
             # Its HOME, and its working directory unless its job names one: only its uid enters.
@@ -682,13 +779,19 @@ class Borglet:
             return
         self._launched(task, proc, now)
 
-    def _launched(self, task: Task, proc: subprocess.Popen, now: float) -> None:
+    def _launched(self, task: Task, proc: subprocess.Popen | runtime.Started, now: float) -> None:
         spec = task.spec
         task.oom_base = self.isolation.oom_kills(task.group)
         task.restart_at = None
         task.launching = False
-        task.proc, task.pid = proc, proc.pid
-        task.create_time = processes.create_time(proc.pid)
+        if isinstance(proc, runtime.Started):
+            # Watched as an adopted process is, by its init's host pid; the engine is asked
+            # only when it ends.
+            task.proc, task.pid, task.container = None, proc.pid, proc.container_id
+            task.create_time = proc.create_time
+        else:
+            task.proc, task.pid = proc, proc.pid
+            task.create_time = processes.create_time(proc.pid)
         # The process's own creation time: the same figure a borglet that adopts the process
         # after a crash reads back, so a task's start time never changes under re-adoption.
         task.started_at = task.create_time or now
@@ -733,6 +836,9 @@ class Borglet:
         if task.group:
             self._to_release.append(task.group)
             task.group = {}
+        if task.container:  # a run the borglet did not see end (lost while it was down)
+            self._to_remove.append(task.container)
+            task.container = ""
         if self.config.task_uids:
             self._to_clean.append(self.workdir(task))
 
@@ -750,6 +856,8 @@ class Borglet:
             "attrs": dict(self.config.attrs),
             "failure_domain": self.config.failure_domain,
             "isolation": self.isolation.name,
+            "runtime": "process" if self.containers is None else "docker",
+            **({"images": self.containers.images()} if self.containers is not None else {}),
             "epoch": self.epoch,
             "usage": {
                 "cpu_milli": sum(t["usage"]["cpu_milli"] for t in tasks),

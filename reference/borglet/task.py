@@ -12,7 +12,7 @@ from reference.borglet.protocol import ENDED_STATES, TaskSpec
 _PERSISTED = (
     "key", "state", "pid", "port", "exit_code", "restarts", "healthy", "started_at", "reason",
     "group", "create_time", "kill_reason", "restart_at", "attempt", "oom_base", "ever_healthy",
-    "launching",
+    "launching", "container",
 )  # fmt: skip
 
 # The phase a report gives each task: where it is between the master's sync and its process.
@@ -53,6 +53,7 @@ class Task:
     launching: bool = False
     sampled_at: float = 0.0
     spec_record: dict[str, Any] | None = None  # the spec as saved; the spec never changes
+    container: str = ""  # the id of the container the task runs in (--runtime docker)
 
     @property
     def ended(self) -> bool:

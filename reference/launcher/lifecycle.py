@@ -73,6 +73,7 @@ Progress = Callable[[str], None]
 # The etcd clusters this Python process started, by state dir: stopping one it started
 # reaps its members instead of leaving zombies behind.
 _clusters: dict[str, EtcdCluster] = {}
+RUNTIMES = ("process", "docker")  # a borglet's --runtime
 
 
 def up(
@@ -93,6 +94,7 @@ def up(
     replica_cpu: float | None = None,
     schedulers: int = 1,
     insecure_channel: bool = False,
+    runtime: str = "process",
 ) -> CellInfo:
     """Start a local cell and return its cell file's contents once a leader exists and every
     machine is registered. On any failure everything started so far is stopped again.
@@ -106,11 +108,15 @@ def up(
     (`cpubudget`), each in its own cgroup, for as long as the cell lives (restarts and resumes
     included). `schedulers` scheduler processes run beside the masters, one active at a time;
     with none, the leader schedules. `insecure_channel` starts the masters without the
-    channel key and the borglets with `--insecure-channel`: only to measure what signing costs."""
+    channel key and the borglets with `--insecure-channel`: only to measure what signing costs.
+    `runtime` "docker" starts the borglets with `--runtime docker`: a job that names an image
+    runs in containers (borglet/containers.py)."""
     say = progress or (lambda _msg: None)
     etcd_members = replicas if etcd_members is None else etcd_members
     check_arguments(cell, replicas, machines, machine_capacity, etcd_members)
     check_hollow(hollow, hollow_start_delay_s, toxiproxy)
+    if runtime not in RUNTIMES:
+        raise LauncherError(f"--runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
     if replica_cpu is not None:
         problem = cpubudget.budget_problem(replica_cpu) or cpubudget.unusable()
         if problem:
@@ -169,7 +175,7 @@ def up(
         ]
         say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
         borglets = [
-            start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env, signed)
+            start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env, signed, runtime, cell)
             for i, port in enumerate(borglet_ports)
         ]
         hollow_urls: dict[str, str] = {}

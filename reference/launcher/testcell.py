@@ -111,6 +111,7 @@ class LocalCell:
         etcd_election_ms: int = ELECTION_MS,
         isolation: str = "rlimit",
         schedulers: int = 0,
+        borglet_args: tuple[str, ...] = (),
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -120,6 +121,7 @@ class LocalCell:
         self.cell = cell
         self.capacity = capacity
         self.isolation = isolation
+        self.borglet_args = borglet_args  # more flags for every borglet (--runtime docker ...)
         self.etcd = EtcdCluster(
             self.workdir / "etcd", members=3, heartbeat_ms=etcd_heartbeat_ms, election_ms=etcd_election_ms
         )
@@ -182,7 +184,7 @@ class LocalCell:
             "--listen", f"{HOST}:{port}", "--capacity", self.capacity,
             "--attrs", f"rack=r{len(self.borglets) % 2}", "--failure-domain", f"r{len(self.borglets) % 2}",
             "--state-dir", str(state), "--isolation", self.isolation, "--kill-tasks-on-exit",
-            "--kill-grace", "1", "--channel-key-file", str(self.channel_key_file),
+            "--kill-grace", "1", "--channel-key-file", str(self.channel_key_file), *self.borglet_args,
         ]  # fmt: skip
         proc = Proc(name, port, argv, self.workdir / f"borglet-{name}.log", Role.BORGLET)
         proc.start()

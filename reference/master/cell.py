@@ -22,6 +22,13 @@ class MachineInfo:
     address: str = ""
     isolation: str = ""
     usage: tuple[tuple[str, int], ...] = ()
+    images: tuple[str, ...] = ()  # the container images its engine holds (--runtime docker)
+
+
+def machine_images(machines: Mapping[str, MachineInfo]) -> dict[str, tuple[str, ...]]:
+    """The container images each machine's engine holds, of the machines that reported any:
+    what the scheduler's package locality reads beside the jobs running there."""
+    return {name: machines[name].images for name in machines if machines[name].images}
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,7 @@ def encode_machine(m: Machine, info: MachineInfo) -> bytes:
             "address": info.address,
             "isolation": info.isolation,
             "usage": dict(info.usage),
+            **({"images": list(info.images)} if info.images else {}),
         }
     )
 
@@ -145,6 +146,7 @@ def decode_machine(raw: bytes) -> tuple[Machine, MachineInfo]:
         address=d.get("address", ""),
         isolation=d.get("isolation", ""),
         usage=tuple(sorted(d.get("usage", {}).items())),
+        images=tuple(d.get("images", ())),
     )
     return m, info
 

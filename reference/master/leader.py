@@ -21,7 +21,7 @@ from reference.elastic.jobscaler import JobAutoscaler
 from reference.elastic.reclaimer import Reclaimer
 from reference.master import events
 from reference.master.cache import WatchCache
-from reference.master.cell import Cell, Draft, is_pass_work
+from reference.master.cell import Cell, Draft, is_pass_work, machine_images
 from reference.master.poller import Link, Poller
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
@@ -417,7 +417,7 @@ class Term:
         if not pending or self.scheduler_active():
             return 0
         if view.running is None:  # no watch cache's sets: plan every pending task
-            plan = plan_for(state, self.scheduler, seed=self.passes)
+            plan = plan_for(state, self.scheduler, seed=self.passes, images=machine_images(d.machines))
             return self._apply(d, plan)
         # A roll or restart of this pass frees capacity the cache has not seen yet.
         epoch = view.capacity_epoch if not acted else -1
@@ -429,7 +429,10 @@ class Term:
             for tid in view.running | d.touched
             if (t := state.tasks.get(tid)) is not None and t.state is TaskState.RUNNING
         }
-        plan = plan_for(state, self.scheduler, seed=self.passes, pending_ids=to_plan, running_ids=running)
+        plan = plan_for(
+            state, self.scheduler, seed=self.passes, pending_ids=to_plan, running_ids=running,
+            images=machine_images(d.machines),
+        )  # fmt: skip
         placed = self._apply(d, plan)
         self.unschedulable.found(to_plan - {p.task for p in plan.placements}, pending, epoch)
         record_pending_reasons(d, plan)

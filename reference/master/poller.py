@@ -584,6 +584,7 @@ class Poller:
             return None
         machine_usage = tuple(sorted((k, int(v)) for k, v in (reply.get("usage") or {}).items()))
         isolation = str(reply.get("isolation") or "")
+        images = tuple(sorted(str(i) for i in reply.get("images") or ()))
         if not (outcome.steps or outcome.infos or not m.up or write_usage):
             return None
 
@@ -609,7 +610,7 @@ class Poller:
                     )
             if write_usage:
                 info = d.machine_info(name)
-                d.machines[name] = replace(info, usage=machine_usage, isolation=isolation)
+                d.machines[name] = replace(info, usage=machine_usage, isolation=isolation, images=images)
                 for tid in ids:
                     task = d.state.tasks.get(tid)
                     if task is not None and task.state is TaskState.RUNNING and tid in self.usage:

@@ -91,6 +91,7 @@ def _desired_entry(task: Any, ji: Any, info: TaskInfo, cell_name: str) -> dict[s
         "priority": task.priority,
         "restart_policy": spec.restart_policy.value,
         "health_check": spec.health_check.model_dump() if spec.health_check else None,
+        **({"image": spec.image} if spec.image else {}),
     }
 
 

@@ -39,6 +39,7 @@ import httpx
 from reference import channel
 from reference.master import codec
 from reference.master.cache import WatchCache
+from reference.master.cell import machine_images
 from reference.master.leader import Unschedulable
 from reference.master.linkshard import replica_peer
 from reference.scheduler import SchedulerConfig, plan_for
@@ -146,6 +147,7 @@ class SchedulerProcess:
             plan = plan_for(
                 cell.state, self.config, seed=self.passes, pending_ids=to_plan,
                 running_ids=cell.running if cell.running is not None else None,
+                images=machine_images(cell.machines),
             )  # fmt: skip
             self.passes += 1
             doc["plan"] = plan_to_json(plan)

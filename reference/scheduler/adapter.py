@@ -11,6 +11,7 @@ from .config import SchedulerConfig
 from .engine import plan_pass
 from .plan import Plan
 from .snapshot import AllocView, PendingTask, RunningTask, Snapshot
+from .terms import package_holders
 
 
 class PlanRejected(ValueError):
@@ -25,8 +26,10 @@ def snapshot_from_state(
     state: CellState,
     pending_ids: Collection[TaskId] | None = None,
     running_ids: Collection[TaskId] | None = None,
+    images: Mapping[str, Iterable[str]] | None = None,
 ) -> Snapshot:
-    """What the scheduler reads from a cell: up machines, running and pending tasks, allocs, packages.
+    """What the scheduler reads from a cell: up machines, running and pending tasks, allocs, packages
+    (those of the jobs running on a machine, and the container images in `images`, by machine).
 
     With `pending_ids`, only those of the pending tasks are planned; with `running_ids` (which
     must name every RUNNING task; others are skipped) the running tasks are found without a
@@ -69,7 +72,7 @@ def snapshot_from_state(
         running=tuple(running),
         pending=tuple(pending),
         allocs=allocs,
-        packages={m: frozenset(p) for m, p in packages.items()},
+        packages=package_holders(packages, images or {}),
     )
 
 
@@ -81,9 +84,11 @@ def plan_for(
     clock: Callable[[], float] | None = None,
     pending_ids: Collection[TaskId] | None = None,
     running_ids: Collection[TaskId] | None = None,
+    images: Mapping[str, Iterable[str]] | None = None,
 ) -> Plan:
-    """One scheduling pass over the cell's pending tasks (or those of `pending_ids`)."""
-    snapshot = snapshot_from_state(state, pending_ids, running_ids)
+    """One scheduling pass over the cell's pending tasks (or those of `pending_ids`);
+    `images`: the container images each machine's engine holds, as its borglet reports them."""
+    snapshot = snapshot_from_state(state, pending_ids, running_ids, images)
     return plan_pass(snapshot, config, seed, recent_disruptions, clock)
 
 

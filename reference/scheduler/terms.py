@@ -7,7 +7,7 @@ machine of a sample, and then score the whole sample at once. The weights are
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -35,6 +35,19 @@ def skew_penalty(weight: float, here: np.ndarray) -> np.ndarray:
 def locality_bonus(weight: float, has_package: bool | np.ndarray) -> float | np.ndarray:
     """Points on a machine that already holds the job's package (no download): weight, else 0."""
     return weight * has_package
+
+
+def package_holders(
+    placed: Mapping[str, Iterable[str]], images: Mapping[str, Iterable[str]]
+) -> dict[str, frozenset[str]]:
+    """Which packages each machine holds, for `locality_bonus`: those of the jobs whose tasks
+    run there, and the container images its borglet reports its engine holds (a job that
+    names an image has it as its package), so a machine that already pulled an image is
+    preferred even before a task of the job runs there."""
+    held: dict[str, set[str]] = {m: set(p) for m, p in placed.items()}
+    for machine, names in images.items():
+        held.setdefault(machine, set()).update(names)
+    return {m: frozenset(p) for m, p in held.items() if p}
 
 
 def preemption_cost(victim_priorities: Iterable[int], per_victim: float, per_priority: float) -> float:

@@ -1,0 +1,144 @@
+"""The docker runtime on a real cell: hello_world in its image answers through BNS, a container
+killed from outside is restarted by policy, a memory hog is OOM-killed and reported so, a
+restarted borglet re-adopts its containers without restarting them, and `cell down` leaves no
+container behind.
+
+Needs a Docker engine and the images (`minborg image build`); without an engine the tests skip,
+except in CI (`CI` set), where a missing engine fails them."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from reference import images, launcher
+from reference.client import CellClient
+from tests.integration.cellkit import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+
+def engine() -> Any:
+    """The Docker SDK's client of a reachable engine; a skip (a failure in CI) without one."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=30)
+        client.ping()
+        return client
+    except Exception as err:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs a Docker engine for the docker runtime's tests: {err}")
+        pytest.skip(f"no Docker engine: {err}")
+
+
+@pytest.fixture(scope="module")
+def docker_client() -> Any:
+    client = engine()
+    images.build_all(say=lambda _msg: None)  # skipped steps when they are built already
+    return client
+
+
+@pytest.fixture(scope="module")
+def cell(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[launcher.CellInfo, CellClient]]:
+    root = tmp_path_factory.mktemp("docker") / "cell"
+    name = f"dk{uuid.uuid4().hex[:8]}"  # the label that finds this cell's containers
+    info = launcher.up(root, cell=name, machines=1, runtime="docker", fresh=True)
+    client = CellClient.discover(state_dir=root)
+    try:
+        yield info, client
+    finally:
+        client.close()
+        if launcher.CellInfo.load(root).running():
+            launcher.down(root)
+        for c in docker_client.containers.list(all=True, filters={"label": f"minborg.cell={name}"}):
+            c.remove(force=True)
+
+
+def job(name: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "name": name, "user": "dk", "task_count": 1, "request": {"cpu": "100m", "ram": "64MiB"},
+        "image": "minborg/hello_world", "command": ["python", "-m", "examples.hello_world.server"],
+        "restart_policy": "always", **fields,
+    }  # fmt: skip
+
+
+def containers_of(client: Any, cell: str, job_key: str) -> list[Any]:
+    filters = {"label": [f"minborg.cell={cell}", f"minborg.job={job_key}"], "status": "running"}
+    return client.containers.list(filters=filters)
+
+
+def running(api: CellClient, key: str, n: int) -> list[dict[str, Any]] | None:
+    tasks = [t for t in api.tasks(key) if t["state"] == "RUNNING" and t["borglet_state"] == "RUNNING"]
+    return tasks if len(tasks) >= n else None
+
+
+def test_hello_world_runs_in_its_image_and_answers_through_bns(cell: Any, docker_client: Any) -> None:
+    info, api = cell
+    api.submit(job("web", task_count=2, health_check={"path": "/healthz", "interval_s": 0.5}))
+    wait_for(lambda: running(api, "dk/web", 2), 60, "2 web containers running")
+    found = wait_for(lambda: (r := api.resolve(f"1.web.dk.{info.cell}.minborg"))["healthy"] and r, 30, "healthy")
+    # "hello from <bns name>", then the task's facts as JSON
+    answer = json.loads(httpx.get(f"http://{found['host']}:{found['port']}/", timeout=5).text.splitlines()[-1])
+    assert answer["bns"] == f"1.web.dk.{info.cell}.minborg"
+    assert answer["pid"] < 100  # its own pid namespace: a container, not a host process
+    (box,) = [c for c in containers_of(docker_client, info.cell, "dk/web") if c.labels["minborg.index"] == "1"]
+    assert box.labels["minborg.machine"] == "machine0" and box.labels["minborg.incarnation"] == "0"
+    host = box.attrs["HostConfig"]
+    assert (host["NetworkMode"], host["ReadonlyRootfs"], host["PidsLimit"]) == ("host", True, 1024)
+    assert host["NanoCpus"] == 100_000_000 and host["Memory"] == 64 * 1024**2
+    assert host["SecurityOpt"] == ["no-new-privileges"] and not box.attrs["Config"]["User"].startswith("0")
+    # The task's own output, through the borglet's log path (its first line names its BNS name).
+    logs = wait_for(lambda: api.logs("dk/web", 1, stream="stdout", tail=20) or None, 20, "the task's stdout")
+    assert f"1.web.dk.{info.cell}.minborg".encode() in logs
+
+
+def test_a_container_killed_from_outside_is_restarted(cell: Any, docker_client: Any) -> None:
+    info, api = cell
+    api.submit(job("killed"))
+    wait_for(lambda: running(api, "dk/killed", 1), 60, "the container running")
+    (box,) = containers_of(docker_client, info.cell, "dk/killed")
+    box.kill()
+    wait_for(lambda: api.tasks("dk/killed")[0]["restarts"] >= 1 and running(api, "dk/killed", 1), 60, "restart")
+    (again,) = wait_for(lambda: containers_of(docker_client, info.cell, "dk/killed") or None, 30, "a new container")
+    assert again.id != box.id
+
+
+def test_a_memory_hog_is_oom_killed_and_reported_so(cell: Any) -> None:
+    _, api = cell
+    hog = "x = bytearray(256 * 1024 * 1024); import time; time.sleep(30)"
+    api.submit(job("hog", command=["python", "-c", hog], restart_policy="never"))
+
+    def oom_event() -> list[dict[str, Any]] | None:
+        return [e for e in api.task("dk/hog", 0)["events"] if e["kind"] == "oom"] or None
+
+    (event,) = wait_for(oom_event, 60, "the hog's OOM kill reported")
+    assert "OOM" in event["detail"]
+
+
+def test_a_restarted_borglet_readopts_its_containers(cell: Any, docker_client: Any) -> None:
+    info, api = cell
+    api.submit(job("kept", task_count=2))
+    wait_for(lambda: running(api, "dk/kept", 2), 60, "2 containers running")
+    before = {c.id: c.attrs["State"]["StartedAt"] for c in containers_of(docker_client, info.cell, "dk/kept")}
+    started = {t["index"]: t["started_at"] for t in api.tasks("dk/kept")}
+    launcher.restart(info.state_dir)
+    wait_for(lambda: running(api, "dk/kept", 2), 60, "the tasks running after the restart")
+    after = {c.id: c.attrs["State"]["StartedAt"] for c in containers_of(docker_client, info.cell, "dk/kept")}
+    assert after == before
+    assert {t["index"]: t["started_at"] for t in api.tasks("dk/kept")} == started
+    assert all(t["restarts"] == 0 for t in api.tasks("dk/kept"))
+
+
+def test_cell_down_leaves_no_container(cell: Any, docker_client: Any) -> None:
+    info, _ = cell
+    assert docker_client.containers.list(filters={"label": f"minborg.cell={info.cell}"})
+    launcher.down(Path(info.state_dir))
+    assert docker_client.containers.list(all=True, filters={"label": f"minborg.cell={info.cell}"}) == []
