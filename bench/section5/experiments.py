@@ -87,15 +87,23 @@ def next_power(amount: int, unit: int) -> int:
     return size
 
 
-def bucketed(work: Sequence[Work]) -> list[Work]:
-    """Every task's CPU and RAM request rounded up to the next power-of-two bucket; usage unchanged."""
+def bucketed(work: Sequence[Work], largest: Resources | None = None) -> list[Work]:
+    """Every task's CPU and RAM request rounded up to the next power-of-two bucket, usage unchanged;
+    a bucket is at most `largest`'s amount, so no task is rounded past every machine of the cell."""
     out = []
     for w in work:
         req = w.task.request.as_dict()
-        req[CPU] = next_power(req.get(CPU, 0), CPU_BUCKET_MILLI)
-        req[RAM] = next_power(req.get(RAM, 0), RAM_BUCKET_BYTES)
+        for r, unit in ((CPU, CPU_BUCKET_MILLI), (RAM, RAM_BUCKET_BYTES)):
+            req[r] = next_power(req.get(r, 0), unit)
+            if largest is not None:
+                req[r] = max(w.task.request.get(r), min(req[r], largest.get(r)))
         out.append(replace(w, task=replace(w.task, request=Resources.of(req))))
     return out
+
+
+def largest(pool: Sequence[Machine]) -> Resources:
+    """Per resource, the most any one machine of the pool has."""
+    return Resources.of({r: max(m.capacity.get(r) for m in pool) for r in (CPU, RAM)})
 
 
 def asked(work: Sequence[Work], resource: str) -> int:
@@ -103,8 +111,8 @@ def asked(work: Sequence[Work], resource: str) -> int:
 
 
 def bucketing(pool: Sequence[Machine], work: Sequence[Work], trials: int) -> list[dict]:
-    """Fine-grained requests vs the same tasks with power-of-two buckets."""
-    coarse = bucketed(work)
+    """Fine-grained requests vs the same tasks with power-of-two buckets (at most the pool's largest machine)."""
+    coarse = bucketed(work, largest(pool))
     rows = []
     for label, tasks in (("fine-grained", work), ("power-of-two buckets", coarse)):
         found = [compact(pool, tasks, s).machines for s in seeds(trials)]

@@ -159,3 +159,12 @@ def test_each_experiment_writes_its_section_with_its_figures_and_plot(tmp_path: 
     assert f"python3 -m bench.section5 {experiment} --workload {workload} --trials 2" in text
     assert cli.main([*args, "--report", str(report), "--plots", str(plots), "--report-only"]) == 0
     assert report.read_text().count(f"<!-- begin {name} -->") == 1
+
+
+def test_a_bucket_is_at_most_the_largest_machine_but_never_below_the_request():
+    big = Resources.of(cpu=96000, ram=768 * GiB)
+    (w,) = bucketed([work("prod/a", 200, 70000, ram_gib=600)], big)
+    # 70000m -> 128000m, capped at 96000m; 600 GiB -> 1024 GiB, capped at 768 GiB
+    assert w.task.request.get("cpu") == 96000 and w.task.request.get("ram") == 768 * GiB
+    (w,) = bucketed([work("prod/a", 200, 100000, ram_gib=1)], big)
+    assert w.task.request.get("cpu") == 100000  # already above every machine: left as asked
