@@ -87,23 +87,23 @@ def next_power(amount: int, unit: int) -> int:
     return size
 
 
-def bucketed(work: Sequence[Work], largest: Resources | None = None) -> list[Work]:
-    """Every task's CPU and RAM request rounded up to the next power-of-two bucket, usage unchanged;
-    a bucket is at most `largest`'s amount, so no task is rounded past every machine of the cell."""
+def bucketed(work: Sequence[Work], machines: Sequence[Machine] = ()) -> list[Work]:
+    """Every task's CPU and RAM request rounded up to the next power-of-two bucket, usage unchanged.
+
+    Given `machines`, a task whose buckets would fit none of them keeps its own request: a cell
+    offering buckets would not offer one larger than any of its machines.
+    """
+    shapes = {m.capacity for m in machines}
     out = []
     for w in work:
         req = w.task.request.as_dict()
         for r, unit in ((CPU, CPU_BUCKET_MILLI), (RAM, RAM_BUCKET_BYTES)):
             req[r] = next_power(req.get(r, 0), unit)
-            if largest is not None:
-                req[r] = max(w.task.request.get(r), min(req[r], largest.get(r)))
-        out.append(replace(w, task=replace(w.task, request=Resources.of(req))))
+        coarse = Resources.of(req)
+        if shapes and not any(coarse.fits_in(c) for c in shapes):
+            coarse = w.task.request
+        out.append(replace(w, task=replace(w.task, request=coarse)))
     return out
-
-
-def largest(pool: Sequence[Machine]) -> Resources:
-    """Per resource, the most any one machine of the pool has."""
-    return Resources.of({r: max(m.capacity.get(r) for m in pool) for r in (CPU, RAM)})
 
 
 def asked(work: Sequence[Work], resource: str) -> int:
@@ -111,8 +111,8 @@ def asked(work: Sequence[Work], resource: str) -> int:
 
 
 def bucketing(pool: Sequence[Machine], work: Sequence[Work], trials: int) -> list[dict]:
-    """Fine-grained requests vs the same tasks with power-of-two buckets (at most the pool's largest machine)."""
-    coarse = bucketed(work, largest(pool))
+    """Fine-grained requests vs the same tasks with power-of-two buckets (a task whose buckets fit no machine keeps its own request)."""
+    coarse = bucketed(work, pool)
     rows = []
     for label, tasks in (("fine-grained", work), ("power-of-two buckets", coarse)):
         found = [compact(pool, tasks, s).machines for s in seeds(trials)]

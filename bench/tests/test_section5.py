@@ -161,10 +161,10 @@ def test_each_experiment_writes_its_section_with_its_figures_and_plot(tmp_path: 
     assert report.read_text().count(f"<!-- begin {name} -->") == 1
 
 
-def test_a_bucket_is_at_most_the_largest_machine_but_never_below_the_request():
-    big = Resources.of(cpu=96000, ram=768 * GiB)
-    (w,) = bucketed([work("prod/a", 200, 70000, ram_gib=600)], big)
-    # 70000m -> 128000m, capped at 96000m; 600 GiB -> 1024 GiB, capped at 768 GiB
-    assert w.task.request.get("cpu") == 96000 and w.task.request.get("ram") == 768 * GiB
-    (w,) = bucketed([work("prod/a", 200, 100000, ram_gib=1)], big)
-    assert w.task.request.get("cpu") == 100000  # already above every machine: left as asked
+def test_a_task_whose_buckets_fit_no_machine_keeps_its_own_request():
+    cell = [machine("m0", 96000, ram_gib=768), machine("m1", 16000, ram_gib=1024)]
+    # 70000m -> 128000m: more than any machine has, so the task keeps 70000m and 600 GiB
+    (w,) = bucketed([work("prod/a", 200, 70000, ram_gib=600)], cell)
+    assert w.task.request.get("cpu") == 70000 and w.task.request.get("ram") == 600 * GiB
+    (w,) = bucketed([work("prod/a", 200, 40000, ram_gib=300)], cell)  # 64000m and 512 GiB fit m0
+    assert w.task.request.get("cpu") == 64000 and w.task.request.get("ram") == 512 * GiB
