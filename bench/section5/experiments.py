@@ -3,7 +3,9 @@
 Each experiment returns rows: a label, the machines the policy needs over the trials
 (`Summary`: 90th percentile, min, max, each trial) and any extra figures. Trial t uses seed t
 for the machine order, the scheduler and any random split of the workload, so rows of one
-experiment compare the same draws. Reclamation is off unless a row says otherwise: section
+experiment compare the same draws; every cell of a trial (each subcell, the prod cell and the
+non-prod cell) takes its machines in that one order, so rows differ by the policy and not by
+which machines a cell happened to draw. Reclamation is off unless a row says otherwise: section
 5.1's explanation of the segregation result is reclamation, so that experiment runs both ways.
 """
 
