@@ -3,9 +3,10 @@
 Each experiment returns rows: a label, the machines the policy needs over the trials
 (`Summary`: 90th percentile, min, max, each trial) and any extra figures. Trial t uses seed t
 for the machine order, the scheduler and any random split of the workload, so rows of one
-experiment compare the same draws; every cell of a trial (each subcell, the prod cell and the
-non-prod cell) takes its machines in that one order, so rows differ by the policy and not by
-which machines a cell happened to draw. Reclamation is off unless a row says otherwise: section
+experiment compare the same draws. When a policy splits the workload over several cells, cell
+j of trial t draws its own machine order (seed `cell_seed(t, j)`; cell 0 is the trial's own):
+cells that shared one order would all start with the same few machines, and the sum over 10
+subcells would carry ten times the luck of that start instead of averaging it out. Reclamation is off unless a row says otherwise: section
 5.1's explanation of the segregation result is reclamation, so that experiment runs both ways.
 """
 
@@ -32,6 +33,10 @@ CPU_BUCKET_MILLI = 500
 RAM_BUCKET_BYTES = GiB
 
 
+def cell_seed(trial: int, cell: int) -> int:
+    return trial + 1000 * cell
+
+
 def total(found: Sequence[int | None]) -> int | None:
     return None if any(f is None for f in found) else sum(f for f in found if f is not None)
 
@@ -49,8 +54,8 @@ def segregation(pool: Sequence[Machine], work: Sequence[Work], trials: int) -> l
         shared, apart, p_only, n_only = [], [], [], []
         for s in seeds(trials):
             shared.append(compact(pool, work, s, margin).machines)
-            p = compact(pool, prod, s, margin).machines
-            n = compact(pool, nonprod, s, margin).machines
+            p = compact(pool, prod, cell_seed(s, 1), margin).machines
+            n = compact(pool, nonprod, cell_seed(s, 2), margin).machines
             p_only.append(p)
             n_only.append(n)
             apart.append(total([p, n]))
@@ -76,7 +81,10 @@ def subcells(pool: Sequence[Machine], work: Sequence[Work], trials: int, counts:
     """One cell vs the workload's jobs split at random into 2, 5, 10 subcells, each compacted on its own."""
     rows = []
     for k in counts:
-        found = [total([compact(pool, part, s).machines for part in split_jobs(work, k, s)]) for s in seeds(trials)]
+        found = [
+            total([compact(pool, part, cell_seed(s, j)).machines for j, part in enumerate(split_jobs(work, k, s))])
+            for s in seeds(trials)
+        ]
         rows.append(row("1 cell" if k == 1 else f"{k} subcells", found))
     return rows
 

@@ -47,16 +47,26 @@ def _pct(x: float | None) -> str:
     return "" if x is None else f"{x:+.0%}"
 
 
-def comparisons(experiment: str, rows: Sequence[dict]) -> list[tuple[str, float | None]]:
-    """(what is compared, relative change of the p90): the figures a reader sets beside the paper's."""
+def paired(row: dict, base: dict) -> str:
+    """In how many trials `row` needed more and fewer machines than `base` (the same seeds)."""
+    pairs = [(x, y) for x, y in zip(row["each"], base["each"], strict=True) if x is not None and y is not None]
+    more = sum(x > y for x, y in pairs)
+    fewer = sum(x < y for x, y in pairs)
+    return f"more machines in {more} of {len(pairs)} trials, fewer in {fewer}"
+
+
+def comparisons(experiment: str, rows: Sequence[dict]) -> list[tuple[str, float | None, str]]:
+    """(what is compared, relative change of the p90, trial by trial): the figures set beside the paper's."""
     if experiment == "segregation":
-        out = []
-        for i in range(0, len(rows) - 1, 2):
-            out.append((f"{rows[i + 1]['label']} over {rows[i]['label']}", overhead(rows[i : i + 2])[1]))
-        return out
-    if experiment == "reclamation":
-        return [(f"{r['label']} vs reclamation off", o) for r, o in zip(rows[1:], overhead(rows)[1:], strict=True)]
-    return [(f"{r['label']} over {rows[0]['label']}", o) for r, o in zip(rows[1:], overhead(rows)[1:], strict=True)]
+        pairs = [(rows[i + 1], rows[i]) for i in range(0, len(rows) - 1, 2)]
+    else:
+        pairs = [(r, rows[0]) for r in rows[1:]]
+    out = []
+    for r, base in pairs:
+        change = None if not base["p90"] or r["p90"] is None else r["p90"] / base["p90"] - 1
+        verb = "vs" if experiment == "reclamation" else "over"
+        out.append((f"{r['label']} {verb} {base['label']}", change, paired(r, base)))
+    return out
 
 
 def table(experiment: str, rows: Sequence[dict]) -> list[str]:
@@ -83,7 +93,10 @@ def section(experiment: str, workload: str, rows: Sequence[dict], about: str, co
     lines = [f"## {TITLES[experiment]}: {workload} workload", "", f"Regenerate: `{command}`", "", about, ""]
     lines += table(experiment, rows)
     lines += ["", f"The paper: {PAPER[experiment]}.", ""]
-    lines += [f"- {what}: {_pct(change) or 'not comparable (a row does not fit)'}" for what, change in comparisons(experiment, rows)]
+    lines += [
+        f"- {what}: {_pct(change) or 'not comparable (a row does not fit)'} at the p90; {trials}"
+        for what, change, trials in comparisons(experiment, rows)
+    ]
     if experiment == "reclamation":
         lines += [f"- {r['label']}: CPU {_pct_plain(r['reclaimed_share']['cpu'])}, RAM {_pct_plain(r['reclaimed_share']['ram'])} of the placed requests run in reclaimed resources (median over trials, at the compacted size)" for r in rows[1:]]
     if plot:
