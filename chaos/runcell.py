@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -15,13 +16,19 @@ REPLICAS, ETCD, MACHINES = 3, 3, 4
 HELLO = "examples/hello_world.yaml"
 
 
+def runtime() -> str:
+    """The borglets' runtime: `MINBORG_CHAOS_RUNTIME` (process, the default, or docker: then
+    hello_world runs as containers of its image, `minborg image build`)."""
+    return os.environ.get("MINBORG_CHAOS_RUNTIME", "process")
+
+
 def up(label: str) -> str:
     """Start a fresh cell in a temporary state dir; returns the state dir."""
     state_dir = tempfile.mkdtemp(prefix=f"minborg-chaos-{label}-")
     # Its Locust clients are all the admin: the rate limit is set, off, as every campaign sets it.
     launcher.up(
         state_dir, replicas=REPLICAS, machines=MACHINES, etcd_members=ETCD, toxiproxy=True,
-        master_args=("--rate-limit", "0"),
+        master_args=("--rate-limit", "0"), runtime=runtime(),
     )  # fmt: skip
     project = Path(__file__).resolve().parent.parent
     subprocess.run(
@@ -30,8 +37,19 @@ def up(label: str) -> str:
     )  # fmt: skip
     if not probes.hello_world_answers(state_dir, within_s=60):
         raise RuntimeError(f"hello_world does not answer in the new cell {state_dir}")
+    if runtime() == "docker" and containers_of(state_dir) < 3:
+        raise RuntimeError(f"hello_world does not run as containers in the docker-runtime cell {state_dir}")
     time.sleep(1.0)
     return state_dir
+
+
+def containers_of(state_dir: str) -> int:
+    """How many running containers the borglets of the cell in `state_dir` started (by their labels)."""
+    out = subprocess.run(
+        ["docker", "ps", "--filter", "label=minborg.job", "--format", '{{.Label "minborg.borglet"}}'],
+        check=True, capture_output=True, text=True, timeout=30,
+    ).stdout  # fmt: skip
+    return sum(1 for line in out.splitlines() if line.startswith(state_dir))
 
 
 def down(state_dir: str) -> None:
