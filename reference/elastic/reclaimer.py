@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from reference.elastic.jobscaler import UsageSource
 from reference.elastic.reservation import (
@@ -20,7 +20,7 @@ from reference.elastic.reservation import (
     worth_writing,
 )
 from reference.master.cache import WatchCache
-from reference.master.cell import Draft
+from reference.master.cell import Cell, Draft
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from spec.actions import ACTIONS, EvictReason
 from spec.model import Resources, TaskId, TaskState, is_prod
@@ -71,31 +71,50 @@ class Reclaimer:
 
     def estimates(self) -> dict[TaskId, Resources]:
         """The reservations worth writing now, from the cached cell and the latest usage."""
-        cell = self.cache.cell()
-        usage, now, wall = self.usage(), self.clock(), self.wall()
-        out: dict[TaskId, Resources] = {}
-        running = set()
-        for t in cell.state.tasks.values():
-            if t.state is not TaskState.RUNNING or t.id not in usage:
-                continue
-            job = cell.state.jobs.get(t.id.job)
-            info = cell.task_info(t.id)
-            if job is None or job.alloc is not None or not info.started_at or wall - info.started_at < WARMUP_S:
-                continue
-            running.add(t.id)
-            dt = now - self._last.get(t.id, now - self.interval)
-            self._last[t.id] = now
-            new = estimate(t.reserved, dict(usage[t.id]), t.request, dt, margin=self.margin, half_life=self.half_life)
-            if worth_writing(t.reserved, new, t.request):
-                out[t.id] = new
-        for tid in [k for k in self._last if k not in running]:
-            del self._last[tid]
-        return out
+        return reservation_changes(
+            self.cache.cell(), self.usage(), self.clock(), self.wall(), self._last,
+            interval=self.interval, margin=self.margin, half_life=self.half_life,
+        )  # fmt: skip
 
     def tick(self) -> None:
         changes = self.estimates()
         if changes:
             self.writer.mutate(lambda d: apply_reservations(d, changes))
+
+
+def reservation_changes(
+    cell: Cell,
+    usage: Mapping[TaskId, Iterable[tuple[str, int]]],
+    now: float,
+    wall: float,
+    last: dict[TaskId, float],
+    *,
+    interval: float,
+    margin: float = DEFAULT_MARGIN,
+    half_life: float = DEFAULT_HALF_LIFE_S,
+) -> dict[TaskId, Resources]:
+    """The reservations worth writing at `now`: each RUNNING task outside allocs, past its
+    warm-up, with usage, gets `estimate` over the time since its last estimate (`last`, task
+    -> clock of its last estimate, kept up to date here; tasks no longer running leave it).
+    The leader's `Reclaimer` and the Fauxmaster both decide through this."""
+    out: dict[TaskId, Resources] = {}
+    running = set()
+    for t in cell.state.tasks.values():
+        if t.state is not TaskState.RUNNING or t.id not in usage:
+            continue
+        job = cell.state.jobs.get(t.id.job)
+        info = cell.task_info(t.id)
+        if job is None or job.alloc is not None or not info.started_at or wall - info.started_at < WARMUP_S:
+            continue
+        running.add(t.id)
+        dt = now - last.get(t.id, now - interval)
+        last[t.id] = now
+        new = estimate(t.reserved, dict(usage[t.id]), t.request, dt, margin=margin, half_life=half_life)
+        if worth_writing(t.reserved, new, t.request):
+            out[t.id] = new
+    for tid in [k for k in last if k not in running]:
+        del last[tid]
+    return out
 
 
 def apply_reservations(d: Draft, changes: dict[TaskId, Resources]) -> int:

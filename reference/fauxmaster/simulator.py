@@ -6,7 +6,9 @@ job through `mutations.submit_job` (validation, admission, quota), a scheduling 
 the leader's `restart_dead`, `roll_stale`, `plan_for`, `commit_plan` and
 `record_pending_reasons`, a machine failure through the poller's `machine_down` step. What
 is simulated is only what a borglet would do: a placed task's process starts at once or after
-`start_delay_s`, and a task of a job given a runtime finishes that long after it started.
+`start_delay_s`, and a task of a job given a runtime finishes that long after it started;
+what a borglet would report of a task's usage is given to `reclaim`, which runs the
+leader's reclaimer tick on it.
 Nothing sleeps: `advance` jumps the clock from one borglet event to the next.
 """
 
@@ -17,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from reference.elastic.reclaimer import apply_reservations, reservation_changes
+from reference.elastic.reservation import DEFAULT_HALF_LIFE_S, DEFAULT_MARGIN
 from reference.jobspec import JobSpec
 from reference.master.cell import Cell, Draft, JobInfo
 from reference.master.leader import (
@@ -31,6 +35,7 @@ from reference.scheduler import Plan, SchedulerConfig, plan_for
 from spec.model import CellState, Job, Machine, QuotaKey, Resources, TaskId, TaskState
 
 T = TypeVar("T")
+RECLAIM_INTERVAL_S = 5.0  # the leader's reclaimer ticks this often (`Reclaimer` interval)
 
 
 def _all(wanted: int) -> int:
@@ -91,6 +96,7 @@ class Fauxmaster:
         self.passes: list[PassResult] = []
         self._events: list[_Event] = []
         self._seq = 0
+        self._reclaimed_at: dict[TaskId, float] = {}  # the reclaimer's clock of each task's last estimate
 
     @classmethod
     def from_workload(
@@ -180,6 +186,27 @@ class Fauxmaster:
         self.passes.append(result)
         self._run_due()
         return result
+
+    def reclaim(
+        self,
+        usage: Mapping[TaskId, Mapping[str, int]],
+        *,
+        margin: float = DEFAULT_MARGIN,
+        half_life: float = DEFAULT_HALF_LIFE_S,
+        interval: float = RECLAIM_INTERVAL_S,
+    ) -> int:
+        """One tick of the leader's reclaimer on the stub borglets' `usage` (task -> usage
+        figures as a borglet reports them, e.g. {"cpu_milli": 120, "ram_bytes": 2**27}): each
+        running task's reservation moves toward its usage plus `margin`, and non-prod work in
+        reclaimed room a growing reservation needs back is evicted. Returns the reservations
+        written. The estimate is `elastic.reclaimer.reservation_changes`, the commit
+        `apply_reservations`, both as the leader runs them; `now` is the clock they read (run
+        the Fauxmaster's clock from past 0: a task started at 0 reads as never started)."""
+        changes = reservation_changes(
+            self.cell, {t: tuple(u.items()) for t, u in usage.items()}, self.now, self.now, self._reclaimed_at,
+            interval=interval, margin=margin, half_life=half_life,
+        )  # fmt: skip
+        return self.change(lambda d: apply_reservations(d, changes)) if changes else 0
 
     def fail_machine(self, name: str) -> list[TaskId]:
         """The machine goes down as the poller marks it: its RUNNING tasks are lost. Returns them."""

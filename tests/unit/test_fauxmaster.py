@@ -174,3 +174,30 @@ def test_the_fauxmaster_command_runs_a_checkpoint_without_a_cell(tmp_path: Path)
     assert len(answer["placed"]) == 3 + len(answer["lost"]) and answer["pending"] == []
     r = CliRunner().invoke(app, ["fauxmaster", "--checkpoint", str(tmp_path / "c.json"), "--fail-machine", "m9"])
     assert r.exit_code == 2 and "m9" in r.output
+
+
+
+def test_reclaim_runs_the_leaders_reclaimer_tick_on_the_stub_borglets_usage() -> None:
+    # One machine of 4000m. A prod task asks 3000m: a batch task of 2000m does not fit beside it
+    # until the reclaimer lowers the prod task's reservation toward its usage (1000m + margin).
+    # The clock starts past 0: a task info's start time of 0 reads as "never started".
+    fm = Fauxmaster.from_workload(machines(1), [job("web", 1, 3000, priority=200)], now=100.0)
+    fm.schedule_all_pending()
+    web, batch = TaskId("alice/web", 0, 0), TaskId("alice/batch", 0, 0)
+    fm.advance(11.0)  # past the reclaimer's warm-up of a task's first 10 s
+    assert fm.reclaim({web: {"cpu_milli": 1000, "ram_bytes": 1 << 27}}, half_life=0.001) == 1
+    assert fm.state.tasks[web].reserved.get("cpu") < 2000
+    fm.apply_job({
+        "name": "batch", "user": "alice", "priority": 100, "task_count": 1,
+        "request": {"cpu": "2000m", "ram": "256MiB"}, "command": ["true"],
+    })  # fmt: skip
+    fm.schedule_all_pending()
+    assert fm.state.tasks[batch].state is TaskState.RUNNING  # in the reclaimed room
+    holds(fm)
+    # The prod task's usage grows back: its reservation must grow, and the batch task in the
+    # room it needs is evicted, as the leader's reclaimer does.
+    fm.advance(5.0, schedule=False)
+    assert fm.reclaim({web: {"cpu_milli": 3000, "ram_bytes": 1 << 27}}, half_life=0.001) == 1
+    assert fm.state.tasks[batch].state is TaskState.PENDING
+    assert fm.state.tasks[web].reserved.get("cpu") == 3000
+    holds(fm)
