@@ -57,7 +57,7 @@ from pathlib import Path
 
 from bench.scheduler.trace import read_trace
 from reference.scheduler import PendingTask
-from spec.model import CPU, RAM, Machine, Resources, TaskId, is_prod
+from spec.model import CPU, RAM, Job, Machine, Resources, TaskId, is_prod
 
 GiB = 2**30
 MiB = 2**20
@@ -175,3 +175,19 @@ def openb_workload(pods: int, seed: int, folder: Path = OPENB_FOLDER) -> tuple[l
         task = trace[i].task
         out.append(Work(task, usage_for(task.request, is_prod(task.priority), rng)))
     return machines, out
+
+
+def jobs_of(work: Sequence[Work]) -> list[Job]:
+    """The workload as the cell's jobs (one per job id, its tasks' shape and priority), to submit
+    it to a Fauxmaster (`reference.fauxmaster.pack`); tasks of one job share their shape."""
+    groups: dict[str, list[Work]] = {}
+    for w in work:
+        groups.setdefault(w.task.id.job, []).append(w)
+    out = []
+    for key, ws in groups.items():
+        user, name = key.split("/", 1)
+        first = ws[0].task
+        if any(w.task.request != first.request or w.task.priority != first.priority for w in ws):
+            raise ValueError(f"job {key}: its tasks differ in shape or priority; a job's tasks share them")
+        out.append(Job(user, name, first.priority, len(ws), first.request, constraints=first.constraints))
+    return out
