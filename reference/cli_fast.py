@@ -31,8 +31,8 @@ COMMANDS = (
                   "(try --help)."),
     ("borglet", "Run the borglet of one machine (arguments as `python -m reference.borglet`; try --help)."),
     ("conformance", "Run the conformance suite against a cell, or a local one it starts (try --help)."),
-    ("fauxmaster", "A checkpoint in a Fauxmaster: submit jobs, fail machines, schedule; print placed, pending, "
-                   "preempted."),
+    ("fauxmaster", "A checkpoint in a Fauxmaster: submit jobs, fail machines or racks, schedule, advance the "
+                   "clock; print placed, pending, preempted."),
     ("cell", "Start, inspect and stop a local cell on this machine."),
     ("job", "Submit, inspect, resize and kill jobs."),
     ("task", "Inspect tasks, their events and logs; kill them."),

@@ -98,11 +98,17 @@ def fauxmaster(
     fail_machine: Annotated[
         list[str] | None, typer.Option("--fail-machine", help="A machine to fail (repeatable).")
     ] = None,
+    fail_rack: Annotated[
+        list[str] | None, typer.Option("--fail-rack", help="A rack whose every machine fails (repeatable).")
+    ] = None,
     schedule: Annotated[bool, typer.Option("--schedule", help="Then schedule every pending task once.")] = False,
+    advance: Annotated[
+        float, typer.Option("--advance", min=0.0, help="Then move the simulated clock on by this many seconds.")
+    ] = 0.0,
     seed: Annotated[int, typer.Option("--seed", help="The scheduling pass's random seed.")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """A checkpoint in a Fauxmaster: submit jobs, fail machines, schedule; print placed, pending, preempted.
+    """A checkpoint in a Fauxmaster: submit jobs, fail machines or racks, schedule, advance the clock; print placed, pending, preempted.
 
     Placed tasks with their machines, pending ones with the scheduler's reasons, preempted
     tasks by job and priority. Nothing touches a live cell."""
@@ -129,7 +135,13 @@ def fauxmaster(
             lost += fm.fail_machine(name)
         except (KeyError, ValueError) as err:
             raise fail(f"--fail-machine {name}: {err}", EXIT_USAGE) from None
+    for rack in fail_rack or []:
+        try:
+            lost += fm.fail_rack(rack)
+        except KeyError as err:
+            raise fail(f"--fail-rack {rack}: {err}", EXIT_USAGE) from None
     plans = [fm.schedule_all_pending(seed).plan] if schedule else []
+    plans += [p.plan for p in fm.advance(advance, seed)] if advance else []
     state = fm.state
     answer = {
         "revision": fm.cell.revision,
@@ -146,4 +158,4 @@ def fauxmaster(
         f"{len(answer['placed'])} placed, {len(answer['pending'])} pending, "
         f"{sum(v['tasks'] for v in answer['preempted'])} preempted, {len(lost)} lost"
     )
-    print_answer({k: answer[k] for k in ("placed", "pending", "preempted")}, "the Fauxmaster's pass" if schedule else "no pass (--schedule)")
+    print_answer({k: answer[k] for k in ("placed", "pending", "preempted")}, "the Fauxmaster's passes" if plans else "no pass (--schedule)")

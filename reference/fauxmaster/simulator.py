@@ -9,12 +9,14 @@ is simulated is only what a borglet would do: a placed task's process starts at 
 `start_delay_s`, and a task of a job given a runtime finishes that long after it started;
 what a borglet would report of a task's usage is given to `reclaim`, which runs the
 leader's reclaimer tick on it.
-Nothing sleeps: `advance` jumps the clock from one borglet event to the next.
+A trace's jobs arrive at their moments (`arrive`) and depart after their runtimes. Nothing
+sleeps: `advance` jumps the clock from one borglet event or arrival to the next.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -96,6 +98,8 @@ class Fauxmaster:
         self.passes: list[PassResult] = []
         self._events: list[_Event] = []
         self._seq = 0
+        self._arrivals: list[tuple[float, int, Job]] = []  # (moment, order, job) a trace submits
+        self.refused: list[tuple[float, str]] = []  # arrivals the cell refused: (moment, job key)
         self._reclaimed_at: dict[TaskId, float] = {}  # the reclaimer's clock of each task's last estimate
 
     @classmethod
@@ -234,15 +238,53 @@ class Fauxmaster:
             raise ValueError("seconds must be >= 0")
         until = self.now + seconds
         passes: list[PassResult] = []
-        while self._events and self._events[0].at <= until:
-            self.now = max(self.now, self._events[0].at)
+        while (due := self._next_moment()) <= until:
+            self.now = max(self.now, due)
+            arrived = self._arrive_due()
             ended = self._run_due()
             work = pass_work(self.state)
             # A task that ended freed room: the tasks found no place before may fit now.
-            if schedule and work and (ended or work - self._unplaceable()):
+            if schedule and work and (ended or arrived or work - self._unplaceable()):
                 passes.append(self.schedule_all_pending(seed))
         self.now = until
         return passes
+
+    def arrive(self, at: float, job: Job, runtime: float | None = None) -> None:
+        """A job that a trace submits at `at` (simulated seconds): `advance` submits it then,
+        through the spec's `submit` as `from_workload` does, and a pass follows; each of its
+        tasks finishes `runtime` seconds after it starts (a trace's departure), or never."""
+        if at < self.now:
+            raise ValueError(f"job {job.key} arrives at {at}, before now ({self.now})")
+        if runtime is not None:
+            self.runtimes[job.key] = runtime
+        self._seq += 1
+        heapq.heappush(self._arrivals, (at, self._seq, job))
+
+    def _next_moment(self) -> float:
+        """When the next borglet event or arrival is due (inf: none is)."""
+        return min(
+            self._events[0].at if self._events else math.inf,
+            self._arrivals[0][0] if self._arrivals else math.inf,
+        )
+
+    def _arrive_due(self) -> bool:
+        """Submit the jobs due by `now`; one the cell refuses (a duplicate, over quota) is kept
+        in `refused` with the moment. Returns whether any was submitted."""
+        arrived = False
+        while self._arrivals and self._arrivals[0][0] <= self.now:
+            _at, _seq, job = heapq.heappop(self._arrivals)
+
+            def submit(d: Draft, j: Job = job) -> bool:
+                if not d.step("submit", j, reason="submitted"):
+                    return False  # nothing written: no job info without its job
+                d.jobs[j.key] = JobInfo(job_file_of(j), self.now)
+                return True
+
+            if self.change(submit):
+                arrived = True
+            else:
+                self.refused.append((self.now, job.key))
+        return arrived
 
     def _unplaceable(self) -> set[TaskId]:
         """The PENDING tasks the last pass found no place for: another pass now would not

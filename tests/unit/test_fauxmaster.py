@@ -201,3 +201,23 @@ def test_reclaim_runs_the_leaders_reclaimer_tick_on_the_stub_borglets_usage() ->
     assert fm.state.tasks[batch].state is TaskState.PENDING
     assert fm.state.tasks[web].reserved.get("cpu") == 3000
     holds(fm)
+
+
+def test_arrivals_from_a_trace_are_submitted_at_their_moment_and_depart_after_their_runtime() -> None:
+    # One machine of 4000m; job a (3000m) arrives at 10 s and runs 20 s; job b (3000m) arrives
+    # at 15 s: it waits for a's departure at 30 s, then runs. A duplicate of a is refused.
+    fm = Fauxmaster.from_workload(machines(1))
+    fm.arrive(10.0, job("a", 1, 3000), runtime=20.0)
+    fm.arrive(15.0, job("b", 1, 3000))
+    fm.arrive(16.0, job("a", 1, 1000))
+    a, b = TaskId("alice/a", 0, 0), TaskId("alice/b", 0, 0)
+    fm.advance(9.0)
+    assert a not in fm.state.tasks
+    fm.advance(7.0)  # now 16
+    assert fm.state.tasks[a].state is TaskState.RUNNING and fm.state.tasks[b].state is TaskState.PENDING
+    assert fm.refused == [(16.0, "alice/a")]
+    fm.advance(14.0)  # now 30: a departs, b takes its room
+    assert fm.state.tasks[a].state is TaskState.DEAD and fm.state.tasks[b].state is TaskState.RUNNING
+    holds(fm)
+    with pytest.raises(ValueError, match="before now"):
+        fm.arrive(1.0, job("late", 1, 10))
