@@ -269,7 +269,8 @@ class JobSpec(BaseModel):
     appclass: AppClass = AppClass.BATCH
     health_check: HealthCheckSpec | None = None
     package: str = ""
-    alloc: str | None = None
+    # The name of one of the user's alloc sets: task i runs in alloc i of the set.
+    alloc: str | None = Field(default=None, pattern=NAME_PATTERN)
     autoscale: AutoscaleSpec | None = None
 
     @field_validator("priority", mode="before")
@@ -323,7 +324,7 @@ class JobSpec(BaseModel):
             constraints=tuple(c.to_spec() for c in self.constraints),
             restart_policy=self.restart_policy,
             appclass=self.appclass,
-            alloc=self.alloc,
+            alloc=None if self.alloc is None else f"{self.user}/{self.alloc}",  # the set's key
             package=self.package,
             version=version,
         )

@@ -68,7 +68,12 @@ class Scope:
     def alloc_catalog(self) -> list[Alloc]:
         if not self.allocs or self.machines == 0:
             return []
-        return [Alloc("a0", "m0", Resources.of(cpu=1000), priority=200, user="alice")]
+        # One alloc set, "a0", with an alloc on each of the first two machines: a job in it
+        # runs task 0 on m0 and task 1 on m1 (the index rule).
+        return [
+            Alloc("a0", i, f"m{i}", Resources.of(cpu=1000), priority=200, user="alice")
+            for i in range(min(2, self.machines))
+        ]
 
     def job_catalog(self) -> list[Job]:
         """One job per priority level, the task slots dealt out among them round-robin.
