@@ -7,7 +7,17 @@ import pytest
 from reference.jobspec import parse_job
 from reference.master import codec
 from reference.master.cell import JobInfo, MachineInfo, TaskInfo
-from spec.model import Alloc, Band, DeathCause, Machine, QuotaKey, Resources, Task, TaskId, TaskState
+from spec.model import (
+    Alloc,
+    Band,
+    DeathCause,
+    Machine,
+    QuotaKey,
+    Resources,
+    Task,
+    TaskId,
+    TaskState,
+)
 
 
 def test_machine_round_trip() -> None:
