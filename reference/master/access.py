@@ -106,6 +106,14 @@ def job_owner(path: str) -> str | None:
     return None
 
 
+def alloc_owner(path: str) -> str | None:
+    """The owner of the alloc set a `/v1/allocs/<user>/<name>` path names, None for other paths."""
+    parts = path.split("/")
+    if len(parts) == 5 and parts[1] == "v1" and parts[2] == "allocs" and parts[3] and parts[4]:
+        return parts[3]
+    return None
+
+
 def may_act_for(who: Identity, owner: str) -> str | None:
     """None if `who` may change jobs of user `owner`, else why not (a 403's message)."""
     if who.admin or who.name == owner:
@@ -118,7 +126,7 @@ def authorise(who: Identity, method: str, path: str) -> str | None:
 
     Reads of the cell are anyone's; users are the admin's to list; a change to a job or task
     is its owner's or the admin's (a submission's owner is in its body: `may_act_for`, in the
-    handler); a change to machines, quotas or users, or to anything not named here, is the admin's.
+    handler), and so is a change to an alloc set; a change to machines, quotas or users, or to anything not named here, is the admin's.
     """
     if who.admin:
         return None
@@ -129,7 +137,10 @@ def authorise(who: Identity, method: str, path: str) -> str | None:
     owner = job_owner(path)
     if owner is not None:
         return may_act_for(who, owner)
-    if path == "/v1/jobs":
+    owner = alloc_owner(path)
+    if owner is not None and owner != who.name:
+        return f"the alloc set belongs to user {owner}; user {who.name} may change only its own alloc sets"
+    if owner is not None or path in ("/v1/jobs", "/v1/allocs"):
         return None
     if path.startswith(ADMIN_PREFIXES):
         what = path.split("/")[2]
