@@ -24,6 +24,7 @@ from reference.jobspec import (
     request_schema,
     validation_errors,
 )
+from reference.resources import format_cpu
 from spec.model import Alloc, Constraint, Resources
 
 MAX_ALLOCS = 1000  # allocs in one set at most: each is one machine
@@ -71,6 +72,13 @@ class AllocSetSpec(BaseModel):
     def key(self) -> str:
         """The set's key, which jobs' `alloc` resolves to: "user/name"."""
         return f"{self.user}/{self.name}"
+
+    def canonical(self) -> dict[str, Any]:
+        """The set as JSON that parses back to it: CPU written "NNNm" (a bare number is cores)."""
+        doc = self.model_dump(mode="json")
+        doc["resources"] = {k: (format_cpu(v) if k == "cpu" else v) for k, v in sorted(self.resources.items())}
+        doc["constraints"] = [{k: v for k, v in c.items() if v is not None} for c in doc["constraints"]]
+        return doc
 
     def spec_constraints(self) -> tuple[Constraint, ...]:
         return tuple(c.to_spec() for c in self.constraints)
