@@ -7,7 +7,13 @@ from collections.abc import Mapping
 from harness.coverage import Coverage
 from harness.history import LIVE_STATES, parse_task_id
 from harness.observe import Observation
-from harness.transitions import ENV_ACTIONS, explain_all, machine_changes, reservation_changes
+from harness.transitions import (
+    ENV_ACTIONS,
+    alloc_changes,
+    explain_all,
+    machine_changes,
+    reservation_changes,
+)
 from spec.actions import EvictReason, Step, restart_allowed
 from spec.invariants import INVARIANTS, check_state, check_step
 from spec.model import CellState, Job, Task, TaskState, may_preempt
@@ -54,7 +60,8 @@ def check_observation(
                 bad += _judge_preemption(prev.state, cur.state, v.before, cov, replaced)  # type: ignore[arg-type]
     for action, _ in job_steps:
         cov.actions_observed[action] += 1
-    for change in machine_changes(prev.state, cur.state) + reservation_changes(prev.state, cur.state, replaced):
+    changes = machine_changes(prev.state, cur.state) + reservation_changes(prev.state, cur.state, replaced)
+    for change in changes + alloc_changes(prev.state, cur.state):
         cov.actions_observed[change.step.action] += 1
         if change.problem is not None:
             bad.append(("spec_transition", change.problem))
