@@ -24,6 +24,7 @@ from typing import Any
 
 from reference import ports
 from reference.borglet import decisions, logs, processes, store, taskusers
+from reference.borglet.cgroups import AllocGroup
 from reference.borglet.health import Prober
 from reference.borglet.isolation import Isolation
 from reference.borglet.protocol import SyncRequest, TaskSpec
@@ -594,7 +595,8 @@ class Borglet:
         spec = task.spec
         proc: subprocess.Popen | None = None
         try:
-            group = self.isolation.prepare(task.key, spec.request.cpu, spec.request.ram)
+            alloc = None if spec.alloc is None else AllocGroup(spec.alloc.name, spec.alloc.cpu, spec.alloc.ram)
+            group = self.isolation.prepare(task.key, spec.request.cpu, spec.request.ram, alloc)
         except OSError as err:
             with self._lock:
                 self._failed_to_start(task, f"setup: {err}")
