@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from harness.context import RAM, ConformanceViolation
-from harness.history import Outcome
+from harness.history import OpKind, Outcome
 from harness.observe import allocs_of
 from harness.user_rules import USERS, UserRules
 
@@ -65,7 +65,15 @@ class AllocRules(UserRules):
 
     def _delete_set(self, key: str) -> None:
         """Delete a set: the cell kills the jobs in it, then releases its allocs; so does the model."""
+        # The delete is a kill of each job in the set, for the history's job registers too:
+        # one kill per job that may exist, done where the cell says it killed the job.
+        candidates = sorted(k for k, j in self.submitted.items() if j.alloc == key)
+        kills = {k: self.c.history.invoke(OpKind.KILL, k) for k in candidates}
         r = self.api.request("DELETE", f"/v1/allocs/{key}", write=True)
+        killed = set(r.body.get("killed_jobs", [])) if r.outcome is Outcome.OK else set()
+        for k, op in kills.items():
+            outcome = r.outcome if r.outcome is not Outcome.OK else (Outcome.OK if k in killed else Outcome.FAILED)
+            self.c.history.complete(op, outcome, r.status)
         self.c.coverage.api_ops["delete_alloc_set"] += 1
         jobs = sorted(k for k, j in self.model.jobs.items() if j.alloc == key)
         if r.outcome is Outcome.FAILED:
@@ -73,7 +81,7 @@ class AllocRules(UserRules):
                 raise ConformanceViolation(f"[api_guard] the cell says alloc set {key} does not exist; the spec has it")
             return
         if r.outcome is Outcome.OK:
-            missed = sorted(set(jobs) - set(r.body.get("killed_jobs", [])))
+            missed = sorted(set(jobs) - killed)
             if missed:
                 raise ConformanceViolation(f"[api_guard] deleting alloc set {key} left its jobs {missed}")
         elif self.api.get(f"/v1/allocs/{key}") is not None:
