@@ -186,7 +186,8 @@ def schedule_in_any_alloc_of_the_set(s: CellState, task_id, machine):
         return A.schedule(s, task_id, machine)
     if t is None or t.state is not TaskState.PENDING or m is None or not m.up:
         return None
-    if not any(a.machine == machine for a in s.alloc_set(j.alloc)):
+    if not any(a.machine == machine and (s.alloc_used(a.name) + j.request).fits_in(a.resources)
+               for a in s.alloc_set(j.alloc)):  # fmt: skip
         return None
     return s.with_(tasks=s.tasks.set(task_id, replace(t, state=TaskState.RUNNING, machine=machine)))
 
