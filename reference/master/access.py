@@ -126,7 +126,7 @@ def authorise(who: Identity, method: str, path: str) -> str | None:
 
     Reads of the cell are anyone's; users are the admin's to list; a change to a job or task
     is its owner's or the admin's (a submission's owner is in its body: `may_act_for`, in the
-    handler), and so is a change to an alloc set; a change to machines, quotas or users, or to anything not named here, is the admin's.
+    handler); a change to machines, quotas or users, or to anything not named here, is the admin's.
     """
     if who.admin:
         return None
@@ -137,10 +137,13 @@ def authorise(who: Identity, method: str, path: str) -> str | None:
     owner = job_owner(path)
     if owner is not None:
         return may_act_for(who, owner)
+    if path == "/v1/jobs":
+        return None
+    # An alloc set, like a job, is its owner's to change (a creation's owner is in its body).
     owner = alloc_owner(path)
     if owner is not None and owner != who.name:
         return f"the alloc set belongs to user {owner}; user {who.name} may change only its own alloc sets"
-    if owner is not None or path in ("/v1/jobs", "/v1/allocs"):
+    if owner is not None or path == "/v1/allocs":
         return None
     if path.startswith(ADMIN_PREFIXES):
         what = path.split("/")[2]

@@ -20,7 +20,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reference import channel
 from reference.jobspec import validation_errors
-from reference.master import access, allocs, contract, freshness, guard, logs, ui, users, views
+from reference.master import access, contract, freshness, guard, logs, ui, users, views
+from reference.master import allocs as alloc_sets
 from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
@@ -323,7 +324,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
 
     ui.install(app, replica, task_logs, cell_overview)
     users.install(app, replica)
-    allocs.install(app, replica, write, read, stamped)
+    alloc_sets.install(app, replica, write, read, stamped)
     contract.install(app)
 
     # --- jobs ----------------------------------------------------------------------------------

@@ -89,8 +89,8 @@ _MEANING = {
     401: "no valid token: send `Authorization: Bearer <token>` (WWW-Authenticate says so)",
     403: "the job would exceed its user's quota in its priority band, or the caller may not do this: "
     "another user's job, or machines, quotas or users (the admin's)",
-    404: "no such job, task, machine, BNS name or alloc set (the one a job names)",
-    409: "the request conflicts with the cell: a job, machine or alloc set of that name exists, a task is already dead, a machine still holds allocs, an alloc set does not fit",
+    404: "no such job, task, machine, BNS name or alloc (the one a job names)",
+    409: "the request conflicts with the cell: a job or machine of that name exists, a task is already dead, a machine still holds allocs",
     429: "the caller's user is over its rate limit on this replica; retry after Retry-After seconds",
     410: "`since` is older than the oldest change this replica can replay",
     422: "invalid input: a body field, path or query parameter (an undeclared one included), named in `field`",
