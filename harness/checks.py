@@ -14,7 +14,7 @@ from harness.transitions import (
     machine_changes,
     reservation_changes,
 )
-from spec.actions import EvictReason, Step, restart_allowed
+from spec.actions import EvictReason, Step, restart_allowed, task_fits
 from spec.invariants import INVARIANTS, check_state, check_step
 from spec.model import CellState, Job, Task, TaskState, may_preempt
 
@@ -165,6 +165,13 @@ def _index_problems(model: CellState, s: CellState, policy, key: str, i: int, t:
 
 def _room_for(s: CellState, key: str, t: Task) -> str | None:
     job = s.jobs[key]
+    if job.alloc is not None:
+        # Task i of a job in an alloc set may run only in alloc i: room elsewhere is no room.
+        a = s.alloc_for(job, t.id.index)
+        m = None if a is None else s.machines.get(a.machine)
+        if m is not None and m.up and task_fits(s, t, job, m):
+            return f"{m.name} (alloc {a.name})"  # type: ignore[union-attr]
+        return None
     for m in s.machines.values():
         if m.up and all(c.holds(m) for c in job.constraints):
             free = m.capacity - s.machine_reserved(m.name)

@@ -104,3 +104,22 @@ def test_an_alloc_that_does_not_fit_its_machine_is_no_spec_alloc_create() -> Non
     busy = state(task(0, TaskState.RUNNING, "m0"))
     (change,) = alloc_changes(busy, busy.with_(allocs=FMap({big.name: big})))
     assert not change.ok and "does not fit" in (change.problem or "")
+
+
+def test_a_pending_task_of_an_alloc_set_has_room_only_in_its_own_alloc() -> None:
+    from dataclasses import replace
+
+    from harness.checks import convergence_problems
+    from harness.observe import Observation
+    from spec.model import Alloc
+
+    # Alloc 0 of u/s is on m1, which is down; m0 is empty but is no place for task 0.
+    job = replace(JOB, alloc="u/s")
+    a = Alloc("u/s", 0, "m1", CPU, 100, "u")
+    down = FMap({"m0": M["m0"], "m1": replace(M["m1"], up=False)})
+    pending = Task(TaskId(job.key, 0, 0), TaskState.PENDING, None, 100, CPU)
+    s = CellState(machines=down, jobs=FMap({job.key: job}), tasks=FMap({pending.id: pending}), allocs=FMap({a.name: a}))
+    assert convergence_problems(s, Observation(0.0, s, {}, {}), {job.key}) == []
+    up = s.with_(machines=M)
+    (problem,) = convergence_problems(up, Observation(0.0, up, {}, {}), {job.key})
+    assert "m1 (alloc u/s/0) has room" in problem
