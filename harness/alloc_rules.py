@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
 
 from harness.context import RAM, ConformanceViolation
 from harness.history import OpKind, Outcome
@@ -13,25 +13,38 @@ from harness.observe import allocs_of
 from harness.user_rules import USERS, UserRules
 
 #: Alloc sets one example holds at most: each reserves room on up to three machines.
-MAX_SETS = 2
+MAX_SETS = 3
 ALLOC_CPUS = (500, 1000)
 
 
 class AllocRules(UserRules):
-    """Alloc sets made and deleted over the API. The spec model has no machines (the cell
-    places), so it adopts the allocs the cell answers with; the placement itself is judged on
-    the observations (harness/transitions.py `alloc_changes`, invariant `alloc_tasks_within_alloc`)."""
+    """Alloc sets made and deleted over the API. The cell places them, so the spec model
+    adopts the allocs the cell answers with; the placement itself is judged on the
+    observations (harness/transitions.py `alloc_changes`, invariant `alloc_tasks_within_alloc`)."""
 
     def _alloc_sets(self) -> list[str]:
         """This example's alloc sets the model holds, by key."""
         return sorted({a.set for a in self.model.allocs.values()})
 
     def _adopt(self, view: dict[str, Any]) -> None:
-        allocs = allocs_of([view])
-        self.model = self.model.with_(allocs=self.model.allocs.update(dict(allocs.items())))
+        """Take the cell's allocs into the model: each through `alloc_create` on the machines as
+        last seen (the model places nothing else there), else as the cell has it: which one
+        the cell could place is judged on the observations, beside every task."""
+        seen = self.prev if self.prev is not None else self.observer.poll(borglets=False)
+        if seen is not None:
+            self.model = self.model.with_(machines=seen.state.machines)
+        for a in allocs_of([view]).values():
+            if a.name not in self.model.allocs and not self._apply_model("alloc_create", a):
+                self.model = self.model.with_(allocs=self.model.allocs.set(a.name, a))
+
+    @initialize(count=st.integers(2, 3), user=st.sampled_from(USERS))
+    def start_alloc_set(self, count: int, user: str) -> None:
+        """Every example starts with an alloc set and a service in it, so short runs still
+        create and delete allocs (the set is deleted at the example's end if not before)."""
+        self.alloc_set(count, ALLOC_CPUS[0], user, [("service", count, 100)])
 
     @precondition(lambda self: len(self._alloc_sets()) < MAX_SETS)
-    @rule(count=st.integers(1, 3), cpu=st.sampled_from(ALLOC_CPUS), user=st.sampled_from(USERS),
+    @rule(count=st.integers(2, 3), cpu=st.sampled_from(ALLOC_CPUS), user=st.sampled_from(USERS),
           jobs=st.lists(st.tuples(st.sampled_from(("service", "batch")), st.integers(1, 3), st.sampled_from((100, 250))),
                         max_size=2))  # fmt: skip
     def alloc_set(self, count: int, cpu: int, user: str, jobs: list[tuple[str, int, int]]) -> None:
