@@ -7,8 +7,14 @@ from collections.abc import Mapping
 from harness.coverage import Coverage
 from harness.history import LIVE_STATES, parse_task_id
 from harness.observe import Observation
-from harness.transitions import ENV_ACTIONS, explain_all, machine_changes, reservation_changes
-from spec.actions import EvictReason, Step, restart_allowed
+from harness.transitions import (
+    ENV_ACTIONS,
+    alloc_changes,
+    explain_all,
+    machine_changes,
+    reservation_changes,
+)
+from spec.actions import EvictReason, Step, restart_allowed, task_fits
 from spec.invariants import INVARIANTS, check_state, check_step
 from spec.model import CellState, Job, Task, TaskState, may_preempt
 
@@ -54,7 +60,8 @@ def check_observation(
                 bad += _judge_preemption(prev.state, cur.state, v.before, cov, replaced)  # type: ignore[arg-type]
     for action, _ in job_steps:
         cov.actions_observed[action] += 1
-    for change in machine_changes(prev.state, cur.state) + reservation_changes(prev.state, cur.state, replaced):
+    changes = machine_changes(prev.state, cur.state) + reservation_changes(prev.state, cur.state, replaced)
+    for change in changes + alloc_changes(prev.state, cur.state):
         cov.actions_observed[change.step.action] += 1
         if change.problem is not None:
             bad.append(("spec_transition", change.problem))
@@ -158,6 +165,13 @@ def _index_problems(model: CellState, s: CellState, policy, key: str, i: int, t:
 
 def _room_for(s: CellState, key: str, t: Task) -> str | None:
     job = s.jobs[key]
+    if job.alloc is not None:
+        # Task i of a job in an alloc set may run only in alloc i: room elsewhere is no room.
+        a = s.alloc_for(job, t.id.index)
+        m = None if a is None else s.machines.get(a.machine)
+        if m is not None and m.up and task_fits(s, t, job, m):
+            return f"{m.name} (alloc {a.name})"  # type: ignore[union-attr]
+        return None
     for m in s.machines.values():
         if m.up and all(c.holds(m) for c in job.constraints):
             free = m.capacity - s.machine_reserved(m.name)

@@ -1,4 +1,4 @@
-"""Turns the API's views (machines, jobs, tasks) into a spec CellState: what the cell shows, in the spec's terms."""
+"""Turns the API's views (machines, jobs, tasks, quotas, alloc sets) into a spec CellState: what the cell shows, in the spec's terms."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from harness.api import Api, cpu_milli
 from spec.fmap import FMap
 from spec.model import (
     ZERO,
+    Alloc,
     AppClass,
     Band,
     CellState,
@@ -59,10 +60,28 @@ def job_of(view: dict[str, Any]) -> Job:
         constraints=tuple(constraint_of(c) for c in view.get("constraints") or []),
         restart_policy=RestartPolicy(view.get("restart_policy", "on_failure")),
         appclass=AppClass(view.get("appclass", "batch")),
-        alloc=view.get("alloc"),
+        alloc=alloc_set_key(view["user"], view.get("alloc")),
         package=view.get("package") or "",
         version=int(view.get("version", 0)),
     )
+
+
+def alloc_set_key(user: str, alloc: str | None) -> str | None:
+    """The key of the alloc set a job names: a job file names one of its user's sets by name."""
+    if not alloc:
+        return None
+    return alloc if "/" in alloc else f"{user}/{alloc}"
+
+
+def allocs_of(views: list[dict[str, Any]]) -> FMap[str, Alloc]:
+    """`GET /v1/allocs`'s sets as the spec's allocs, one per machine."""
+    out = {}
+    for v in views:
+        for a in v.get("allocs", []):
+            alloc = Alloc(str(v["key"]), int(a["index"]), str(a["machine"]), resources_of(a.get("resources") or {}),
+                          int(v["priority"]), str(v.get("user", "")))  # fmt: skip
+            out[alloc.name] = alloc
+    return FMap(out)
 
 
 def quotas_of(views: list[dict[str, Any]]) -> FMap[QuotaKey, Resources]:
@@ -98,6 +117,7 @@ class Observer:
         self.keys = keys  # jobs to watch besides the live ones (killed jobs keep DEAD tasks)
         self._held: dict[tuple[TaskId, Any], Resources] = {}
         self.quotas_readable = True
+        self.allocs_readable = True  # an older cell has no /v1/allocs: it reads as one without allocs
 
     def poll(self, borglets: bool = True, skip: set[str] | frozenset[str] = frozenset()) -> Observation | None:
         """One observation; `skip` names machines whose borglet is known not to answer (paused)."""
@@ -111,6 +131,8 @@ class Observer:
             paths = ["/v1/machines", "/v1/jobs"] + [f"/v1/jobs/{k}/tasks" for k in keys]
             if self.quotas_readable:
                 paths.append("/v1/quotas")
+            if self.allocs_readable:
+                paths.append("/v1/allocs")
             bodies = self.api.read_together(paths)
             if bodies is None:
                 return None
@@ -128,17 +150,27 @@ class Observer:
                 task = self._task_of(v, jobs.get(key))
                 tasks[task.id] = task
                 tviews[task.id] = v
+        extra = bodies[2 + len(keys) :]
         quotas: FMap[QuotaKey, Resources] = FMap()
         if self.quotas_readable:
-            if bodies[-1] is None:
+            body = extra.pop(0)
+            if body is None:
                 self.quotas_readable = False  # a cell without GET /v1/quotas: none are judged
             else:
-                quotas = quotas_of(bodies[-1].get("quotas", []))
+                quotas = quotas_of(body.get("quotas", []))
+        allocs: FMap[str, Alloc] = FMap()
+        if self.allocs_readable:
+            body = extra.pop(0)
+            if body is None:
+                self.allocs_readable = False
+            else:
+                allocs = allocs_of(body.get("alloc_sets", []))
         state = CellState(
             machines=FMap({m["name"]: machine_of(m) for m in mviews}),
             jobs=FMap(jobs),
             tasks=FMap(tasks),
             quotas=quotas,
+            allocs=allocs,
         )
         reports: dict[str, dict[str, Any] | None] = {}
         times: dict[str, tuple[float, float]] = {}

@@ -6,10 +6,10 @@ restart and a schedule). For each task index whose newest incarnation changed, a
 breadth-first search runs the spec's own actions from the previous observation until the
 index looks as it does now; no such path means the cell made a move the spec forbids.
 
-Two kinds of change are judged apart from task indices: machines that appeared, went down,
-came back or left (`machine_changes`), and reservations of tasks that kept running in one
-placement (`reservation_changes`): each is one spec step, checked against the spec's guard
-and effect.
+Three kinds of change are judged apart from task indices: machines that appeared, went down,
+came back or left (`machine_changes`), reservations of tasks that kept running in one
+placement (`reservation_changes`), and allocs created or deleted (`alloc_changes`): each is
+one spec step, checked against the spec's guard and effect.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from spec.actions import (
     ACTIONS,
     EvictReason,
     Step,
+    alloc_create,
+    alloc_delete,
     machine_add,
     machine_down,
     machine_remove,
@@ -93,7 +95,12 @@ def _hybrid(before: CellState, after: CellState, job: str, index: int, replaced:
     jobs = {k: j for k, j in after.jobs.items() if k != job}
     if job in before.jobs:
         jobs[job] = before.jobs[job]
-    return before.with_(tasks=FMap(tasks), jobs=FMap(jobs), quotas=after.quotas)
+    # Allocs as they take the least room: those in both polls, and the job's own set's (its
+    # submit and placements need them) whenever seen.
+    own = {j.alloc for j in (before.jobs.get(job), after.jobs.get(job)) if j is not None and j.alloc is not None}
+    allocs = {n: a for n, a in before.allocs.items() if n in after.allocs or a.set in own}
+    allocs.update({n: a for n, a in after.allocs.items() if a.set in own})
+    return before.with_(tasks=FMap(tasks), jobs=FMap(jobs), quotas=after.quotas, allocs=FMap(allocs))
 
 
 def _least_room(old: Task | None, t: Task) -> Task:
@@ -279,6 +286,33 @@ def machine_changes(before: CellState, after: CellState) -> list[Change]:
             running = ", ".join(str(t.id) for t in after.running_on(name))
             problem = None if ok else f"{name} was removed though it still runs {running or 'an alloc'}"
             out.append(Change(Step("machine_remove", (name,)), problem))
+    return out
+
+
+def alloc_changes(before: CellState, after: CellState) -> list[Change]:
+    """The alloc steps that explain how the allocs changed: each new alloc created (on the
+    machines as seen in either poll, beside the tasks as they are now, the least room), then
+    each gone alloc deleted (with the jobs as they are now: its set's jobs are killed in the
+    same write)."""
+    up = {n: replace(m, up=m.up or (n in before.machines and before.machines[n].up)) for n, m in after.machines.items()}
+    gone = [n for n in sorted(before.allocs) if n not in after.allocs]
+    s = before.with_(machines=FMap({**before.machines, **up}), tasks=after.tasks, jobs=after.jobs,
+                     allocs=before.allocs.edit({}, gone))  # fmt: skip
+    out: list[Change] = []
+    for name, a in sorted(after.allocs.items()):
+        if name in before.allocs:
+            continue
+        nxt = alloc_create(s, a)
+        out.append(Change(Step("alloc_create", (a,)), None if nxt is not None else
+                          f"alloc {name} on {a.machine} ({a.resources}) is no spec alloc_create: the machine is not up, "
+                          f"another alloc of its set is there, or {a.resources} does not fit beside {s.machine_reserved(a.machine)}"))  # fmt: skip
+        s = nxt or s
+    back = s.with_(allocs=FMap({**s.allocs, **{n: before.allocs[n] for n in gone}}))
+    for name in gone:
+        nxt = alloc_delete(back, name)
+        out.append(Change(Step("alloc_delete", (name,)), None if nxt is not None else
+                          f"alloc {name} was deleted though job(s) naming its set remain"))  # fmt: skip
+        back = nxt or back
     return out
 
 

@@ -80,7 +80,8 @@ class UserRules(ExampleState):
     def submit(self, kind: str, priority: int, count: int, cpu: int, user: str) -> None:
         self._submit(kind, priority, count, cpu, user)
 
-    def _submit(self, kind: str, priority: int, count: int, cpu: int, user: str) -> str | None:
+    def _submit(self, kind: str, priority: int, count: int, cpu: int, user: str, alloc: str | None = None) -> str | None:
+        """Submit a job; `alloc` names one of the user's alloc sets for it to run in."""
         name = f"c{self.example}-{next(self.counter)}"
         command, policy = KINDS[kind]
         doc = {
@@ -88,11 +89,14 @@ class UserRules(ExampleState):
             "request": {"cpu": f"{cpu}m", "ram": RAM}, "command": command,
             "restart_policy": policy.value, "appclass": "batch",
         }  # fmt: skip
+        if alloc is not None:
+            doc["alloc"] = alloc
         key = f"{user}/{name}"
         self.keys.add(key)
         self.watch.add(key)
         self.kinds[key] = kind
-        job = Job(user, name, priority, count, Resources.of(cpu=cpu, ram=RAM), restart_policy=policy)
+        job = Job(user, name, priority, count, Resources.of(cpu=cpu, ram=RAM), restart_policy=policy,
+                  alloc=None if alloc is None else f"{user}/{alloc}")  # fmt: skip
         r = self.api.submit(doc)
         self.c.coverage.api_ops["submit"] += 1
         if r.outcome is not Outcome.FAILED:

@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 
 from reference import cli_faux, launcher
+from reference.cli_allocs import alloc_app
 from reference.cli_common import (
     EXIT_USAGE,
     Credentials,
@@ -62,6 +63,7 @@ app.add_typer(machine_app, name="machine")
 app.add_typer(bns_app, name="bns")
 app.add_typer(user_app, name="user")
 app.add_typer(quota_app, name="quota")
+app.add_typer(alloc_app, name="alloc")
 app.add_typer(bench_app, name="bench")
 app.add_typer(report_app, name="report")
 app.add_typer(spec_app, name="spec")

@@ -40,6 +40,7 @@ COMMANDS = (
     ("bns", "Borg Name Service: <index>.<job>.<user>.<cell>.minborg."),
     ("user", "Add, list and revoke the cell's users and their tokens (admin)."),
     ("quota", "Set, list and delete the users' quotas per priority band (admin)."),
+    ("alloc", "Submit, list, show and kill alloc sets: resources reserved on several machines that jobs run in."),
     ("bench", "Benchmarks of the scheduler, of a live cell and of this command's start-up."),
     ("report", "Regenerate measured reports."),
     ("spec", "The executable specification."),

@@ -238,6 +238,18 @@ class CellClient:
     def resolve(self, bns_name: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/bns/{bns_name}")
 
+    def submit_alloc_set(self, alloc_set: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", "/v1/allocs", json=alloc_set)
+
+    def alloc_sets(self, user: str | None = None) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/allocs", params={"user": user} if user else None)["alloc_sets"]
+
+    def alloc_set(self, key: str) -> dict[str, Any]:
+        return self.request("GET", f"/v1/allocs/{_key(key)}")["alloc_set"]
+
+    def delete_alloc_set(self, key: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/v1/allocs/{_key(key)}")
+
     def add_user(self, name: str) -> dict[str, Any]:
         """Add a user (admin only); the answer's `token` is the only copy of its token."""
         return self.request("POST", "/v1/users", json={"name": name})

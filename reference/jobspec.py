@@ -271,7 +271,8 @@ class JobSpec(BaseModel):
     package: str = ""
     # A container image the tasks run in on a borglet of the docker runtime (borglet/containers.py).
     image: str = Field(default="", pattern=r"^([a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?)?$", max_length=255)
-    alloc: str | None = None
+    # The name of one of the user's alloc sets: task i runs in alloc i of the set.
+    alloc: str | None = Field(default=None, pattern=NAME_PATTERN)
     autoscale: AutoscaleSpec | None = None
 
     @field_validator("priority", mode="before")
@@ -325,7 +326,7 @@ class JobSpec(BaseModel):
             constraints=tuple(c.to_spec() for c in self.constraints),
             restart_policy=self.restart_policy,
             appclass=self.appclass,
-            alloc=self.alloc,
+            alloc=None if self.alloc is None else f"{self.user}/{self.alloc}",  # the set's key
             # A job's image is its package where it names no other: a machine holding the image
             # is preferred (scheduler/terms.py, package_holders).
             package=self.package or self.image,

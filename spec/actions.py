@@ -85,11 +85,11 @@ def machine_free_for_prod(state: CellState, machine: str) -> Resources:
 
 
 def task_fits(state: CellState, task: Task, job: Job, machine: Machine) -> bool:
-    """Constraints hold and the request fits in what is free (in the alloc, if the job has one)."""
+    """Constraints hold and the request fits in what is free (in the task's alloc, if the job names an alloc set)."""
     if not all(c.holds(machine) for c in job.constraints):
         return False
     if job.alloc is not None:
-        alloc = state.allocs.get(job.alloc)
+        alloc = state.alloc_for(job, task.id.index)
         if alloc is None or alloc.machine != machine.name:
             return False
         return (state.alloc_used(alloc.name) + job.request).fits_in(alloc.resources)
@@ -141,11 +141,11 @@ def with_tasks(state: CellState, changes: dict[TaskId, Task]) -> CellState:
 
 
 def submit(state: CellState, job: Job) -> CellState | None:
-    """Guard: the job is valid, no job of that name exists, its alloc exists, and it fits the user's quota in its band.
+    """Guard: the job is valid, no job of that name exists, its alloc set has an alloc for each of its tasks, and it fits the user's quota in its band.
     Effect: the job is admitted and each index gets a PENDING task (a new incarnation if the index ran before)."""
     if not job_is_valid(job) or job.key in state.jobs:
         return None
-    if job.alloc is not None and job.alloc not in state.allocs:
+    if job.alloc is not None and not state.alloc_set_covers(job.alloc, job.task_count):
         return None
     if not fits_quota(state, job):
         return None
@@ -176,7 +176,7 @@ def update(
     task_count: int | None = None,
     request: Resources | None = None,
 ) -> CellState | None:
-    """Guard: the job exists, something changes, the new job is valid and fits quota.
+    """Guard: the job exists, something changes, the new job is valid, fits quota and its alloc set (if any) has an alloc for each task.
     Effect: new indices get PENDING tasks, indices beyond the new count are killed; running tasks keep their old request until rolled."""
     old = state.jobs.get(job_key)
     if old is None:
@@ -190,6 +190,8 @@ def update(
     if (new.task_count, new.request) == (old.task_count, old.request):
         return None
     if not job_is_valid(new) or not fits_quota(state, new):
+        return None
+    if new.alloc is not None and not state.alloc_set_covers(new.alloc, new.task_count):
         return None
     changes: dict[TaskId, Task] = {}
     live = state.live_indices(job_key)
@@ -383,22 +385,25 @@ def machine_up(state: CellState, name: str) -> CellState | None:
 
 
 def alloc_create(state: CellState, alloc: Alloc) -> CellState | None:
-    """Guard: the name is new, the machine is up and the alloc's resources fit what is free there.
-    Effect: the resources are reserved on the machine."""
-    if alloc.name in state.allocs or not 0 <= alloc.priority <= MAX_PRIORITY:
+    """Guard: the set holds no alloc of that index, no other alloc of the set is on the machine, the machine is up and the alloc's resources fit what is free there.
+    Effect: the resources are reserved on the machine (alloc `index` of the set, where task `index` of the set's jobs will run)."""
+    if alloc.name in state.allocs or alloc.index < 0 or not 0 <= alloc.priority <= MAX_PRIORITY:
         return None
     m = state.machines.get(alloc.machine)
     if m is None or not m.up or not alloc.resources.is_nonnegative():
         return None
+    if any(a.set == alloc.set and a.machine == alloc.machine for a in state.allocs.values()):
+        return None  # a set spreads over machines: two of its allocs on one would be one alloc
     if not alloc.resources.fits_in(machine_free(state, alloc.machine)):
         return None
     return state.with_(allocs=state.allocs.set(alloc.name, alloc))
 
 
 def alloc_delete(state: CellState, name: str) -> CellState | None:
-    """Guard: the alloc exists and no job runs in it.
+    """Guard: the alloc exists and no job names its set (kill the set's jobs first).
     Effect: its reservation is released."""
-    if name not in state.allocs or any(j.alloc == name for j in state.jobs.values()):
+    a = state.allocs.get(name)
+    if a is None or any(j.alloc == a.set for j in state.jobs.values()):
         return None
     return state.with_(allocs=state.allocs.remove(name))
 

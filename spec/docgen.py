@@ -146,8 +146,8 @@ def render(figures: str) -> str:
         "effort 0, monitoring 300), the task slots dealt out among them; each job may be "
         "submitted, killed, resized between 1 and its slots, and have its request toggled "
         "between 1 and 2 cores (with rolls); machines of 2 cores may go down and up (and with "
-        "`--churn` be removed and added); with `--allocs` a 1-core production alloc on m0 "
-        "holds the third job. Each user has 2 cores of production quota. Incarnations are "
+        "`--churn` be removed and added); with `--allocs` an alloc set of 1-core production "
+        "allocs on m0 and m1 (alloc i on mi) holds the third job, task i in alloc i. Each user has 2 cores of production quota. Incarnations are "
         "bounded by `--max-incarnation` (default 1), and job versions are ignored when states "
         "are compared (no guard reads them).",
         "",

@@ -68,12 +68,17 @@ class Scope:
     def alloc_catalog(self) -> list[Alloc]:
         if not self.allocs or self.machines == 0:
             return []
-        return [Alloc("a0", "m0", Resources.of(cpu=1000), priority=200, user="alice")]
+        # One alloc set, "a0", with an alloc on each of the first two machines: a job in it
+        # runs task 0 on m0 and task 1 on m1 (the index rule).
+        return [
+            Alloc("a0", i, f"m{i}", Resources.of(cpu=1000), priority=200, user="alice")
+            for i in range(min(2, self.machines))
+        ]
 
     def job_catalog(self) -> list[Job]:
         """One job per priority level, the task slots dealt out among them round-robin.
 
-        The second job is constrained to rack r0; with allocs on, the third runs in the alloc
+        The second job is constrained to rack r0; with allocs on, the third runs in the alloc set
         (or the first, when there are fewer jobs).
         """
         levels = PRIORITY_LEVELS[: max(1, self.priorities)]
@@ -329,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", type=int, default=3)
     p.add_argument("--priorities", type=int, default=2)
     p.add_argument("--max-incarnation", type=int, default=1)
-    p.add_argument("--allocs", action="store_true", help="add an alloc and a job that runs in it")
+    p.add_argument("--allocs", action="store_true", help="add an alloc set (an alloc on m0 and m1) and a job that runs in it")
     p.add_argument("--churn", action="store_true", help="machines may be removed and added")
     p.add_argument("--reclaim", action="store_true", help="reservations may drop below requests")
     p.add_argument("--depth", type=int, default=None, help="stop expanding past this depth")

@@ -75,11 +75,15 @@ def alloc_tasks_within_alloc(s: CellState) -> list[str]:
         used = s.alloc_used(a.name)
         if not used.fits_in(a.resources):
             out.append(f"tasks in alloc {a.name} use {used}, more than its {a.resources}")
-        for t in s.tasks.values():
-            job = s.jobs.get(t.id.job)
-            if t.state is TaskState.RUNNING and job is not None and job.alloc == a.name:
-                if t.machine != a.machine:
-                    out.append(f"{t.id} runs on {t.machine}, outside its alloc on {a.machine}")
+    for t in s.tasks.values():
+        job = s.jobs.get(t.id.job)
+        if t.state is not TaskState.RUNNING or job is None or job.alloc is None:
+            continue
+        a = s.alloc_for(job, t.id.index)  # the index rule: task i runs in alloc i of the set
+        if a is None:
+            out.append(f"{t.id} runs on {t.machine}, but alloc set {job.alloc} has no alloc {t.id.index}")
+        elif t.machine != a.machine:
+            out.append(f"{t.id} runs on {t.machine}, outside its alloc {a.name} on {a.machine}")
     return out
 
 
@@ -227,7 +231,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "alloc_tasks_within_alloc",
-        "Tasks of a job in an alloc run on the alloc's machine and together fit its resources.",
+        "Task i of a job naming an alloc set runs on the machine of alloc i of the set, and the tasks in an alloc together fit its resources.",
         state_check=alloc_tasks_within_alloc,
     ),
 )

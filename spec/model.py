@@ -203,7 +203,7 @@ class Job:
     constraints: tuple[Constraint, ...] = ()
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
     appclass: AppClass = AppClass.BATCH
-    alloc: str | None = None  # run inside this alloc (its machine, its resources)
+    alloc: str | None = None  # the alloc set its tasks run in: task i in alloc i of the set
     package: str = ""  # the package (binary) the tasks run, for locality
     version: int = 0  # bumped by every update
 
@@ -280,15 +280,29 @@ class Task:
         return self.id.incarnation
 
 
+def alloc_name(alloc_set: str, index: int) -> str:
+    """The name of alloc `index` of an alloc set: "set/index" (a set's name is "user/name")."""
+    return f"{alloc_set}/{index}"
+
+
 @dataclass(frozen=True, slots=True)
 class Alloc:
-    """Resources reserved on one machine, in which tasks of jobs naming it may run."""
+    """Resources reserved on one machine: alloc `index` of alloc set `set`.
 
-    name: str
+    Borg's alloc set reserves resources on several machines; a job names the set, and its
+    task i runs in alloc i. The alloc stays reserved while no task runs in it.
+    """
+
+    set: str
+    index: int
     machine: str
     resources: Resources
     priority: int
     user: str = ""
+
+    @property
+    def name(self) -> str:
+        return alloc_name(self.set, self.index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +389,20 @@ class CellState:
     def allocs_on(self, machine: str) -> list[Alloc]:
         return [a for a in self.allocs.values() if a.machine == machine]
 
+    def alloc_set(self, alloc_set: str) -> list[Alloc]:
+        """The allocs of a set, by index."""
+        return sorted((a for a in self.allocs.values() if a.set == alloc_set), key=lambda a: a.index)
+
+    def alloc_for(self, job: Job, index: int) -> Alloc | None:
+        """The alloc task `index` of `job` runs in: alloc `index` of the job's set (None outside sets)."""
+        if job.alloc is None:
+            return None
+        return self.allocs.get(alloc_name(job.alloc, index))
+
+    def alloc_set_covers(self, alloc_set: str, task_count: int) -> bool:
+        """Whether the set has an alloc for each of `task_count` tasks (indices 0 to task_count - 1)."""
+        return all(alloc_name(alloc_set, i) in self.allocs for i in range(task_count))
+
     def in_alloc(self, task: Task) -> bool:
         """Whether the task's job runs inside an alloc (its resources count through the alloc)."""
         job = self.jobs.get(task.id.job)
@@ -422,11 +450,15 @@ class CellState:
         return total(parts)
 
     def alloc_used(self, alloc: str) -> Resources:
+        """The requests of the RUNNING tasks in an alloc: task `index` of each job naming its set."""
+        a = self.allocs.get(alloc)
+        if a is None:
+            return ZERO
         parts = []
         for t in self.tasks.values():
-            if t.state is TaskState.RUNNING:
+            if t.state is TaskState.RUNNING and t.id.index == a.index:
                 job = self.jobs.get(t.id.job)
-                if job is not None and job.alloc == alloc:
+                if job is not None and job.alloc == a.set:
                     parts.append(t.request)
         return total(parts)
 

@@ -68,3 +68,58 @@ def test_schedule_onto_full_machine_is_refused() -> None:
     before = state(task(0, TaskState.PENDING), other, machines=only_m0, jobs=jobs)
     after = state(task(0, TaskState.RUNNING, "m0"), other, machines=only_m0, jobs=jobs)
     assert [v.ok for v in explain_all(before, after)] == [False]
+
+
+# --- allocs ----------------------------------------------------------------------------------
+
+
+def test_alloc_set_and_its_job_appearing_in_one_poll_are_explained() -> None:
+    from dataclasses import replace
+
+    from harness.transitions import alloc_changes
+    from spec.model import Alloc
+
+    allocs = FMap({a.name: a for a in (Alloc("u/s", 0, "m0", CPU, 100, "u"), Alloc("u/s", 1, "m1", CPU, 100, "u"))})
+    job = replace(JOB, task_count=2, alloc="u/s")
+    before = CellState(machines=M)
+    t0 = Task(TaskId(job.key, 0, 0), TaskState.RUNNING, "m0", 100, CPU)
+    after = CellState(machines=M, jobs=FMap({job.key: job}), tasks=FMap({t0.id: t0}), allocs=allocs)
+    assert [(c.step.action, c.ok) for c in alloc_changes(before, after)] == [("alloc_create", True)] * 2
+    v = explain(before, after, job.key, 0)
+    assert v.ok and [s.action for s in v.path or ()] == ["submit", "schedule"]
+    # Task 0 of the set's job on m1, alloc 1's machine: the index rule forbids it.
+    wrong = after.with_(tasks=FMap({t0.id: replace(t0, machine="m1")}))
+    assert not explain(before, wrong, job.key, 0).ok
+    # A set deleted while its job is still listed is no spec alloc_delete.
+    gone = after.with_(allocs=FMap())
+    assert [c.ok for c in alloc_changes(after, gone)] == [False, False]
+    assert [c.ok for c in alloc_changes(after, gone.with_(jobs=FMap(), tasks=FMap()))] == [True, True]
+
+
+def test_an_alloc_that_does_not_fit_its_machine_is_no_spec_alloc_create() -> None:
+    from harness.transitions import alloc_changes
+    from spec.model import Alloc
+
+    big = Alloc("u/s", 0, "m0", Resources.of(cpu=1500), 100, "u")
+    busy = state(task(0, TaskState.RUNNING, "m0"))
+    (change,) = alloc_changes(busy, busy.with_(allocs=FMap({big.name: big})))
+    assert not change.ok and "does not fit" in (change.problem or "")
+
+
+def test_a_pending_task_of_an_alloc_set_has_room_only_in_its_own_alloc() -> None:
+    from dataclasses import replace
+
+    from harness.checks import convergence_problems
+    from harness.observe import Observation
+    from spec.model import Alloc
+
+    # Alloc 0 of u/s is on m1, which is down; m0 is empty but is no place for task 0.
+    job = replace(JOB, alloc="u/s")
+    a = Alloc("u/s", 0, "m1", CPU, 100, "u")
+    down = FMap({"m0": M["m0"], "m1": replace(M["m1"], up=False)})
+    pending = Task(TaskId(job.key, 0, 0), TaskState.PENDING, None, 100, CPU)
+    s = CellState(machines=down, jobs=FMap({job.key: job}), tasks=FMap({pending.id: pending}), allocs=FMap({a.name: a}))
+    assert convergence_problems(s, Observation(0.0, s, {}, {}), {job.key}) == []
+    up = s.with_(machines=M)
+    (problem,) = convergence_problems(up, Observation(0.0, up, {}, {}), {job.key})
+    assert "m1 (alloc u/s/0) has room" in problem

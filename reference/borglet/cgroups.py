@@ -1,9 +1,16 @@
-"""Per-task cgroup v1 groups under the borglet's own group: limits, usage, OOM counts, cleanup."""
+"""Per-task cgroup v1 groups under the borglet's own group: limits, usage, OOM counts, cleanup.
+
+A task of a job in an alloc gets its group beneath the alloc's group, which holds the alloc's
+limits (Borg: an alloc is a container the tasks in it share); the alloc's group is made with
+its first task and removed with its last.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 # memory: the limit and OOM kills; cpu: the CFS quota; cpuacct: CPU usage; pids: the member list.
@@ -40,6 +47,23 @@ def parse_oom_kills(oom_control: str) -> int | None:
     return None
 
 
+ALLOC_PREFIX = "alloc-"
+
+
+@dataclass(frozen=True)
+class AllocGroup:
+    """An alloc a task runs in: its name ("user/set/index") and its limits."""
+
+    name: str
+    cpu_milli: int
+    ram_bytes: int
+
+    @property
+    def directory(self) -> str:
+        """The group's directory name: alloc alice/logs/0 is "alloc-alice.logs.0" (names hold no dots)."""
+        return ALLOC_PREFIX + self.name.replace("/", ".")
+
+
 class CgroupTree:
     """The borglet's subtree `<own group>/minborg-<machine>` in each v1 hierarchy it uses."""
 
@@ -52,6 +76,9 @@ class CgroupTree:
                 # Where cpu and cpuacct share a hierarchy both names reach the same directory;
                 # creating it twice is harmless (exist_ok) and removing it twice is ignored.
                 self.bases[controller] = mount / own[controller].lstrip("/") / f"minborg-{machine}"
+        # Held while an alloc's group is made or removed, so a task's group is never made in
+        # an alloc group that its last task's release is removing.
+        self._allocs = threading.Lock()
 
     def usable(self) -> str | None:
         """None when every needed hierarchy is writable, else why not."""
@@ -66,26 +93,52 @@ class CgroupTree:
         remove_group(group)
         return None
 
-    def create(self, name: str, cpu_milli: int, ram_bytes: int) -> dict[str, str]:
-        """Create the task's groups and set its limits; returns {controller: absolute path}."""
-        group: dict[str, str] = {}
-        for controller, base in self.bases.items():
-            path = base / name
-            path.mkdir(parents=True, exist_ok=True)
-            group[controller] = str(path)
-        if ram_bytes > 0:
-            _write(group["memory"], "memory.limit_in_bytes", str(ram_bytes))
-        _write(group["cpu"], "cpu.cfs_period_us", str(CFS_PERIOD_US))
-        _write(group["cpu"], "cpu.cfs_quota_us", str(cfs_quota_us(cpu_milli)))
-        return group
+    def create(self, name: str, cpu_milli: int, ram_bytes: int, alloc: AllocGroup | None = None) -> dict[str, str]:
+        """Create the task's groups and set its limits; returns {controller: absolute path}.
+        With `alloc`, beneath the alloc's group (made, with the alloc's limits, if absent)."""
+        if alloc is None:
+            return _make(self.bases, name, cpu_milli, ram_bytes)
+        with self._allocs:
+            parents = _make(self.bases, alloc.directory, alloc.cpu_milli, alloc.ram_bytes)
+            return _make({c: Path(p) for c, p in parents.items()}, name, cpu_milli, ram_bytes)
+
+    def remove_empty_alloc(self, group: dict[str, str]) -> None:
+        """Remove the alloc group a released task's group was in, if no other task's is left there."""
+        with self._allocs:
+            for path in dict.fromkeys(group.values()):
+                parent = Path(path).parent
+                if parent.name.startswith(ALLOC_PREFIX):
+                    try:
+                        parent.rmdir()
+                    except OSError:
+                        pass  # another task's group is still there (or it went already)
 
     def remove_bases(self) -> None:
         """Remove the borglet's own subtree where empty (at exit); busy ones stay."""
         for base in self.bases.values():
+            for empty in base.glob(ALLOC_PREFIX + "*"):
+                try:
+                    empty.rmdir()
+                except OSError:
+                    pass
             try:
                 base.rmdir()
             except OSError:
                 pass
+
+
+def _make(bases: dict[str, Path], name: str, cpu_milli: int, ram_bytes: int) -> dict[str, str]:
+    """The group `name` under each base, with a memory limit and a CFS quota."""
+    group: dict[str, str] = {}
+    for controller, base in bases.items():
+        path = base / name
+        path.mkdir(parents=True, exist_ok=True)
+        group[controller] = str(path)
+    if ram_bytes > 0:
+        _write(group["memory"], "memory.limit_in_bytes", str(ram_bytes))
+    _write(group["cpu"], "cpu.cfs_period_us", str(CFS_PERIOD_US))
+    _write(group["cpu"], "cpu.cfs_quota_us", str(cfs_quota_us(cpu_milli)))
+    return group
 
 
 def _write(directory: str, name: str, value: str) -> None:

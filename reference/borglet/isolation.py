@@ -26,8 +26,11 @@ class Isolation:
 
     name = "none"
 
-    def prepare(self, key: str, cpu_milli: int, ram_bytes: int) -> dict[str, str]:
-        """Set up the task's container; returns what `preexec`/`sample`/`release` need later."""
+    def prepare(
+        self, key: str, cpu_milli: int, ram_bytes: int, alloc: cgroups.AllocGroup | None = None
+    ) -> dict[str, str]:
+        """Set up the task's container (inside its alloc's, if it runs in one); returns what
+        `preexec`/`sample`/`release` need later."""
         return {}
 
     def attach(self, group: dict[str, str], pid: int, ram_bytes: int) -> None:
@@ -49,7 +52,8 @@ class Isolation:
 
 
 class RlimitIsolation(Isolation):
-    """No containers: an address-space rlimit from the RAM request, usage from psutil."""
+    """No containers: an address-space rlimit from the RAM request, usage from psutil. An
+    alloc is then only the master's reservation: its tasks get no shared limit here."""
 
     name = "rlimit"
 
@@ -69,8 +73,10 @@ class CgroupIsolation(Isolation):
     def __init__(self, tree: cgroups.CgroupTree):
         self.tree = tree
 
-    def prepare(self, key: str, cpu_milli: int, ram_bytes: int) -> dict[str, str]:
-        return self.tree.create(key, cpu_milli, ram_bytes)
+    def prepare(
+        self, key: str, cpu_milli: int, ram_bytes: int, alloc: cgroups.AllocGroup | None = None
+    ) -> dict[str, str]:
+        return self.tree.create(key, cpu_milli, ram_bytes, alloc)
 
     def attach(self, group: dict[str, str], pid: int, ram_bytes: int) -> None:
         cgroups.join(group, pid)
@@ -86,7 +92,12 @@ class CgroupIsolation(Isolation):
         return cgroups.oom_kills(group) if group else 0
 
     def release(self, group: dict[str, str]) -> bool:
-        return cgroups.remove_group(group) if group else True
+        if not group:
+            return True
+        if not cgroups.remove_group(group):
+            return False
+        self.tree.remove_empty_alloc(group)
+        return True
 
     def close(self) -> None:
         self.tree.remove_bases()

@@ -33,6 +33,15 @@ class Request(BaseModel):
     ram: int = Field(default=0, ge=0, description="bytes")
 
 
+class AllocLimits(BaseModel):
+    """The alloc a task runs in: its name ("user/set/index") and limits, the cgroup its task's goes beneath."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_/-]+$")
+    cpu: int = Field(default=0, ge=0, description="milli-CPU")
+    ram: int = Field(default=0, ge=0, description="bytes")
+
+
 class TaskSpec(BaseModel):
     """One task the master wants running on this machine."""
 
@@ -51,6 +60,7 @@ class TaskSpec(BaseModel):
     restart_policy: RestartPolicy = "never"
     health_check: HealthCheck | None = None
     image: str = Field(default="", description="a container image to run the task in (--runtime docker)")
+    alloc: AllocLimits | None = None  # absent: the task runs in no alloc
 
 
 class Delta(BaseModel):

@@ -26,6 +26,7 @@ from typing import Any
 from reference import ports
 from reference.borglet import containers as runtime
 from reference.borglet import decisions, logs, processes, store, taskusers
+from reference.borglet.cgroups import AllocGroup
 from reference.borglet.health import Prober
 from reference.borglet.isolation import Isolation
 from reference.borglet.protocol import SyncRequest, TaskSpec
@@ -675,8 +676,12 @@ class Borglet:
         spec = task.spec
         proc: subprocess.Popen | runtime.Started | None = None
         try:
+            alloc = None if spec.alloc is None else AllocGroup(spec.alloc.name, spec.alloc.cpu, spec.alloc.ram)
             # A container's group is the engine's, made under the borglet's (containers.py).
-            group = {} if self._in_container(task) else self.isolation.prepare(task.key, spec.request.cpu, spec.request.ram)
+            group = (
+                {} if self._in_container(task)
+                else self.isolation.prepare(task.key, spec.request.cpu, spec.request.ram, alloc)
+            )
         except OSError as err:
             with self._lock:
                 self._failed_to_start(task, f"setup: {err}")

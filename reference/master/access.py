@@ -106,6 +106,14 @@ def job_owner(path: str) -> str | None:
     return None
 
 
+def alloc_owner(path: str) -> str | None:
+    """The owner of the alloc set a `/v1/allocs/<user>/<name>` path names, None for other paths."""
+    parts = path.split("/")
+    if len(parts) == 5 and parts[1] == "v1" and parts[2] == "allocs" and parts[3] and parts[4]:
+        return parts[3]
+    return None
+
+
 def may_act_for(who: Identity, owner: str) -> str | None:
     """None if `who` may change jobs of user `owner`, else why not (a 403's message)."""
     if who.admin or who.name == owner:
@@ -130,6 +138,12 @@ def authorise(who: Identity, method: str, path: str) -> str | None:
     if owner is not None:
         return may_act_for(who, owner)
     if path == "/v1/jobs":
+        return None
+    # An alloc set, like a job, is its owner's to change (a creation's owner is in its body).
+    owner = alloc_owner(path)
+    if owner is not None and owner != who.name:
+        return f"the alloc set belongs to user {owner}; user {who.name} may change only its own alloc sets"
+    if owner is not None or path == "/v1/allocs":
         return None
     if path.startswith(ADMIN_PREFIXES):
         what = path.split("/")[2]

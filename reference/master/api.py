@@ -32,6 +32,7 @@ from reference.master import (
     users,
     views,
 )
+from reference.master import allocs as alloc_sets
 from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.forward import Forwarder
@@ -341,6 +342,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
     ui.install(app, replica, task_logs, cell_overview)
     users.install(app, replica)
     quotas.install(app, replica, write, read)
+    alloc_sets.install(app, replica, write, read, stamped)
     contract.install(app)
 
     # --- jobs ----------------------------------------------------------------------------------

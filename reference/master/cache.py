@@ -30,7 +30,7 @@ from reference.store import ops
 from reference.store.client import StoreClient, StoreError
 from reference.store.watch import PrefixWatch
 from spec.fmap import FMap
-from spec.model import CellState, Job, Machine, QuotaKey, Resources, Task, TaskId
+from spec.model import Alloc, CellState, Job, Machine, QuotaKey, Resources, Task, TaskId
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -64,6 +64,7 @@ class WatchCache:
         self._tasks: dict[TaskId, Task] = {}
         self._task_infos: dict[TaskId, TaskInfo] = {}
         self._quotas: dict[QuotaKey, Resources] = {}
+        self._allocs: dict[str, Alloc] = {}
         # Which maps changed since the last view (the others are shared with it), and which
         # jobs and tasks: a view's maps are made from the last view's, keeping their indexes.
         self._dirty: set[str] = set()
@@ -153,6 +154,7 @@ class WatchCache:
             jobs=_successor(prev.jobs, self._jobs, self._changed_jobs, last) if "jobs" in dirty else prev.jobs,
             tasks=_successor(prev.tasks, self._tasks, self._changed_tasks, last) if "tasks" in dirty else prev.tasks,
             quotas=FMap(self._quotas) if "quotas" in dirty else prev.quotas,
+            allocs=FMap(self._allocs) if "allocs" in dirty else prev.allocs,
         )
         return Cell(
             state=state,
@@ -204,7 +206,7 @@ class WatchCache:
             for d in (
                 self._machines, self._machine_infos, self._jobs, self._job_infos, self._tasks,
                 self._task_infos, self._quotas, self._replicas, self._users, self._user_hashes, self._raw, self._job_tasks,
-                self._latest, self._work, self._running,
+                self._latest, self._work, self._running, self._allocs,
             ):  # fmt: skip
                 d.clear()
             self._capacity_epoch += 1
@@ -310,6 +312,11 @@ class WatchCache:
                 q, amount = codec.decode_quota(value)
                 self._quotas[q] = amount
                 self._dirty.add("quotas")
+            elif k.startswith(self.keys.allocs):
+                a = codec.decode_alloc(value)
+                self._allocs[a.name] = a
+                self._capacity_epoch += 1  # what is free on its machine changed
+                self._dirty.add("allocs")
         except (codec.SchemaError, KeyError, ValueError) as err:
             log.error("watch cache: cannot read %s: %s", k, err)
 
@@ -351,6 +358,10 @@ class WatchCache:
             user, band = k[len(self.keys.quotas) :].split("/")
             self._quotas.pop(QuotaKey(user, Band(band)), None)
             self._dirty.add("quotas")
+        elif k.startswith(self.keys.allocs):
+            if self._allocs.pop(k[len(self.keys.allocs) :], None) is not None:
+                self._capacity_epoch += 1  # its machine has room again: pending tasks may fit
+                self._dirty.add("allocs")
 
     def _forget_user(self, name: str) -> None:
         old = self._users.pop(name, None)
@@ -414,7 +425,7 @@ class WatchCache:
 
 _ALL_MAPS = frozenset(
     ("machines", "machine_infos", "jobs", "job_infos", "tasks", "task_infos", "quotas", "replicas", "work",
-     "running")
+     "running", "allocs")
 )
 
 

@@ -209,6 +209,7 @@ class Draft:
         self.touched: set[TaskId] = set()
         self._jobs_stepped: set[str] = set()
         self._machines_stepped: set[str] = set()
+        self.alloc_keys: set[str] = set()  # the allocs a step created or deleted
 
     def step(self, action: str, *args: Any, reason: str = "") -> bool:
         """Apply one spec action; False (and no change) when its guard is false."""
@@ -219,6 +220,8 @@ class Draft:
         self._record(before, nxt, reason or action, action)
         self._jobs_stepped |= changed_keys(before.jobs, nxt.jobs)
         self._machines_stepped |= changed_keys(before.machines, nxt.machines)
+        if before.allocs is not nxt.allocs:
+            self.alloc_keys |= changed_keys(before.allocs, nxt.allocs)
         self.state = nxt
         self.steps.append(action)
         return True

@@ -1,4 +1,4 @@
-"""The etcd key layout of a cell and the JSON records of its machines, jobs, tasks and quotas (schema 1).
+"""The etcd key layout of a cell and the JSON records of its machines, jobs, tasks, quotas and allocs (schema 1).
 
 Under `/minborg/<cell>/`:
 
@@ -8,6 +8,7 @@ Under `/minborg/<cell>/`:
     state/jobs/<user>/<name>                a job: spec fields + the job file + submitted_at
     state/tasks/<user>/<name>/<index>/<inc> a task incarnation: spec fields + runtime facts + history
     state/quotas/<user>/<band>              a quota: resource -> amount
+    state/allocs/<user>/<set>/<index>       alloc <index> of alloc set <user>/<set>: spec fields
     users/<name>                            a user: the SHA-256 of its token, whether it is the admin
 
 Every record carries "schema": 1; a record of another schema is refused loudly rather than
@@ -24,6 +25,7 @@ from reference.jobspec import JobSpec
 from reference.master.access import UserRecord
 from reference.master.cell import JobInfo, MachineInfo, TaskInfo
 from spec.model import (
+    Alloc,
     AppClass,
     Band,
     Constraint,
@@ -59,6 +61,7 @@ class Keys:
         self.jobs = self.state + "jobs/"
         self.tasks = self.state + "tasks/"
         self.quotas = self.state + "quotas/"
+        self.allocs = self.state + "allocs/"
         self.users = self.root + "users/"
 
     def machine(self, name: str) -> str:
@@ -72,6 +75,10 @@ class Keys:
 
     def quota(self, key: QuotaKey) -> str:
         return f"{self.quotas}{key.user}/{key.band.value}"
+
+    def alloc(self, name: str) -> str:
+        """The key of an alloc by its spec name, "user/set/index"."""
+        return self.allocs + name
 
     def replica(self, name: str) -> str:
         return self.replicas + name
@@ -281,3 +288,28 @@ def encode_quota(key: QuotaKey, amount: Resources) -> bytes:
 def decode_quota(raw: bytes) -> tuple[QuotaKey, Resources]:
     d = loads(raw)
     return QuotaKey(d["user"], Band(d["band"])), Resources.of(d["resources"])
+
+
+# --- allocs ----------------------------------------------------------------------------------
+
+
+def encode_alloc(a: Alloc) -> bytes:
+    return dumps(
+        {
+            "schema": SCHEMA,
+            "set": a.set,
+            "index": a.index,
+            "machine": a.machine,
+            "resources": a.resources.as_dict(),
+            "priority": a.priority,
+            "user": a.user,
+        }
+    )
+
+
+def decode_alloc(raw: bytes) -> Alloc:
+    d = loads(raw)
+    return Alloc(
+        str(d["set"]), int(d["index"]), str(d["machine"]), Resources.of(d["resources"]), int(d["priority"]),
+        str(d.get("user", "")),
+    )

@@ -14,6 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
+from reference.allocspec import AllocSetSpec
 from reference.jobspec import JobSpec, request_schema
 from reference.master import access, logs, watch
 from reference.master.machines import MachineBody
@@ -148,6 +149,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/machines"): MachineBody,
     ("post", "/v1/users"): UserBody,
     ("put", "/v1/quotas/{user}/{band}"): QuotaBody,
+    ("post", "/v1/allocs"): AllocSetSpec,
 }
 
 

@@ -13,7 +13,7 @@ from reference.jobspec import JobFileError, parse_job, parse_request_value
 from reference.master.cell import Draft, JobInfo
 from reference.scheduler import admit
 from spec.actions import EvictReason
-from spec.model import Resources, TaskId, TaskState
+from spec.model import CellState, Resources, TaskId, TaskState
 
 
 class ApiError(Exception):
@@ -33,8 +33,8 @@ def submit_job(d: Draft, payload: Any) -> str:
     job = spec.to_spec_job()
     if job.key in d.state.jobs:
         raise ApiError(409, "name", f"job {job.key} already exists; kill it or choose another name")
-    if job.alloc is not None and job.alloc not in d.state.allocs:
-        raise ApiError(404, "alloc", f"no alloc named {job.alloc}")
+    if job.alloc is not None:
+        check_alloc_set(d.state, job.alloc, job.task_count)
     admission = admit(d.state, job)
     if not admission:
         raise ApiError(403, "request", admission.reason)
@@ -77,6 +77,15 @@ def parse_update(payload: Any) -> tuple[int | None, dict[str, int] | None]:
     return count, request
 
 
+def check_alloc_set(state: CellState, alloc_set: str, task_count: int) -> None:
+    """A job naming an alloc set needs the set, and an alloc in it for each task (task i runs in alloc i)."""
+    have = len(state.alloc_set(alloc_set))
+    if have == 0:
+        raise ApiError(404, "alloc", f"no alloc set named {alloc_set}")
+    if not state.alloc_set_covers(alloc_set, task_count):
+        raise ApiError(422, "alloc", f"alloc set {alloc_set} has {have} allocs, fewer than the job's {task_count} tasks")
+
+
 def update_job(d: Draft, key: str, payload: Any) -> str:
     count, request = parse_update(payload)
     old = d.state.jobs.get(key)
@@ -88,6 +97,8 @@ def update_job(d: Draft, key: str, payload: Any) -> str:
     new_count = old.task_count if count is None else count
     if (new_count, new_request) == (old.task_count, old.request):
         return key  # nothing to change
+    if old.alloc is not None:
+        check_alloc_set(d.state, old.alloc, new_count)
     admission = admit(d.state, replace(old, task_count=new_count, request=new_request))
     if not admission:
         raise ApiError(403, "request", admission.reason)

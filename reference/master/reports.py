@@ -68,6 +68,11 @@ def desired_set(
                 out.append(hit[3])
                 continue
         entry = _desired_entry(task, ji, info, cell_name)
+        job = cell.state.jobs.get(task.id.job)
+        alloc = None if job is None else cell.state.alloc_for(job, task.id.index)
+        if alloc is not None:
+            # The task's cgroup goes beneath its alloc's (an alloc cannot change while a job names its set).
+            entry["alloc"] = {"name": alloc.name, "cpu": alloc.resources.get("cpu"), "ram": alloc.resources.get("ram")}
         if memo is not None:
             memo[task.id] = (task, ji, info.placement, entry)
         out.append(entry)

@@ -64,6 +64,7 @@ class Changed(Protocol):
     task_keys: set[TaskId]
     job_keys: set[str]
     machine_keys: set[str]
+    alloc_keys: set[str]
 
 
 def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
@@ -99,6 +100,13 @@ def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
             deletes.append(ops.delete(keys.quota(qkey)))
         else:
             other.append(ops.put(keys.quota(qkey), codec.encode_quota(qkey, amount)))
+    for name in sorted(draft.alloc_keys):
+        a = new.allocs.get(name)
+        if a is None:
+            if name in old.allocs:
+                deletes.append(ops.delete(keys.alloc(name)))
+        elif old.allocs.get(name) is not a:
+            other.append(ops.put(keys.alloc(name), codec.encode_alloc(a)))
     return task_ops + other + deletes
 
 
@@ -152,6 +160,7 @@ class _Group:
     task_keys: set[TaskId] = field(default_factory=set)
     job_keys: set[str] = field(default_factory=set)
     machine_keys: set[str] = field(default_factory=set)
+    alloc_keys: set[str] = field(default_factory=set)
 
 
 class Writer:
@@ -275,6 +284,7 @@ class Writer:
                         before.task_keys | draft.task_keys,
                         before.job_keys | draft.job_keys,
                         before.machine_keys | draft.machine_keys,
+                        before.alloc_keys | draft.alloc_keys,
                     )  # fmt: skip
                     cell = Cell(result.state, result.machines, result.jobs, result.tasks,
                                 base.revision, base.leader, base.replicas)  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 from spec.actions import EvictReason, Step, apply
-from spec.model import CellState, Task, TaskId, TaskState
+from spec.model import CellState, Task, TaskId, TaskState, alloc_name
 
 from .config import SchedulerConfig
 from .engine import plan_pass
@@ -59,7 +59,7 @@ def snapshot_from_state(
                     job.request,  # the spec places a task with its job's current request
                     job.constraints,
                     job.package,
-                    job.alloc,
+                    None if job.alloc is None else alloc_name(job.alloc, t.id.index),  # task i: alloc i
                 )
             )
     pending.sort(key=lambda p: (p.id.job, p.id.index, p.id.incarnation))

@@ -30,7 +30,7 @@ class PendingTask:
     request: Resources
     constraints: tuple[Constraint, ...] = ()
     package: str = ""
-    alloc: str | None = None  # run inside this alloc (its machine, its resources)
+    alloc: str | None = None  # run inside this alloc (its machine, its resources): alloc i of the job's set
 
     @property
     def job(self) -> str:

@@ -128,13 +128,41 @@ def test_schedule_guards():
 
 
 def test_schedule_into_alloc_only_on_its_machine_and_within_it():
-    s = alloc_create(cell(), Alloc("a", "m0", Resources.of(cpu=1000), priority=200))
+    s = alloc_create(cell(), Alloc("a", 0, "m0", Resources.of(cpu=1000), priority=200))
+    s = alloc_create(s, Alloc("a", 1, "m1", Resources.of(cpu=1000), priority=200))
     j = job(n=2, cpu=600, alloc="a")
-    s = submit(s, j)
-    assert schedule(s, tid(j, 0), "m1") is None
+    k = job("other", n=1, cpu=600, alloc="a")
+    s = submit(submit(s, j), k)
+    assert schedule(s, tid(j, 0), "m1") is None  # task 0 runs in alloc a/0, on m0
+    assert schedule(s, tid(j, 1), "m0") is None  # task 1 runs in alloc a/1, on m1
     s = schedule(s, tid(j, 0), "m0")
     assert s is not None
-    assert schedule(s, tid(j, 1), "m0") is None  # 600 + 600 > 1000 in the alloc
+    assert schedule(s, tid(j, 1), "m1") is not None
+    assert schedule(s, tid(k, 0), "m0") is None  # 600 + 600 > 1000 in alloc a/0, shared by both jobs
+
+
+def test_a_job_needs_an_alloc_for_each_task_of_its_set():
+    s = alloc_create(cell(), Alloc("a", 0, "m0", Resources.of(cpu=1000), priority=200))
+    assert submit(s, job(n=2, alloc="a")) is None  # no alloc a/1
+    s2 = submit(s, job(n=1, alloc="a"))
+    assert s2 is not None
+    assert update(s2, "alice/web", task_count=2) is None  # growing past the set is refused too
+    s3 = alloc_create(s2, Alloc("a", 1, "m1", Resources.of(cpu=1000), priority=200))
+    assert update(s3, "alice/web", task_count=2) is not None
+
+
+def test_an_alloc_set_spreads_over_distinct_machines():
+    s = alloc_create(cell(), Alloc("a", 0, "m0", Resources.of(cpu=500), priority=200))
+    assert alloc_create(s, Alloc("a", 1, "m0", Resources.of(cpu=500), priority=200)) is None
+    assert alloc_create(s, Alloc("b", 0, "m0", Resources.of(cpu=500), priority=200)) is not None  # another set
+    assert alloc_create(s, Alloc("a", -1, "m1", Resources.of(cpu=500), priority=200)) is None
+
+
+def test_an_empty_alloc_stays_reserved():
+    s = alloc_create(cell(), Alloc("a", 0, "m0", Resources.of(cpu=1500), priority=200))
+    k = job("other", cpu=1000)
+    s = submit(s, k)
+    assert schedule(s, tid(k), "m0") is None  # 1500 + 1000 > 2000 though no task runs in the alloc
 
 
 # --- evict -----------------------------------------------------------------------------------
@@ -312,17 +340,20 @@ def test_machine_lifecycle():
 
 def test_alloc_lifecycle():
     s = cell()
-    a = Alloc("a", "m0", Resources.of(cpu=1500), priority=200)
+    a = Alloc("a", 0, "m0", Resources.of(cpu=1500), priority=200)
     s = alloc_create(s, a)
     assert s is not None
     assert alloc_create(s, a) is None  # name taken
-    assert alloc_create(s, Alloc("b", "m0", Resources.of(cpu=1000), priority=200)) is None  # no room
-    assert alloc_create(s, Alloc("c", "zz", Resources.of(cpu=1), priority=200)) is None
+    assert alloc_create(s, Alloc("b", 0, "m0", Resources.of(cpu=1000), priority=200)) is None  # no room
+    assert alloc_create(s, Alloc("c", 0, "zz", Resources.of(cpu=1), priority=200)) is None
     assert machine_remove(s, "m0") is None  # holds an alloc
+    s = alloc_create(s, Alloc("a", 1, "m1", Resources.of(cpu=100), priority=200))
     j = job(cpu=100, alloc="a")
     s2 = submit(s, j)
-    assert alloc_delete(s2, "a") is None  # a job runs in it
-    assert alloc_delete(s, "a") is not None
+    assert alloc_delete(s2, "a/0") is None  # a job names its set
+    assert alloc_delete(s2, "a/1") is None  # even an alloc no task of the job runs in
+    assert alloc_delete(kill_job(s2, j.key), "a/0") is not None
+    assert alloc_delete(s, "a/0") is not None
     assert alloc_delete(s, "zz") is None
 
 
@@ -393,8 +424,8 @@ def test_alloc_priorities_run_from_zero() -> None:
     from spec.actions import alloc_create
 
     s = CellState(machines=FMap({"m0": Machine("m0", Resources.of(cpu=4000))}))
-    assert alloc_create(s, Alloc("a", "m0", Resources.of(cpu=1000), 0)) is not None
-    assert alloc_create(s, Alloc("a", "m0", Resources.of(cpu=1000), -1)) is None
+    assert alloc_create(s, Alloc("a", 0, "m0", Resources.of(cpu=1000), 0)) is not None
+    assert alloc_create(s, Alloc("a", 0, "m0", Resources.of(cpu=1000), -1)) is None
 
 
 # --- a trace's step names what it acts on ----------------------------------------------------
@@ -402,8 +433,8 @@ def test_alloc_priorities_run_from_zero() -> None:
 
 def test_a_trace_step_names_its_alloc() -> None:
     # actions.py _short: an Alloc argument printed as None survived (traces must say which).
-    step = Step("alloc_create", (Alloc("a1", "m0", Resources.of(cpu=500), 100, "u"),))
-    assert "a1@m0" in str(step)
+    step = Step("alloc_create", (Alloc("a1", 0, "m0", Resources.of(cpu=500), 100, "u"),))
+    assert "a1/0@m0" in str(step)
 
 
 def test_a_trace_step_names_its_machine() -> None:

@@ -176,3 +176,25 @@ def test_walk_finds_a_violation_and_is_replayable_by_seed():
     assert a.violation is not None
     assert "running_task_has_one_up_machine" in a.violation.invariants
     assert [str(s) for s in a.violation.trace] == [str(s) for s in b.violation.trace]
+
+
+def schedule_in_any_alloc_of_the_set(s: CellState, task_id, machine):
+    """Places a task of a job in an alloc set on the machine of any alloc of the set, not only
+    of alloc `index` (the index rule forgotten)."""
+    t, m, j = s.tasks.get(task_id), s.machines.get(machine), s.jobs.get(task_id.job)
+    if j is None or j.alloc is None:
+        return A.schedule(s, task_id, machine)
+    if t is None or t.state is not TaskState.PENDING or m is None or not m.up:
+        return None
+    if not any(a.machine == machine and (s.alloc_used(a.name) + j.request).fits_in(a.resources)
+               for a in s.alloc_set(j.alloc)):  # fmt: skip
+        return None
+    return s.with_(tasks=s.tasks.set(task_id, replace(t, state=TaskState.RUNNING, machine=machine)))
+
+
+def test_the_index_rule_bites():
+    # The set a0 has alloc 0 on m0 and alloc 1 on m1; the job in it has one task, index 0.
+    res = explore(Scope(2, 3, 3, allocs=True), actions=_with("schedule", schedule_in_any_alloc_of_the_set),
+                  max_states=200_000)  # fmt: skip
+    assert res.violation is not None and "alloc_tasks_within_alloc" in res.violation.invariants
+    assert "outside its alloc a0/0" in " ".join(res.violation.messages)

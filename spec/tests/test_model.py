@@ -28,7 +28,7 @@ def test_requests_are_nonnegative_and_name_their_shortfall() -> None:
 def test_an_alloc_at_the_floor_priority_counts_as_reserved_at_it() -> None:
     # model.py machine_reserved: `a.priority >= min_priority` to `>` survived.
     m0 = Machine("m0", Resources.of(cpu=4000))
-    s = CellState(machines=FMap({"m0": m0}), allocs=FMap({"a": Alloc("a", "m0", Resources.of(cpu=1000), 200)}))
+    s = CellState(machines=FMap({"m0": m0}), allocs=FMap({"a/0": Alloc("a", 0, "m0", Resources.of(cpu=1000), 200)}))
     assert s.machine_reserved("m0", min_priority=200) == Resources.of(cpu=1000)
     assert s.machine_reserved("m0", min_priority=201) == Resources()
 

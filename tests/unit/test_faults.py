@@ -24,7 +24,7 @@ from spec.protocol_actions import ACTIONS as PROTOCOL_ACTIONS
 ROOT = Path(__file__).resolve().parents[2]
 CHAOS_DIR = ROOT / "chaos"
 # The harness's rules that drive the API (jobs and waits), not faults.
-OPERATION_RULES = {"submit", "burst", "change_jobs", "squeeze", "wait", "settle"}
+OPERATION_RULES = {"submit", "burst", "change_jobs", "squeeze", "wait", "settle", "alloc_set", "delete_alloc_set"}
 # chaos/actions.py functions that run an experiment rather than inject or undo a fault.
 CHAOS_PLUMBING = {"start_load", "stop_load", "mark", "heal"}
 # Kebab-case strings in chaos/ that are not fault kinds: event names and a proxy prefix.

@@ -1,4 +1,4 @@
-"""Records of machines, jobs, tasks and quotas survive a round trip through their etcd form."""
+"""Records of machines, jobs, tasks, quotas and allocs survive a round trip through their etcd form."""
 
 from __future__ import annotations
 
@@ -7,7 +7,17 @@ import pytest
 from reference.jobspec import parse_job
 from reference.master import codec
 from reference.master.cell import JobInfo, MachineInfo, TaskInfo
-from spec.model import Band, DeathCause, Machine, QuotaKey, Resources, Task, TaskId, TaskState
+from spec.model import (
+    Alloc,
+    Band,
+    DeathCause,
+    Machine,
+    QuotaKey,
+    Resources,
+    Task,
+    TaskId,
+    TaskState,
+)
 
 
 def test_machine_round_trip() -> None:
@@ -58,3 +68,10 @@ def test_key_layout() -> None:
     assert keys.task(TaskId("alice/web", 3, 1)) == "/minborg/c1/state/tasks/alice/web/3/1"
     assert keys.job("alice/web") == "/minborg/c1/state/jobs/alice/web"
     assert keys.leader == "/minborg/c1/leader"
+
+
+def test_alloc_round_trip_and_key() -> None:
+    a = Alloc("alice/logs", 2, "m3", Resources.of(cpu=500, ram=2**28), 200, "alice")
+    assert codec.decode_alloc(codec.encode_alloc(a)) == a
+    # The key ends with the spec's name, so a deleted key names the alloc it removes.
+    assert codec.Keys("c1").alloc(a.name) == "/minborg/c1/state/allocs/alice/logs/2"

@@ -16,6 +16,7 @@ from reference.master.leader import pass_has_work, pass_work
 from reference.store import ops
 from spec.fmap import FMap
 from spec.model import (
+    Alloc,
     Band,
     CellState,
     DeathCause,
@@ -52,7 +53,7 @@ class FakeClient:
 
 def scratch(client: FakeClient) -> Cell:
     """The cell the store holds, decoded record by record, without the cache."""
-    machines, jobs, tasks, quotas, replicas = {}, {}, {}, {}, {}
+    machines, jobs, tasks, quotas, replicas, allocs = {}, {}, {}, {}, {}, {}
     for key, value in client.kv.items():
         k = key.decode()
         if k.startswith(KEYS.machines):
@@ -67,6 +68,9 @@ def scratch(client: FakeClient) -> Cell:
         elif k.startswith(KEYS.quotas):
             q, amount = codec.decode_quota(value)
             quotas[q] = amount
+        elif k.startswith(KEYS.allocs):
+            a = codec.decode_alloc(value)
+            allocs[a.name] = a
         elif k.startswith(KEYS.replicas):
             doc = codec.loads(value)
             replicas[doc["name"]] = doc["url"]
@@ -75,6 +79,7 @@ def scratch(client: FakeClient) -> Cell:
         jobs=FMap({k: v[0] for k, v in jobs.items()}),
         tasks=FMap({k: v[0] for k, v in tasks.items()}),
         quotas=FMap(quotas),
+        allocs=FMap(allocs),
     )
     return Cell(
         state,
@@ -90,7 +95,7 @@ def scratch(client: FakeClient) -> Cell:
 
 def random_record(rng: random.Random) -> tuple[bytes, bytes | None]:
     """One key and its new value (None: delete it)."""
-    kind = rng.choice(["task"] * 6 + ["job"] * 3 + ["machine", "quota", "replica"])
+    kind = rng.choice(["task"] * 6 + ["job"] * 3 + ["machine", "quota", "replica", "alloc"])
     delete = rng.random() < 0.25
     if kind == "task":
         tid = TaskId(rng.choice(JOBS), rng.randrange(3), rng.randrange(3))
@@ -118,6 +123,9 @@ def random_record(rng: random.Random) -> tuple[bytes, bytes | None]:
     if kind == "quota":
         q = QuotaKey(rng.choice(["u", "*"]), Band.BATCH)
         return KEYS.quota(q).encode(), None if delete else codec.encode_quota(q, rng.choice(REQS))
+    if kind == "alloc":
+        a = Alloc("u/s", rng.randrange(2), f"m{rng.randrange(3)}", rng.choice(REQS), 100, "u")
+        return KEYS.alloc(a.name).encode(), None if delete else codec.encode_alloc(a)
     name = f"r{rng.randrange(2)}"
     doc = codec.dumps({"schema": codec.SCHEMA, "name": name, "url": f"http://{name}"})
     return KEYS.replica(name).encode(), None if delete else doc

@@ -110,3 +110,22 @@ def test_a_task_in_an_alloc_is_placed_on_its_machine_only_while_the_alloc_has_ro
     assert plan.placements == []
     (u,) = plan.unschedulable
     assert u.task == big.id and "alloc a1: cpu 600m > 500m free" in str(u)
+
+
+def test_task_i_of_a_job_in_an_alloc_set_is_placed_in_alloc_i():
+    # Set u/s: alloc 0 on m1, alloc 1 on m0. The job's task 0 goes to m1 and task 1 to m0,
+    # whatever the machines' scores: the index rule, read by the adapter from the spec state.
+    from reference.scheduler.adapter import snapshot_from_state
+    from spec.actions import alloc_create, machine_add, submit
+    from spec.model import Alloc, CellState, Job
+
+    s = CellState()
+    for name in ("m0", "m1"):
+        s = machine_add(s, machine(name))
+    s = alloc_create(s, Alloc("u/s", 0, "m1", Resources.of(cpu=1000), 100, "u"))
+    s = alloc_create(s, Alloc("u/s", 1, "m0", Resources.of(cpu=1000), 100, "u"))
+    s = submit(s, Job("u", "j", 100, 2, Resources.of(cpu=500), alloc="u/s"))
+    snap = snapshot_from_state(s)
+    assert sorted((p.id.index, p.alloc) for p in snap.pending) == [(0, "u/s/0"), (1, "u/s/1")]
+    plan = plan_pass(snap)
+    assert sorted((p.task.index, p.machine) for p in plan.placements) == [(0, "m1"), (1, "m0")]
