@@ -31,20 +31,6 @@ def _record(raw: bytes) -> dict[str, Any]:
     return json.loads(raw)
 
 
-def encode_alloc(alloc: Alloc) -> dict[str, Any]:
-    return {
-        "name": alloc.name, "machine": alloc.machine, "resources": alloc.resources.as_dict(),
-        "priority": alloc.priority, "user": alloc.user,
-    }  # fmt: skip
-
-
-def decode_alloc(doc: dict[str, Any]) -> Alloc:
-    return Alloc(
-        name=str(doc["name"]), machine=str(doc["machine"]), resources=Resources.of(doc["resources"]),
-        priority=int(doc["priority"]), user=str(doc.get("user", "")),
-    )  # fmt: skip
-
-
 def from_cell(cell: Cell, cell_name: str = "") -> dict[str, Any]:
     """The checkpoint document of a cell view: each record as codec encodes it."""
     s = cell.state
@@ -58,7 +44,7 @@ def from_cell(cell: Cell, cell_name: str = "") -> dict[str, Any]:
                  for k in sorted(s.jobs)],
         "tasks": [_record(codec.encode_task(s.tasks[t], cell.task_info(t))) for t in sorted(s.tasks)],
         "quotas": [_record(codec.encode_quota(q, a)) for q, a in sorted(s.quotas.items(), key=lambda i: (i[0].user, i[0].band))],
-        "allocs": [encode_alloc(s.allocs[n]) for n in sorted(s.allocs)],
+        "allocs": [_record(codec.encode_alloc(s.allocs[n])) for n in sorted(s.allocs)],
     }  # fmt: skip
 
 
@@ -68,10 +54,10 @@ def read_etcd(client: StoreClient, cell_name: str, revision: int | None = None) 
     keys = codec.Keys(cell_name)
     kvs, now = client.get_prefix(keys.state, revision=revision)
     doc: dict[str, Any] = {"format": FORMAT, "cell": cell_name, "revision": revision if revision is not None else now}
-    sections = (("machines", keys.machines), ("jobs", keys.jobs), ("tasks", keys.tasks), ("quotas", keys.quotas))
+    sections = (("machines", keys.machines), ("jobs", keys.jobs), ("tasks", keys.tasks), ("quotas", keys.quotas),
+                ("allocs", keys.allocs))  # fmt: skip
     for name, _ in sections:
         doc[name] = []
-    doc["allocs"] = []
     for key, value, _ in kvs:
         k = key.decode()
         for name, prefix in sections:
@@ -113,7 +99,7 @@ def to_cell(doc: Any) -> Cell:
                     quotas[spec] = info
         section = "allocs"
         for record in doc.get("allocs", []):
-            a = decode_alloc(record)
+            a = codec.decode_alloc(codec.dumps(record))
             allocs[a.name] = a
         revision = int(doc.get("revision", 0))
     except (codec.SchemaError, KeyError, ValueError, TypeError, AttributeError) as err:

@@ -15,7 +15,7 @@ from reference.master.leader import commit_plan
 from reference.master.mutations import ApiError
 from reference.scheduler import plan_for
 from spec.invariants import check_state
-from spec.model import Band, Job, Machine, QuotaKey, Resources, RestartPolicy, TaskId, TaskState
+from spec.model import Alloc, Band, Job, Machine, QuotaKey, Resources, RestartPolicy, TaskId, TaskState
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CPU4 = Resources.of({"cpu": 4000, "ram": 4 << 30})
@@ -126,10 +126,13 @@ def test_advance_starts_tasks_after_the_delay_and_ends_them_on_schedule() -> Non
 def test_checkpoint_round_trips_through_the_codec_records() -> None:
     fm = Fauxmaster.from_workload(machines(2), [job("web", 3, 1000)])
     fm.schedule_all_pending()
+    set_ = Alloc("alice/logs", 0, "m1", Resources.of({"cpu": 500, "ram": 1 << 28}), 100, "alice")
+    assert fm.change(lambda d: d.step("alloc_create", set_, reason="alloc set"))
     cell = fm.cell
     doc = json.loads(json.dumps(ckpt.from_cell(cell, "test")))
     back = ckpt.to_cell(doc)
     assert back.state.machines == cell.state.machines and back.state.tasks == cell.state.tasks
+    assert dict(back.state.allocs) == {set_.name: set_}
     assert doc["format"] == 1 and back.revision == cell.revision
     with pytest.raises(CheckpointError, match="format"):
         ckpt.to_cell({"format": 2})
