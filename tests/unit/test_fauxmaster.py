@@ -15,7 +15,17 @@ from reference.master.leader import commit_plan
 from reference.master.mutations import ApiError
 from reference.scheduler import plan_for
 from spec.invariants import check_state
-from spec.model import Alloc, Band, Job, Machine, QuotaKey, Resources, RestartPolicy, TaskId, TaskState
+from spec.model import (
+    Alloc,
+    Band,
+    Job,
+    Machine,
+    QuotaKey,
+    Resources,
+    RestartPolicy,
+    TaskId,
+    TaskState,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CPU4 = Resources.of({"cpu": 4000, "ram": 4 << 30})
