@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import time
 from pathlib import Path
 
 from reference.borglet.cgroups import CFS_PERIOD_US, MIN_CFS_QUOTA_US, parse_proc_cgroup
@@ -118,7 +119,12 @@ def remove_groups(parent: str, root: Path = CGROUP_ROOT) -> list[Path]:
     return left
 
 
-def _rmdir(path: Path) -> list[Path]:
+def _rmdir(path: Path, wait_s: float = 2.0) -> list[Path]:
+    # A stopped master's lease keeper (reference/store/keeper.py) leaves the group a moment after
+    # its parent: wait for the group to empty, bounded, before giving up on it.
+    deadline = time.monotonic() + wait_s
+    while _members(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
     try:
         path.rmdir()
         return []
@@ -126,3 +132,10 @@ def _rmdir(path: Path) -> list[Path]:
         return []
     except OSError:
         return [path]
+
+
+def _members(path: Path) -> list[str]:
+    try:
+        return (path / "cgroup.procs").read_text().split()
+    except OSError:
+        return []

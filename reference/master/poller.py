@@ -121,6 +121,7 @@ class Poller:
         self.usage: dict[TaskId, tuple[tuple[str, int], ...]] = {}
         # machine -> {borglet task id: state} from its last reply: what really runs there.
         self._reported: dict[str, dict[str, str]] = {}
+        self._addresses: dict[str, str] = {}  # machine -> its borglet's address, kept after its removal
         self._released: set[str] = set()  # borglet task ids sent at least once
         self._seq = 0  # syncs sent by this leader, the last one's number
         self._memo: reports.Memo = {}  # desired-set entries reused across turns
@@ -180,6 +181,8 @@ class Poller:
             desired = {
                 name: reports.desired_set(cell, name, self.cell_name, self._memo) for name in cell.state.machines
             }
+            for name in self._departed(cell):
+                desired[name] = ([], set())  # removed: its borglet is told to stop what it still runs
             plans, blocking = self._hold_back(cell, desired)
             signatures = {name: frozenset(d["task_id"] for d in keep) for name, (keep, _) in plans.items()}
             self._plans = (key, plans, blocking, signatures)
@@ -189,7 +192,7 @@ class Poller:
         relayed: dict[str, list[tuple[Any, ...]]] = {}
         for name, (desired, ids) in plans.items():
             signature = signatures[name]
-            address = cell.machines.get(name, MachineInfo()).address
+            address = cell.machines.get(name, MachineInfo()).address or self._addresses.get(name, "")
             with self._lock:
                 st = self._machines.setdefault(name, _Machine())
                 if name not in self._reported:
@@ -227,7 +230,8 @@ class Poller:
     ) -> tuple[dict[str, tuple[list[dict[str, Any]], set[TaskId]]], set[str]]:
         """Take held tasks out of the desired sets; returns the sets and the machines whose
         reports block a hold (they are polled faster until it is released)."""
-        up = [n for n, m in cell.state.machines.items() if m.up]
+        # Removed machines still synced (`_departed`) hold back as up machines do.
+        up = [n for n, m in cell.state.machines.items() if m.up] + [n for n in plans if n not in cell.state.machines]
         wanted = {str(d["task_id"]) for desired, _ in plans.values() for d in desired}
         with self._lock:
             live = reports.live_by_index(self._reported, up)
@@ -247,6 +251,16 @@ class Poller:
             out[name] = (keep, {t for t in ids if not _held(t, cell, held_ids)})
         self._note_holds(holds)
         return out, {h.machine for h in holds.values()}
+
+    def _departed(self, cell: Cell) -> list[str]:
+        """Removed machines still to be synced (`reports.departed_live`) whose address is known;
+        remembers the address of every machine in the cell for when it is removed."""
+        for name, info in cell.machines.items():
+            if info.address:
+                self._addresses[name] = info.address
+        with self._lock:
+            departed = reports.departed_live(self._reported, cell.state.machines)
+        return [n for n in departed if n in self._addresses]
 
     def _note_holds(self, holds: dict[str, reports.Hold]) -> None:
         """Count new holds and show them on their tasks (one write per hold, not per turn)."""
@@ -323,8 +337,8 @@ class Poller:
     def _handle(self, name: str, reply: dict[str, Any] | None, signature: frozenset[str], ids: set[TaskId]) -> None:
         try:
             if reply is None:
-                if self.link is None:
-                    self._missed(name)
+                if self.link is None or name not in self.cache.cell().state.machines:
+                    self._missed(name)  # a removed machine is polled by no shard: its misses count here
                 else:
                     # Not a missed poll: the shard's reads tell whether the machine lives.
                     # The next turn sends the whole set again.
@@ -552,7 +566,12 @@ class Poller:
             return
         cell = self.cache.cell()
         m = cell.state.machines.get(name)
-        if m is None or not m.up:
+        if m is None:
+            with self._lock:  # a removed machine gone silent: as a down one, it holds nothing back
+                if self._reported.pop(name, None) is not None:
+                    self._reported_version += 1
+            return
+        if not m.up:
             return
         log.warning("machine %s missed %d polls: marking it down", name, schedule.misses)
         self.writer.mutate(lambda d: d.step("machine_down", name, reason=f"machine {name} down"))

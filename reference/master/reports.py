@@ -16,12 +16,13 @@ Hold-back: a new incarnation (or a new placement) of a task index is not sent to
 while another process of the same index is still reported live by the borglet of an up
 machine. The spec already counts the new one as RUNNING (assigned); the hold only delays
 its process until the old one is confirmed gone, so two never run at once. A down machine's
-reports do not hold anything back: the machine was declared lost and its tasks with it.
+reports do not hold anything back: the machine was declared lost and its tasks with it. A
+removed machine's do, until its processes are reported stopped (`departed_live`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -154,6 +155,19 @@ def live_by_index(
             if state in LIVE_STATES and parsed is not None:
                 out.setdefault((parsed[0], parsed[1]), []).append((machine, task_id))
     return out
+
+
+def departed_live(reported: Mapping[str, Mapping[str, str]], in_cell: Collection[str]) -> list[str]:
+    """Machines no longer in the cell whose last report shows a live process.
+
+    A removed machine's tasks were evicted in the same write that removed it, but its borglet
+    runs their processes until told otherwise: it is still synced, with nothing desired, and
+    its live processes hold back new incarnations of their indices elsewhere, until it reports
+    them stopped or stops answering (then, as a down machine, it holds nothing back).
+    """
+    return sorted(
+        m for m, tasks in reported.items() if m not in in_cell and any(s in LIVE_STATES for s in tasks.values())
+    )
 
 
 def hold_back(

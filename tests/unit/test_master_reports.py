@@ -181,3 +181,25 @@ def test_map_reply_skips_tasks_no_longer_running_there():
     # absent from the reply: lost only once the borglet had reported it
     assert map_reply(cell, "m1", {"tasks": []}, {T0}).steps == [("lost", (T0,), "unknown to its borglet")]
     assert map_reply(master_cells.placed_cell(), "m1", {"tasks": []}, {T0}).steps == []
+
+
+def test_a_removed_machine_is_synced_while_it_reports_a_live_process_and_holds_its_index_back() -> None:
+    from reference.master.reports import departed_live, hold_back, live_by_index
+
+    reported = {
+        "m0": {"carol/db/0#0@1": "RUNNING"},
+        "m3": {"carol/web/0#0@1": "RUNNING", "carol/web/1#0@1": "KILLED"},  # m3 was removed
+        "m4": {"carol/web/2#0@1": "FINISHED"},  # removed too, nothing live there
+    }
+    departed = departed_live(reported, in_cell={"m0"})
+    assert departed == ["m3"]
+    # The removed machine counts as up for the hold: incarnation 3 of index 0 waits for 0 to stop.
+    live = live_by_index(reported, ["m0", *departed])
+    new = {"task_id": "carol/web/0#4@2", "job": "carol/web", "index": 0}
+    keep, held = hold_back([new], live, released=set())
+    assert keep == [] and held[0].machine == "m3" and held[0].blocker == "carol/web/0#0@1"
+    # Once m3 reports it stopped, m3 is no longer synced and nothing is held.
+    reported["m3"]["carol/web/0#0@1"] = "KILLED"
+    assert departed_live(reported, in_cell={"m0"}) == []
+    keep, held = hold_back([new], live_by_index(reported, ["m0"]), released=set())
+    assert keep == [new] and held == []
