@@ -35,7 +35,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -68,6 +68,11 @@ class Link(Protocol):
         """Send each {"machine", "address", "body"} as a sync through `owner`'s shard; one
         {"machine", "status", "body"} per item, status 0 when the borglet did not answer."""
         ...
+
+
+# How long a removed machine that still ran processes may stay silent before they are taken
+# as stopped: longer than a borglet's kill of its tasks on exit (3 s of grace, 2 s more).
+DEPARTED_SILENT_S = 10.0
 
 
 @dataclass
@@ -122,6 +127,7 @@ class Poller:
         # machine -> {borglet task id: state} from its last reply: what really runs there.
         self._reported: dict[str, dict[str, str]] = {}
         self._addresses: dict[str, str] = {}  # machine -> its borglet's address, kept after its removal
+        self._silent_since: dict[str, float] = {}  # removed machine -> its first unanswered poll since an answer
         self._released: set[str] = set()  # borglet task ids sent at least once
         self._seq = 0  # syncs sent by this leader, the last one's number
         self._memo: reports.Memo = {}  # desired-set entries reused across turns
@@ -181,9 +187,10 @@ class Poller:
             desired = {
                 name: reports.desired_set(cell, name, self.cell_name, self._memo) for name in cell.state.machines
             }
-            for name in self._departed(cell):
+            departed = self._departed(cell)
+            for name in departed:
                 desired[name] = ([], set())  # removed: its borglet is told to stop what it still runs
-            plans, blocking = self._hold_back(cell, desired)
+            plans, blocking = self._hold_back(cell, desired, departed)
             signatures = {name: frozenset(d["task_id"] for d in keep) for name, (keep, _) in plans.items()}
             self._plans = (key, plans, blocking, signatures)
             took = self.clock() - now
@@ -226,7 +233,10 @@ class Poller:
                 self._pool.submit(self._poll_through, owner, items[i : i + RELAY_CHUNK])
 
     def _hold_back(
-        self, cell: Cell, plans: dict[str, tuple[list[dict[str, Any]], set[TaskId]]]
+        self,
+        cell: Cell,
+        plans: dict[str, tuple[list[dict[str, Any]], set[TaskId]]],
+        departed: Mapping[str, Mapping[str, str]] | None = None,
     ) -> tuple[dict[str, tuple[list[dict[str, Any]], set[TaskId]]], set[str]]:
         """Take held tasks out of the desired sets; returns the sets and the machines whose
         reports block a hold (they are polled faster until it is released)."""
@@ -234,7 +244,7 @@ class Poller:
         up = [n for n, m in cell.state.machines.items() if m.up] + [n for n in plans if n not in cell.state.machines]
         wanted = {str(d["task_id"]) for desired, _ in plans.values() for d in desired}
         with self._lock:
-            live = reports.live_by_index(self._reported, up)
+            live = reports.live_by_index({**self._reported, **(departed or {})}, up)
             unreported = [n for n in up if n not in self._reported]
             # Forget ids no machine wants any more, so the set stays as small as the cell.
             self._released &= wanted
@@ -252,15 +262,17 @@ class Poller:
         self._note_holds(holds)
         return out, {h.machine for h in holds.values()}
 
-    def _departed(self, cell: Cell) -> list[str]:
-        """Removed machines still to be synced (`reports.departed_live`) whose address is known;
-        remembers the address of every machine in the cell for when it is removed."""
+    def _departed(self, cell: Cell) -> dict[str, dict[str, str]]:
+        """Removed machines still to be synced (`reports.departed_live`) whose address is known,
+        with what they may still run; remembers the address of every machine in the cell for
+        when it is removed."""
         for name, info in cell.machines.items():
             if info.address:
                 self._addresses[name] = info.address
         with self._lock:
-            departed = reports.departed_live(self._reported, cell.state.machines)
-        return [n for n in departed if n in self._addresses]
+            sent = {n: st.signature for n, st in self._machines.items() if n not in cell.state.machines}
+            departed = reports.departed_live(self._reported, cell.state.machines, sent)
+        return {n: v for n, v in departed.items() if n in self._addresses}
 
     def _note_holds(self, holds: dict[str, reports.Hold]) -> None:
         """Count new holds and show them on their tasks (one write per hold, not per turn)."""
@@ -567,8 +579,15 @@ class Poller:
         cell = self.cache.cell()
         m = cell.state.machines.get(name)
         if m is None:
-            with self._lock:  # a removed machine gone silent: as a down one, it holds nothing back
-                if self._reported.pop(name, None) is not None:
+            # A removed machine gone silent for longer than any kill takes: as a down one, it
+            # holds nothing back any more.
+            now = self.clock()
+            with self._lock:
+                since = self._silent_since.setdefault(name, now)
+                if now - since >= DEPARTED_SILENT_S:
+                    self._silent_since.pop(name, None)
+                    self._reported.pop(name, None)
+                    self._machines[name].signature = frozenset()
                     self._reported_version += 1
             return
         if not m.up:
@@ -596,6 +615,8 @@ class Poller:
             st.schedule = pollclock.answered(st.schedule)
             write_usage = pollclock.usage_due(st.schedule, self.clock())
         self._record_report(name, reply)
+        with self._lock:
+            self._silent_since.pop(name, None)
         outcome = reports.map_reply(self.cache.cell(), name, reply, ids)
         self.usage.update(outcome.usage)
         m = self.cache.cell().state.machines.get(name)

@@ -157,17 +157,30 @@ def live_by_index(
     return out
 
 
-def departed_live(reported: Mapping[str, Mapping[str, str]], in_cell: Collection[str]) -> list[str]:
-    """Machines no longer in the cell whose last report shows a live process.
+def departed_live(
+    reported: Mapping[str, Mapping[str, str]],
+    in_cell: Collection[str],
+    sent: Mapping[str, Collection[str]] | None = None,
+) -> dict[str, dict[str, str]]:
+    """Machines no longer in the cell that may still run a process, with what they may run.
 
     A removed machine's tasks were evicted in the same write that removed it, but its borglet
-    runs their processes until told otherwise: it is still synced, with nothing desired, and
-    its live processes hold back new incarnations of their indices elsewhere, until it reports
-    them stopped or stops answering (then, as a down machine, it holds nothing back).
+    runs their processes until told otherwise, and may yet start one it was sent and has not
+    reported: it is still synced, with nothing desired, and those processes hold back new
+    incarnations of their indices elsewhere, until it reports them stopped or stays silent
+    long enough for any to have stopped (then, as a down machine, it holds nothing back).
+    Returns machine -> {borglet task id: state}, a sent one not yet reported as QUEUED.
     """
-    return sorted(
-        m for m, tasks in reported.items() if m not in in_cell and any(s in LIVE_STATES for s in tasks.values())
-    )
+    out: dict[str, dict[str, str]] = {}
+    for m in sorted(set(reported) | set(sent or {})):
+        if m in in_cell:
+            continue
+        states = dict(reported.get(m, {}))
+        for tid in (sent or {}).get(m, ()):
+            states.setdefault(tid, "QUEUED")
+        if any(s in LIVE_STATES for s in states.values()):
+            out[m] = states
+    return out
 
 
 def hold_back(

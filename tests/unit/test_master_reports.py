@@ -183,7 +183,8 @@ def test_map_reply_skips_tasks_no_longer_running_there():
     assert map_reply(master_cells.placed_cell(), "m1", {"tasks": []}, {T0}).steps == []
 
 
-def test_a_removed_machine_is_synced_while_it_reports_a_live_process_and_holds_its_index_back() -> None:
+
+def test_a_removed_machine_is_synced_while_it_may_run_a_process_and_holds_its_index_back() -> None:
     from reference.master.reports import departed_live, hold_back, live_by_index
 
     reported = {
@@ -192,14 +193,24 @@ def test_a_removed_machine_is_synced_while_it_reports_a_live_process_and_holds_i
         "m4": {"carol/web/2#0@1": "FINISHED"},  # removed too, nothing live there
     }
     departed = departed_live(reported, in_cell={"m0"})
-    assert departed == ["m3"]
-    # The removed machine counts as up for the hold: incarnation 3 of index 0 waits for 0 to stop.
-    live = live_by_index(reported, ["m0", *departed])
+    assert list(departed) == ["m3"]
+    # The removed machine counts as up for the hold: incarnation 4 of index 0 waits for 0 to stop.
+    live = live_by_index({**reported, **departed}, ["m0", *departed])
     new = {"task_id": "carol/web/0#4@2", "job": "carol/web", "index": 0}
     keep, held = hold_back([new], live, released=set())
     assert keep == [] and held[0].machine == "m3" and held[0].blocker == "carol/web/0#0@1"
     # Once m3 reports it stopped, m3 is no longer synced and nothing is held.
     reported["m3"]["carol/web/0#0@1"] = "KILLED"
-    assert departed_live(reported, in_cell={"m0"}) == []
+    assert departed_live(reported, in_cell={"m0"}) == {}
     keep, held = hold_back([new], live_by_index(reported, ["m0"]), released=set())
     assert keep == [new] and held == []
+
+
+def test_a_task_sent_to_a_removed_machine_and_not_yet_reported_counts_as_live_there() -> None:
+    from reference.master.reports import departed_live
+
+    # m5 was sent carol/web/3#0@1 and removed before it reported anything about it.
+    departed = departed_live({"m5": {}}, in_cell={"m0"}, sent={"m5": {"carol/web/3#0@1"}, "m0": {"x/y/0#0@1"}})
+    assert departed == {"m5": {"carol/web/3#0@1": "QUEUED"}}
+    # Reported ended after the empty sync: nothing left there.
+    assert departed_live({"m5": {"carol/web/3#0@1": "KILLED"}}, in_cell={"m0"}, sent={"m5": set()}) == {}
