@@ -6,7 +6,6 @@ a job that names the set (`alloc: <name>` in its job file) runs its task i in al
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,11 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 from reference.jobspec import (
     NAME_PATTERN,
     PRIORITY_SCHEMA,
-    RESOURCE_NAME_PATTERN,
     ConstraintSpec,
     JobFileError,
     parse_priority,
-    parse_request_value,
+    parse_resource_mapping,
     request_schema,
     validation_errors,
 )
@@ -50,23 +48,7 @@ class AllocSetSpec(BaseModel):
     @classmethod
     def _resources(cls, value: Any) -> dict[str, int]:
         # Read as a job's request is: "250m", "128MiB", plain counts.
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise ValueError("must be a mapping such as {cpu: 250m, ram: 128MiB}")
-        out: dict[str, int] = {}
-        errors = []
-        for name, amount in value.items():
-            if not isinstance(name, str) or not re.fullmatch(RESOURCE_NAME_PATTERN, name):
-                errors.append(f"resource name {name!r} must be lower-case letters, digits, '_'")
-                continue
-            try:
-                out[name] = parse_request_value(name, amount)
-            except ValueError as err:
-                errors.append(f"{name}: {err}")
-        if errors:
-            raise ValueError("; ".join(errors))
-        return out
+        return parse_resource_mapping(value)
 
     @property
     def key(self) -> str:

@@ -209,6 +209,28 @@ def parse_request_value(name: str, value: Any, machines: int = 1) -> int:
         raise ValueError("must be a whole number") from err
 
 
+def parse_resource_mapping(value: Any) -> dict[str, int]:
+    """A mapping of resources as a job's request is written ("250m", "128MiB", plain counts),
+    in canonical units; ValueError naming every resource at fault. None is the empty mapping."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("must be a mapping such as {cpu: 250m, ram: 128MiB}")
+    out: dict[str, int] = {}
+    errors = []
+    for name, amount in value.items():
+        if not isinstance(name, str) or not re.fullmatch(RESOURCE_NAME_PATTERN, name):
+            errors.append(f"resource name {name!r} must be lower-case letters, digits, '_'")
+            continue
+        try:
+            out[name] = parse_request_value(name, amount)
+        except ValueError as err:
+            errors.append(f"{name}: {err}")
+    if errors:
+        raise ValueError("; ".join(errors))
+    return out
+
+
 # Quantities as written, within their bounds: a subset of what `reference.resources` reads
 # (it also takes exponents and larger units), small enough that a generator of valid
 # examples stays within the bounds.
@@ -283,23 +305,7 @@ class JobSpec(BaseModel):
     @field_validator("request", mode="before")
     @classmethod
     def _request(cls, value: Any) -> dict[str, int]:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise ValueError("must be a mapping such as {cpu: 250m, ram: 128MiB}")
-        out: dict[str, int] = {}
-        errors = []
-        for name, amount in value.items():
-            if not isinstance(name, str) or not re.fullmatch(RESOURCE_NAME_PATTERN, name):
-                errors.append(f"resource name {name!r} must be lower-case letters, digits, '_'")
-                continue
-            try:
-                out[name] = parse_request_value(name, amount)
-            except ValueError as err:
-                errors.append(f"{name}: {err}")
-        if errors:
-            raise ValueError("; ".join(errors))
-        return out
+        return parse_resource_mapping(value)
 
     @field_validator("command")
     @classmethod
