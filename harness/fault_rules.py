@@ -65,7 +65,7 @@ class FaultRules(ExampleState):
         if not names:
             return
         name = names[i % len(names)]
-        self.down_since = windows.lost_anew(self.down_since, name, self.clock())
+        self.down_since = windows.lost_from(self.down_since, name, self.clock())
         cell.kill_borglet(name)
         self.c.coverage.injected("crash_borglet")
 
@@ -217,3 +217,6 @@ class FaultRules(ExampleState):
         for name in list(self.added):
             self.api.request("DELETE", f"/v1/machines/{name}", write=True)
             self.c.cell.stop_borglet(name)
+        # Machines still lost (removed while lost, or not seen up again yet) keep their windows.
+        self.c.lost_windows.extend(windows.close_all(self.down_since, self.clock()))
+        self.down_since = {}

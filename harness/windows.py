@@ -33,13 +33,10 @@ class Window(NamedTuple):
 
 
 def lost_from(down_since: Mapping[str, float], name: str, at: float) -> dict[str, float]:
-    """`down_since` with `name` lost from `at`, unless it already is (its window starts earlier)."""
+    """`down_since` with `name` lost from `at`, unless it already is: its window starts earlier,
+    and a new fault (paused again, its borglet killed) leaves the processes of before running
+    as long as the new ones."""
     return dict(down_since) if name in down_since else {**down_since, name: at}
-
-
-def lost_anew(down_since: Mapping[str, float], name: str, at: float) -> dict[str, float]:
-    """`down_since` with `name` lost from `at`, whatever it was before (its borglet killed now)."""
-    return {**down_since, name: at}
 
 
 def back(
@@ -51,6 +48,13 @@ def back(
         return dict(down_since), None
     rest = {k: v for k, v in down_since.items() if k != name}
     return rest, Window(name, down_since[name], now + grace)
+
+
+def close_all(down_since: Mapping[str, float], now: float, grace: float = LOST_GRACE_S) -> list[Window]:
+    """Every window still open, closed `grace` after `now` (an example ends: its machines are
+    put back, and a machine left lost, removed or never seen up again, may still run old
+    processes until its borglet hears it should not)."""
+    return [Window(name, since, now + grace) for name, since in sorted(down_since.items())]
 
 
 def seen(
