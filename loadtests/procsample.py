@@ -10,6 +10,7 @@ task ids of one (job, index) whose processes are both alive when re-checked afte
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable
 
@@ -18,35 +19,98 @@ from loadtests.periodic import Periodic
 TASK_ID = b"TASK_ID="
 
 
-def _alive_stat(pid: int | str) -> bool:
-    """The process exists and is not a zombie (a zombie runs nothing)."""
+def _stat(pid: int | str) -> tuple[bytes, bytes] | None:
+    """(state, start time) of a process from /proc/PID/stat; None when it is gone. The start
+    time tells a process from a later one that reuses its pid (pid_max may be only 32768)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rpartition(b")")[2].split()[0] != b"Z"
+            fields = handle.read().rpartition(b")")[2].split()
+        return fields[0], fields[19]
     except (OSError, IndexError):
-        return False
+        return None
+
+
+def _alive_stat(pid: int | str) -> bool:
+    """The process exists and is not a zombie (a zombie runs nothing)."""
+    st = _stat(pid)
+    return st is not None and st[0] != b"Z"
+
+
+def _task_id(pid: int | str) -> str | None:
+    """The task id in a process's environment, or None."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    at = raw.find(TASK_ID)
+    if at < 0 or (at > 0 and raw[at - 1] != 0):
+        return None
+    end = raw.find(b"\0", at)
+    return raw[at + len(TASK_ID) : end if end >= 0 else len(raw)].decode(errors="replace")
+
+
+class Scanner:
+    """Scans /proc for task processes, reading each task process's environment once.
+
+    A scan reads every process's stat (alive, start time); the environment, the larger read,
+    only of a process not already known by pid and start time as a task. Only task ids are
+    remembered: a process read between its fork and its exec shows its parent's environment,
+    without a task id, and is read again at the next scan.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[bytes, str]] = {}  # pid -> (start time, task id)
+
+    def scan(self, prefixes: Iterable[str] = ("",)) -> dict[int, str]:
+        """pid -> task id of every live process whose task id starts with one of `prefixes`."""
+        wanted = tuple(prefixes)
+        found: dict[int, str] = {}
+        known: dict[int, tuple[bytes, str]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            st = _stat(entry)
+            if st is None:
+                continue
+            pid = int(entry)
+            cached = self._known.get(pid)
+            tid = cached[1] if cached is not None and cached[0] == st[1] else _task_id(entry)
+            if tid is None:
+                continue
+            known[pid] = (st[1], tid)
+            if st[0] != b"Z" and tid.startswith(wanted):
+                found[pid] = tid
+        self._known = known
+        return found
+
+    def still_live(self, pids: dict[int, str], exact_below: int = 200) -> dict[int, str]:
+        """The processes of `pids` (from a scan of this scanner) still alive. A signal 0 each
+        (no file read) while many are; once fewer than `exact_below` pass it, each is also
+        checked by its stat: not a zombie, and not a later process that reuses its pid."""
+        out: dict[int, str] = {}
+        for pid, tid in pids.items():
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                pass  # exists, another user's
+            out[pid] = tid
+        if len(out) >= exact_below:
+            return out
+        exact: dict[int, str] = {}
+        for pid, tid in out.items():
+            st = _stat(pid)
+            known = self._known.get(pid)
+            if st is not None and st[0] != b"Z" and known is not None and known[0] == st[1]:
+                exact[pid] = tid
+        return exact
 
 
 def task_processes(prefixes: Iterable[str] = ("",)) -> dict[int, str]:
     """pid -> task id of every live process whose task id starts with one of `prefixes`."""
-    wanted = tuple(prefixes)
-    found: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                raw = handle.read()
-        except OSError:
-            continue
-        at = raw.find(TASK_ID)
-        if at < 0 or (at > 0 and raw[at - 1] != 0):
-            continue
-        end = raw.find(b"\0", at)
-        tid = raw[at + len(TASK_ID) : end if end >= 0 else len(raw)].decode(errors="replace")
-        if tid.startswith(wanted) and _alive_stat(entry):
-            found[int(entry)] = tid
-    return found
+    return Scanner().scan(prefixes)
 
 
 def index_of(task_id: str) -> tuple[str, int]:
@@ -80,16 +144,28 @@ class ProcSampler(Periodic):
         self.prefixes = tuple(prefixes)
         self.samples: list[tuple[float, dict[int, str]]] = []  # (monotonic time, pid -> task id)
         self.doubles: list[tuple[float, tuple[str, int], list[str]]] = []
+        self.scanner = Scanner()
+        self._scan_lock = threading.Lock()
+
+    def scan(self, prefixes: Iterable[str]) -> dict[int, str]:
+        """A fresh scan (not a sample), sharing the sampler's knowledge of which pid runs what."""
+        with self._scan_lock:
+            return self.scanner.scan(prefixes)
+
+    def still_live(self, pids: dict[int, str]) -> dict[int, str]:
+        """Which of `pids`, from an earlier scan, are still alive (cheap: no environment read)."""
+        with self._scan_lock:
+            return self.scanner.still_live(pids)
 
     def tick(self) -> None:
         t = time.monotonic()
-        pids = task_processes(self.prefixes)
+        pids = self.scan(self.prefixes)
         self.samples.append((t, pids))
         self.doubles += [(t, key, ids) for key, ids in doubles_in(pids)]
 
     def live(self, prefix: str) -> set[str]:
         """Task ids with a live process now (a fresh scan, not a sample)."""
-        return set(task_processes((prefix,)).values())
+        return set(self.scan((prefix,)).values())
 
     def started_after(self, since: float, prefix: str) -> list[tuple[float, list[str]]]:
         """Samples after `since` that show a process of `prefix`: what started after a kill."""
