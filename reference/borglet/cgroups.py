@@ -16,6 +16,9 @@ from pathlib import Path
 # memory: the limit and OOM kills; cpu: the CFS quota; cpuacct: CPU usage; pids: the member list.
 CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
 CFS_PERIOD_US = 100_000
+#: A new cpu group's period in cgroup v1. Each write of a period or a quota takes the kernel
+#: about 2 ms (it retunes the bandwidth on every CPU), so the period is written only if ours differs.
+KERNEL_CFS_PERIOD_US = 100_000
 MIN_CFS_QUOTA_US = 1_000  # the kernel refuses quotas below 1 ms
 
 
@@ -136,14 +139,18 @@ def _make(bases: dict[str, Path], name: str, cpu_milli: int, ram_bytes: int) -> 
         group[controller] = str(path)
     if ram_bytes > 0:
         _write(group["memory"], "memory.limit_in_bytes", str(ram_bytes))
-    _write(group["cpu"], "cpu.cfs_period_us", str(CFS_PERIOD_US))
+    if CFS_PERIOD_US != KERNEL_CFS_PERIOD_US:
+        _write(group["cpu"], "cpu.cfs_period_us", str(CFS_PERIOD_US))
     _write(group["cpu"], "cpu.cfs_quota_us", str(cfs_quota_us(cpu_milli)))
     return group
 
 
 def _write(directory: str, name: str, value: str) -> None:
-    with open(os.path.join(directory, name), "w") as handle:
-        handle.write(value)
+    fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
 
 
 def _read(directory: str, name: str) -> str | None:
