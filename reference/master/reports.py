@@ -125,6 +125,17 @@ def parse_borglet_task_id(task_id: str) -> tuple[str, int, int] | None:
     return job, int(index), int(inc)
 
 
+def first_of_its_index(task_id: str) -> bool:
+    """Whether a borglet task id is the first process its task index ever had: incarnation 0
+    (the cell keeps every index's newest incarnation, dead or not, so an index that ran before
+    gets a higher one) at its first placement. No machine can run another process of that
+    index, so a machine that has not reported yet cannot block it: a cell of thousands of
+    machines starts a new job before its new leader has heard from every one."""
+    parsed = parse_borglet_task_id(task_id)
+    placement = task_id.rpartition("@")[2]
+    return parsed is not None and parsed[2] == 0 and placement.isdigit() and int(placement) <= 1
+
+
 @dataclass(frozen=True)
 class Hold:
     """A task id kept out of its machine's desired set while `blocker` still runs on `machine`."""
@@ -194,14 +205,16 @@ def hold_back(
     A task already released (sent before, or reported by its borglet) is always kept: taking
     it out again would make its borglet kill a process that runs legitimately. Any other task
     waits while a different process of its index is live on an up machine, or while an up
-    machine has not reported at all yet (a new leader does not know what runs there).
+    machine has not reported at all yet (a new leader does not know what runs there), unless
+    it is its index's first process (`first_of_its_index`): then nothing can run elsewhere.
     """
     keep: list[dict[str, Any]] = []
     held: list[Hold] = []
     for d in desired:
         tid = str(d["task_id"])
         others = [(m, o) for m, o in live.get((str(d["job"]), int(d["index"])), ()) if o != tid]
-        if tid in released or not (others or unreported):
+        waits_for_reports = bool(unreported) and not first_of_its_index(tid)
+        if tid in released or not (others or waits_for_reports):
             keep.append(d)
         elif others:
             held.append(Hold(tid, others[0][1], others[0][0]))

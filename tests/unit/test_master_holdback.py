@@ -8,7 +8,13 @@ import pytest
 
 from reference.master.cell import Cell
 from reference.master.metrics import MasterMetrics
-from reference.master.reports import Hold, hold_back, live_by_index, parse_borglet_task_id
+from reference.master.reports import (
+    Hold,
+    first_of_its_index,
+    hold_back,
+    live_by_index,
+    parse_borglet_task_id,
+)
 
 
 def spec(task_id: str) -> dict[str, Any]:
@@ -93,6 +99,24 @@ def test_an_unreported_up_machine_holds_new_tasks_but_not_released_ones() -> Non
     assert [d["task_id"] for d in keep] == ["bob/j/1#0@0"]
     assert held == [Hold("bob/j/0#1@0", "", "m2")]
     assert held[0].describe() == "waiting for machine m2 to report"
+
+
+def test_an_unreported_machine_does_not_hold_an_index_first_process() -> None:
+    # bob/j/5#0@1 is index 5's first incarnation at its first placement: no machine can run
+    # another process of it. #0@2 (placed again) and #1@1 (an incarnation before it) may have one.
+    live = live_by_index({"m1": {}}, ["m1", "m2"])
+    desired = [spec("bob/j/5#0@1"), spec("bob/j/6#0@2"), spec("bob/j/7#1@1")]
+    keep, held = hold_back(desired, live, set(), ["m2"])
+    assert [d["task_id"] for d in keep] == ["bob/j/5#0@1"]
+    assert [h.task_id for h in held] == ["bob/j/6#0@2", "bob/j/7#1@1"]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "first"),
+    [("a/b/0#0@1", True), ("a/b/0#0@0", True), ("a/b/0#0@2", False), ("a/b/0#1@1", False), ("junk", False)],
+)
+def test_first_of_its_index(task_id: str, first: bool) -> None:
+    assert first_of_its_index(task_id) is first
 
 
 def test_holds_are_counted_apart_from_polls() -> None:
