@@ -51,9 +51,26 @@ def job_view(cell: Cell, job: Job, info: JobInfo | None = None) -> dict[str, Any
     return doc
 
 
+# The whole cell's counts of the last cell asked about: `GET /v1/cell`, read by every client
+# and dashboard, would walk every task of the cell each time. Swapped whole, as above.
+_counts_of: tuple[Cell, dict[str, int]] | None = None
+
+
 def task_counts(cell: Cell, job_key: str | None = None) -> dict[str, int]:
     """Tasks by state, and `running_confirmed`: the RUNNING ones (placed on a machine, as in
     Borg) whose borglet has confirmed it started their process."""
+    global _counts_of
+    if job_key is None:
+        last = _counts_of
+        if last is not None and last[0] is cell:
+            return dict(last[1])
+        counts = _count(cell, None)
+        _counts_of = (cell, counts)
+        return dict(counts)
+    return _count(cell, job_key)
+
+
+def _count(cell: Cell, job_key: str | None) -> dict[str, int]:
     counts = {s.value: 0 for s in TaskState}
     started = 0
     tasks = cell.state.tasks.values() if job_key is None else tasks_by_job(cell).get(job_key, ())
