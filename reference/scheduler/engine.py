@@ -24,6 +24,7 @@ import numpy as np
 
 from spec.model import is_prod
 
+from .batchscore import BATCH_POLICIES
 from .cellview import CellView, Victim, gpu_take
 from .classes import TaskClass, class_key, make_class
 from .config import SchedulerConfig
@@ -44,6 +45,9 @@ from .queue import ordered
 from .reasons import amount, explain
 from .snapshot import PendingTask, Snapshot
 from .terms import locality_bonus, preemption_cost, skew_penalty, spread_penalty
+
+# Fewer machines than this are scored one call each: numpy's cost per call outweighs the loop.
+BATCH_MIN = 16
 
 
 class _Sample:
@@ -92,6 +96,11 @@ class Pass:
         # first (see docs/decisions.md for what this buys in packing and costs in speed).
         self.offset = self.rng.randrange(max(self.n, 1))
         self.pre = Prefilter(self.cell, self.order)
+        # A scalar policy with a numpy twin scores a run of machines in one call, where the
+        # class takes no GPUs and preempts nothing: the prefilter's verdict is then exact.
+        self.batch = BATCH_POLICIES.get(config.policy)
+        self.cap = np.array(self.cell.cap, dtype=np.int64).reshape(self.n, len(self.cell.dims))
+        self.salt = np.array(self.cell.salt, dtype=np.float64)
         threshold = config.mix_threshold if config.score_cache else 0.0
         self.mix = ShapeMix(threshold) if config.policy == "fgd" else None
         self.gpu_max = max((sum(g) for g in self.cell.gcap), default=0)
@@ -216,8 +225,43 @@ class Pass:
             stale = live
         else:
             stale = live & (s.versions[:size] != self.cell.version[s.machines[:size]])
-        for slot in np.flatnonzero(stale).tolist():
+        slots = stale.nonzero()[0]
+        if len(slots) >= BATCH_MIN and self._batched(cls, s):
+            self._rescore_many(cls, s, slots)
+            return
+        for slot in slots.tolist():
             self._rescore(cls, s, slot)
+
+    def _batched(self, cls: TaskClass, s: _Sample) -> bool:
+        """Whether the class's sample is scored a run at a time (see `batchscore`)."""
+        return self.batch is not None and not cls.gpu and not s.preempting
+
+    def _scores(self, cls: TaskClass, mis: np.ndarray, free: np.ndarray) -> np.ndarray:
+        need = cls.need
+        if need is None:
+            need = cls.need = np.array(cls.req, dtype=np.int64)
+        assert self.batch is not None
+        return self.batch(need, free, self.cap[mis], self.salt[mis])
+
+    def _free(self, cls: TaskClass, pos: np.ndarray) -> np.ndarray:
+        """What the class may use on the machines at these walk positions (slack is 0 where nothing is reclaimed)."""
+        free = self.pre.free[pos]
+        return free if is_prod(cls.priority) else free + self.pre.slack[pos]
+
+    def _rescore_many(self, cls: TaskClass, s: _Sample, slots: np.ndarray) -> None:
+        """`_rescore` of many slots in one numpy pass: the class takes no GPUs and preempts
+        nothing, so a machine of its sample still fits when what it may use covers the request."""
+        self.stats.evaluations += len(slots)
+        mis = s.machines[slots]
+        free = self._free(cls, self.pre.pos[mis])
+        ok = np.ones(len(slots), dtype=bool)
+        for d, a in cls.nz:
+            ok &= free[:, d] >= a
+        good = mis[ok]
+        s.scores[slots[ok]] = self._scores(cls, good, free[ok])
+        s.versions[slots[ok]] = self.cell.version[good]
+        for slot, mi in zip(slots[~ok].tolist(), mis[~ok].tolist(), strict=True):
+            self._set(cls, s, slot, mi, None)
 
     def _rescore(self, cls: TaskClass, s: _Sample, slot: int) -> None:
         mi = int(s.machines[slot])
@@ -237,6 +281,12 @@ class Pass:
             else:  # the reasons of the machines the prefilter rejects are counted
                 run_check = self.pre.check(cls, lo, s.offset + end, s.preempting)
                 hits = run_check.passing()
+            if len(hits) >= BATCH_MIN and k - s.valid >= BATCH_MIN and self._batched(cls, s):
+                take = hits[: k - s.valid]
+                self._add_many(cls, s, lo + take)
+                if s.valid >= k:
+                    s.cursor = start + int(take[-1]) + 1  # the rest of the run is still unseen
+                hits = hits[:0]
             for h in hits.tolist():
                 mi = int(ids[lo + h])
                 score = self.evaluate(cls, mi, s.preempting)
@@ -258,6 +308,23 @@ class Pass:
             if s.tally is not None:  # nothing moved since the prefilter looked: its reasons stand
                 s.tally.add_run(run_check, s.cursor - start)
             run = min(run * 2, 4096)
+
+    def _add_many(self, cls: TaskClass, s: _Sample, pos: np.ndarray) -> None:
+        """Add the machines at these walk positions, each of which the prefilter found to fit
+        (exact for a batched class), filling holes first as the one-at-a-time walk does."""
+        self.stats.evaluations += len(pos)
+        mis = self.pre.ids[pos]
+        m, holes = len(mis), s.holes
+        reuse = min(len(holes), m)
+        slots = holes[len(holes) - reuse :][::-1] if reuse else []
+        del holes[len(holes) - reuse :]
+        at = np.array([*slots, *range(s.size, s.size + m - reuse)], dtype=np.int64)
+        s.size += m - reuse
+        s.machines[at] = mis
+        s.doms[at] = self.dom[mis]
+        s.scores[at] = self._scores(cls, mis, self._free(cls, pos))
+        s.versions[at] = self.cell.version[mis]
+        s.valid += m
 
     def _totals(self, s: _Sample, task: PendingTask) -> np.ndarray:
         """Cached class scores plus the job's own terms: spreading and package locality."""
