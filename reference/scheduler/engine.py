@@ -54,8 +54,8 @@ class _Sample:
     """One class's feasible machines found so far, with cached scores and the versions they saw."""
 
     __slots__ = (
-        "machines", "doms", "scores", "versions", "mix", "size", "holes", "valid", "cursor", "offset", "preempting",
-        "tally",
+        "machines", "doms", "scores", "versions", "ranks", "mix", "size", "holes", "valid", "cursor", "offset",
+        "preempting", "tally",
     )
 
     def __init__(self, capacity: int, offset: int) -> None:
@@ -63,6 +63,7 @@ class _Sample:
         self.doms = np.zeros(capacity, dtype=np.int64)  # failure domain of each slot's machine
         self.scores = np.full(capacity, -np.inf)
         self.versions = np.zeros(capacity, dtype=np.int64)
+        self.ranks = np.zeros(capacity, dtype=np.int64)  # each slot's machine's place in the walk: ties go to the first
         self.mix = 0  # the shape mix's version the scores saw (fgd only)
         self.size = 0  # slots in use, holes included
         self.holes: list[int] = []  # slots of machines that stopped fitting
@@ -96,6 +97,10 @@ class Pass:
         # first (see docs/decisions.md for what this buys in packing and costs in speed).
         self.offset = self.rng.randrange(max(self.n, 1))
         self.pre = Prefilter(self.cell, self.order)
+        # random_fit's salt falls along the walk from the shared start: the feasible machine it
+        # prefers is the first one the walk reaches, whether the sample holds k or every machine,
+        # so relaxed randomization leaves its choice as it is (first fit in a random order).
+        self.cell.salt = walk_salt(self.order, self.offset)
         # A scalar policy with a numpy twin scores a run of machines in one call, where the
         # class takes no GPUs and preempts nothing: the prefilter's verdict is then exact.
         self.batch = BATCH_POLICIES.get(config.policy)
@@ -301,6 +306,7 @@ class Pass:
                 s.doms[slot] = self.cell.dom[mi]
                 s.scores[slot] = score
                 s.versions[slot] = self.cell.version[mi]
+                s.ranks[slot] = start + h
                 s.valid += 1
                 if s.valid >= k:
                     s.cursor = start + h + 1  # the rest of the run is still unseen
@@ -324,6 +330,7 @@ class Pass:
         s.doms[at] = self.dom[mis]
         s.scores[at] = self._scores(cls, mis, self._free(cls, pos))
         s.versions[at] = self.cell.version[mis]
+        s.ranks[at] = pos - s.offset
         s.valid += m
 
     def _totals(self, s: _Sample, task: PendingTask) -> np.ndarray:
@@ -393,6 +400,9 @@ class Pass:
                 continue
             total = self._totals(s, task)
             slot = int(total.argmax())
+            ties = (total == total[slot]).nonzero()[0]
+            if len(ties) > 1:  # the first in the walk, as a pass that scores every machine takes it
+                slot = int(ties[s.ranks[ties].argmin()])
             mi = int(s.machines[slot])
             # A cached score may be stale within the threshold; feasibility is checked exactly.
             victims = room(cls, self.cell, mi, s.preempting, self.disrupted, self.cfg.max_disruptions_per_job)
@@ -521,6 +531,16 @@ class Pass:
             if clock:
                 self.stats.latencies.append(clock() - start)
         return self.plan
+
+
+def walk_salt(order: list[int], offset: int) -> list[float]:
+    """Per machine a number in [0, 1) that falls along the walk: (n - 1 - j) / n for the machine
+    j places after `offset` in the random `order`."""
+    n = len(order)
+    salt = [0.0] * n
+    for j in range(n):
+        salt[order[(offset + j) % n]] = (n - 1 - j) / n
+    return salt
 
 
 def plan_pass(

@@ -42,14 +42,19 @@ def borg_hybrid(req: Vec, free: Vec, cap: Vec, salt: float = 0.0) -> float:
 
     After the placement, the dominant resource is the one with the least left (`lmin`).
     Filling it is the best-fit part: 100 * (1 - lmin). Whatever other resources have left
-    beyond `lmin` is at risk of being stranded once the dominant one runs out; the penalty
-    is 100 * the mean of those excesses, doubled so that balance outweighs tightness (with a
-    weight of 1 the formula would reduce to plain best fit).
+    beyond `lmin` is at risk of being stranded once the dominant one runs out (Borg, section
+    3.2: resources "that cannot be used because another resource on the machine is fully
+    allocated"). The penalty is 200 * the mean of those excesses, so that balance outweighs
+    tightness (with 100 the formula would reduce to plain best fit), scaled by how much of
+    the dominant resource is taken, 1 - lmin: an excess strands nothing yet on a machine
+    that still has most of every resource free. Unscaled, it could rank a nearly empty machine
+    where the task happens to balance above a fuller one, and on the openb GPU trace the
+    hybrid left more GPU unallocated than best fit (reports/packing.md).
     """
     left = _leftovers(req, free, cap)
     lmin = min(left)
     stranded = sum(left) / len(left) - lmin  # the mean of (x - lmin) over the resources
-    return MAX_SCORE * (1.0 - lmin) - 2 * MAX_SCORE * stranded
+    return MAX_SCORE * (1.0 - lmin) - 2 * MAX_SCORE * stranded * (1.0 - lmin)
 
 
 def k8s_least_allocated(req: Vec, free: Vec, cap: Vec, salt: float = 0.0) -> float:
