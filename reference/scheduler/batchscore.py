@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .policies import MAX_SCORE
+from .policies import MAX_SCORE, STRANDING_WEIGHT
 
 BatchPolicy = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
@@ -60,7 +60,7 @@ def borg_hybrid(req: np.ndarray, free: np.ndarray, cap: np.ndarray, salt: np.nda
     left, has = _leftovers(req, free, cap)
     lmin = _min(left, has)
     stranded = _sum(left) / _count(left, has) - lmin
-    return MAX_SCORE * (1.0 - lmin) - 2 * MAX_SCORE * stranded * (1.0 - lmin)
+    return MAX_SCORE * (1.0 - lmin) - STRANDING_WEIGHT * MAX_SCORE * stranded * (1.0 - lmin)
 
 
 def random_fit(req: np.ndarray, free: np.ndarray, cap: np.ndarray, salt: np.ndarray) -> np.ndarray:

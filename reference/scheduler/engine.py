@@ -115,6 +115,7 @@ class Pass:
         # the job is scored beside them, the same counted per failure domain and per machine.
         self.job_on: dict[str, list[int]] = {}
         self.job_spread: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.job_hosts: dict[str, int] = {}  # machines holding a task of the job, for the jobs in job_spread
         for t in snapshot.running:
             mi = self.cell.index.get(t.machine)
             if mi is not None:
@@ -345,7 +346,10 @@ class Pass:
                 if cfg.spread_weight:
                     total = total - spread_penalty(cfg.spread_weight, placed, doms[s.doms[:size]])
                 if cfg.skew_weight:
-                    total = total - skew_penalty(cfg.skew_weight, machines[s.machines[:size]])
+                    # A sample of distinct machines (one walk) larger than the job's hosts holds
+                    # a machine without the job's tasks: its least count is 0.
+                    least = 0 if not s.preempting and self.job_hosts[task.job] < size else None
+                    total = total - skew_penalty(cfg.skew_weight, machines[s.machines[:size]], least)
         if cfg.locality_weight and task.package:
             total = total + locality_bonus(cfg.locality_weight, self._package_on(task.package)[s.machines[:size]])
         return total
@@ -363,6 +367,7 @@ class Pass:
                 doms[self.cell.dom[mi]] += 1
                 machines[mi] += 1
             spread = self.job_spread[job] = (doms, machines)
+            self.job_hosts[job] = int(np.count_nonzero(machines))
         return spread
 
     def _package_on(self, package: str) -> np.ndarray:
@@ -441,6 +446,7 @@ class Pass:
             spread = self.job_spread.get(task.job)
             if spread is not None:
                 spread[0][cell.dom[mi]] += 1
+                self.job_hosts[task.job] += not spread[1][mi]
                 spread[1][mi] += 1
         if task.package and task.package not in cell.pkgs[mi]:
             cell.pkgs[mi].add(task.package)
@@ -479,11 +485,14 @@ class Pass:
 
     def run(self, pending: list[PendingTask], clock: Callable[[], float] | None) -> Plan:
         cfg = self.cfg
-        classes: dict[tuple, TaskClass] = {}
-        samples: dict[tuple, _Sample] = {}
-        dead: dict[tuple, tuple[Reason, ...]] = {}
-        left: dict[tuple, int] = {}
-        keys = [class_key(t) for t in pending]
+        classes: dict[int, TaskClass] = {}
+        samples: dict[int, _Sample] = {}
+        dead: dict[int, tuple[Reason, ...]] = {}
+        left: dict[int, int] = {}
+        # Each class key numbered once: the lookups below hash a small int, not the request.
+        number: dict[tuple, int] = {}
+        keys = [number.setdefault(class_key(t), len(number)) for t in pending]
+        key_of = list(number)
         for key in keys:
             left[key] = left.get(key, 0) + 1
         capacity = min(self.n, self.k) if cfg.relaxed_randomization else self.n
@@ -499,7 +508,7 @@ class Pass:
             else:
                 cls = classes.get(key) if cfg.equivalence_classes else None
                 if cls is None:
-                    cls = make_class(task, self.cell, key)
+                    cls = make_class(task, self.cell, key_of[key])
                     self.stats.classes += 1
                     if cfg.equivalence_classes:
                         classes[key] = cls

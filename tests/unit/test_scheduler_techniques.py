@@ -21,10 +21,10 @@ from spec.model import Machine, Resources, TaskId
 GiB = 2**30
 # Points a score moves per unit of fractional drift in one resource (see policies.py):
 # best/worst fit and dot_prod move with a mean of fractions; borg_hybrid with lmin (1x)
-# plus twice the mean excess s times 1 - lmin (s and lmin each move at most 1x, so the
-# product at most 2x, times 2: 4x); GPU-aware policies see exact GPUs (any change rescored).
+# plus 4x the mean excess s times 1 - lmin (s and lmin each move at most 1x, so the
+# product at most 2x, times 4: 8x); GPU-aware policies see exact GPUs (any change rescored).
 LIPSCHITZ = {
-    "best_fit": 100, "worst_fit": 100, "dot_prod": 100, "borg_hybrid": 500,
+    "best_fit": 100, "worst_fit": 100, "dot_prod": 100, "borg_hybrid": 900,
     "k8s_least_allocated": 100, "k8s_balanced": 100, "random_fit": 0,
     "gpu_packing": 0, "gpu_clustering": 0, "fgd": 0,
 }
