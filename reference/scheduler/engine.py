@@ -24,6 +24,7 @@ import numpy as np
 
 from spec.model import is_prod
 
+from .batchscore import BATCH_POLICIES
 from .cellview import CellView, Victim, gpu_take
 from .classes import TaskClass, class_key, make_class
 from .config import SchedulerConfig
@@ -45,13 +46,16 @@ from .reasons import amount, explain
 from .snapshot import PendingTask, Snapshot
 from .terms import locality_bonus, preemption_cost, skew_penalty, spread_penalty
 
+# Fewer machines than this are scored one call each: numpy's cost per call outweighs the loop.
+BATCH_MIN = 16
+
 
 class _Sample:
     """One class's feasible machines found so far, with cached scores and the versions they saw."""
 
     __slots__ = (
-        "machines", "doms", "scores", "versions", "mix", "size", "holes", "valid", "cursor", "offset", "preempting",
-        "tally",
+        "machines", "doms", "scores", "versions", "ranks", "mix", "size", "holes", "valid", "cursor", "offset",
+        "preempting", "tally",
     )
 
     def __init__(self, capacity: int, offset: int) -> None:
@@ -59,6 +63,7 @@ class _Sample:
         self.doms = np.zeros(capacity, dtype=np.int64)  # failure domain of each slot's machine
         self.scores = np.full(capacity, -np.inf)
         self.versions = np.zeros(capacity, dtype=np.int64)
+        self.ranks = np.zeros(capacity, dtype=np.int64)  # each slot's machine's place in the walk: ties go to the first
         self.mix = 0  # the shape mix's version the scores saw (fgd only)
         self.size = 0  # slots in use, holes included
         self.holes: list[int] = []  # slots of machines that stopped fitting
@@ -92,6 +97,15 @@ class Pass:
         # first (see docs/decisions.md for what this buys in packing and costs in speed).
         self.offset = self.rng.randrange(max(self.n, 1))
         self.pre = Prefilter(self.cell, self.order)
+        # random_fit's salt falls along the walk from the shared start: the feasible machine it
+        # prefers is the first one the walk reaches, whether the sample holds k or every machine,
+        # so relaxed randomization leaves its choice as it is (first fit in a random order).
+        self.cell.salt = walk_salt(self.order, self.offset)
+        # A scalar policy with a numpy twin scores a run of machines in one call, where the
+        # class takes no GPUs and preempts nothing: the prefilter's verdict is then exact.
+        self.batch = BATCH_POLICIES.get(config.policy)
+        self.cap = np.array(self.cell.cap, dtype=np.int64).reshape(self.n, len(self.cell.dims))
+        self.salt = np.array(self.cell.salt, dtype=np.float64)
         threshold = config.mix_threshold if config.score_cache else 0.0
         self.mix = ShapeMix(threshold) if config.policy == "fgd" else None
         self.gpu_max = max((sum(g) for g in self.cell.gcap), default=0)
@@ -101,6 +115,7 @@ class Pass:
         # the job is scored beside them, the same counted per failure domain and per machine.
         self.job_on: dict[str, list[int]] = {}
         self.job_spread: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.job_hosts: dict[str, int] = {}  # machines holding a task of the job, for the jobs in job_spread
         for t in snapshot.running:
             mi = self.cell.index.get(t.machine)
             if mi is not None:
@@ -216,8 +231,43 @@ class Pass:
             stale = live
         else:
             stale = live & (s.versions[:size] != self.cell.version[s.machines[:size]])
-        for slot in np.flatnonzero(stale).tolist():
+        slots = stale.nonzero()[0]
+        if len(slots) >= BATCH_MIN and self._batched(cls, s):
+            self._rescore_many(cls, s, slots)
+            return
+        for slot in slots.tolist():
             self._rescore(cls, s, slot)
+
+    def _batched(self, cls: TaskClass, s: _Sample) -> bool:
+        """Whether the class's sample is scored a run at a time (see `batchscore`)."""
+        return self.batch is not None and not cls.gpu and not s.preempting
+
+    def _scores(self, cls: TaskClass, mis: np.ndarray, free: np.ndarray) -> np.ndarray:
+        need = cls.need
+        if need is None:
+            need = cls.need = np.array(cls.req, dtype=np.int64)
+        assert self.batch is not None
+        return self.batch(need, free, self.cap[mis], self.salt[mis])
+
+    def _free(self, cls: TaskClass, pos: np.ndarray) -> np.ndarray:
+        """What the class may use on the machines at these walk positions (slack is 0 where nothing is reclaimed)."""
+        free = self.pre.free[pos]
+        return free if is_prod(cls.priority) else free + self.pre.slack[pos]
+
+    def _rescore_many(self, cls: TaskClass, s: _Sample, slots: np.ndarray) -> None:
+        """`_rescore` of many slots in one numpy pass: the class takes no GPUs and preempts
+        nothing, so a machine of its sample still fits when what it may use covers the request."""
+        self.stats.evaluations += len(slots)
+        mis = s.machines[slots]
+        free = self._free(cls, self.pre.pos[mis])
+        ok = np.ones(len(slots), dtype=bool)
+        for d, a in cls.nz:
+            ok &= free[:, d] >= a
+        good = mis[ok]
+        s.scores[slots[ok]] = self._scores(cls, good, free[ok])
+        s.versions[slots[ok]] = self.cell.version[good]
+        for slot, mi in zip(slots[~ok].tolist(), mis[~ok].tolist(), strict=True):
+            self._set(cls, s, slot, mi, None)
 
     def _rescore(self, cls: TaskClass, s: _Sample, slot: int) -> None:
         mi = int(s.machines[slot])
@@ -237,6 +287,12 @@ class Pass:
             else:  # the reasons of the machines the prefilter rejects are counted
                 run_check = self.pre.check(cls, lo, s.offset + end, s.preempting)
                 hits = run_check.passing()
+            if len(hits) >= BATCH_MIN and k - s.valid >= BATCH_MIN and self._batched(cls, s):
+                take = hits[: k - s.valid]
+                self._add_many(cls, s, lo + take)
+                if s.valid >= k:
+                    s.cursor = start + int(take[-1]) + 1  # the rest of the run is still unseen
+                hits = hits[:0]
             for h in hits.tolist():
                 mi = int(ids[lo + h])
                 score = self.evaluate(cls, mi, s.preempting)
@@ -251,6 +307,7 @@ class Pass:
                 s.doms[slot] = self.cell.dom[mi]
                 s.scores[slot] = score
                 s.versions[slot] = self.cell.version[mi]
+                s.ranks[slot] = start + h
                 s.valid += 1
                 if s.valid >= k:
                     s.cursor = start + h + 1  # the rest of the run is still unseen
@@ -258,6 +315,24 @@ class Pass:
             if s.tally is not None:  # nothing moved since the prefilter looked: its reasons stand
                 s.tally.add_run(run_check, s.cursor - start)
             run = min(run * 2, 4096)
+
+    def _add_many(self, cls: TaskClass, s: _Sample, pos: np.ndarray) -> None:
+        """Add the machines at these walk positions, each of which the prefilter found to fit
+        (exact for a batched class), filling holes first as the one-at-a-time walk does."""
+        self.stats.evaluations += len(pos)
+        mis = self.pre.ids[pos]
+        m, holes = len(mis), s.holes
+        reuse = min(len(holes), m)
+        slots = holes[len(holes) - reuse :][::-1] if reuse else []
+        del holes[len(holes) - reuse :]
+        at = np.array([*slots, *range(s.size, s.size + m - reuse)], dtype=np.int64)
+        s.size += m - reuse
+        s.machines[at] = mis
+        s.doms[at] = self.dom[mis]
+        s.scores[at] = self._scores(cls, mis, self._free(cls, pos))
+        s.versions[at] = self.cell.version[mis]
+        s.ranks[at] = pos - s.offset
+        s.valid += m
 
     def _totals(self, s: _Sample, task: PendingTask) -> np.ndarray:
         """Cached class scores plus the job's own terms: spreading and package locality."""
@@ -271,7 +346,10 @@ class Pass:
                 if cfg.spread_weight:
                     total = total - spread_penalty(cfg.spread_weight, placed, doms[s.doms[:size]])
                 if cfg.skew_weight:
-                    total = total - skew_penalty(cfg.skew_weight, machines[s.machines[:size]])
+                    # A sample of distinct machines (one walk) larger than the job's hosts holds
+                    # a machine without the job's tasks: its least count is 0.
+                    least = 0 if not s.preempting and self.job_hosts[task.job] < size else None
+                    total = total - skew_penalty(cfg.skew_weight, machines[s.machines[:size]], least)
         if cfg.locality_weight and task.package:
             total = total + locality_bonus(cfg.locality_weight, self._package_on(task.package)[s.machines[:size]])
         return total
@@ -289,6 +367,7 @@ class Pass:
                 doms[self.cell.dom[mi]] += 1
                 machines[mi] += 1
             spread = self.job_spread[job] = (doms, machines)
+            self.job_hosts[job] = int(np.count_nonzero(machines))
         return spread
 
     def _package_on(self, package: str) -> np.ndarray:
@@ -326,6 +405,9 @@ class Pass:
                 continue
             total = self._totals(s, task)
             slot = int(total.argmax())
+            ties = (total == total[slot]).nonzero()[0]
+            if len(ties) > 1:  # the first in the walk, as a pass that scores every machine takes it
+                slot = int(ties[s.ranks[ties].argmin()])
             mi = int(s.machines[slot])
             # A cached score may be stale within the threshold; feasibility is checked exactly.
             victims = room(cls, self.cell, mi, s.preempting, self.disrupted, self.cfg.max_disruptions_per_job)
@@ -364,6 +446,7 @@ class Pass:
             spread = self.job_spread.get(task.job)
             if spread is not None:
                 spread[0][cell.dom[mi]] += 1
+                self.job_hosts[task.job] += not spread[1][mi]
                 spread[1][mi] += 1
         if task.package and task.package not in cell.pkgs[mi]:
             cell.pkgs[mi].add(task.package)
@@ -402,11 +485,14 @@ class Pass:
 
     def run(self, pending: list[PendingTask], clock: Callable[[], float] | None) -> Plan:
         cfg = self.cfg
-        classes: dict[tuple, TaskClass] = {}
-        samples: dict[tuple, _Sample] = {}
-        dead: dict[tuple, tuple[Reason, ...]] = {}
-        left: dict[tuple, int] = {}
-        keys = [class_key(t) for t in pending]
+        classes: dict[int, TaskClass] = {}
+        samples: dict[int, _Sample] = {}
+        dead: dict[int, tuple[Reason, ...]] = {}
+        left: dict[int, int] = {}
+        # Each class key numbered once: the lookups below hash a small int, not the request.
+        number: dict[tuple, int] = {}
+        keys = [number.setdefault(class_key(t), len(number)) for t in pending]
+        key_of = list(number)
         for key in keys:
             left[key] = left.get(key, 0) + 1
         capacity = min(self.n, self.k) if cfg.relaxed_randomization else self.n
@@ -422,7 +508,7 @@ class Pass:
             else:
                 cls = classes.get(key) if cfg.equivalence_classes else None
                 if cls is None:
-                    cls = make_class(task, self.cell, key)
+                    cls = make_class(task, self.cell, key_of[key])
                     self.stats.classes += 1
                     if cfg.equivalence_classes:
                         classes[key] = cls
@@ -454,6 +540,16 @@ class Pass:
             if clock:
                 self.stats.latencies.append(clock() - start)
         return self.plan
+
+
+def walk_salt(order: list[int], offset: int) -> list[float]:
+    """Per machine a number in [0, 1) that falls along the walk: (n - 1 - j) / n for the machine
+    j places after `offset` in the random `order`."""
+    n = len(order)
+    salt = [0.0] * n
+    for j in range(n):
+        salt[order[(offset + j) % n]] = (n - 1 - j) / n
+    return salt
 
 
 def plan_pass(

@@ -265,7 +265,7 @@ class Prefilter:
         if not is_prod(cls.priority):
             free = free + self.slack[lo:hi]
         covered = free >= need
-        ok = covered.all(axis=1)
+        ok = np.logical_and.reduce(covered, axis=1)  # .all's Python wrapper costs more than the run
         if preempt:
             ok |= self.vmin[lo:hi] < cls.priority
         ok &= self.allowed(cls)[lo:hi]
@@ -273,7 +273,7 @@ class Prefilter:
 
     def passing(self, cls: TaskClass, lo: int, hi: int, preempt: bool) -> np.ndarray:
         """Offsets from `lo` of the walk positions in [lo, hi) whose machines may fit the class."""
-        return np.flatnonzero(self._verdict(cls, lo, hi, preempt)[1])
+        return self._verdict(cls, lo, hi, preempt)[1].nonzero()[0]
 
     def check(self, cls: TaskClass, lo: int, hi: int, preempt: bool) -> RunCheck:
         """`passing`, kept with what it takes to count the reasons of the machines rejected."""

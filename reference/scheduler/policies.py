@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Sequence
 Vec = Sequence[int]
 Policy = Callable[[Vec, Vec, Vec, float], float]
 MAX_SCORE = 100
+STRANDING_WEIGHT = 4  # borg_hybrid's: how much a stranded excess outweighs tightness (see there)
 
 
 def _leftovers(req: Vec, free: Vec, cap: Vec) -> list[float]:
@@ -42,14 +43,21 @@ def borg_hybrid(req: Vec, free: Vec, cap: Vec, salt: float = 0.0) -> float:
 
     After the placement, the dominant resource is the one with the least left (`lmin`).
     Filling it is the best-fit part: 100 * (1 - lmin). Whatever other resources have left
-    beyond `lmin` is at risk of being stranded once the dominant one runs out; the penalty
-    is 100 * the mean of those excesses, doubled so that balance outweighs tightness (with a
-    weight of 1 the formula would reduce to plain best fit).
+    beyond `lmin` is at risk of being stranded once the dominant one runs out (Borg, section
+    3.2: resources "that cannot be used because another resource on the machine is fully
+    allocated"). The penalty is STRANDING_WEIGHT * 100 * the mean of those excesses, scaled
+    by how much of the dominant resource is taken, 1 - lmin: an excess strands nothing yet
+    on a machine with most of every resource free, and all of itself once the dominant
+    resource is gone. Put otherwise, the dominant resource's best-fit score discounted by
+    STRANDING_WEIGHT times the mean excess. (Unscaled, with a weight of 1 this would be
+    plain best fit.) The unscaled penalty, doubled, ranked a nearly empty machine where a
+    task balanced above a fuller one, and left more GPU unallocated than best fit on the
+    openb trace; docs/decisions.md has the weights tried.
     """
     left = _leftovers(req, free, cap)
     lmin = min(left)
     stranded = sum(left) / len(left) - lmin  # the mean of (x - lmin) over the resources
-    return MAX_SCORE * (1.0 - lmin) - 2 * MAX_SCORE * stranded
+    return MAX_SCORE * (1.0 - lmin) - STRANDING_WEIGHT * MAX_SCORE * stranded * (1.0 - lmin)
 
 
 def k8s_least_allocated(req: Vec, free: Vec, cap: Vec, salt: float = 0.0) -> float:

@@ -21,15 +21,18 @@ def spread_penalty(weight: float, placed: int, here: Counts) -> float | np.ndarr
     return (weight / (placed + 1)) * here
 
 
-def skew_penalty(weight: float, here: np.ndarray) -> np.ndarray:
+def skew_penalty(weight: float, here: np.ndarray, least: int | None = None) -> np.ndarray:
     """Points off each machine of a sample for every task of the job it holds beyond the
     sample's least-loaded machine: weight * (here - min(here)). Like Kubernetes's default
     spreading over hostnames (a soft skew), it keeps a job's tasks apart machine by machine,
     which the share-based domain term cannot once the job is large: a machine then costs a
-    sliver of a share per task, and a packing policy's pull toward the fullest machine wins."""
+    sliver of a share per task, and a packing policy's pull toward the fullest machine wins.
+    `least` is min(here) when the caller knows it without looking."""
     if here.size == 0:
         return here
-    return weight * (here - here.min())
+    if least == 0:
+        return weight * here
+    return weight * (here - (np.minimum.reduce(here) if least is None else least))
 
 
 def locality_bonus(weight: float, has_package: bool | np.ndarray) -> float | np.ndarray:
