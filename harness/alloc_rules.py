@@ -12,8 +12,9 @@ from harness.history import OpKind, Outcome
 from harness.observe import allocs_of
 from harness.user_rules import USERS, UserRules
 
-#: Alloc sets one example holds at most: each reserves room on up to three machines.
-MAX_SETS = 3
+#: Alloc sets one example holds at most: each reserves room on up to three machines, so four
+#: sets of the larger size fill every one of the three machines a started cell has.
+MAX_SETS = 4
 ALLOC_CPUS = (500, 1000)
 
 
@@ -42,6 +43,12 @@ class AllocRules(UserRules):
         """Every example starts with an alloc set and a service in it, so short runs still
         create and delete allocs (the set is deleted at the example's end if not before)."""
         self.alloc_set(count, ALLOC_CPUS[0], user, [("service", count, 100)])
+
+    @initialize(count=st.integers(2, 3), user=st.sampled_from(USERS))
+    def start_second_alloc_set(self, count: int, user: str) -> None:
+        """And a second set with a batch job in it, so two sets share the machines from the
+        start: index i of both sets may land on one machine, and deleting one leaves the other."""
+        self.alloc_set(count, ALLOC_CPUS[0], user, [("batch", count, 100)])
 
     @precondition(lambda self: len(self._alloc_sets()) < MAX_SETS)
     @rule(count=st.integers(2, 3), cpu=st.sampled_from(ALLOC_CPUS), user=st.sampled_from(USERS),
