@@ -11,11 +11,14 @@ from harness.context import RAM, ConformanceViolation
 from harness.history import OpKind, Outcome
 from harness.observe import allocs_of
 from harness.user_rules import USERS, UserRules
+from spec import actions as spec_actions
+from spec.model import Alloc, Resources
 
 #: Alloc sets one example holds at most: each reserves room on up to three machines, so four
 #: sets of the larger size fill every one of the three machines a started cell has.
 MAX_SETS = 4
 ALLOC_CPUS = (500, 1000)
+ALLOC_PRIORITY = 100  # batch: the band most of the example's jobs take quota in too
 
 
 class AllocRules(UserRules):
@@ -57,7 +60,7 @@ class AllocRules(UserRules):
     def alloc_set(self, count: int, cpu: int, user: str, jobs: list[tuple[str, int, int]]) -> None:
         """Reserve an alloc set, then run jobs in it: task i of each in alloc i, sharing it."""
         name = f"a{self.example}-{next(self.counter)}"
-        body = {"name": name, "user": user, "priority": 100, "count": count,
+        body = {"name": name, "user": user, "priority": ALLOC_PRIORITY, "count": count,
                 "resources": {"cpu": f"{cpu}m", "ram": 4 * RAM}}  # fmt: skip
         r = self.api.request("POST", "/v1/allocs", body, write=True)
         self.c.coverage.api_ops["alloc_set"] += 1
@@ -69,6 +72,8 @@ class AllocRules(UserRules):
         elif r.outcome is Outcome.UNKNOWN:
             found = self.api.get(f"/v1/allocs/{user}/{name}")
             view = None if found is None else found["alloc_set"]
+        elif r.status == 403:
+            self._judge_alloc_quota_refusal(user, name, count, Resources.of(cpu=cpu, ram=4 * RAM))
         elif r.status not in (409, 503):
             raise ConformanceViolation(f"[api_guard] a valid alloc set was refused with {r.status}: {r.body}")
         if view is None:
@@ -76,6 +81,22 @@ class AllocRules(UserRules):
         self._adopt(view)
         for kind, n, job_cpu in jobs:
             self._submit(kind, 100, min(n, count), job_cpu, user, alloc=name)
+
+    def _judge_alloc_quota_refusal(self, user: str, name: str, count: int, each: Resources) -> None:
+        """A 403 (over quota) must match the spec's quota guard for the whole set on the cell
+        as it is now (only this suite writes to a cell it started)."""
+        if self.c.cell is None:
+            return
+        seen = self._quota_state()
+        if seen is None:
+            return
+        whole = Alloc(f"{user}/{name}", 0, "", each.scale(count), ALLOC_PRIORITY, user)
+        if spec_actions.alloc_fits_quota(seen, whole):
+            raise ConformanceViolation(
+                f"[api_guard] the cell refused alloc set {user}/{name} as over quota, but {user}'s batch "
+                f"jobs and allocs hold {seen.quota_used(user, whole.band)} and {whole.resources} more fits "
+                f"the quota {seen.quota_for(user, whole.band)}"
+            )
 
     @precondition(lambda self: bool(self._alloc_sets()))
     @rule(i=st.integers(0, 5))
