@@ -53,13 +53,14 @@ class AllocRules(UserRules):
         start: index i of both sets may land on one machine, and deleting one leaves the other."""
         self.alloc_set(count, ALLOC_CPUS[0], user, [("batch", count, 100)])
 
-    @precondition(lambda self: len(self._alloc_sets()) < MAX_SETS)
+    @precondition(lambda self: len(self.alloc_keys) < MAX_SETS)
     @rule(count=st.integers(2, 3), cpu=st.sampled_from(ALLOC_CPUS), user=st.sampled_from(USERS),
           jobs=st.lists(st.tuples(st.sampled_from(("service", "batch")), st.integers(1, 3), st.sampled_from((100, 250))),
                         max_size=2))  # fmt: skip
     def alloc_set(self, count: int, cpu: int, user: str, jobs: list[tuple[str, int, int]]) -> None:
         """Reserve an alloc set, then run jobs in it: task i of each in alloc i, sharing it."""
         name = f"a{self.example}-{next(self.counter)}"
+        self.alloc_keys.append(f"{user}/{name}")
         body = {"name": name, "user": user, "priority": ALLOC_PRIORITY, "count": count,
                 "resources": {"cpu": f"{cpu}m", "ram": 4 * RAM}}  # fmt: skip
         r = self.api.request("POST", "/v1/allocs", body, write=True)
@@ -98,11 +99,20 @@ class AllocRules(UserRules):
                 f"the quota {seen.quota_for(user, whole.band)}"
             )
 
-    @precondition(lambda self: bool(self._alloc_sets()))
+    @precondition(lambda self: bool(self.alloc_keys))
     @rule(i=st.integers(0, 5))
     def delete_alloc_set(self, i: int) -> None:
-        sets = self._alloc_sets()
-        self._delete_set(sets[i % len(sets)])
+        """Delete one of the sets this example asked for: one the cell refused is a 404."""
+        key = self.alloc_keys.pop(i % len(self.alloc_keys))
+        if key in self._alloc_sets():
+            self._delete_set(key)
+            return
+        r = self.api.request("DELETE", f"/v1/allocs/{key}", write=True)
+        self.c.coverage.api_ops["delete_alloc_set"] += 1
+        if r.outcome is Outcome.OK:
+            raise ConformanceViolation(f"[api_guard] the cell deleted alloc set {key}, which the spec does not hold")
+        if r.outcome is Outcome.FAILED and r.status not in (404, 503):
+            raise ConformanceViolation(f"[api_guard] deleting alloc set {key}, which does not exist, answered {r.status}")
 
     def _delete_set(self, key: str) -> None:
         """Delete a set: the cell kills the jobs in it, then releases its allocs; so does the model."""
@@ -137,3 +147,4 @@ class AllocRules(UserRules):
         """Delete this example's alloc sets (and so the jobs in them), for the next example."""
         for key in self._alloc_sets():
             self._delete_set(key)
+        self.alloc_keys.clear()
