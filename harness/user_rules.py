@@ -91,6 +91,8 @@ class UserRules(ExampleState):
         }  # fmt: skip
         if alloc is not None:
             doc["alloc"] = alloc
+        if self.c.image is not None:
+            doc["image"] = self.c.image
         key = f"{user}/{name}"
         self.keys.add(key)
         self.watch.add(key)
