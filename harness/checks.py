@@ -33,6 +33,7 @@ def check_observation(
             cov.invariant_checks[inv.name] += 1
     s = cur.state
     cov.quota_judged += sum(1 for u, b in {(j.user, j.band) for j in s.jobs.values()} if s.quota_for(u, b) is not None)
+    cov.alloc_judged += sum(1 for t in s.tasks.values() if t.state is TaskState.RUNNING and _in_alloc(s, t))
     if prev is None:
         return bad
     # Step invariants are judged on every observed transition, as the spec's explorer does.
@@ -214,3 +215,9 @@ def borglet_samples(obs: Observation) -> list[dict[str, object]]:
             if r.get("state") in LIVE_STATES:
                 out.append({"t0": t0, "t1": t1, "machine": name, "task_id": r["task_id"], "state": r["state"]})
     return out
+
+
+def _in_alloc(s: CellState, t: Task) -> bool:
+    """Does the running task's job name an alloc set (so `alloc_tasks_within_alloc` judges it)?"""
+    job = s.jobs.get(t.id.job)
+    return job is not None and job.alloc is not None

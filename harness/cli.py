@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--junit", default=None, help="write JUnit XML here")
     p.add_argument("--report", default="reports/conformance.md", help="write the Markdown report here")
     p.add_argument("--history", default=None, help="write the operation history (JSON lines) here")
+    p.add_argument("--runtime", default="process", choices=("process", "docker"),
+                   help="the started cell's borglet runtime; docker: every job names minborg/base and runs as a container")  # fmt: skip
     return p
 
 
@@ -51,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shrink=not args.no_shrink,
         replay=args.replay,
         history_path=args.history,
+        runtime=args.runtime,
     )
     result = run(plan)
     result.command = "python -m harness " + " ".join(map(shlex.quote, argv if argv is not None else sys.argv[1:]))

@@ -30,6 +30,8 @@ RAM = 16 * 1024 * 1024
 #: What tasks run: cheap programs, so many fit on a two-core host. The borglet restarts a
 #: failing task in place unless its policy is "never", so the fragile kind is the one
 #: whose failures reach the master.
+#: The image jobs name on a docker-runtime cell: the base image holds `sleep` and `sh`, all KINDS need.
+DOCKER_IMAGE = "minborg/base"
 KINDS: dict[str, tuple[list[str], RestartPolicy]] = {
     "service": (["sleep", "3600"], RestartPolicy.ALWAYS),
     "batch": (["sleep", "2"], RestartPolicy.ON_FAILURE),
@@ -55,6 +57,8 @@ class Context:
     #: The test's clock: on the scale of the observer's (monotonic) times, which lost windows
     #: are compared with.
     clock: Callable[[], float] = time.monotonic
+    #: The image every job names (a docker-runtime cell runs them as containers); None: none.
+    image: str | None = None
 
 
 CTX: Context | None = None
@@ -107,6 +111,10 @@ class ExampleState(RuleBasedStateMachine):
         self.phantom_address: dict[str, str] = {}
         self.squeezer: str | None = None
         self.leader_kills = 0
+        # Alloc sets this example asked for and has not deleted, whatever the cell answered:
+        # the alloc rules' preconditions read this, so a replay draws the same rules even
+        # where the cell answers otherwise (a refusal, an unknown outcome).
+        self.alloc_keys: list[str] = []
         self._rotate_residents()
 
     def _rotate_residents(self) -> None:
@@ -126,6 +134,8 @@ class ExampleState(RuleBasedStateMachine):
             command, policy = KINDS["service"]
             doc = {"name": name, "user": "carol", "priority": 100, "task_count": 4, "request": {"cpu": "500m", "ram": RAM},
                    "command": command, "restart_policy": policy.value, "appclass": "batch"}  # fmt: skip
+            if self.c.image is not None:
+                doc["image"] = self.c.image
             if self.api.submit(doc).outcome is Outcome.FAILED:
                 return
             self.c.residents[f"carol/{name}"] = now

@@ -27,6 +27,8 @@ class Coverage:
     task_intervals: int = 0
     #: (user, band) pairs whose admitted jobs were judged against a quota the cell showed
     quota_judged: int = 0
+    #: running tasks of jobs in alloc sets, each held to its alloc once per observed state
+    alloc_judged: int = 0
 
     def injected(self, step: str) -> None:
         """Count one fault or undo; its name must be the catalogue's."""
@@ -42,7 +44,8 @@ class Coverage:
     def merge(self, other: Coverage) -> None:
         for name in ("actions_observed", "actions_model", "invariant_checks", "invariant_failures", "api_ops", "faults"):
             getattr(self, name).update(getattr(other, name))
-        for name in ("observations", "transitions", "convergence_checks", "history_ops", "task_intervals", "quota_judged"):
+        for name in ("observations", "transitions", "convergence_checks", "history_ops", "task_intervals", "quota_judged",
+                     "alloc_judged"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @staticmethod

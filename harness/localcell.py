@@ -37,6 +37,7 @@ class LocalCell:
 
     replicas: int = 1
     machines: int = 3
+    runtime: str = "process"  # the borglets' --runtime: "docker" runs jobs that name an image as containers
     state_dir: str = ""
     master_urls: list[str] = field(default_factory=list)
     masters: dict[str, ProcessRecord] = field(default_factory=dict)
@@ -48,7 +49,8 @@ class LocalCell:
     def up(self) -> None:
         self.state_dir = tempfile.mkdtemp(prefix="minborg-conformance-")
         info = launcher.up(
-            self.state_dir, replicas=self.replicas, machines=self.machines, master_args=MASTER_ARGS
+            self.state_dir, replicas=self.replicas, machines=self.machines, master_args=MASTER_ARGS,
+            runtime=self.runtime,
         )
         self.master_urls = list(info.master_urls)
         self.masters = {p.name: p for p in info.of_role(Role.MASTER)}
@@ -137,7 +139,8 @@ class LocalCell:
         port = int(url.rsplit(":", 1)[1])
         workdir = os.getcwd()
         record = launcher.start_borglet(
-            Path(self.state_dir), name, port, CAPACITY, i, workdir, launcher.child_env(workdir)
+            Path(self.state_dir), name, port, CAPACITY, i, workdir, launcher.child_env(workdir),
+            runtime=self.runtime, cell=CellInfo.load(self.state_dir).cell,
         )
         self.borglets[name] = self._recorded(record)
         return name, url

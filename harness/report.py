@@ -95,7 +95,8 @@ def markdown(r: RunResult) -> str:
         "State invariants are checked on every observed state; step invariants on every pair of "
         "consecutive observations. `admitted_jobs_fit_quota` judges the quotas read from "
         f"`GET /v1/quotas` ({c.quota_judged} user-and-band judgements against a quota); "
-        "`alloc_tasks_within_alloc` judges the allocs read from `GET /v1/allocs` and the jobs that name their sets.",
+        "`alloc_tasks_within_alloc` judges the allocs read from `GET /v1/allocs` and the jobs that name their sets "
+        f"({c.alloc_judged} judgements of a running task in an alloc).",
         "",
         "| invariant | checks | violations |",
         "|---|---:|---:|",

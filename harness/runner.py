@@ -29,11 +29,12 @@ class Plan:
     shrink: bool
     replay: str | None  # a Hypothesis failure blob, printed by an earlier failing run
     history_path: str | None = None
+    runtime: str = "process"  # the started cell's borglets' --runtime
 
 
 def run(plan: Plan) -> RunResult:
     started = time.monotonic()
-    cell = LocalCell(replicas=plan.replicas, machines=MACHINES) if plan.replicas else None
+    cell = LocalCell(replicas=plan.replicas, machines=MACHINES, runtime=plan.runtime) if plan.replicas else None
     failure: str | None = None
     try:
         if cell is not None:
@@ -46,7 +47,8 @@ def run(plan: Plan) -> RunResult:
             urls, borglet_auth=cell.borglet_auth if cell is not None else None,
             token=cell.admin_token() if cell is not None else None,
         )
-        ctx = context.Context(api=api, cell=cell, history=api.history)
+        ctx = context.Context(api=api, cell=cell, history=api.history,
+                              image=context.DOCKER_IMAGE if plan.runtime == "docker" else None)  # fmt: skip
         context.CTX = ctx
         failure = _run_hypothesis(plan)
         if failure is not None and ctx.failures:

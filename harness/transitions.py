@@ -126,6 +126,9 @@ def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job
         yield Step("kill_job", (job,))
     if new is not None and cur is None:
         yield Step("submit", (new,))
+        wider = _submitted_wider(new, after)
+        if wider is not None:
+            yield Step("submit", (wider,))  # submitted, then resized down, between two polls
     if new is None and cur is None and job in known:
         yield Step("submit", (known[job],))  # submitted and killed between two polls
     ref = new if new is not None else known.get(job)  # updated, then killed since the last poll
@@ -144,6 +147,14 @@ def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job
     for name in s.machines:
         if name not in after.machines:
             yield Step("machine_remove", (name,))
+
+
+def _submitted_wider(job: Job, after: CellState) -> Job | None:
+    """The job as first submitted with as many tasks as the indices it shows now, when that
+    is more than it has now: an index beyond its count was killed by a resize that came
+    before any poll saw the job (None: no index lies beyond)."""
+    top = max((tid.index for tid in after.tasks if tid.job == job.key), default=-1)
+    return replace(job, task_count=top + 1) if top + 1 > job.task_count else None
 
 
 def _task_steps(s: CellState, job: str, index: int, goal: str | None = None, first: str | None = None) -> Iterator[Step]:

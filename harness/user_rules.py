@@ -9,7 +9,7 @@ from hypothesis.stateful import initialize, precondition, rule
 
 from harness.context import KINDS, RAM, ConformanceViolation, ExampleState
 from harness.history import Outcome
-from harness.observe import job_of, quotas_of
+from harness.observe import allocs_of, job_of, quotas_of
 from spec import actions as spec_actions
 from spec.fmap import FMap
 from spec.model import CellState, Job, Resources, TaskState
@@ -91,6 +91,8 @@ class UserRules(ExampleState):
         }  # fmt: skip
         if alloc is not None:
             doc["alloc"] = alloc
+        if self.c.image is not None:
+            doc["image"] = self.c.image
         key = f"{user}/{name}"
         self.keys.add(key)
         self.watch.add(key)
@@ -119,11 +121,8 @@ class UserRules(ExampleState):
         this suite writes to a cell it started, so nothing admitted meanwhile can explain it."""
         if status != 403 or self.c.cell is None:
             return
-        jobs, quotas = self.api.jobs(), self.api.get("/v1/quotas")
-        if jobs is None or quotas is None:
-            return
-        seen = CellState(jobs=FMap({j.key: j for j in map(job_of, jobs)}), quotas=quotas_of(quotas.get("quotas", [])))
-        if key in seen.jobs:
+        seen = self._quota_state()
+        if seen is None or key in seen.jobs:
             return
         if spec_actions.fits_quota(seen, job) and spec_actions.job_is_valid(job):
             band, quota = job.band, seen.quota_for(job.user, job.band)
@@ -131,6 +130,15 @@ class UserRules(ExampleState):
                 f"[api_guard] the cell refused {key} as over quota, but {job.user}'s {band.value} jobs "
                 f"request {seen.quota_used(job.user, band)} and {job.total_request()} more fits the quota {quota}"
             )
+
+    def _quota_state(self) -> CellState | None:
+        """What a quota refusal is judged on: the cell's jobs, allocs and quotas, read now
+        (None when one of them cannot be read)."""
+        jobs, allocs, quotas = self.api.jobs(), self.api.get("/v1/allocs"), self.api.get("/v1/quotas")
+        if jobs is None or allocs is None or quotas is None:
+            return None
+        return CellState(jobs=FMap({j.key: j for j in map(job_of, jobs)}), allocs=allocs_of(allocs.get("alloc_sets", [])),
+                         quotas=quotas_of(quotas.get("quotas", [])))  # fmt: skip
 
     def _update(self, key: str, count: int | None, cpu: int | None) -> None:
         r = self.api.update(key, count, cpu)

@@ -63,12 +63,21 @@ def job_is_valid(job: Job) -> bool:
 
 
 def fits_quota(state: CellState, job: Job) -> bool:
-    """Would the user's jobs in this band, with `job` in place of its old version, fit quota?"""
+    """Would the user's jobs in this band, with `job` in place of its old version, fit quota?
+    A job in an alloc set always does: its set was charged for what its tasks run in."""
     quota = state.quota_for(job.user, job.band)
-    if quota is None:
+    if quota is None or job.alloc is not None:
         return True
     used = state.quota_used(job.user, job.band, excluding=job.key)
     return (used + job.total_request()).fits_in(quota)
+
+
+def alloc_fits_quota(state: CellState, alloc: Alloc) -> bool:
+    """Would the user's jobs and allocs in the alloc's band, with `alloc` added, fit quota?"""
+    quota = state.quota_for(alloc.user, alloc.band)
+    if quota is None:
+        return True
+    return (state.quota_used(alloc.user, alloc.band) + alloc.resources).fits_in(quota)
 
 
 def machine_free(state: CellState, machine: str) -> Resources:
@@ -385,7 +394,7 @@ def machine_up(state: CellState, name: str) -> CellState | None:
 
 
 def alloc_create(state: CellState, alloc: Alloc) -> CellState | None:
-    """Guard: the set holds no alloc of that index, no other alloc of the set is on the machine, the machine is up and the alloc's resources fit what is free there.
+    """Guard: the set holds no alloc of that index, no other alloc of the set is on the machine, the machine is up, the alloc's resources fit what is free there and the user's quota in the alloc's band.
     Effect: the resources are reserved on the machine (alloc `index` of the set, where task `index` of the set's jobs will run)."""
     if alloc.name in state.allocs or alloc.index < 0 or not 0 <= alloc.priority <= MAX_PRIORITY:
         return None
@@ -395,6 +404,8 @@ def alloc_create(state: CellState, alloc: Alloc) -> CellState | None:
     if any(a.set == alloc.set and a.machine == alloc.machine for a in state.allocs.values()):
         return None  # a set spreads over machines: two of its allocs on one would be one alloc
     if not alloc.resources.fits_in(machine_free(state, alloc.machine)):
+        return None
+    if not alloc_fits_quota(state, alloc):
         return None
     return state.with_(allocs=state.allocs.set(alloc.name, alloc))
 

@@ -104,13 +104,14 @@ def constraints_hold(s: CellState) -> list[str]:
 
 def admitted_jobs_fit_quota(s: CellState) -> list[str]:
     out = []
-    for user, band in {(j.user, j.band) for j in s.jobs.values()}:
+    holders = {(j.user, j.band) for j in s.jobs.values()} | {(a.user, a.band) for a in s.allocs.values()}
+    for user, band in holders:
         quota = s.quota_for(user, band)
         if quota is None:
             continue
         used = s.quota_used(user, band)
         if not used.fits_in(quota):
-            out.append(f"{user}'s {band.value} jobs request {used}, beyond quota {quota}")
+            out.append(f"{user}'s {band.value} jobs and allocs request {used}, beyond quota {quota}")
     return out
 
 
@@ -211,7 +212,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "admitted_jobs_fit_quota",
-        "The admitted jobs of each user in each band fit that user's quota there.",
+        "The admitted jobs (outside alloc sets) and the allocs of each user in each band fit that user's quota there.",
         state_check=admitted_jobs_fit_quota,
     ),
     Invariant(

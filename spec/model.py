@@ -6,6 +6,7 @@ transition can never change the state it was given. No I/O, no clock, no randomn
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -304,6 +305,10 @@ class Alloc:
     def name(self) -> str:
         return alloc_name(self.set, self.index)
 
+    @property
+    def band(self) -> Band:
+        return band_of(self.priority)
+
 
 @dataclass(frozen=True, slots=True)
 class QuotaKey:
@@ -472,10 +477,14 @@ class CellState:
         return q
 
     def quota_used(self, user: str, band: Band, excluding: str | None = None) -> Resources:
-        """The total request of the user's admitted jobs in a band."""
+        """What the user holds against its quota in a band: the total request of its admitted
+        jobs outside alloc sets, and the resources of its allocs. A job in an alloc set runs
+        in what the set reserved, so it is not counted a second time. `excluding`: a job key."""
         jobs = self.jobs
-        return total(
+        from_jobs = (
             jobs[key].total_request()
             for key in jobs.group(_by_user_band).get((user, band), ())
-            if key != excluding
+            if key != excluding and jobs[key].alloc is None
         )
+        from_allocs = (a.resources for a in self.allocs.values() if a.user == user and a.band is band)
+        return total(itertools.chain(from_jobs, from_allocs))

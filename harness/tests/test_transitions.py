@@ -123,3 +123,10 @@ def test_a_pending_task_of_an_alloc_set_has_room_only_in_its_own_alloc() -> None
     up = s.with_(machines=M)
     (problem,) = convergence_problems(up, Observation(0.0, up, {}, {}), {job.key})
     assert "m1 (alloc u/s/0) has room" in problem
+
+
+def test_a_job_submitted_and_resized_down_between_two_polls_is_explained() -> None:
+    """Index 1 is first seen DEAD (killed): the job came with 2 tasks and was resized to 1."""
+    after = state(task(0, TaskState.PENDING), Task(TaskId(JOB.key, 1, 0), TaskState.DEAD, None, 100, Resources(), DeathCause.KILLED))
+    v = explain(CellState(machines=M), after, JOB.key, 1)
+    assert v.ok and [s.action for s in v.path or ()] == ["submit", "update"]

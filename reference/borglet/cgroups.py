@@ -105,6 +105,25 @@ class CgroupTree:
             parents = _make(self.bases, alloc.directory, alloc.cpu_milli, alloc.ram_bytes)
             return _make({c: Path(p) for c, p in parents.items()}, name, cpu_milli, ram_bytes)
 
+    def create_alloc(self, alloc: AllocGroup) -> dict[str, str]:
+        """The alloc's own group with its limits (made if absent), for a container the engine
+        makes beneath it; returns {controller: absolute path}."""
+        with self._allocs:
+            return _make(self.bases, alloc.directory, alloc.cpu_milli, alloc.ram_bytes)
+
+    def remove_idle_allocs(self, busy: set[str]) -> None:
+        """Remove the empty alloc groups whose directory is not in `busy` (allocs a live task
+        of this borglet names): a container's group goes with the container, so the alloc's
+        is left empty when its last container is removed."""
+        with self._allocs:
+            for base in self.bases.values():
+                for group in base.glob(ALLOC_PREFIX + "*"):
+                    if group.name not in busy:
+                        try:
+                            group.rmdir()
+                        except OSError:
+                            pass  # a task's group or a container is still in it
+
     def remove_empty_alloc(self, group: dict[str, str]) -> None:
         """Remove the alloc group a released task's group was in, if no other task's is left there."""
         with self._allocs:

@@ -79,7 +79,7 @@ def container_kwargs(
 ) -> dict[str, Any]:  # fmt: skip
     """The Docker SDK's `containers.create` arguments for a task: its image and command, its
     environment, the task's CPU (nano_cpus) and RAM (mem_limit, no swap beyond it) request as
-    limits, host networking, `cgroup_parent` (the borglet's group, or later an alloc's), and
+    limits, host networking, `cgroup_parent` (its alloc's group, or the borglet's), and
     the security settings of the module's docstring."""
     kwargs: dict[str, Any] = {
         "image": spec.image,
@@ -115,6 +115,13 @@ def default_cgroup_parent(machine: str, self_cgroup: str) -> str:
     cgroupfs driver takes a parent: a path inside each hierarchy."""
     own = cgroups.parse_proc_cgroup(self_cgroup).get("memory", "/")
     return f"{own.rstrip('/')}/minborg-{machine}"
+
+
+def alloc_cgroup_parent(parent: str, alloc_directory: str) -> str:
+    """A container's `cgroup_parent` in an alloc: the alloc's group beneath the borglet's, the
+    group a process task in that alloc goes beneath too (cgroups.CgroupTree), so the alloc's
+    limits hold for both."""
+    return f"{parent.rstrip('/')}/{alloc_directory}"
 
 
 def cgroup_dirs(parent: str, container_id: str, root: str = "/sys/fs/cgroup") -> dict[str, str]:
@@ -258,9 +265,14 @@ class Containers:
             return False
         return True
 
-    def sample(self, container_id: str, pid: int | None) -> Sample:
-        """CPU and RAM from the container's own groups (the process tree's when unreadable)."""
-        dirs = cgroup_dirs(self.cgroup_parent, container_id)
+    def parent_for(self, alloc_directory: str | None) -> str:
+        """The `cgroup_parent` of a container: its alloc's group (by directory name), else the borglet's."""
+        return self.cgroup_parent if alloc_directory is None else alloc_cgroup_parent(self.cgroup_parent, alloc_directory)
+
+    def sample(self, container_id: str, pid: int | None, cgroup_parent: str | None = None) -> Sample:
+        """CPU and RAM from the container's own groups (the process tree's when unreadable);
+        `cgroup_parent` None: the container is under the borglet's group."""
+        dirs = cgroup_dirs(cgroup_parent or self.cgroup_parent, container_id)
         cpu, ram = cgroups.cpu_ns(dirs), cgroups.ram_bytes(dirs)
         if cpu is None or ram is None:
             return tree_sample(pid)

@@ -33,6 +33,15 @@ class Isolation:
         `preexec`/`sample`/`release` need later."""
         return {}
 
+    #: Whether an alloc gets a group of its own here, for a container in it to go beneath.
+    alloc_groups = False
+
+    def prepare_alloc(self, alloc: cgroups.AllocGroup) -> None:
+        """Make the alloc's own group with its limits (a container's group goes beneath it)."""
+
+    def release_idle_allocs(self, busy: set[str]) -> None:
+        """Remove the empty alloc groups not named in `busy` (their directory names)."""
+
     def attach(self, group: dict[str, str], pid: int, ram_bytes: int) -> None:
         """Put a just-spawned task process under its limits (done from the borglet, after the
         spawn: a spawn with no pre-exec hook is a vfork, many times cheaper than a fork)."""
@@ -69,9 +78,16 @@ class CgroupIsolation(Isolation):
     """One cgroup per task in each v1 hierarchy: memory limit, CFS quota, cpuacct usage."""
 
     name = "cgroup"
+    alloc_groups = True
 
     def __init__(self, tree: cgroups.CgroupTree):
         self.tree = tree
+
+    def prepare_alloc(self, alloc: cgroups.AllocGroup) -> None:
+        self.tree.create_alloc(alloc)
+
+    def release_idle_allocs(self, busy: set[str]) -> None:
+        self.tree.remove_idle_allocs(busy)
 
     def prepare(
         self, key: str, cpu_milli: int, ram_bytes: int, alloc: cgroups.AllocGroup | None = None

@@ -534,6 +534,7 @@ class Borglet:
                 self._to_release.append(group)
         for _ in range(len(self._to_clean) if limit is None else min(limit, len(self._to_clean))):
             processes.remove_workdir(self._to_clean.popleft())
+        removed = False
         for _ in range(len(self._to_remove) if limit is None else min(limit, len(self._to_remove))):
             try:
                 cid = self._to_remove.popleft()
@@ -541,8 +542,15 @@ class Borglet:
                 break
             if self._containers().remove(cid):
                 done += 1
+                removed = True
             else:
                 self._to_remove.append(cid)
+        if removed and self.isolation.alloc_groups:
+            # The engine removed the container's group; its alloc's goes when no live task here
+            # names the alloc (checked under the lock, so a task starting in it keeps it).
+            with self._lock:
+                busy = {a.directory for t in self.tasks.values() if not t.ended and (a := _alloc_group(t.spec))}
+                self.isolation.release_idle_allocs(busy)
         return done
 
     def _observe(self, task: Task, now: float) -> None:
@@ -601,7 +609,7 @@ class Borglet:
             return
         task.sampled_at = now
         if task.container:
-            sample = self._containers().sample(task.container, task.pid)
+            sample = self._containers().sample(task.container, task.pid, self._container_parent(task))
         else:
             sample = self.isolation.sample(task.group, task.pid)
         task.ram_bytes = sample.ram_bytes
@@ -676,8 +684,8 @@ class Borglet:
         spec = task.spec
         proc: subprocess.Popen | runtime.Started | None = None
         try:
-            alloc = None if spec.alloc is None else AllocGroup(spec.alloc.name, spec.alloc.cpu, spec.alloc.ram)
-            # A container's group is the engine's, made under the borglet's (containers.py).
+            alloc = _alloc_group(spec)
+            # A container's group is the engine's, made under its alloc's or the borglet's (containers.py).
             group = (
                 {} if self._in_container(task)
                 else self.isolation.prepare(task.key, spec.request.cpu, spec.request.ram, alloc)
@@ -759,13 +767,22 @@ class Borglet:
         assert self.containers is not None, "a container task on a borglet without the docker runtime"
         return self.containers
 
+    def _container_parent(self, task: Task) -> str:
+        """The task's container's `cgroup_parent`: its alloc's group where allocs get groups here."""
+        alloc = _alloc_group(task.spec)
+        directory = alloc.directory if alloc is not None and self.isolation.alloc_groups else None
+        return self._containers().parent_for(directory)
+
     def _spawn(
         self, task: Task, group: dict[str, str], env: dict[str, str], uid: int | None
     ) -> subprocess.Popen | runtime.Started:
         log_dir = logs.task_dir(self.config.state_dir, task.key)
         if self._in_container(task):
             assert uid is not None
-            return self._containers().run(task.spec, env, uid, log_dir)
+            alloc = _alloc_group(task.spec)
+            if alloc is not None and self.isolation.alloc_groups:
+                self.isolation.prepare_alloc(alloc)  # before the engine makes the container beneath it
+            return self._containers().run(task.spec, env, uid, log_dir, self._container_parent(task))
         cwd = task.spec.cwd
         if uid is not None:
             # Its HOME, and its working directory unless its job names one: only its uid enters.
@@ -907,3 +924,8 @@ class Borglet:
                 return  # a newer snapshot is already on disk
             store.save(self.table_path, table)
             self._saved = seq
+
+
+def _alloc_group(spec: TaskSpec) -> AllocGroup | None:
+    """The alloc the task runs in, as its cgroups name it; None: in no alloc."""
+    return None if spec.alloc is None else AllocGroup(spec.alloc.name, spec.alloc.cpu, spec.alloc.ram)

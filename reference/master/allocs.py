@@ -1,10 +1,11 @@
 """Alloc sets in API v1: `POST /v1/allocs` places one through the spec's `alloc_create`, all or nothing; list, show and delete.
 
-An alloc set reserves the same resources on `count` distinct machines. Placement is first-fit
-over the machines by name, each alloc through the spec's own guard (so what the API accepts is
-what the spec allows); an alloc that fits no machine refuses the whole set with a 409 that says
-why each machine was passed over, and since a change that raises leaves no trace in the
-writer, nothing of the set is written. Deleting a set kills the jobs that name it first: the
+An alloc set reserves the same resources on `count` distinct machines. A set over its user's
+quota in its band is refused first, with a 403 as a job is (reference/scheduler/admission.py).
+Placement is first-fit over the machines by name, each alloc through the spec's own guard (so
+what the API accepts is what the spec allows); an alloc that fits no machine refuses the whole
+set with a 409 that says why each machine was passed over, and since a change that raises
+leaves no trace in the writer, nothing of the set is written. Deleting a set kills the jobs that name it first: the
 spec's `alloc_delete` refuses while a job names the set (docs/decisions.md).
 """
 
@@ -22,8 +23,9 @@ from reference.jobspec import JobFileError
 from reference.master import contract, guard
 from reference.master.cell import Draft
 from reference.master.mutations import ApiError
+from reference.scheduler import admit_alloc_set
 from spec.actions import machine_free
-from spec.model import Alloc, CellState, Machine
+from spec.model import Alloc, CellState, Machine, Resources
 
 Write = Callable[[Request, Any, Callable[[Draft], Any], Callable[[Any, int], JSONResponse]], Awaitable[Response]]
 
@@ -52,6 +54,10 @@ def place_alloc_set(d: Draft, spec: AllocSetSpec) -> list[Alloc]:
     spec's `alloc_create`; ApiError 409 naming why, when one of them fits nowhere."""
     if d.state.alloc_set(spec.key):
         raise ApiError(409, "name", f"alloc set {spec.key} exists; delete it or choose another name")
+    # The set takes quota as a job does, all of it at once (the jobs in it then take none).
+    admission = admit_alloc_set(d.state, spec.user, spec.priority, Resources.of(spec.resources), spec.count)
+    if not admission:
+        raise ApiError(403, "resources", admission.reason)
     placed = []
     for index in range(spec.count):
         reasons: Counter[str] = Counter()

@@ -1,7 +1,7 @@
 """The scheduler: a pure library that turns a snapshot of the cell into a plan of placements and preemptions."""
 
 from .adapter import PlanRejected, apply_plan, plan_for, plan_steps, snapshot_from_state
-from .admission import Admission, admit
+from .admission import Admission, admit, admit_alloc_set
 from .config import QueueOrder, SchedulerConfig
 from .engine import plan_pass
 from .plan import PassStats, Placement, Plan, Preemption, Reason, Unschedulable
@@ -25,6 +25,7 @@ __all__ = [
     "Snapshot",
     "Unschedulable",
     "admit",
+    "admit_alloc_set",
     "apply_plan",
     "plan_for",
     "plan_pass",

@@ -19,10 +19,14 @@ import httpx
 import pytest
 
 from reference import images, launcher
+from reference.borglet import cgroups
 from reference.client import CellClient
 from tests.integration.cellkit import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+#: cgroup v1 writable (as root here): the borglet isolates with cgroups and gives allocs groups.
+CGROUPS = cgroups.CgroupTree("probe-docker").usable() is None
 
 
 def engine() -> Any:
@@ -135,6 +139,30 @@ def test_a_restarted_borglet_readopts_its_containers(cell: Any, docker_client: A
     assert after == before
     assert {t["index"]: t["started_at"] for t in api.tasks("dk/kept")} == started
     assert all(t["restarts"] == 0 for t in api.tasks("dk/kept"))
+
+
+def test_a_container_in_an_alloc_runs_beneath_the_allocs_cgroup(cell: Any, docker_client: Any) -> None:
+    """Its `cgroup_parent` is the alloc's group, which holds the alloc's limits, as a process
+    task's group in that alloc is beneath it (with rlimit isolation allocs get no group here)."""
+    info, api = cell
+    api.submit_alloc_set({"name": "box", "user": "dk", "count": 1, "resources": {"cpu": "500m", "ram": "256MiB"}})
+    api.submit(job("inbox", alloc="box"))
+    wait_for(lambda: running(api, "dk/inbox", 1), 60, "the container in the alloc running")
+    (box,) = containers_of(docker_client, info.cell, "dk/inbox")
+    parent = box.attrs["HostConfig"]["CgroupParent"]
+    if CGROUPS:
+        assert parent.endswith("/minborg-machine0/alloc-dk.box.0"), parent
+        alloc_group = Path("/sys/fs/cgroup/memory", parent.lstrip("/"))
+        assert (alloc_group / "memory.limit_in_bytes").read_text().strip() == str(256 * 1024**2)
+        assert (alloc_group / box.id).is_dir()  # the container's own group lies beneath the alloc's
+        pid = box.attrs["State"]["Pid"]
+        assert f"/alloc-dk.box.0/{box.id}" in Path(f"/proc/{pid}/cgroup").read_text()
+    else:
+        assert parent.endswith("/minborg-machine0"), parent
+    api.delete_alloc_set("dk/box")
+    wait_for(lambda: not containers_of(docker_client, info.cell, "dk/inbox"), 60, "the container gone with its set")
+    if CGROUPS:
+        wait_for(lambda: not alloc_group.exists(), 30, "the alloc's group removed with its last container")
 
 
 def test_cell_down_leaves_no_container(cell: Any, docker_client: Any) -> None:

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from reference.borglet import containers, decisions, processes
-from reference.borglet.isolation import RlimitIsolation, Sample
+from reference.borglet.cgroups import CgroupTree
+from reference.borglet.isolation import CgroupIsolation, RlimitIsolation, Sample
 from reference.borglet.protocol import SyncRequest, TaskSpec
 from reference.borglet.supervisor import Borglet, MachineConfig
 
@@ -96,6 +97,15 @@ def test_default_cgroup_parent_is_the_borglets_own_group(self_cgroup, parent):
     assert containers.default_cgroup_parent("m0", self_cgroup) == parent
 
 
+def test_a_container_in_an_alloc_goes_beneath_the_allocs_group():
+    assert containers.alloc_cgroup_parent("/user.slice/minborg-m0/", "alloc-alice.logs.0") == (
+        "/user.slice/minborg-m0/alloc-alice.logs.0"
+    )
+    box = containers.Containers("local", "m0", "/state", "/minborg-m0", client=object())
+    assert box.parent_for(None) == "/minborg-m0"
+    assert box.parent_for("alloc-alice.logs.0") == "/minborg-m0/alloc-alice.logs.0"
+
+
 def test_cgroup_dirs_follow_the_cgroupfs_layout():
     assert containers.cgroup_dirs("/a/minborg-m0", "abc", root="/cg") == {
         "memory": "/cg/memory/a/minborg-m0/abc", "cpuacct": "/cg/cpuacct/a/minborg-m0/abc",
@@ -135,12 +145,14 @@ class FakeEngine:
         self.oom: set[str] = set()
         self.removed: list[str] = []
         self.runs = 0
+        self.parents: dict[str, str | None] = {}  # id -> the cgroup_parent it was made under
         self.lock = threading.Lock()  # the borglet starts several containers at once
 
     def run(self, spec, env, uid, log_dir, cgroup_parent=None):
         with self.lock:
             self.runs += 1
             cid = f"c{self.runs}"
+            self.parents[cid] = cgroup_parent
         proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
         self.boxes[cid] = (spec.task_id, proc)
         return containers.Started(cid, proc.pid, processes.create_time(proc.pid))
@@ -170,7 +182,10 @@ class FakeEngine:
         self.removed.append(cid)
         return True
 
-    def sample(self, cid, pid):
+    def parent_for(self, alloc_directory):
+        return "/minborg-m" if alloc_directory is None else containers.alloc_cgroup_parent("/minborg-m", alloc_directory)
+
+    def sample(self, cid, pid, cgroup_parent=None):
         return Sample(cpu_ns=0, ram_bytes=1234)
 
     def refresh_images(self):
@@ -280,3 +295,32 @@ def test_image_names_are_the_base_then_one_per_dockerfile(tmp_path):
     (tmp_path / "images" / "notes").mkdir()  # no Dockerfile: no image
     assert images.image_names(tmp_path) == ["minborg/base", "minborg/batch", "minborg/hello_world"]
     assert images.image_names(images.repository_root()) == ["minborg/base", "minborg/batch", "minborg/hello_world"]
+
+
+
+def test_a_container_in_an_alloc_runs_beneath_the_allocs_group_made_first_and_removed_after(tmp_path):
+    """With cgroup isolation the borglet makes the alloc's group (its limits) before the engine
+    makes the container beneath it; the group goes once the alloc's last container is removed."""
+    root = tmp_path / "cgroup"
+    for controller in ("memory", "cpu", "cpuacct", "pids"):
+        (root / controller).mkdir(parents=True)
+    tree = CgroupTree("m", root=str(root), self_cgroup="4:memory:/\n3:cpu,cpuacct:/\n2:pids:/\n")
+    engine = FakeEngine()
+    config = MachineConfig(name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path / "state"))
+    borglet = Borglet(config, CgroupIsolation(tree), containers=engine)  # type: ignore[arg-type]
+    alloc = {"name": "alice/logs/0", "cpu": 500, "ram": 256 << 20}
+    group = root / "memory" / "minborg-m" / "alloc-alice.logs.0"
+    try:
+        sync(borglet, 1, boxed("a#0", alloc=alloc), boxed("b#0"))
+        assert borglet.start_queued() == 2
+        by_task = {engine.boxes[cid][0]: parent for cid, parent in engine.parents.items()}
+        assert by_task == {"a#0": "/minborg-m/alloc-alice.logs.0", "b#0": "/minborg-m"}
+        assert (group / "memory.limit_in_bytes").read_text() == str(256 << 20)
+        for f in group.iterdir():  # the stand-in tree holds the files a kernel's rmdir ignores
+            f.unlink()
+        sync(borglet, 2, boxed("b#0"))
+        settle(borglet, lambda: borglet.tasks.get("a#0") is None or borglet.tasks["a#0"].ended, "a#0 killed")
+        borglet.release_groups()
+        assert not group.exists()
+    finally:
+        borglet.stop(kill_tasks=True, timeout_s=3)

@@ -12,7 +12,8 @@ from reference.master.cell import Cell, Draft
 from reference.master.mutations import ApiError, submit_job
 from reference.master.writer import diff_ops
 from spec.actions import machine_add
-from spec.model import CellState, Machine, Resources
+from spec.fmap import FMap
+from spec.model import Band, CellState, Machine, QuotaKey, Resources
 
 
 def cell(*cpus: int) -> Cell:
@@ -74,6 +75,24 @@ def test_deleting_a_set_kills_its_jobs_then_releases_its_allocs() -> None:
     with pytest.raises(ApiError) as caught:
         delete_alloc_set(d, "alice/logs")
     assert caught.value.status == 404
+
+
+def test_a_set_over_its_users_quota_is_refused_as_a_job_is_and_reserves_nothing() -> None:
+    c = cell(4000, 4000, 4000)
+    c = Cell(c.state.with_(quotas=FMap({QuotaKey("alice", Band.PRODUCTION): Resources.of(cpu=2500)})), {}, {}, {})
+    d = Draft(c, 1.0)
+    with pytest.raises(ApiError) as caught:
+        place_alloc_set(d, spec(3))  # 3 x 1000m = 3000m > alice's production 2500m
+    assert (caught.value.status, caught.value.field) == (403, "resources")
+    assert "alice's production quota is exceeded: cpu 3000 > 2500" in caught.value.error
+    assert not d.state.allocs
+    place_alloc_set(d, spec(2))  # 2000m fits; the set's jobs then take none of the quota
+    submit_job(d, {"name": "web", "user": "alice", "priority": 200, "task_count": 2, "alloc": "logs",
+                   "command": ["true"], "request": {"cpu": "900m"}})  # fmt: skip
+    with pytest.raises(ApiError) as caught:  # 2000m of allocs + 600m > 2500m
+        submit_job(d, {"name": "out", "user": "alice", "priority": 200, "command": ["true"],
+                       "request": {"cpu": "600m"}})  # fmt: skip
+    assert (caught.value.status, caught.value.field) == (403, "request")
 
 
 def test_only_the_owner_or_the_admin_changes_an_alloc_set() -> None:
