@@ -28,6 +28,7 @@ import argparse
 import json
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ CAPACITY = "cpu=64000m,ram=256GiB"  # declared, not real: resources never limit 
 FLOOD = ("load", "flood")
 SERVICE = ("demo", "service")
 READ_EVERY_S = 0.2
+NAN = float("nan")  # no API count in the timeline while the kill is watched
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class RunResult:
     started_p99_s: float | None = None
     started_max_s: float | None = None
     kill_to_no_process_s: float | None = None
+    kill_answered_s: float | None = None  # from the kill's request to its answer (the leader's write)
     started_after_kill: int = 0
     read_p50_ms: float | None = None
     read_p99_ms: float | None = None
@@ -265,24 +268,34 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
 
                 killed = time.monotonic()
                 result.kill_at_s = killed - t0
-                status = write(http, "DELETE", f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}")
-                if status >= 300:  # recorded, not raised: what the cell did until then is the result
-                    result.kill_status = status
+                # The kill is sent from a thread: the processes are watched while the leader is
+                # still writing it (for 10,000 tasks that takes seconds).
+                statuses: list[int] = []
+                killer = threading.Thread(
+                    target=lambda: statuses.append(write(http, "DELETE", f"/v1/jobs/{FLOOD[0]}/{FLOOD[1]}")),
+                    daemon=True,
+                )
+                killer.start()
                 # Between full scans, only the processes last seen are checked (a stat each): a
                 # scan of 10,000 processes every 0.25 s would take a core from the cell it judges.
                 left = procs.scan((flood_prefix,))
                 while time.monotonic() - killed < kill_timeout_s:
                     left = procs.still_live(left) or procs.scan((flood_prefix,))
-                    result.timeline.append((time.monotonic() - t0, 0, 0, len(left)))
+                    result.timeline.append((time.monotonic() - t0, NAN, NAN, len(left)))
                     if not left:
                         break
                     time.sleep(0.25)
                 if not left:
                     result.kill_to_no_process_s = time.monotonic() - killed
+                killer.join(max(0.0, kill_timeout_s - (time.monotonic() - killed)) + 1.0)
+                result.kill_answered_s = time.monotonic() - killed if statuses else None
+                status = statuses[0] if statuses else 503
+                if status >= 300:  # recorded, not raised: what the cell did until then is the result
+                    result.kill_status = status
                 quiet = time.monotonic()
                 time.sleep(5.0)
                 result.started_after_kill = len(procs.started_after(quiet, flood_prefix))
-                result.timeline.append((time.monotonic() - t0, 0, 0, len(procs.live(flood_prefix))))
+                result.timeline.append((time.monotonic() - t0, NAN, NAN, len(procs.live(flood_prefix))))
             result.doubles = len(procs.doubles)
             lat = reader.latencies
             result.read_p50_ms, result.read_p99_ms = percentile(lat, 0.5), percentile(lat, 0.99)
@@ -310,7 +323,8 @@ def _fmt(value: float | None, unit: str = "s", digits: int = 1) -> str:
 def _kill(r: RunResult) -> str:
     if r.kill_status is not None:
         return f"kill refused (HTTP {r.kill_status} for 180 s)"
-    return _fmt(r.kill_to_no_process_s)
+    answered = f" (kill answered in {_fmt(r.kill_answered_s)})" if r.kill_answered_s is not None else ""
+    return _fmt(r.kill_to_no_process_s) + answered
 
 
 def report(results: list[RunResult], command: str, out: Path) -> None:

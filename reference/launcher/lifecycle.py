@@ -76,6 +76,12 @@ _clusters: dict[str, EtcdCluster] = {}
 RUNTIMES = ("process", "docker")  # a borglet's --runtime
 
 
+def default_runtime() -> str:
+    """The borglets' runtime where a caller names none: `MINBORG_RUNTIME` (process, the
+    default, or docker), so a whole test suite can run its cells on the docker runtime."""
+    return os.environ.get("MINBORG_RUNTIME", "") or "process"
+
+
 def up(
     state_dir: str | os.PathLike[str] | None = None,
     cell: str = "local",
@@ -94,7 +100,7 @@ def up(
     replica_cpu: float | None = None,
     schedulers: int = 1,
     insecure_channel: bool = False,
-    runtime: str = "process",
+    runtime: str | None = None,
 ) -> CellInfo:
     """Start a local cell and return its cell file's contents once a leader exists and every
     machine is registered. On any failure everything started so far is stopped again.
@@ -110,7 +116,8 @@ def up(
     with none, the leader schedules. `insecure_channel` starts the masters without the
     channel key and the borglets with `--insecure-channel`: only to measure what signing costs.
     `runtime` "docker" starts the borglets with `--runtime docker`: a job that names an image
-    runs in containers (borglet/containers.py)."""
+    runs in containers (borglet/containers.py); None: `default_runtime()`."""
+    runtime = runtime or default_runtime()
     say = progress or (lambda _msg: None)
     etcd_members = replicas if etcd_members is None else etcd_members
     check_arguments(cell, replicas, machines, machine_capacity, etcd_members)

@@ -22,6 +22,7 @@ import reference
 from reference import channel
 from reference.cellfile import auth_headers
 from reference.launcher.cellfile import ProcessRecord, Role, is_alive
+from reference.launcher.lifecycle import default_runtime
 from reference.launcher.processes import (
     child_env,
     descendants,
@@ -121,6 +122,9 @@ class LocalCell:
         self.cell = cell
         self.capacity = capacity
         self.isolation = isolation
+        runtime = default_runtime()
+        if runtime != "process" and "--runtime" not in borglet_args:
+            borglet_args = (*borglet_args, "--runtime", runtime, "--cell", cell)
         self.borglet_args = borglet_args  # more flags for every borglet (--runtime docker ...)
         self.etcd = EtcdCluster(
             self.workdir / "etcd", members=3, heartbeat_ms=etcd_heartbeat_ms, election_ms=etcd_election_ms
