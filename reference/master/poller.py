@@ -525,6 +525,14 @@ class Poller:
         changes: list[tuple[str, Callable[[Draft], None]]] = []
         for name, report in known:
             try:
+                if self._stale(name, report):
+                    # Its facts are not applied, and the shard's next change would be made
+                    # against it: a process it shows started would never be confirmed. The
+                    # shard sends that machine whole next time, read after the sync.
+                    need_full.append(name)
+                    with self._lock:
+                        self._copies.pop(name, None)
+                    continue
                 change = self._shard_report(name, report)
             except Exception:
                 log.exception("report of %s failed", name)
@@ -554,6 +562,15 @@ class Poller:
                     log.info("miss of %s not recorded: %s", name, err)
         self._wake.set()
         return {"need_full": need_full}
+
+    def _stale(self, name: str, report: dict[str, Any]) -> bool:
+        """A report of this leader's term read before the borglet applied a sync whose reply
+        this leader already acted on (`_shard_report` would not take it)."""
+        fence = report.get("fence") if isinstance(report.get("fence"), dict) else {}
+        epoch, seq = int(fence.get("epoch") or report.get("epoch") or 0), int(fence.get("seq") or 0)
+        with self._lock:
+            st = self._machines.get(name)
+            return st is not None and epoch == self.epoch and seq < st.acked_seq
 
     def _shard_report(self, name: str, report: dict[str, Any]) -> Callable[[Draft], None] | None:
         """A machine's state as its shard read it: taken as an answer, unless it is older
