@@ -291,7 +291,9 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
         term = replica.term
         if term is None or not replica.is_leader:
             return None
-        return {"by": "process" if term.scheduler_active() else "leader", **term.proposals}
+        if not term.scheduler_active():
+            return {"by": "leader", **term.proposals}
+        return {"by": "process", "name": term.scheduler_name, **term.proposals}
 
     @read("/v1/cell", responses=contract.answers(503))
     async def cell_status() -> JSONResponse:
@@ -331,11 +333,14 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
             plan = plan_from_json(payload.get("plan") if isinstance(payload, dict) else None)
         except (ValueError, TypeError) as err:
             return JSONResponse(status_code=422, content={"detail": [detail("plan", str(err))]})
+        sender = payload.get("scheduler")
+        if not isinstance(sender, str) or not sender:
+            return JSONResponse(status_code=422, content={"detail": [detail("scheduler", "name the scheduler process")]})
         term = replica.term
         if term is None or not replica.is_leader:
             return JSONResponse(status_code=409, content={"detail": [detail("", "this replica does not lead")]})
         try:
-            return JSONResponse(content=term.accept_plan(plan))
+            return JSONResponse(content=term.accept_plan(plan, by=sender))
         except (NotLeader, WriteFailed) as err:
             return JSONResponse(status_code=503, content={"detail": [detail("", f"not committed: {err}")]})
 

@@ -283,6 +283,7 @@ class Term:
         self.passes = 0
         self.unschedulable = Unschedulable()
         self._scheduler_heard = -float("inf")
+        self.scheduler_name = ""  # the scheduler process whose plan came last
         self.proposals = {"plans": 0, "placed": 0, "conflicts": 0}
         self.poller = Poller(
             cache,
@@ -378,11 +379,12 @@ class Term:
         """Whether a scheduler process plans for this cell (it was heard from lately)."""
         return time.monotonic() - self._scheduler_heard < self.SCHEDULER_GRACE_S
 
-    def accept_plan(self, plan: Plan) -> dict[str, int]:
+    def accept_plan(self, plan: Plan, by: str = "") -> dict[str, int]:
         """Commit a scheduler process's plan: each placement with its preemptions only if every
         one of its spec steps is allowed in the cell as it is now, else it is a conflict and
         its task stays PENDING for the next pass. Raises NotLeader or WriteFailed."""
         self._scheduler_heard = time.monotonic()
+        self.scheduler_name = by
 
         def change(d: Draft) -> tuple[int, int]:
             placed, conflicts = commit_plan(d, plan)

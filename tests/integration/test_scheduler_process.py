@@ -24,14 +24,17 @@ def test_the_scheduler_process_places_tasks_and_hands_over(tmp_path: Path) -> No
         wait_for(lambda: cell.running("bob", "a", 15), 60, "15 tasks placed by the process")
         first = _scheduler(cell)
         assert first is not None and first["placed"] >= 15
+        # The leader names the process whose plans it takes. On a busy machine the first lease
+        # can lapse while the cell starts, so both logs may say "schedules the cell" by now.
+        active = [s for s in cell.schedulers if s.name == first["name"]]
+        assert len(active) == 1, first
 
         # The active process dies: the standby one takes its lease and goes on.
-        active = [s for s in cell.schedulers if "schedules the cell" in s.log.read_text()]
-        assert len(active) == 1
         active[0].kill()
         standby = [s for s in cell.schedulers if s is not active[0]][0]
-        wait_for(lambda: "schedules the cell" in standby.log.read_text() or None, 20, "the standby's lease")
-        wait_for(lambda: (s := _scheduler(cell)) is not None and s["by"] == "process" or None, 20, "the standby plans")
+        wait_for(lambda: (s := _scheduler(cell)) is not None and s.get("name") == standby.name or None, 30,
+                 "the standby plans")  # fmt: skip
+        assert "schedules the cell" in standby.log.read_text()
         before = _scheduler(cell)["placed"]  # type: ignore[index]
         assert cell.submit(sleeper_job("b", count=6)).status_code == 201
         wait_for(lambda: cell.running("bob", "b", 6), 60, "6 tasks placed after the hand-over")
