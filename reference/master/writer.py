@@ -41,6 +41,7 @@ MAX_GROUP = 64  # changes committed together at most (docs/decisions.md)
 # held two or more (so writers are concurrent): PostgreSQL's commit_delay with
 # commit_siblings, for the same reason. docs/decisions.md has the measurement.
 GROUP_DELAY_S = 0.001
+SLOW_GROUP_S = 1.0  # a group that takes longer is logged with where its time went
 
 
 class NotLeader(Exception):
@@ -265,6 +266,7 @@ class Writer:
                 for r in group:
                     r.error = NotLeader("not the leader")
                 return
+            began = time.perf_counter()
             base = self.cache.cell()
             now = self.clock()
             cell, result, applied = base, None, []
@@ -290,16 +292,26 @@ class Writer:
                                 base.revision, base.leader, base.replicas)  # fmt: skip
             revision = base.revision
             if result is not None:
+                drafted = time.perf_counter()
                 try:
-                    revision = self._commit(diff_ops(base, result, self.keys))
+                    diff = diff_ops(base, result, self.keys)
+                    diffed = time.perf_counter()
+                    revision = self._commit(diff)
                 except (NotLeader, WriteFailed) as err:
                     for r in applied:
                         r.error = err
                     return
                 self.groups += 1
                 self.grouped += len(applied)
+                committed = time.perf_counter()
                 if not self.cache.wait_revision(revision, 5.0):
                     log.warning("watch cache did not reach revision %d in 5 s", revision)
+                if (seen := time.perf_counter()) - began > SLOW_GROUP_S:
+                    log.info(
+                        "slow write group: %d changes, %d ops, %.2f s (changes %.2f, diff %.2f, txns %.2f, "
+                        "watch cache %.2f)", len(applied), len(diff), seen - began, drafted - began,
+                        diffed - drafted, committed - diffed, seen - committed,
+                    )  # fmt: skip
             for r in applied:
                 r.revision = revision
             finished = True
