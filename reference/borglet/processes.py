@@ -58,6 +58,15 @@ def spawn(
         os.close(err)
 
 
+def child_exited() -> bool:
+    """Whether a child of this process has ended and was not waited for yet. It is only
+    looked at (WNOWAIT): it stays for its Popen to collect, with its exit status."""
+    try:
+        return os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # no children at all
+        return False
+
+
 def make_workdir(path: str, uid: int) -> str:
     """A task's own working directory, `path`, mode 0700 and owned by `uid` (and gid `uid`);
     its parent is the borglet's, so the task cannot swap it for a link."""

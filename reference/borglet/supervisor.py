@@ -473,6 +473,11 @@ class Borglet:
         with self._lock:
             now = self.wall_clock()
             tasks = list(self.tasks.values())
+        if not processes.child_exited():
+            # No process the borglet started has ended since the last pass: only the tasks
+            # whose state can change otherwise are looked at (a restart or a kill deadline
+            # due, a process it adopted or a container's, which are not its children).
+            tasks = [t for t in tasks if t.proc is None or t.kill_deadline is not None]
         # In chunks, the lock let go between them: thousands of exits at once (a job's kill)
         # must not keep a sync waiting past its master's timeout.
         for i in range(0, len(tasks), OBSERVE_CHUNK):
@@ -488,7 +493,8 @@ class Borglet:
                 due = sorted(due, key=lambda t: t.sampled_at)[:SAMPLES_PER_TICK]
             for task in due:
                 self._sample(task, now)
-            self._relieve_memory_pressure(now)
+            if due:  # only a sample can raise what the tasks use
+                self._relieve_memory_pressure(now)
             for task in self.tasks.values():
                 self._maybe_probe(task, now)
         if self.containers is not None:

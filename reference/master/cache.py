@@ -136,6 +136,12 @@ class WatchCache:
         return self._heard_at
 
     def cell(self) -> Cell:
+        # A current view is read without the lock: the watch thread holds it while it applies
+        # a batch, and a reader (the API's event loop) must not wait for that. The view stays
+        # the one of the last applied batch until the batch being applied is done.
+        view = self._view
+        if view is not None:
+            return view
         with self._cond:
             if self._view is None:
                 self._view = self._build(self._last)
@@ -242,12 +248,19 @@ class WatchCache:
         threading.Thread(target=again, name="cache-reload", daemon=True).start()
 
     def _on_events(self, events: list[ops.WatchEvent], revision: int) -> None:
+        # Task records, the bulk of a large batch, are read before the lock is taken: readers
+        # that need a new view wait only for the batch to be applied, not decoded.
+        tasks = self.keys.tasks.encode()
+        decoded = {i: _decode_task(e.value) for i, e in enumerate(events) if e.kind == "PUT" and e.key.startswith(tasks)}
         with self._cond:
             # Events and progress notifications alike prove the watch still hears etcd.
             self._heard_at = self.clock()
-            for e in events:
+            for i, e in enumerate(events):
                 self._log_change(e)
-                if e.kind == "PUT":
+                if (task := decoded.get(i)) is not None:
+                    self._raw[e.key] = e.value
+                    self._put_task(*task)
+                elif e.kind == "PUT":
                     self._put(e.key, e.value)
                 else:
                     self._delete(e.key)
@@ -427,6 +440,14 @@ _ALL_MAPS = frozenset(
     ("machines", "machine_infos", "jobs", "job_infos", "tasks", "task_infos", "quotas", "replicas", "work",
      "running", "allocs")
 )
+
+
+def _decode_task(value: bytes) -> tuple[Task, TaskInfo] | None:
+    """A task record read, or None where it cannot be (`_put` then logs why)."""
+    try:
+        return codec.decode_task(value)
+    except (codec.SchemaError, KeyError, ValueError):
+        return None
 
 
 def _successor(prev: FMap[K, V], now: dict[K, V], changed: set[K], last: Cell | None) -> FMap[K, V]:
