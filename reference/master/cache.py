@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from reference.master import cacheindex, codec
+from reference.master import cacheindex, codec, reports
 from reference.master.access import UserRecord
 from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo
 from reference.master.changes import Change, ChangeLog
@@ -30,7 +30,7 @@ from reference.store import ops
 from reference.store.client import StoreClient, StoreError
 from reference.store.watch import PrefixWatch
 from spec.fmap import FMap
-from spec.model import Alloc, CellState, Job, Machine, QuotaKey, Resources, Task, TaskId
+from spec.model import Alloc, CellState, Job, Machine, QuotaKey, Resources, Task, TaskId, TaskState
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -79,6 +79,9 @@ class WatchCache:
         # The maps and indexes as `cacheindex` reads them: these very dicts, never copied.
         self._index = cacheindex.Index(self._tasks, self._jobs, self._job_tasks, self._latest, self._work)
         self._capacity_epoch = 0
+        # Tasks by state and the confirmed RUNNING ones, moved as each task record changes: a
+        # read of the cell's counts does not walk every task of a new view.
+        self._counts = _no_counts()
         self._leader = ""
         self._replicas: dict[str, str] = {}
         # Users by name and by their token's hash: each request is authenticated from these.
@@ -173,6 +176,7 @@ class WatchCache:
             work=frozenset(self._work) if "work" in dirty else last.work,  # type: ignore[union-attr]
             running=frozenset(self._running) if "running" in dirty else last.running,  # type: ignore[union-attr]
             capacity_epoch=self._capacity_epoch,
+            counts=dict(self._counts),
         )
 
     def user_by_hash(self, token_sha256: str) -> UserRecord | None:
@@ -216,6 +220,7 @@ class WatchCache:
             ):  # fmt: skip
                 d.clear()
             self._capacity_epoch += 1
+            self._counts = _no_counts()
             self._leader = ""
             for key, value, _ in kvs:
                 self._put(key, value)
@@ -387,6 +392,8 @@ class WatchCache:
         tid = t.id
         self._changed_tasks.add(tid)
         edits = cacheindex.task_put(self._index, t)
+        self._count(self._tasks.get(tid), self._task_infos.get(tid), -1)
+        self._count(t, ti, 1)
         self._tasks[tid] = t
         self._task_infos[tid] = ti
         self._dirty.update(("tasks", "task_infos"))
@@ -394,12 +401,19 @@ class WatchCache:
 
     def _delete_task(self, tid: TaskId) -> None:
         edits = cacheindex.task_deleted(self._index, tid)
-        if self._tasks.pop(tid, None) is None:
+        if (old := self._tasks.pop(tid, None)) is None:
             return
         self._changed_tasks.add(tid)
-        self._task_infos.pop(tid, None)
+        self._count(old, self._task_infos.pop(tid, None), -1)
         self._dirty.update(("tasks", "task_infos"))
         self._apply(edits)
+
+    def _count(self, task: Task | None, info: TaskInfo | None, sign: int) -> None:
+        if task is None:
+            return
+        self._counts[task.state.value] += sign
+        if task.state is TaskState.RUNNING and info is not None and reports.confirmed(info):
+            self._counts["running_confirmed"] += sign
 
     def _apply(self, edits: cacheindex.Edits) -> None:
         """Carry out one change's edits to the indexes (cacheindex), marking what a view must copy."""
@@ -440,6 +454,10 @@ _ALL_MAPS = frozenset(
     ("machines", "machine_infos", "jobs", "job_infos", "tasks", "task_infos", "quotas", "replicas", "work",
      "running", "allocs")
 )
+
+
+def _no_counts() -> dict[str, int]:
+    return {**{s.value: 0 for s in TaskState}, "running_confirmed": 0}
 
 
 def _decode_task(value: bytes) -> tuple[Task, TaskInfo] | None:

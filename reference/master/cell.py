@@ -87,6 +87,9 @@ class Cell:
     # changed its request): a task found unschedulable stays so while it does not move.
     running: frozenset[TaskId] | None = None
     capacity_epoch: int = 0
+    # Tasks by state and `running_confirmed`, as `views.task_counts` gives them, kept by the
+    # watch cache as each task record changes; None where the view was not built by a cache.
+    counts: dict[str, int] | None = None
 
     def task_info(self, tid: TaskId) -> TaskInfo:
         return self.tasks.get(tid) or TaskInfo()

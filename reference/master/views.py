@@ -60,17 +60,19 @@ def task_counts(cell: Cell, job_key: str | None = None) -> dict[str, int]:
     """Tasks by state, and `running_confirmed`: the RUNNING ones (placed on a machine, as in
     Borg) whose borglet has confirmed it started their process."""
     global _counts_of
+    if job_key is None and cell.counts is not None:
+        return dict(cell.counts)  # kept by the watch cache
     if job_key is None:
         last = _counts_of
         if last is not None and last[0] is cell:
             return dict(last[1])
-        counts = _count(cell, None)
+        counts = walk_counts(cell, None)
         _counts_of = (cell, counts)
         return dict(counts)
-    return _count(cell, job_key)
+    return walk_counts(cell, job_key)
 
 
-def _count(cell: Cell, job_key: str | None) -> dict[str, int]:
+def walk_counts(cell: Cell, job_key: str | None) -> dict[str, int]:
     counts = {s.value: 0 for s in TaskState}
     started = 0
     tasks = cell.state.tasks.values() if job_key is None else tasks_by_job(cell).get(job_key, ())

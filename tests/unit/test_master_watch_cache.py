@@ -1,6 +1,6 @@
 """The watch cache's views: built from the keys each revision changed, they equal a view built
 from scratch, keep unchanged objects' identity, and carry the pass's work set (`Cell.work`)
-equal to a scan of every task, through puts, deletes, job changes and reloads."""
+and the task counts equal to a scan of every task, through puts, deletes, job changes and reloads."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import random
 import pytest
 
 from reference.jobspec import parse_job
-from reference.master import codec
+from reference.master import codec, views
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo
 from reference.master.leader import pass_has_work, pass_work
@@ -108,7 +108,8 @@ def random_record(rng: random.Random) -> tuple[bytes, bytes | None]:
             request=rng.choice(REQS),
             cause=rng.choice(list(DeathCause)) if state is TaskState.DEAD else None,
         )
-        info = TaskInfo(port=rng.randrange(3), restarts=rng.randrange(3))
+        info = TaskInfo(port=rng.randrange(3), restarts=rng.randrange(3), seen=rng.random() < 0.5,
+                        borglet_state=rng.choice(["", "QUEUED", "STARTING", "RUNNING"]))  # fmt: skip
         return KEYS.task(tid).encode(), None if delete else codec.encode_task(task, info)
     if kind == "job":
         user, name = rng.choice(JOBS).split("/")
@@ -141,6 +142,9 @@ def assert_same(got: Cell, want: Cell) -> None:
     assert got.work == want.work == pass_work(got.state)
     assert got.running == {t for t, task in got.state.tasks.items() if task.state is TaskState.RUNNING}
     assert bool(got.work) == pass_has_work(got.state)
+    # The counts the cache keeps as records change equal a walk of every task.
+    assert got.counts == views.walk_counts(got, None)
+    assert views.task_counts(got) == got.counts
 
 
 @pytest.mark.parametrize("seed", range(12))
