@@ -29,6 +29,11 @@ log = logging.getLogger(__name__)
 
 # A task's first seconds (imports, warm-up) say little about what it will use.
 WARMUP_S = 10.0
+# Reservations written per tick at most, the largest changes first; the others keep their
+# time since their last estimate and come in a later tick. Without a bound, a job of 10,000
+# tasks leaving its warm-up made each tick a write of 10,000 records while the cell was still
+# starting its processes.
+MAX_WRITES_PER_TICK = 1000
 
 
 class Reclaimer:
@@ -73,7 +78,7 @@ class Reclaimer:
         """The reservations worth writing now, from the cached cell and the latest usage."""
         return reservation_changes(
             self.cache.cell(), self.usage(), self.clock(), self.wall(), self._last,
-            interval=self.interval, margin=self.margin, half_life=self.half_life,
+            interval=self.interval, margin=self.margin, half_life=self.half_life, limit=MAX_WRITES_PER_TICK,
         )  # fmt: skip
 
     def tick(self) -> None:
@@ -92,12 +97,16 @@ def reservation_changes(
     interval: float,
     margin: float = DEFAULT_MARGIN,
     half_life: float = DEFAULT_HALF_LIFE_S,
+    limit: int | None = None,
 ) -> dict[TaskId, Resources]:
     """The reservations worth writing at `now`: each RUNNING task outside allocs, past its
     warm-up, with usage, gets `estimate` over the time since its last estimate (`last`, task
     -> clock of its last estimate, kept up to date here; tasks no longer running leave it).
-    The leader's `Reclaimer` and the Fauxmaster both decide through this."""
+    The leader's `Reclaimer` and the Fauxmaster both decide through this. With `limit`, at
+    most that many, the largest changes (as a share of the request) first; a task left out
+    keeps its last estimate's time, so its next one covers the whole time since."""
     out: dict[TaskId, Resources] = {}
+    earlier: dict[TaskId, float | None] = {}
     running = set()
     for t in cell.state.tasks.values():
         if t.state is not TaskState.RUNNING or t.id not in usage:
@@ -107,14 +116,30 @@ def reservation_changes(
         if job is None or job.alloc is not None or not info.started_at or wall - info.started_at < WARMUP_S:
             continue
         running.add(t.id)
-        dt = now - last.get(t.id, now - interval)
+        before = last.get(t.id)
+        dt = now - (before if before is not None else now - interval)
         last[t.id] = now
         new = estimate(t.reserved, dict(usage[t.id]), t.request, dt, margin=margin, half_life=half_life)
         if worth_writing(t.reserved, new, t.request):
             out[t.id] = new
+            earlier[t.id] = before
     for tid in [k for k in last if k not in running]:
         del last[tid]
+    if limit is not None and len(out) > limit:
+        tasks = cell.state.tasks
+        ranked = sorted(out, key=lambda tid: (-change_share(tasks[tid].reserved, out[tid], tasks[tid].request), str(tid)))
+        for tid in ranked[limit:]:
+            del out[tid]
+            if (before := earlier[tid]) is None:
+                del last[tid]  # its next estimate is a first one again
+            else:
+                last[tid] = before
     return out
+
+
+def change_share(old: Resources, new: Resources, request: Resources) -> float:
+    """How far a reservation moves, as the largest share of the request in any resource."""
+    return max((abs(new.get(name) - old.get(name)) / asked for name, asked in request.items if asked), default=0.0)
 
 
 def apply_reservations(d: Draft, changes: dict[TaskId, Resources]) -> int:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reference.elastic.reclaimer import apply_reservations
-from reference.master.cell import Cell, Draft
+from reference.elastic.reclaimer import apply_reservations, reservation_changes
+from reference.master.cell import Cell, Draft, TaskInfo
 from spec.actions import reserve, schedule, submit
 from spec.fmap import FMap
 from spec.model import CellState, Job, Machine, Resources, TaskId, TaskState
@@ -39,3 +39,32 @@ def test_a_growing_reservation_evicts_batch_work_from_reclaimed_room() -> None:
     assert d.state.tasks[WEB].reserved == Resources.of(cpu=600, ram=100)
     assert d.state.tasks[BATCH].state is TaskState.PENDING  # evicted for reclamation
     assert any("reclaimed resources" in reason for _, _, reason in d.tasks[BATCH].history)
+
+
+def running_cell(n: int) -> Cell:
+    """`n` tasks of one job running on m0 for a minute, each reserving its whole request."""
+    s: CellState | None = CellState(machines=FMap({"m0": Machine("m0", Resources.of(cpu=10**6, ram=10**9))}))
+    s = submit(s, Job("u", "many", 200, n, Resources.of(cpu=1000, ram=1000))) if s else None
+    for i in range(n):
+        s = schedule(s, TaskId("u/many", i), "m0") if s else None
+    assert s is not None
+    return Cell(state=s, tasks={TaskId("u/many", i): TaskInfo(started_at=1000.0) for i in range(n)})
+
+
+def test_a_tick_writes_at_most_its_limit_largest_changes_first() -> None:
+    cell = running_cell(5)
+    # Task i uses 100*i milli-CPU: the less it uses, the further its reservation falls.
+    usage = {TaskId("u/many", i): [("cpu_milli", 100 * i), ("ram_bytes", 1000)] for i in range(5)}
+    last: dict[TaskId, float] = {}
+    every = reservation_changes(cell, usage, 100.0, 1100.0, dict(last), interval=5.0)
+    capped = reservation_changes(cell, usage, 100.0, 1100.0, last, interval=5.0, limit=2)
+    assert len(every) == 5
+    assert sorted(capped) == [TaskId("u/many", 0), TaskId("u/many", 1)]  # the largest falls
+    assert capped == {tid: every[tid] for tid in capped}  # the same estimates, only fewer
+    # The ones left out keep no estimate time: their next estimate is a first one again.
+    assert sorted(last) == sorted(capped)
+    # Next tick, with the two written: the others' estimates are the ones they would have had.
+    d = Draft(cell, 100.0)
+    assert apply_reservations(d, capped) == 2
+    later = reservation_changes(Cell(state=d.state, tasks=cell.tasks), usage, 105.0, 1105.0, last, interval=5.0)
+    assert {tid: later[tid] for tid in every if tid not in capped} == {t: every[t] for t in every if t not in capped}
