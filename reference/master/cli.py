@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 
 from reference import channel
 from reference.master import access, freshness
@@ -43,6 +44,9 @@ def parse_quota(text: str) -> Resources:
     return Resources.of(quota)
 
 
+GIL_SWITCH_MS = 1.0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="minborg master", description="Run one Borgmaster replica.")
     p.add_argument("--name", required=True, help="replica name, unique in the cell")
@@ -64,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=MAX_OPS_PER_TXN,
         help=f"operations per etcd txn at most, under etcd's --max-txn-ops (default {MAX_OPS_PER_TXN}, "
         "under etcd's default of 128; local cells raise both)",
+    )
+    p.add_argument(
+        "--gil-switch-ms",
+        type=float,
+        default=GIL_SWITCH_MS,
+        help=f"how long a thread may hold the interpreter while another waits for it, in ms (default "
+        f"{GIL_SWITCH_MS}; Python's is 5): the API's event loop waits that long at each step of a "
+        "request while the watch and the poller are busy",
     )
     p.add_argument("--advertise", default=None, help="URL other replicas reach this one at")
     p.add_argument("--peers", default="", help="name=url,... of the other replicas (for /v1/cell)")
@@ -144,6 +156,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     if args.max_txn_ops < 2:
         parser.error(f"--max-txn-ops must be at least 2, not {args.max_txn_ops}")
+    if not 0.05 <= args.gil_switch_ms <= 100:
+        parser.error(f"--gil-switch-ms must be between 0.05 and 100, not {args.gil_switch_ms}")
     if args.poll_interval <= 0 or args.down_after < 1 or args.lease_ttl < 1 or args.max_staleness <= 0:
         parser.error("--poll-interval must be > 0, --down-after >= 1, --lease-ttl >= 1, --max-staleness > 0")
     logging.basicConfig(
@@ -156,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
             "no --channel-key-file: requests to borglets go unsigned, and only borglets run with "
             "--insecure-channel obey them"
         )
+    sys.setswitchinterval(args.gil_switch_ms / 1000)
     url = args.advertise or f"http://{host}:{port}"
     config = LeaderConfig(
         cell_name=args.cell,
