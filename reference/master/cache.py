@@ -82,6 +82,10 @@ class WatchCache:
         # Tasks by state and the confirmed RUNNING ones, moved as each task record changes: a
         # read of the cell's counts does not walk every task of a new view.
         self._counts = _no_counts()
+        # The same per job. A view shares these dicts: one is copied before its first change
+        # after a view was built (`_fresh_counts` names the ones copied since).
+        self._job_counts: dict[str, dict[str, int]] = {}
+        self._fresh_counts: set[str] = set()
         self._leader = ""
         self._replicas: dict[str, str] = {}
         # Users by name and by their token's hash: each request is authenticated from these.
@@ -177,7 +181,12 @@ class WatchCache:
             running=frozenset(self._running) if "running" in dirty else last.running,  # type: ignore[union-attr]
             capacity_epoch=self._capacity_epoch,
             counts=dict(self._counts),
+            job_counts=self._share_job_counts(),
         )
+
+    def _share_job_counts(self) -> dict[str, dict[str, int]]:
+        self._fresh_counts.clear()
+        return dict(self._job_counts)
 
     def user_by_hash(self, token_sha256: str) -> UserRecord | None:
         """The user whose token hashes to `token_sha256`, as the cache last heard of it."""
@@ -221,6 +230,7 @@ class WatchCache:
                 d.clear()
             self._capacity_epoch += 1
             self._counts = _no_counts()
+            self._job_counts, self._fresh_counts = {}, set()
             self._leader = ""
             for key, value, _ in kvs:
                 self._put(key, value)
@@ -411,9 +421,19 @@ class WatchCache:
     def _count(self, task: Task | None, info: TaskInfo | None, sign: int) -> None:
         if task is None:
             return
+        job = task.id.job
+        if job not in self._fresh_counts:
+            self._job_counts[job] = dict(self._job_counts.get(job) or _no_counts())
+            self._fresh_counts.add(job)
+        mine = self._job_counts[job]
         self._counts[task.state.value] += sign
+        mine[task.state.value] += sign
         if task.state is TaskState.RUNNING and info is not None and reports.confirmed(info):
             self._counts["running_confirmed"] += sign
+            mine["running_confirmed"] += sign
+        if sign < 0 and not any(mine.values()):
+            del self._job_counts[job]  # its last task left: a job no view knows costs nothing
+            self._fresh_counts.discard(job)
 
     def _apply(self, edits: cacheindex.Edits) -> None:
         """Carry out one change's edits to the indexes (cacheindex), marking what a view must copy."""

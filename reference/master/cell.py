@@ -90,6 +90,7 @@ class Cell:
     # Tasks by state and `running_confirmed`, as `views.task_counts` gives them, kept by the
     # watch cache as each task record changes; None where the view was not built by a cache.
     counts: dict[str, int] | None = None
+    job_counts: dict[str, dict[str, int]] | None = None  # the same per job, never changed in place
 
     def task_info(self, tid: TaskId) -> TaskInfo:
         return self.tasks.get(tid) or TaskInfo()

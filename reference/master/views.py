@@ -62,6 +62,9 @@ def task_counts(cell: Cell, job_key: str | None = None) -> dict[str, int]:
     global _counts_of
     if job_key is None and cell.counts is not None:
         return dict(cell.counts)  # kept by the watch cache
+    if job_key is not None and cell.job_counts is not None:
+        kept = cell.job_counts.get(job_key)
+        return dict(kept) if kept is not None else walk_counts(cell, job_key)
     if job_key is None:
         last = _counts_of
         if last is not None and last[0] is cell:

@@ -145,6 +145,8 @@ def assert_same(got: Cell, want: Cell) -> None:
     # The counts the cache keeps as records change equal a walk of every task.
     assert got.counts == views.walk_counts(got, None)
     assert views.task_counts(got) == got.counts
+    for job in JOBS:
+        assert views.task_counts(got, job) == views.walk_counts(got, job)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -182,6 +184,9 @@ def test_views_at_successive_revisions_equal_a_rebuild(seed: int) -> None:
             if KEYS.task(tid).encode() not in changed and tid in before.state.tasks:
                 assert before.state.tasks[tid] is task
                 assert before.tasks[tid] is view.tasks[tid]
+        # An earlier view's counts are its own: later batches did not change them.
+        for job in JOBS:
+            assert views.task_counts(before, job) == views.walk_counts(before, job)
         before, changed = view, set()
 
 
