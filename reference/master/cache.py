@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from reference.master import cacheindex, codec, reports
+from reference.master import cacheindex, codec, reports, views
 from reference.master.access import UserRecord
 from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo
 from reference.master.changes import Change, ChangeLog
@@ -81,7 +81,7 @@ class WatchCache:
         self._capacity_epoch = 0
         # Tasks by state and the confirmed RUNNING ones, moved as each task record changes: a
         # read of the cell's counts does not walk every task of a new view.
-        self._counts = _no_counts()
+        self._counts = views.zero_counts()
         # The same per job. A view shares these dicts: one is copied before its first change
         # after a view was built (`_fresh_counts` names the ones copied since).
         self._job_counts: dict[str, dict[str, int]] = {}
@@ -229,7 +229,7 @@ class WatchCache:
             ):  # fmt: skip
                 d.clear()
             self._capacity_epoch += 1
-            self._counts = _no_counts()
+            self._counts = views.zero_counts()
             self._job_counts, self._fresh_counts = {}, set()
             self._leader = ""
             for key, value, _ in kvs:
@@ -272,11 +272,8 @@ class WatchCache:
             self._heard_at = self.clock()
             for i, e in enumerate(events):
                 self._log_change(e)
-                if (task := decoded.get(i)) is not None:
-                    self._raw[e.key] = e.value
-                    self._put_task(*task)
-                elif e.kind == "PUT":
-                    self._put(e.key, e.value)
+                if e.kind == "PUT":
+                    self._put(e.key, e.value, decoded.get(i))
                 else:
                     self._delete(e.key)
             changed = bool(events)
@@ -303,7 +300,8 @@ class WatchCache:
                 self.changes.record(Change(e.mod_revision, kind, k[len(prefix) :], value, self._raw.get(e.key)))
                 return
 
-    def _put(self, key: bytes, value: bytes) -> None:
+    def _put(self, key: bytes, value: bytes, task: tuple[Task, TaskInfo] | None = None) -> None:
+        """Take one record; `task`: a task record's value already decoded (`_on_events`)."""
         self._raw[key] = value
         k = key.decode()
         try:
@@ -329,7 +327,7 @@ class WatchCache:
                 self._dirty.update(("jobs", "job_infos"))
                 self._apply(edits)
             elif k.startswith(self.keys.tasks):
-                t, ti = codec.decode_task(value)
+                t, ti = task or codec.decode_task(value)
                 self._put_task(t, ti)
             elif k.startswith(self.keys.users):
                 self._forget_user(k[len(self.keys.users) :])
@@ -423,7 +421,7 @@ class WatchCache:
             return
         job = task.id.job
         if job not in self._fresh_counts:
-            self._job_counts[job] = dict(self._job_counts.get(job) or _no_counts())
+            self._job_counts[job] = dict(self._job_counts.get(job) or views.zero_counts())
             self._fresh_counts.add(job)
         mine = self._job_counts[job]
         self._counts[task.state.value] += sign
@@ -474,10 +472,6 @@ _ALL_MAPS = frozenset(
     ("machines", "machine_infos", "jobs", "job_infos", "tasks", "task_infos", "quotas", "replicas", "work",
      "running", "allocs")
 )
-
-
-def _no_counts() -> dict[str, int]:
-    return {**{s.value: 0 for s in TaskState}, "running_confirmed": 0}
 
 
 def _decode_task(value: bytes) -> tuple[Task, TaskInfo] | None:

@@ -51,39 +51,27 @@ def job_view(cell: Cell, job: Job, info: JobInfo | None = None) -> dict[str, Any
     return doc
 
 
-# The whole cell's counts of the last cell asked about: `GET /v1/cell`, read by every client
-# and dashboard, would walk every task of the cell each time. Swapped whole, as above.
-_counts_of: tuple[Cell, dict[str, int]] | None = None
-
-
 def task_counts(cell: Cell, job_key: str | None = None) -> dict[str, int]:
     """Tasks by state, and `running_confirmed`: the RUNNING ones (placed on a machine, as in
-    Borg) whose borglet has confirmed it started their process."""
-    global _counts_of
-    if job_key is None and cell.counts is not None:
-        return dict(cell.counts)  # kept by the watch cache
-    if job_key is not None and cell.job_counts is not None:
-        kept = cell.job_counts.get(job_key)
-        return dict(kept) if kept is not None else walk_counts(cell, job_key)
-    if job_key is None:
-        last = _counts_of
-        if last is not None and last[0] is cell:
-            return dict(last[1])
-        counts = walk_counts(cell, None)
-        _counts_of = (cell, counts)
-        return dict(counts)
-    return walk_counts(cell, job_key)
+    Borg) whose borglet has confirmed it started their process. A watch cache's view carries
+    them (`Cell.counts`, `Cell.job_counts`); any other cell's tasks are walked."""
+    if cell.counts is None or cell.job_counts is None:
+        return walk_counts(cell, job_key)
+    kept = cell.counts if job_key is None else cell.job_counts.get(job_key)
+    return dict(kept) if kept is not None else zero_counts()  # a job the cache has no task of
+
+
+def zero_counts() -> dict[str, int]:
+    return {**{s.value: 0 for s in TaskState}, "running_confirmed": 0}
 
 
 def walk_counts(cell: Cell, job_key: str | None) -> dict[str, int]:
-    counts = {s.value: 0 for s in TaskState}
-    started = 0
+    counts = zero_counts()
     tasks = cell.state.tasks.values() if job_key is None else tasks_by_job(cell).get(job_key, ())
     for t in tasks:
         counts[t.state.value] += 1
         if t.state is TaskState.RUNNING and confirmed(cell.task_info(t.id)):
-            started += 1
-    counts["running_confirmed"] = started
+            counts["running_confirmed"] += 1
     return counts
 
 
