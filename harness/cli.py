@@ -65,6 +65,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"conformance: {'PASS' if ok else 'FAIL'} in {result.seconds:.0f}s; report {args.report}")
     if result.failure:
         print(result.failure)
-    for d in result.history_details[:10]:
+    for d in result.history_details[:80]:
         print("history:", d)
     return 0 if ok else 1

@@ -298,6 +298,31 @@ def double_running(
     return found, len(firsts)
 
 
+def index_timeline(
+    task_reports: Iterable[Mapping[str, Any]],
+    lost_windows: Iterable[tuple[str, float, float]],
+    found: Mapping[str, Any],
+    around_s: float = 15.0,
+) -> list[str]:
+    """What the samples said about one double-running index near its overlap, for the report:
+    each machine's reports of that index's processes (time, machine, id, state) and the lost
+    windows of the two machines, so a failure can be read from the run's output alone."""
+    lo, hi = found["overlap"]
+    machines = {found["a"][0], found["b"][0]}
+    lines = []
+    for r in task_reports:
+        tid = str(r["task_id"])
+        job, index, _, _ = parse_task_id(tid)
+        t0 = float(r.get("t0", r.get("t", 0.0)))
+        t1 = float(r.get("t1", r.get("t", 0.0)))
+        if (job, index) == (found["job"], found["index"]) and lo - around_s <= t1 and t0 <= hi + around_s:
+            lines.append((t0, f"  seen {t0:.3f}-{t1:.3f} {r['machine']} {tid} {r.get('state')}"))
+    for machine, start, end in lost_windows:
+        if machine in machines and start <= hi + around_s and lo - around_s <= end:
+            lines.append((start, f"  lost window {machine} {start:.3f}-{end:.3f}"))
+    return [line for _, line in sorted(lines)][:60]
+
+
 # --- the whole check -----------------------------------------------------------------------------
 
 
@@ -326,9 +351,12 @@ def check(
     if task_reports is not None:
         found, _ = double_running(task_reports, lost_windows or ())
         res.double_running = found
-        res.details += [
-            f"double running: {d['job']}/{d['index']} {d['a']} and {d['b']} overlap {d['overlap']}"
-            for d in found
-        ]
+        reports = list(task_reports)
+        windows = list(lost_windows or ())
+        for d in found:
+            res.details.append(
+                f"double running: {d['job']}/{d['index']} {d['a']} and {d['b']} overlap {d['overlap']}"
+            )
+            res.details += index_timeline(reports, windows, d)
     res.ok = not (res.lost_writes or res.nonlinearizable_keys or res.double_running)
     return res

@@ -72,6 +72,12 @@ class LocalCell:
             launcher.down(self.state_dir)
         except LauncherError as err:
             leftovers.append(str(err))
+        keep = os.environ.get("MINBORG_CONFORMANCE_KEEP")
+        if keep:  # the cell's files (logs, cell file) for a look after the run
+            shutil.copytree(
+                self.state_dir, Path(keep) / Path(self.state_dir).name,
+                ignore_dangling_symlinks=True, ignore=shutil.ignore_patterns("*.sock", "etcd*"),
+            )  # fmt: skip
         shutil.rmtree(self.state_dir, ignore_errors=True)
         return leftovers
 

@@ -136,6 +136,20 @@ def test_double_run_is_found() -> None:
     assert res.double_running[0]["index"] == 0
 
 
+def test_a_double_run_is_told_with_its_index_timeline_and_windows() -> None:
+    samples = (
+        reports("m0", "u/j/0#0@1", [0, 1, 2, 3])
+        + reports("m1", "u/j/0#0@2", [2, 3, 4])
+        + reports("m1", "u/j/1#0@1", [2])  # another index: not part of the story
+    )
+    res = check(History(), task_reports=samples, lost_windows=[("m0", -5.0, 1.0), ("m2", 0.0, 9.0)])
+    told = "\n".join(res.details)
+    assert "seen 3.000-3.000 m0 u/j/0#0@1 RUNNING" in told
+    assert "seen 2.000-2.000 m1 u/j/0#0@2 RUNNING" in told
+    assert "lost window m0 -5.000-1.000" in told
+    assert "u/j/1#0@1" not in told and "m2" not in told
+
+
 def test_double_run_inside_lost_window_is_allowed() -> None:
     samples = reports("m0", "u/j/0#0@1", [0, 1, 2, 3]) + reports("m1", "u/j/0#1@1", [2, 3, 4])
     res = check(History(), task_reports=samples, lost_windows=[("m0", 1.5, 3.5)])
