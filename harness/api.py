@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,6 +111,23 @@ class Api:
                 return out
         return None
 
+    def machine_events(self, since: int) -> tuple[list[tuple[str, str]], int] | None:
+        """The machines the cell declared down, up or removed after revision `since`, in order
+        ([(machine, kind)]), and the revision they reach: a short read of `GET /v1/events`,
+        which replays every change after `since`, so a machine down and up again between two
+        polls is seen too. None when no master answered; revision -1 when `since` is older than it keeps."""
+        url = self._readers.current()
+        try:
+            r = self._http.get(url + "/v1/events", params={"since": since, "timeout_s": 0.05})
+        except httpx.HTTPError:
+            self._readers.failed(url)
+            return None
+        if r.status_code == 410:
+            return [], -1  # fell behind what the master keeps: the caller reads on from its latest revision
+        if r.status_code != 200:
+            return None
+        return parse_machine_events(r.text, since)
+
     def get(self, path: str) -> Any:
         r = self.request("GET", path)
         return r.body if r.outcome is Outcome.OK else None
@@ -180,3 +198,18 @@ class Api:
             return r.json() if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None
+
+
+def parse_machine_events(text: str, since: int) -> tuple[list[tuple[str, str]], int]:
+    """(machine, kind) of each `machine` server-sent event in `text`, and the highest event id
+    (revision) seen, at least `since`."""
+    events: list[tuple[str, str]] = []
+    cursor = since
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if fields.get("id", "").isdigit():
+            cursor = max(cursor, int(fields["id"]))
+        if fields.get("event") == "machine":
+            data = json.loads(fields.get("data", "{}"))
+            events.append((str(data.get("machine")), str(data.get("kind"))))
+    return events, cursor

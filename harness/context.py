@@ -104,6 +104,8 @@ class ExampleState(RuleBasedStateMachine):
         self.observer = Observer(self.api, self.watch)
         self.prev: Observation | None = None
         self.down_since: dict[str, float] = {}
+        self.events_since: int | None = None  # the revision the machine events were read to
+        self.events_read_t = 0.0  # and when
         self.added: list[str] = []
         self.phantoms: list[str] = []
         self.phantom_since: dict[str, float] = {}

@@ -25,6 +25,9 @@ class Coverage:
     convergence_checks: int = 0
     history_ops: int = 0
     task_intervals: int = 0
+    lost_windows: int = 0
+    #: lost windows opened by the cell's machine events: machines declared down between reads
+    declared_downs: int = 0
     #: (user, band) pairs whose admitted jobs were judged against a quota the cell showed
     quota_judged: int = 0
     #: running tasks of jobs in alloc sets, each held to its alloc once per observed state
@@ -45,7 +48,7 @@ class Coverage:
         for name in ("actions_observed", "actions_model", "invariant_checks", "invariant_failures", "api_ops", "faults"):
             getattr(self, name).update(getattr(other, name))
         for name in ("observations", "transitions", "convergence_checks", "history_ops", "task_intervals", "quota_judged",
-                     "alloc_judged"):  # fmt: skip
+                     "alloc_judged", "lost_windows", "declared_downs"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @staticmethod

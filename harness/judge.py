@@ -16,6 +16,7 @@ from harness.observe import Observation
 from spec.model import TaskState
 
 SETTLE_TIMEOUT_S = 25.0
+EVENTS_EVERY_S = 2.0  # how often the cell's machine events are read (harness/windows.py, declared_down)
 
 
 class Judging(ExampleState):
@@ -67,6 +68,27 @@ class Judging(ExampleState):
         up = {name: m.up for name, m in obs.state.machines.items()}
         self.down_since, closed = windows.seen(self.down_since, up, faulted, obs.t, self.clock())
         self.c.lost_windows.extend(closed)
+        self._declared_since_last(obs)
+
+    def _declared_since_last(self, obs: Observation) -> None:
+        """Machines the cell declared down since the last read of its events, seen down by a
+        poll or not. Read every EVENTS_EVERY_S at most: each read of the stream takes a fifth
+        of a second, and the cursor (a revision) misses nothing between reads."""
+        now = self.clock()
+        if self.events_since is None:
+            self.events_since, self.events_read_t = obs.revision, obs.t
+            return
+        if now - self.events_read_t < EVENTS_EVERY_S:
+            return
+        got = self.api.machine_events(self.events_since)
+        if got is None:  # no answer: the next read starts from the same revision
+            return
+        events, reached = got
+        self.events_since = obs.revision if reached < 0 else reached  # -1: fell behind, read on from here
+        declared = windows.declared_down(events, self.events_read_t, now)
+        self.c.lost_windows.extend(declared)
+        self.c.coverage.declared_downs += len(declared)
+        self.events_read_t = now
 
     def _lost_since_last(self, obs: Observation) -> None:
         if self.prev is not None:

@@ -99,6 +99,7 @@ class Observation:
     borglets: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     #: machine -> (sent, answered): each borglet is read after the API, one after another
     borglet_times: dict[str, tuple[float, float]] = field(default_factory=dict)
+    revision: int | None = None  # the cache revision the API read was at, where the cell says
 
 
 class Observer:
@@ -180,7 +181,11 @@ class Observer:
                     sent = time.monotonic()
                     reports[m["name"]] = self.api.borglet_state(m["address"], m["name"])
                     times[m["name"]] = (sent, time.monotonic())
-        return Observation(t, state, tviews, {m["name"]: m for m in mviews}, reports, times)
+        revision = bodies[0].get("revision")
+        return Observation(
+            t, state, tviews, {m["name"]: m for m in mviews}, reports, times,
+            int(revision) if isinstance(revision, int) else None,
+        )  # fmt: skip
 
     def _task_of(self, v: dict[str, Any], job: Job | None) -> Task:
         tid = TaskId(v["job"], int(v["index"]), int(v["incarnation"]))

@@ -113,6 +113,7 @@ def markdown(r: RunResult) -> str:
         f"- observations: {c.observations}, explained task transitions: {c.transitions}, "
         f"convergence checks: {c.convergence_checks}, preemptions judged: {c.api_ops['preemptions_judged']}",
         f"- API operations: {dict(sorted((k, v) for k, v in c.api_ops.items() if k != 'preemptions_judged'))}",
+        f"- lost windows: {c.lost_windows} (of them {c.declared_downs} opened by the cell's events: a machine declared down between two reads)",
         f"- history: {c.history_ops} operations, {c.task_intervals} task process intervals; "
         f"{'no problem found' if r.history_ok else 'PROBLEMS:'}",
     ]

@@ -58,6 +58,7 @@ def run(plan: Plan) -> RunResult:
         from harness.history import double_running
 
         ctx.coverage.task_intervals = double_running(ctx.samples, ctx.lost_windows)[1]
+        ctx.coverage.lost_windows = len(ctx.lost_windows)
         if plan.history_path:
             ctx.history.to_jsonl(plan.history_path)
         api.close()

@@ -83,6 +83,15 @@ def bounced(name: str, now: float) -> Window:
     return Window(name, now - LOST_LEAD_S, now + LOST_GRACE_S)
 
 
+def declared_down(events: list[tuple[str, str]], prev_t: float, now: float, grace: float = LOST_GRACE_S) -> list[Window]:
+    """Machines the cell declared down between two reads of its events (`machine` events):
+    lost from a little before the first read until `grace` after now, even if no poll saw them down (a
+    borglet slow for a second or two, down and up again in between): the master may have
+    started elsewhere what their borglets still ran."""
+    downs = sorted({m for m, kind in events if kind == "down"})
+    return [Window(m, prev_t - SEEN_DOWN_LEAD_S, now + grace) for m in downs]
+
+
 def lost_between(prev: Observation, obs: Observation) -> list[Window]:
     """Machines that lost a task between two polls: declared lost then, even if no poll saw the
     machine down, since its old process may outlive the new incarnation until the borglet

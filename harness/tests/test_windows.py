@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from harness.api import parse_machine_events
 from harness.observe import Observation
 from harness.windows import (
     LOST_GRACE_S,
+    SEEN_DOWN_LEAD_S,
     Window,
     back,
     bounced,
     close_all,
+    declared_down,
     lost_between,
     lost_from,
     seen,
@@ -92,3 +95,20 @@ def running(tid: TaskId, machine: str) -> Task:
 )
 def test_lost_between(after, windows) -> None:
     assert lost_between(observation(10.0, [running(A, "m0")]), after) == windows
+
+
+def test_a_machine_declared_down_between_reads_is_lost_from_before_the_first_until_the_grace() -> None:
+    events = [("m1", "down"), ("m1", "up"), ("m2", "up"), ("m3", "removed"), ("m1", "down")]
+    assert declared_down(events, 10.0, 14.0, grace=5.0) == [Window("m1", 10.0 - SEEN_DOWN_LEAD_S, 19.0)]
+    assert declared_down([("m2", "up")], 10.0, 14.0) == []
+
+
+def test_machine_events_are_read_from_the_stream_with_the_revision_reached() -> None:
+    text = (
+        'id: 41\nevent: task\ndata: {"task":"u/j/0#0","kind":"started"}\n\n'
+        'id: 42\nevent: machine\ndata: {"machine":"m1","kind":"down"}\n\n'
+        'id: 45\nevent: machine\ndata: {"machine":"m1","kind":"up"}\n\n'
+        'id: 47\nevent: bookmark\ndata: {"revision":47}\n\n'
+    )
+    assert parse_machine_events(text, 40) == ([("m1", "down"), ("m1", "up")], 47)
+    assert parse_machine_events("", 40) == ([], 40)
