@@ -48,9 +48,6 @@ from .terms import locality_bonus, preemption_cost, skew_penalty, spread_penalty
 
 # Fewer machines than this are scored one call each: numpy's cost per call outweighs the loop.
 BATCH_MIN = 16
-# A sample looks up the machines whose version moved since its last pick one by one while
-# there are at most this many; beyond, it compares every cached version at once (numpy).
-BUMPS_ONE_BY_ONE = 64
 
 
 class _Sample:
@@ -58,10 +55,10 @@ class _Sample:
 
     __slots__ = (
         "machines", "doms", "scores", "versions", "ranks", "mix", "size", "holes", "valid", "cursor", "offset",
-        "preempting", "tally", "slot_of", "seen",
+        "preempting", "tally",
     )
 
-    def __init__(self, capacity: int, offset: int, seen: int) -> None:
+    def __init__(self, capacity: int, offset: int) -> None:
         self.machines = np.zeros(capacity, dtype=np.int64)
         self.doms = np.zeros(capacity, dtype=np.int64)  # failure domain of each slot's machine
         self.scores = np.full(capacity, -np.inf)
@@ -75,8 +72,6 @@ class _Sample:
         self.offset = offset  # where in that order it started
         self.preempting = False  # True once no machine fits without preemption: victims count
         self.tally: Tally | None = None  # the rejections of the walk that can end in "fits nowhere"
-        self.slot_of: dict[int, int] = {}  # machine -> the slot it was last put in (check s.machines: slots are reused)
-        self.seen = seen  # how much of the pass's log of version bumps this sample has looked at
 
 
 class Pass:
@@ -129,7 +124,6 @@ class Pass:
         self.pkg_machines: dict[str, list[int]] | None = None
         self.plan = Plan()
         self.stats = self.plan.stats
-        self.bumps: list[int] = []  # each machine whose version moved, in order: what a sample's refresh looks at
 
     # --- scoring of one (class, machine) pair ---------------------------------------------
 
@@ -229,41 +223,15 @@ class Pass:
 
     def _refresh(self, cls: TaskClass, s: _Sample) -> None:
         """Rescores every cached score whose machine's version moved since, wherever it ranks;
-        all of them when the shape mix moved (fgd). The machines that moved since the sample's
-        last refresh are in the pass's log of bumps: a few are looked up one by one, many make
-        one numpy comparison of every cached version. Both find the same slots, in slot order."""
+        all of them when the shape mix moved (fgd)."""
         size = s.size
-        new = len(self.bumps) - s.seen
+        live = s.scores[:size] != -np.inf
         if self.mix is not None and s.mix != self.mix.version:
             s.mix = self.mix.version
-            slots = (s.scores[:size] != -np.inf).nonzero()[0]
-        elif new > BUMPS_ONE_BY_ONE:
-            live = s.scores[:size] != -np.inf
-            slots = (live & (s.versions[:size] != self.cell.version[s.machines[:size]])).nonzero()[0]
+            stale = live
         else:
-            found = []
-            if new:
-                version, machines, scores, versions, slot_of = (
-                    self.cell.version, s.machines, s.scores, s.versions, s.slot_of
-                )
-                for mi in set(self.bumps[s.seen :]):
-                    slot = slot_of.get(mi)
-                    if (
-                        slot is not None
-                        and machines[slot] == mi
-                        and scores[slot] != -np.inf
-                        and versions[slot] != version[mi]
-                    ):
-                        found.append(slot)
-                found.sort()
-            s.seen = len(self.bumps)
-            if len(found) >= BATCH_MIN and self._batched(cls, s):
-                self._rescore_many(cls, s, np.array(found, dtype=np.int64))
-                return
-            for slot in found:
-                self._rescore(cls, s, slot)
-            return
-        s.seen = len(self.bumps)
+            stale = live & (s.versions[:size] != self.cell.version[s.machines[:size]])
+        slots = stale.nonzero()[0]
         if len(slots) >= BATCH_MIN and self._batched(cls, s):
             self._rescore_many(cls, s, slots)
             return
@@ -336,7 +304,6 @@ class Pass:
                 if slot == s.size:
                     s.size += 1
                 s.machines[slot] = mi
-                s.slot_of[mi] = slot
                 s.doms[slot] = self.cell.dom[mi]
                 s.scores[slot] = score
                 s.versions[slot] = self.cell.version[mi]
@@ -361,7 +328,6 @@ class Pass:
         at = np.array([*slots, *range(s.size, s.size + m - reuse)], dtype=np.int64)
         s.size += m - reuse
         s.machines[at] = mis
-        s.slot_of.update(zip(mis.tolist(), at.tolist(), strict=True))
         s.doms[at] = self.dom[mis]
         s.scores[at] = self._scores(cls, mis, self._free(cls, pos))
         s.versions[at] = self.cell.version[mis]
@@ -472,8 +438,7 @@ class Pass:
             cell.add_kind(mi, cls.req)
         for d, a in cls.nz:
             free[d] -= a
-        if cell.touch(mi, self.cfg.cache_threshold if self.cfg.score_cache else 0.0):
-            self.bumps.append(mi)
+        cell.touch(mi, self.cfg.cache_threshold if self.cfg.score_cache else 0.0)
         self.pre.update(mi)
         self.plan.placements.append(Placement(task.id, name, tuple(v.id for v in victims), score))
         if self.cfg.spread_weight or self.cfg.skew_weight:
@@ -552,7 +517,7 @@ class Pass:
                     self.mix.add(group, cls.req[0])
                 s = samples.get(key) if cfg.equivalence_classes else None
                 if s is None:
-                    s = _Sample(max(capacity, 1), self._start(), len(self.bumps))
+                    s = _Sample(max(capacity, 1), self._start())
                     if not cfg.preemption:  # the first walk is the last
                         s.tally = Tally(len(cls.compiled), len(self.cell.dims))
                     if cfg.equivalence_classes:

@@ -54,7 +54,7 @@ def borg_hybrid(req: Vec, free: Vec, cap: Vec, salt: float = 0.0) -> float:
     task balanced above a fuller one, and left more GPU unallocated than best fit on the
     openb trace; docs/decisions.md has the weights tried.
     """
-    left = [(f - r) / c for r, f, c in zip(req, free, cap, strict=True) if c > 0]  # _leftovers, inlined: the default policy's hot path
+    left = _leftovers(req, free, cap)
     lmin = min(left)
     stranded = sum(left) / len(left) - lmin  # the mean of (x - lmin) over the resources
     return MAX_SCORE * (1.0 - lmin) - STRANDING_WEIGHT * MAX_SCORE * stranded * (1.0 - lmin)
