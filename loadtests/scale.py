@@ -299,6 +299,7 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         time.sleep(min(10.0, 3 * cfg.poll_interval))
         seen = hollow_jobs(http, served)
         result.started_twice = int(seen.get("started_twice") or 0)
+        result.index_twice = int(seen.get("index_twice") or 0)
         latencies = []
         confirmed = 0
         for key, at in submitted.items():

@@ -38,6 +38,7 @@ class Result:
     cpu: dict[str, float] = field(default_factory=dict)  # role -> cores used during the window
     etcd_db_bytes: int = 0
     started_twice: int = 0
+    index_twice: int = 0  # task indices with two processes running at the end (two machines or incarnations)
     error: str | None = None
 
     @property
@@ -66,6 +67,8 @@ def failures(r: Result) -> list[str]:
         out.append(f"run failed: {r.error}")
     if r.started_twice:
         out.append(f"{r.started_twice} task id(s) started twice")
+    if r.index_twice:
+        out.append(f"{r.index_twice} task index(es) running twice at the end")
     if r.fill_confirmed < r.fill_tasks:
         out.append(f"fill incomplete: {r.fill_confirmed} of {r.fill_tasks} tasks confirmed started")
     p95 = r.poll.get("p95")

@@ -348,3 +348,22 @@ def test_a_cells_processes_get_the_key_unless_it_is_started_unsigned(tmp_path) -
     ]  # fmt: skip
     assert channel_args(tmp_path, False, borglet=True) == ["--insecure-channel"]
     assert channel_args(tmp_path, False, borglet=False) == []
+
+
+def test_jobs_counts_each_running_index_once_and_names_indices_running_twice() -> None:
+    clock = Clock()
+    machines = {
+        name: HollowMachine(HollowConfig(name, {"cpu": 4000}, {"hollow": "true"}, "", 0.1), clock)
+        for name in ("hollow0000", "hollow0001")
+    }
+    server = HollowApp(machines)
+    # index 0: incarnation 0 still runs on one machine while incarnation 1 runs on the other
+    server.handle("POST", "/m/hollow0000/v1/sync", json.dumps({"epoch": 1, "seq": 1, "tasks": [
+        spec("a/j/0#0@1", index=0), spec("a/j/1#0@1", index=1)]}).encode())  # fmt: skip
+    server.handle("POST", "/m/hollow0001/v1/sync", json.dumps({"epoch": 1, "seq": 1, "tasks": [
+        spec("a/j/0#1@1", index=0)]}).encode())  # fmt: skip
+    clock.now += 1
+    status, seen = server.handle("GET", "/v1/hollow/jobs", b"")
+    assert status == 200
+    assert seen["jobs"]["a/j"]["running"] == 2  # indices 0 and 1, not three processes
+    assert seen["index_twice"] == 1 and seen["started_twice"] == 0
