@@ -38,7 +38,7 @@ class Result:
     cpu: dict[str, float] = field(default_factory=dict)  # role -> cores used during the window
     etcd_db_bytes: int = 0
     started_twice: int = 0
-    index_twice: int = 0  # task indices with two processes running at the end (two machines or incarnations)
+    index_twice: int | None = None  # task indices with two processes running at the end; None: not counted (older results)
     error: str | None = None
 
     @property
