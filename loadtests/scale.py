@@ -39,7 +39,7 @@ import httpx
 import psutil
 
 from bench.stats import percentile
-from loadtests.scale_results import Result, failures, poll_summary
+from loadtests.scale_results import Result, count_declared_down, failures, poll_summary
 from reference import launcher
 from reference.cellfile import auth_headers, read_admin_token
 from reference.launcher import CellInfo, Role
@@ -229,8 +229,18 @@ def run_one(cfg: Config, machines: int, replicas: int, say: Any = print) -> Resu
     except Exception as err:
         result.error = f"{type(err).__name__}: {err}"
     finally:
+        result.declared_down = declared_down(root)
         stop_cell(root)
     return result
+
+
+def declared_down(root: Path) -> int:
+    """How many times the cell's masters declared a machine down, from their logs."""
+    total = 0
+    for log in sorted((root / "logs").glob("master*.log")):
+        with log.open(errors="replace") as f:
+            total += count_declared_down(f)
+    return total
 
 
 def stop_cell(root: Path) -> None:

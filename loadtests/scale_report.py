@@ -101,7 +101,8 @@ def write_report(results_paths: Path | list[Path], out: Path) -> Path:
         f"SLOs (Verma et al. 2015, section 3.4): borglet polling interval p95 under {SLO_POLL_P95_S:.0f} s, "
         f"API read p99 under {SLO_READ_P99_S:.0f} s; and the promises: the fill complete (each task index counted once), no task id started twice, no "
         "task index running twice at the end ('twice': ids / indices; '-': not counted by that campaign, whose fill "
-        "counted processes, so a fill over its task count means indices running twice). "
+        "counted processes, so a fill over its task count means indices running twice); 'down': how many times a "
+        "master declared a machine down (none fails in these cells; '-': not counted). "
         "Machines are hollow borglets (simulated tasks, for scale tests only) served by one process; "
         "the masters, etcd, the scheduler process and the hollow process share one 2-core host. For each "
         "replica count the sizes are tried in order until one fails.",
@@ -158,8 +159,8 @@ def _section(results_path: Path, out: Path) -> list[str]:
         "",
         "| machines | replicas | up (s) | fill confirmed | fill (s) | poll p50 / p95 / max (s) | read p50 / p99 (s) | "
         "write p50 / p99 (s) | started/min | start p50 / p95 (s) | CPU leader / others / scheduler / etcd / hollow "
-        "(cores) | etcd db (MiB) | twice | verdict |",
-        "|---:|---:|---:|---:|---:|---|---|---|---:|---|---|---:|---:|---|",
+        "(cores) | etcd db (MiB) | twice | down | verdict |",
+        "|---:|---:|---:|---:|---:|---|---|---|---:|---|---|---:|---:|---:|---|",
     ]
     for r in sorted(results, key=lambda r: (r.machines, r.replicas)):
         cpu = " / ".join(_f(r.cpu.get(k)) for k in ("leader", "followers", "scheduler", "etcd", "hollow"))
@@ -170,7 +171,8 @@ def _section(results_path: Path, out: Path) -> list[str]:
             f"{poll} | {_f(r.read_p50_s, '', 3)} / {_f(r.read_p99_s, '', 3)} | "
             f"{_f(r.write_p50_s, '', 3)} / {_f(r.write_p99_s, '', 3)} ({r.writes} ok, {r.write_errors} failed) | "
             f"{r.confirmed_per_min:,.0f} | {_f(r.start_latency_p50_s)} / {_f(r.start_latency_p95_s)} | {cpu} | "
-            f"{r.etcd_db_bytes / 2**20:.1f} | {r.started_twice} / {'-' if r.index_twice is None else r.index_twice} | {verdict} |"
+            f"{r.etcd_db_bytes / 2**20:.1f} | {r.started_twice} / {'-' if r.index_twice is None else r.index_twice} | "
+            f"{'-' if r.declared_down is None else r.declared_down} | {verdict} |"
         )
     lines += [
         "",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ class Result:
     etcd_db_bytes: int = 0
     started_twice: int = 0
     index_twice: int | None = None  # task indices with two processes running at the end; None: not counted (older results)
+    declared_down: int | None = None  # times a master marked a machine down (its logs); None: not counted
     error: str | None = None
 
     @property
@@ -69,6 +71,8 @@ def failures(r: Result) -> list[str]:
         out.append(f"{r.started_twice} task id(s) started twice")
     if r.index_twice:
         out.append(f"{r.index_twice} task index(es) running twice at the end")
+    if r.declared_down:
+        out.append(f"machines declared down {r.declared_down} time(s) (none fails in this cell)")
     if r.fill_confirmed < r.fill_tasks:
         out.append(f"fill incomplete: {r.fill_confirmed} of {r.fill_tasks} tasks confirmed started")
     p95 = r.poll.get("p95")
@@ -103,3 +107,11 @@ def largest_meeting(results: list[Result]) -> dict[int, dict[str, Any]]:
 def load(path: Path) -> tuple[dict[str, Any], list[Result]]:
     doc = json.loads(path.read_text())
     return doc["config"], [Result(**r) for r in doc["results"]]
+
+
+DOWN_LINE = "marking it down"  # what a master logs when it declares a machine down (master/poller.py)
+
+
+def count_declared_down(lines: Iterable[str]) -> int:
+    """How many times the masters' log lines say a machine was declared down."""
+    return sum(1 for line in lines if DOWN_LINE in line)

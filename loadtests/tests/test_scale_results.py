@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from loadtests.scale_results import Result, failures, largest_meeting, poll_summary
+from loadtests.scale_results import (
+    Result,
+    count_declared_down,
+    failures,
+    largest_meeting,
+    poll_summary,
+)
 
 
 def _run(machines: int, replicas: int, p95: float | None = 2.0, read_p99: float | None = 0.2, **kw: object) -> Result:
@@ -26,6 +32,19 @@ def test_each_slo_and_promise_is_checked() -> None:
     assert failures(incomplete) == ["fill incomplete: 900 of 1000 tasks confirmed started"]
     assert failures(_run(100, 1, p95=None, read_p99=None)) == ["no polling interval measured", "no read answered"]
     assert failures(_run(100, 1, error="cell up: boom"))[0] == "run failed: cell up: boom"
+    assert failures(_run(100, 1, index_twice=3)) == ["3 task index(es) running twice at the end"]
+    assert failures(_run(100, 1, declared_down=2)) == ["machines declared down 2 time(s) (none fails in this cell)"]
+    assert failures(_run(100, 1, index_twice=0, declared_down=0)) == []
+
+
+def test_machines_declared_down_are_counted_from_the_masters_log_lines() -> None:
+    lines = [
+        "2026-11-24 20:07:41,281 master[master0] WARNING reference.master.poller: machine machine1 missed 5 polls: marking it down",
+        "2026-11-24 20:07:42,000 master[master0] INFO reference.master.poller: holding a/j/0#1@1 back",
+        "2026-11-24 20:07:45,348 master[master0] WARNING reference.master.poller: machine machine3 missed 5 polls: marking it down",
+    ]
+    assert count_declared_down(lines) == 2
+    assert count_declared_down([]) == 0
 
 
 def test_largest_cell_meeting_the_slos_per_replica_count() -> None:
