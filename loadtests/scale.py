@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the last results.json")
     p.add_argument(
         "--check", action="store_true",
-        help="exit 1 when a run broke a promise (failed, a task id started twice, the fill incomplete); SLOs are measured, not checked",
+        help="exit 1 when a run broke a promise (failed, a task id started twice, an index running twice, the fill incomplete); SLOs are measured, not checked",
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> None:
     from loadtests.scale_report import write_report
 
     print(write_report(cfg.out / "results.json", Path(args.report)))
-    broken = [r for r in results if r.error or r.started_twice or r.fill_confirmed < r.fill_tasks]
+    broken = [r for r in results if r.error or r.started_twice or r.index_twice or r.fill_confirmed < r.fill_tasks]
     if args.check and broken:
         for r in broken:
             print(f"broken promise at {r.machines} machines, {r.replicas} replica(s): {failures(r)[0]}")
