@@ -349,10 +349,9 @@ def check(
         elif verdict is None:
             res.details.append(f"undecided (search budget): {key}")
     if task_reports is not None:
-        found, _ = double_running(task_reports, lost_windows or ())
+        reports, windows = list(task_reports), list(lost_windows or ())  # read twice: by the check, and for each finding
+        found, _ = double_running(reports, windows)
         res.double_running = found
-        reports = list(task_reports)
-        windows = list(lost_windows or ())
         for d in found:
             res.details.append(
                 f"double running: {d['job']}/{d['index']} {d['a']} and {d['b']} overlap {d['overlap']}"

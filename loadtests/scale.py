@@ -39,7 +39,13 @@ import httpx
 import psutil
 
 from bench.stats import percentile
-from loadtests.scale_results import Result, count_declared_down, failures, poll_summary
+from loadtests.scale_results import (
+    Result,
+    broke_a_promise,
+    count_declared_down,
+    failures,
+    poll_summary,
+)
 from reference import launcher
 from reference.cellfile import auth_headers, read_admin_token
 from reference.launcher import CellInfo, Role
@@ -405,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
     from loadtests.scale_report import write_report
 
     print(write_report(cfg.out / "results.json", Path(args.report)))
-    broken = [r for r in results if r.error or r.started_twice or r.index_twice or r.fill_confirmed < r.fill_tasks]
+    broken = [r for r in results if broke_a_promise(r)]
     if args.check and broken:
         for r in broken:
             print(f"broken promise at {r.machines} machines, {r.replicas} replica(s): {failures(r)[0]}")

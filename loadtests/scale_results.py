@@ -62,6 +62,12 @@ def poll_summary(shards: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+def broke_a_promise(r: Result) -> bool:
+    """A run that failed, started a task id twice, ended with an index running twice, or did
+    not complete its fill: what `--check` refuses (the SLOs are measured, not checked)."""
+    return bool(r.error or r.started_twice or r.index_twice or r.fill_confirmed < r.fill_tasks)
+
+
 def failures(r: Result) -> list[str]:
     """What kept a run from meeting the SLOs, the most basic first (empty: it met them)."""
     out = []

@@ -64,6 +64,8 @@ def config_from(args: argparse.Namespace) -> SchedulerConfig:
 def synthetic(args: argparse.Namespace) -> dict[str, Any]:
     snap = synthetic_cell(args.machines, args.tasks, args.seed)
     cfg = config_from(args)
+    # The same pass run `repeats` times: the figure is the run of median speed (the plans are identical).
+    runs = sorted((timed_pass(snap, cfg, args.seed) for _ in range(max(args.repeats, 1))), key=lambda r: r["placements_per_second"])
     out: dict[str, Any] = {
         "workload": f"synthetic: {args.machines} machines, {args.tasks} pending tasks, seed {args.seed}",
         "config": {
@@ -72,14 +74,10 @@ def synthetic(args: argparse.Namespace) -> dict[str, Any]:
             "score_cache": cfg.score_cache,
             "relaxed_randomization": cfg.relaxed_randomization,
         },
-        "run": {},
-        "peak_rss_mib": 0.0,
+        "run": runs[len(runs) // 2],
+        "peak_rss_mib": round(peak_rss_mib(), 1),
+        "runs_placements_per_second": [r["placements_per_second"] for r in runs],
     }
-    # The same pass run `repeats` times: the figure is the run of median speed (the plans are identical).
-    runs = sorted((timed_pass(snap, cfg, args.seed) for _ in range(max(args.repeats, 1))), key=lambda r: r["placements_per_second"])
-    out["run"] = runs[len(runs) // 2]
-    out["runs_placements_per_second"] = [r["placements_per_second"] for r in runs]
-    out["peak_rss_mib"] = round(peak_rss_mib(), 1)
     if args.ablation:
         n = args.ablation_sample
         on = replace(cfg, equivalence_classes=True, score_cache=True, relaxed_randomization=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from loadtests.scale_results import (
     Result,
+    broke_a_promise,
     count_declared_down,
     failures,
     largest_meeting,
@@ -35,6 +36,16 @@ def test_each_slo_and_promise_is_checked() -> None:
     assert failures(_run(100, 1, index_twice=3)) == ["3 task index(es) running twice at the end"]
     assert failures(_run(100, 1, declared_down=2)) == ["machines declared down 2 time(s) (none fails in this cell)"]
     assert failures(_run(100, 1, index_twice=0, declared_down=0)) == []
+
+
+def test_check_refuses_broken_promises_not_missed_slos() -> None:
+    assert not broke_a_promise(_run(100, 1, p95=12.0, read_p99=1.5, declared_down=1))
+    assert broke_a_promise(_run(100, 1, index_twice=1))
+    assert broke_a_promise(_run(100, 1, started_twice=1))
+    assert broke_a_promise(_run(100, 1, error="boom"))
+    incomplete = _run(100, 1)
+    incomplete.fill_confirmed = 999
+    assert broke_a_promise(incomplete)
 
 
 def test_machines_declared_down_are_counted_from_the_masters_log_lines() -> None:
