@@ -8,8 +8,9 @@ for `measure_s` seconds keeps new tasks arriving at `arrival_per_min` while read
 - the borglet polling interval (time between successive polls of a machine by its link
   shard) p50 / p95 / max, from every replica's `/v1/shard` (the worst shard's is the cell's);
 - API read p99 (the readers) and write p99 (the arrivals' submits);
-- tasks confirmed started per minute (by the hollow borglets, not by the API's word) and
-  each arrival job's submit-to-confirmed-start latency;
+- arriving tasks confirmed started per minute (by the hollow borglets, not by the API's
+  word), at the rate they started once the campaign has waited up to `confirm_s` for them
+  (`scale_results.sustained_per_min`), and each arrival job's submit-to-confirmed-start latency;
 - CPU seconds per second of the leader, of the other replicas and of the scheduler process
   (from /proc), and the etcd database's size;
 - task ids started more than once (must be none).
@@ -45,6 +46,7 @@ from loadtests.scale_results import (
     count_declared_down,
     failures,
     poll_summary,
+    sustained_per_min,
 )
 from reference import launcher
 from reference.cellfile import auth_headers, read_admin_token
@@ -66,6 +68,7 @@ class Config:
     arrival_per_min: int = 10_000
     arrival_job: int = 100  # tasks per arriving job
     measure_s: float = 45.0
+    confirm_s: float = 60.0  # how long after the window the arrivals may take to be confirmed
     fill_timeout_s: float = 240.0
     readers: int = 2
     writers: int = 4
@@ -156,6 +159,20 @@ def _job(name: str, count: int) -> dict[str, Any]:
 def hollow_jobs(http: httpx.Client, served: str) -> dict[str, Any]:
     """What the hollow machines served at `served` run, per job (`/v1/hollow/jobs`)."""
     return http.get(f"{served}/v1/hollow/jobs", timeout=60.0).json()
+
+
+def confirm_arrivals(
+    http: httpx.Client, served: str, submitted: dict[str, float], per_job: int, limit_s: float
+) -> dict[str, Any]:
+    """The hollow borglets' jobs once every submitted job runs all its `per_job` tasks, or
+    after `limit_s` seconds, whichever comes first (polled every 2 s)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        seen = hollow_jobs(http, served)
+        jobs = seen.get("jobs") or {}
+        if all((jobs.get(k) or {}).get("running", 0) >= per_job for k in submitted) or time.monotonic() >= deadline:
+            return seen
+        time.sleep(2.0)
 
 
 def start_cell(
@@ -311,20 +328,22 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         probe.stop()
         cpu1 = {role: sum(cpu_seconds(p) for p in pids) for role, pids in roles.items()}
         result.cpu = {role: round((cpu1[role] - cpu0[role]) / elapsed, 3) for role in roles}
-        # Give the last arrivals a moment to start, then count what the hollow borglets run.
-        time.sleep(min(10.0, 3 * cfg.poll_interval))
-        seen = hollow_jobs(http, served)
+        # Wait (bounded) until every arriving job is confirmed running on the hollow borglets,
+        # then take the rate at which they started (scale_results.sustained_per_min).
+        seen = confirm_arrivals(http, served, submitted, cfg.arrival_job, cfg.confirm_s)
         result.started_twice = int(seen.get("started_twice") or 0)
         result.index_twice = int(seen.get("index_twice") or 0)
         latencies = []
-        confirmed = 0
+        confirmed, starts = 0, []
         for key, at in submitted.items():
             j = seen["jobs"].get(key)
             if j and j["running"] >= cfg.arrival_job:
                 confirmed += j["running"]
                 latencies.append(max(0.0, j["last_started_at"] - at))
+                starts.append((j.get("first_started_at") or j["last_started_at"], j["last_started_at"]))
         result.arrived = len(submitted) * cfg.arrival_job
-        result.confirmed_per_min = round(confirmed / (elapsed / 60.0), 1)
+        result.arrivals_confirmed = confirmed
+        result.confirmed_per_min = sustained_per_min(confirmed, starts, list(submitted.values()))
         result.start_latency_p50_s = _q(latencies, 50)
         result.start_latency_p95_s = _q(latencies, 95)
         result.reads, result.read_errors = len(probe.latencies), probe.errors
@@ -391,6 +410,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--arrival-per-min", type=int, default=10_000)
     p.add_argument("--measure-s", type=float, default=45.0)
     p.add_argument("--fill-timeout-s", type=float, default=240.0)
+    p.add_argument("--confirm-s", type=float, default=60.0, help="how long after the window the arrivals may take to start")
     p.add_argument("--out", default="reports/scale")
     p.add_argument("--report", default="reports/scale.md", help="the report to write")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the last results.json")
@@ -405,7 +425,7 @@ def main(argv: list[str] | None = None) -> None:
         machines=_ints(args.machines), replicas=_ints(args.replicas),
         replica_cpu=args.replica_cpu or None, tasks_per_machine=args.tasks_per_machine,
         poll_interval=args.poll_interval, arrival_per_min=args.arrival_per_min, measure_s=args.measure_s,
-        fill_timeout_s=args.fill_timeout_s, out=Path(args.out),
+        fill_timeout_s=args.fill_timeout_s, confirm_s=args.confirm_s, out=Path(args.out),
     )  # fmt: skip
     results = run(cfg) if not args.report_only else []
     from loadtests.scale_report import write_report

@@ -33,7 +33,8 @@ class Result:
     writes: int = 0
     write_errors: int = 0
     arrived: int = 0
-    confirmed_per_min: float = 0.0
+    arrivals_confirmed: int | None = None  # arriving tasks confirmed running; None: older results
+    confirmed_per_min: float = 0.0  # older results: confirmed by the window's end, over the window
     start_latency_p50_s: float | None = None
     start_latency_p95_s: float | None = None
     cpu: dict[str, float] = field(default_factory=dict)  # role -> cores used during the window
@@ -60,6 +61,18 @@ def poll_summary(shards: list[dict[str, Any]]) -> dict[str, float]:
         "p95": max(p95s),
         "max": max(i["max"] for i in intervals if "max" in i),
     }
+
+
+def sustained_per_min(confirmed: int, starts: list[tuple[float, float]], submits: list[float]) -> float:
+    """Arriving tasks confirmed started per minute, at the rate the cell kept up: `confirmed`
+    tasks over the time from the first job's first start to the last job's last start
+    (`starts`: per confirmed job, its first and last start, wall clock), and never over less
+    than the time the submits took (`submits`: wall clock of each accepted submit), so a
+    burst of starts cannot read faster than the tasks arrived. 0.0 without two jobs' worth."""
+    if not confirmed or len(starts) < 2 or len(submits) < 2:
+        return 0.0
+    span = max(max(last for _, last in starts) - min(first for first, _ in starts), max(submits) - min(submits))
+    return round(confirmed / (span / 60.0), 1) if span > 0 else 0.0
 
 
 def broke_a_promise(r: Result) -> bool:

@@ -9,6 +9,7 @@ from loadtests.scale_results import (
     failures,
     largest_meeting,
     poll_summary,
+    sustained_per_min,
 )
 
 
@@ -81,3 +82,21 @@ def test_the_cells_polling_interval_is_the_median_p50_and_the_worst_p95_and_max(
     # median(2.0, 2.2, 3.1) = 2.2; max(2.5, 4.0, 3.5) = 4.0; max(3.0, 4.5, 6.0) = 6.0
     assert poll_summary(shards) == {"p50": 2.2, "p95": 4.0, "max": 6.0}
     assert poll_summary([{"poll_interval_s": {"count": 0}}]) == {}
+
+
+def test_sustained_rate_is_confirmed_tasks_over_the_span_of_their_starts() -> None:
+    # 3 jobs of 100 tasks, starting 10 s behind their submits: the lag does not lower the rate
+    starts = [(110.0, 111.0), (120.0, 121.0), (130.0, 136.0)]
+    submits = [100.0, 110.0, 120.0]
+    assert sustained_per_min(300, starts, submits) == round(300 / (26.0 / 60.0), 1)
+
+
+def test_a_burst_of_starts_reads_no_faster_than_the_submits_came() -> None:
+    starts = [(150.0, 150.5), (150.2, 151.0)]
+    submits = [100.0, 130.0]
+    assert sustained_per_min(200, starts, submits) == round(200 / (30.0 / 60.0), 1)
+
+
+def test_no_rate_without_two_confirmed_jobs() -> None:
+    assert sustained_per_min(0, [], [1.0, 2.0]) == 0.0
+    assert sustained_per_min(100, [(5.0, 6.0)], [1.0, 2.0]) == 0.0

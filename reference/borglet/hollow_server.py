@@ -142,7 +142,7 @@ class HollowApp:
 
     def jobs(self) -> dict[str, Any]:
         """Per job: its task indices RUNNING on any hollow machine (an index counted once, however
-        many processes it has) and when the last of them started (wall clock); how many task
+        many processes it has) and when the first and the last of them started (wall clock); how many task
         ids were started more than once, and how many indices run more than one process (on two
         machines, or two incarnations): what a scale campaign reads instead of every task id."""
         out: dict[str, dict[str, Any]] = {}
@@ -153,11 +153,14 @@ class HollowApp:
             for task in machine.tasks.values():
                 if task.state != "RUNNING":
                     continue
-                j = out.setdefault(task.spec.job, {"running": 0, "last_started_at": 0.0})
+                j = out.setdefault(task.spec.job, {"running": 0, "first_started_at": None, "last_started_at": 0.0})
                 index = (task.spec.job, task.spec.index) if task.spec.job else (task.spec.task_id, -1)
                 processes[index] = processes.get(index, 0) + 1
                 j["running"] += processes[index] == 1
-                j["last_started_at"] = max(j["last_started_at"], float(task.started_at or 0.0))
+                started = float(task.started_at or 0.0)
+                j["last_started_at"] = max(j["last_started_at"], started)
+                if j["first_started_at"] is None or started < j["first_started_at"]:
+                    j["first_started_at"] = started
             twice += sum(1 for n in machine.starts.values() if n > 1)
         index_twice = sum(1 for n in processes.values() if n > 1)
         return {"jobs": out, "started_twice": twice, "index_twice": index_twice}

@@ -367,3 +367,19 @@ def test_jobs_counts_each_running_index_once_and_names_indices_running_twice() -
     assert status == 200
     assert seen["jobs"]["a/j"]["running"] == 2  # indices 0 and 1, not three processes
     assert seen["index_twice"] == 1 and seen["started_twice"] == 0
+
+
+def test_jobs_give_the_first_and_the_last_start_of_each_job() -> None:
+    clock = Clock()
+    machine = HollowMachine(HollowConfig("hollow0000", {"cpu": 4000}, {"hollow": "true"}, "", 0.1), clock)
+    server = HollowApp({"hollow0000": machine})
+    server.handle("POST", "/m/hollow0000/v1/sync", json.dumps({"epoch": 1, "seq": 1, "tasks": [
+        spec("a/j/0#0@1", index=0)]}).encode())  # fmt: skip
+    clock.now += 5
+    server.handle("POST", "/m/hollow0000/v1/sync", json.dumps({"epoch": 1, "seq": 2, "tasks": [
+        spec("a/j/0#0@1", index=0), spec("a/j/1#0@1", index=1)]}).encode())  # fmt: skip
+    clock.now += 1
+    _, seen = server.handle("GET", "/v1/hollow/jobs", b"")
+    job = seen["jobs"]["a/j"]
+    assert job["running"] == 2
+    assert job["last_started_at"] - job["first_started_at"] >= 4.9
