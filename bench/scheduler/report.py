@@ -14,6 +14,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from loadtests.machine import cpu_model  # noqa: E402
+
 from . import bench  # noqa: E402
 
 TARGET_RATE, TARGET_SPEEDUP, TARGET_RSS_MIB = 10_000, 100, 1024
@@ -21,7 +23,10 @@ TARGET_RATE, TARGET_SPEEDUP, TARGET_RSS_MIB = 10_000, 100, 1024
 
 def machine_info() -> str:
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{platform.node()}: {os.cpu_count()} CPUs (nproc), {mem:.1f} GiB memory, Python {platform.python_version()}"
+    return (
+        f"{platform.node()}: {os.cpu_count()} CPUs (nproc, {cpu_model()}), {mem:.1f} GiB memory, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def plots(synth: dict[str, Any], trace: dict[str, Any], out: Path) -> None:
