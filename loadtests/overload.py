@@ -100,12 +100,16 @@ class RunResult:
     doubles: int = 0
     orphans: int = 0
     timeline: list[tuple[float, int, int, int]] = field(default_factory=list)  # (s, placed, confirmed, live)
+    slow_reads: list[tuple[float, float]] = field(default_factory=list)  # (s after the submission, ms) of reads over 500 ms
 
     def summary(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("timeline")
         out["spec"] = str(self.spec)
         return out
+
+
+SLOW_READ_MS = 500.0  # a read slower than this is listed with when it was sent
 
 
 class Reader(Periodic):
@@ -115,6 +119,7 @@ class Reader(Periodic):
         super().__init__(READ_EVERY_S, "reader")
         self.urls = urls
         self.latencies: list[float] = []
+        self.started: list[float] = []  # time.monotonic() at which each read in `latencies` was sent
         self.errors = 0
         self._reads = 0
         self._http = httpx.Client(timeout=10.0, headers=headers)
@@ -129,6 +134,7 @@ class Reader(Periodic):
             ok = False
         if ok:
             self.latencies.append((time.monotonic() - began) * 1000)
+            self.started.append(began)
         else:
             self.errors += 1
 
@@ -304,6 +310,9 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
             result.read_p50_ms, result.read_p99_ms = percentile(lat, 0.5), percentile(lat, 0.99)
             result.read_max_ms = max(lat) if lat else None
             result.read_errors = reader.errors
+            result.slow_reads = [
+                (round(at - t0, 1), round(ms)) for at, ms in zip(reader.started, lat, strict=True) if ms > SLOW_READ_MS
+            ]
             for s in usage.samples:
                 if s.role == launcher.Role.MASTER:
                     result.master_rss_peak_mib = max(result.master_rss_peak_mib, s.rss_bytes / 2**20)

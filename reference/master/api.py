@@ -54,6 +54,7 @@ from reference.master.writer import NotLeader, WriteFailed
 from reference.scheduler.wire import plan_from_json
 
 RETRY_AFTER_S = "1"
+LARGE_LIST = 500  # a list read of this many tasks or more is rendered off the event loop
 
 # A list that can also be watched (`watch=true`): its 200 is JSON, or a stream of server-sent events.
 EVENTS = contract.text("text/event-stream", "the list as JSON; with watch=true, server-sent events")
@@ -443,7 +444,15 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
         tasks = views.job_tasks(cell, key)
         if key not in cell.state.jobs and not tasks:
             return JSONResponse(status_code=404, content=detail("job", f"no job {key}"))
-        return stamped({"tasks": [views.task_view(cell, t, cell_name) for t in tasks]}, cell.revision)
+
+        def render() -> JSONResponse:
+            return stamped({"tasks": [views.task_view(cell, t, cell_name) for t in tasks]}, cell.revision)
+
+        if len(tasks) < LARGE_LIST:
+            return render()
+        # A job of thousands of tasks takes a second to render: off the event loop, so the
+        # reads queued behind it are answered meanwhile.
+        return await run_in_threadpool(render)
 
     @app.delete("/v1/jobs/{user}/{name}/tasks/{index}", responses=contract.answers(404, 409, 503))
     async def delete_task(user: str, name: str, index: contract.Index, request: Request) -> Response:

@@ -125,7 +125,11 @@ def task_view(cell: Cell, task: Task, cell_name: str, info: TaskInfo | None = No
 
 def pending_reasons(cell: Cell, job_key: str) -> list[dict[str, Any]]:
     """Why a job's PENDING tasks wait: each distinct reason with its tasks' indices. Tasks the
-    scheduler has not yet looked at, or whose reason is not written yet, count as "no reason yet"."""
+    scheduler has not yet looked at, or whose reason is not written yet, count as "no reason yet".
+    A job the watch cache counts no PENDING task of has none to walk: a read of a large job that
+    is all placed costs nothing per task."""
+    if cell.job_counts is not None and not (cell.job_counts.get(job_key) or {}).get(TaskState.PENDING.value):
+        return []
     by_reason: dict[str, list[int]] = {}
     for index, task in sorted(live_indices(cell, job_key).items()):
         if task.state is TaskState.PENDING:

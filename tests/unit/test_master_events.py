@@ -155,6 +155,29 @@ def test_a_pass_writes_pending_reasons_where_they_changed_at_most_200() -> None:
     assert min(tid.index for tid in d2.tasks.written) == 200
 
 
+def test_kept_counts_give_the_same_pending_reasons_as_a_walk() -> None:
+    """A watch cache's view carries each job's counts: a job with no PENDING task is not
+    walked, and one with some is grouped as a walk groups it."""
+    from dataclasses import replace as dc_replace
+
+    from reference.master.leader import record_pending_reasons
+    from reference.master.views import pending_reasons, walk_counts
+
+    cell = pending_cell(30)
+    d = Draft(cell, 1.0)
+    record_pending_reasons(d, plan_of(cell, "0 of 1 machines have 8000m free"))
+    walked = Cell(d.state, jobs=cell.jobs, tasks=dict(d.tasks.data))
+    kept = dc_replace(walked, counts=walk_counts(walked, None), job_counts={"alice/big": walk_counts(walked, "alice/big")})
+    assert pending_reasons(kept, "alice/big") == pending_reasons(walked, "alice/big") != []
+    # every task placed: the kept counts say no PENDING task, and the walk finds none either
+    d2 = Draft(walked, 2.0)
+    for tid in sorted(walked.state.tasks, key=str):
+        assert d2.step("schedule", tid, "m2", reason="scheduled")
+    placed = Cell(d2.state, jobs=cell.jobs, tasks=dict(d2.tasks.data))
+    kept = dc_replace(placed, counts=walk_counts(placed, None), job_counts={"alice/big": walk_counts(placed, "alice/big")})
+    assert pending_reasons(kept, "alice/big") == pending_reasons(placed, "alice/big") == []
+
+
 def test_a_scheduled_task_drops_its_pending_reason() -> None:
     from reference.master.leader import record_pending_reasons
 
