@@ -140,7 +140,10 @@ def _section(results_path: Path, out: Path) -> list[str]:
     command = (
         f"{COMMAND} --machines {machines} --replicas {replicas} --replica-cpu {budget or 0} "
         f"--tasks-per-machine {config['tasks_per_machine']} --measure-s {config['measure_s']:g} "
-        f"--fill-timeout-s {config['fill_timeout_s']:g} --out {config['out']}"
+        f"--fill-timeout-s {config['fill_timeout_s']:g}"
+        + (f" --arrival-per-min {config['arrival_per_min']}" if config.get("arrival_per_min", 10_000) != 10_000 else "")
+        + (f" --confirm-s {config['confirm_s']:g}" if config.get("confirm_s", 60.0) != 60.0 else "")
+        + f" --out {config['out']}"
     )
     lines = [
         f"## {config['tasks_per_machine']} task(s) per machine (`{config['out']}`)",
