@@ -244,7 +244,13 @@ class Poller:
         up = [n for n, m in cell.state.machines.items() if m.up] + [n for n in plans if n not in cell.state.machines]
         wanted = {str(d["task_id"]) for desired, _ in plans.values() for d in desired}
         with self._lock:
-            live = reports.live_by_index({**self._reported, **(departed or {})}, up)
+            # What an up machine was last sent counts as running there until its report says
+            # otherwise: a sync whose reply is not in yet may start it at any moment.
+            known = {
+                n: reports.with_sent(r, st.signature) if (st := self._machines.get(n)) is not None else r
+                for n, r in self._reported.items()
+            }
+            live = reports.live_by_index({**known, **(departed or {})}, up)
             unreported = [n for n in up if n not in self._reported]
             # Forget ids no machine wants any more, so the set stays as small as the cell.
             self._released &= wanted

@@ -65,7 +65,11 @@ def desired_set(
         ids.add(task.id)
         if memo is not None:
             hit = memo.get(task.id)
-            if hit is not None and hit[0] is task and hit[1] is ji and hit[2] == info.placement:
+            # A task record rewritten with the same values (its borglet's facts changed, not
+            # the task) is a new object that compares equal: its entry stands.
+            if hit is not None and hit[1] is ji and hit[2] == info.placement and (hit[0] is task or hit[0] == task):
+                if hit[0] is not task:
+                    memo[task.id] = (task, ji, info.placement, hit[3])
                 out.append(hit[3])
                 continue
         entry = _desired_entry(task, ji, info, cell_name)
@@ -82,23 +86,42 @@ def desired_set(
 
 
 def _desired_entry(task: Any, ji: Any, info: TaskInfo, cell_name: str) -> dict[str, Any]:
-    spec = ji.spec
     return {
         "task_id": borglet_task_id(task.id, info),
         "job": task.id.job,
         "index": task.id.index,
         "incarnation": task.id.incarnation,
         "bns": bns_name(task.id, cell_name),
-        "command": list(spec.command),
-        "env": dict(spec.env),
-        "cwd": spec.cwd,
+        **_job_part(ji),
         "port": 0,
         "request": {"cpu": task.request.get("cpu"), "ram": task.request.get("ram")},
         "priority": task.priority,
+    }
+
+
+_JOB_PARTS: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(JobInfo) -> (it, its part of an entry)
+
+
+def _job_part(ji: Any) -> dict[str, Any]:
+    """What every entry of one job file says alike, built once per JobInfo object (cell values
+    are immutable; the object is kept beside its id so a reused id is not mistaken for it).
+    Shared between entries, which are never mutated below their top level."""
+    kept = _JOB_PARTS.get(id(ji))
+    if kept is not None and kept[0] is ji:
+        return kept[1]
+    spec = ji.spec
+    part = {
+        "command": list(spec.command),
+        "env": dict(spec.env),
+        "cwd": spec.cwd,
         "restart_policy": spec.restart_policy.value,
         "health_check": spec.health_check.model_dump() if spec.health_check else None,
         **({"image": spec.image} if spec.image else {}),
     }
+    if len(_JOB_PARTS) >= 4096:
+        _JOB_PARTS.clear()
+    _JOB_PARTS[id(ji)] = (ji, part)
+    return part
 
 
 # A borglet state whose process may be alive: a queued task may start at any moment.
@@ -186,12 +209,24 @@ def departed_live(
     for m in sorted(set(reported) | set(sent or {})):
         if m in in_cell:
             continue
-        states = dict(reported.get(m, {}))
-        for tid in (sent or {}).get(m, ()):
-            states.setdefault(tid, "QUEUED")
+        states = with_sent(reported.get(m, {}), (sent or {}).get(m, ()))
         if any(s in LIVE_STATES for s in states.values()):
             out[m] = states
     return out
+
+
+def with_sent(reported: Mapping[str, str], sent: Collection[str]) -> Mapping[str, str]:
+    """A machine's last report with the task ids of the last sync sent to it that the report
+    does not show counted as QUEUED: a sync in flight, or one whose reply is not in yet, may
+    start them at any moment, so they hold back other processes of their indices as if reported
+    (the report itself when nothing sent is missing from it)."""
+    missing = [tid for tid in sent if tid not in reported]
+    if not missing:
+        return reported
+    states = dict(reported)
+    for tid in missing:
+        states[tid] = "QUEUED"
+    return states
 
 
 def hold_back(

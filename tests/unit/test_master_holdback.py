@@ -183,3 +183,28 @@ def test_hold_back(live, released, unreported, kept, held):
     keep, holds = hold_back([_d(NEW)], live, released, unreported)
     assert [d["task_id"] for d in keep] == kept
     assert holds == held
+
+
+def test_a_task_sent_but_not_yet_reported_holds_a_new_incarnation_elsewhere() -> None:
+    """The leader sent machine m1 a sync with incarnation 1; before m1's reply is in, the job is
+    updated and incarnation 2 placed on m2: m1 may start incarnation 1 at any moment, so
+    incarnation 2 waits (a conformance run saw both run for 0.5 s when it did not)."""
+    from reference.master.reports import with_sent
+
+    reported = {"m1": {}, "m2": {}}
+    sent = {"m1": frozenset({"bob/j/2#1@1"}), "m2": frozenset()}
+    known = {m: with_sent(r, sent[m]) for m, r in reported.items()}
+    keep, held = hold_back([spec("bob/j/2#2@1")], live_by_index(known, ["m1", "m2"]), set())
+    assert keep == [] and held == [Hold("bob/j/2#2@1", "bob/j/2#1@1", "m1")]
+    # once m1 reports it ended, incarnation 2 goes
+    ended = {"m1": with_sent({"bob/j/2#1@1": "KILLED"}, sent["m1"]), "m2": {}}
+    keep, held = hold_back([spec("bob/j/2#2@1")], live_by_index(ended, ["m1", "m2"]), set())
+    assert held == [] and len(keep) == 1
+
+
+def test_with_sent_keeps_what_the_report_says_and_adds_only_what_it_lacks() -> None:
+    from reference.master.reports import with_sent
+
+    report = {"a/b/0#0@1": "RUNNING", "a/b/1#0@1": "FINISHED"}
+    assert with_sent(report, ()) is report
+    assert with_sent(report, {"a/b/1#0@1", "a/b/2#0@1"}) == {**report, "a/b/2#0@1": "QUEUED"}

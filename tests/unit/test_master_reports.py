@@ -36,6 +36,27 @@ def test_desired_set_lists_running_tasks_with_their_job_file() -> None:
     assert desired[0]["command"] == ["sleep", "100"] and desired[0]["request"]["cpu"] == 100
 
 
+def test_a_memo_reuses_entries_of_tasks_rewritten_unchanged_and_rebuilds_changed_ones() -> None:
+    from dataclasses import replace
+
+    from spec.fmap import FMap
+
+    cell = placed_cell()
+    memo: dict = {}
+    first, _ = desired_set(cell, "m1", "c1", memo)
+    # The same task values in new objects (a task record decoded again): the entries stand.
+    tasks = FMap({tid: replace(t) for tid, t in cell.state.tasks.items()})
+    again = replace(cell, state=replace(cell.state, tasks=tasks))
+    second, _ = desired_set(again, "m1", "c1", memo)
+    assert all(a is b for a, b in zip(first, second, strict=True))
+    # A changed priority is a new entry, equal to one built without the memo.
+    bumped = FMap({tid: replace(t, priority=t.priority + 1) for tid, t in cell.state.tasks.items()})
+    changed = replace(cell, state=replace(cell.state, tasks=bumped))
+    third, _ = desired_set(changed, "m1", "c1", memo)
+    assert third == desired_set(changed, "m1", "c1")[0]
+    assert third[0] is not first[0] and third[0]["priority"] == first[0]["priority"] + 1
+
+
 def test_ended_states_map_to_spec_actions() -> None:
     cell = placed_cell(seen=True)
     cases = {
