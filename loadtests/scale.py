@@ -41,6 +41,8 @@ import psutil
 
 from bench.stats import percentile
 from loadtests.scale_results import (
+    ARRIVAL_PER_MIN,
+    CONFIRM_S,
     Result,
     broke_a_promise,
     count_declared_down,
@@ -65,10 +67,10 @@ class Config:
     tasks_per_machine: int = 10
     poll_interval: float = 2.0
     down_after: int = 5
-    arrival_per_min: int = 10_000
+    arrival_per_min: int = ARRIVAL_PER_MIN
     arrival_job: int = 100  # tasks per arriving job
     measure_s: float = 45.0
-    confirm_s: float = 60.0  # how long after the window the arrivals may take to be confirmed
+    confirm_s: float = CONFIRM_S  # how long after the window the arrivals may take to be confirmed
     fill_timeout_s: float = 240.0
     readers: int = 2
     writers: int = 4
@@ -407,10 +409,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--replica-cpu", type=float, default=0.3, help="cores per replica and scheduler (0: no budget)")
     p.add_argument("--tasks-per-machine", type=int, default=10)
     p.add_argument("--poll-interval", type=float, default=2.0)
-    p.add_argument("--arrival-per-min", type=int, default=10_000)
+    p.add_argument("--arrival-per-min", type=int, default=ARRIVAL_PER_MIN)
     p.add_argument("--measure-s", type=float, default=45.0)
     p.add_argument("--fill-timeout-s", type=float, default=240.0)
-    p.add_argument("--confirm-s", type=float, default=60.0, help="how long after the window the arrivals may take to start")
+    p.add_argument("--confirm-s", type=float, default=CONFIRM_S, help="how long after the window the arrivals may take to start")
     p.add_argument("--out", default="reports/scale")
     p.add_argument("--report", default="reports/scale.md", help="the report to write")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the last results.json")

@@ -11,6 +11,8 @@ matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402
 
 from loadtests.scale_results import (  # noqa: E402
+    ARRIVAL_PER_MIN,
+    CONFIRM_S,
     SLO_POLL_P95_S,
     SLO_READ_P99_S,
     Result,
@@ -141,8 +143,8 @@ def _section(results_path: Path, out: Path) -> list[str]:
         f"{COMMAND} --machines {machines} --replicas {replicas} --replica-cpu {budget or 0} "
         f"--tasks-per-machine {config['tasks_per_machine']} --measure-s {config['measure_s']:g} "
         f"--fill-timeout-s {config['fill_timeout_s']:g}"
-        + (f" --arrival-per-min {config['arrival_per_min']}" if config.get("arrival_per_min", 10_000) != 10_000 else "")
-        + (f" --confirm-s {config['confirm_s']:g}" if config.get("confirm_s", 60.0) != 60.0 else "")
+        + (f" --arrival-per-min {config['arrival_per_min']}" if config.get("arrival_per_min", ARRIVAL_PER_MIN) != ARRIVAL_PER_MIN else "")
+        + (f" --confirm-s {config['confirm_s']:g}" if config.get("confirm_s", CONFIRM_S) != CONFIRM_S else "")
         + f" --out {config['out']}"
     )
     lines = [

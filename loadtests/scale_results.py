@@ -11,6 +11,8 @@ from typing import Any
 
 SLO_POLL_P95_S = 10.0  # Borg's: 95th percentile of the borglet polling interval
 SLO_READ_P99_S = 1.0  # Borg's: 99th percentile UI (read) response time
+ARRIVAL_PER_MIN = 10_000  # the campaign's default rate of arriving tasks (the target)
+CONFIRM_S = 60.0  # the campaign's default wait after the window for arrivals to be confirmed
 
 
 @dataclass
