@@ -3,11 +3,14 @@
 Each run starts a fresh cell (`cell up --machines 0 --hollow N --replicas R --replica-cpu B`,
 one scheduler process), fills it with jobs up to `tasks_per_machine` tasks per machine, then
 for `measure_s` seconds keeps new tasks arriving at `arrival_per_min` while readers call
-`GET /v1/cell` on every replica in turn. It records:
+`GET /v1/cell` on the replicas that do not lead (`--reads followers`, the default: Borg
+spreads read-only RPCs over its replicas while the elected master writes; a 1-replica cell
+has only its leader to read from) or on every replica in turn (`--reads all`). It records:
 
 - the borglet polling interval (time between successive polls of a machine by its link
   shard) p50 / p95 / max, from every replica's `/v1/shard` (the worst shard's is the cell's);
-- API read p99 (the readers) and write p99 (the arrivals' submits);
+- API read p99 (the readers) and write p99 (the arrivals' submits); with reads sent to the
+  followers, the leader's own read p50 / p99 too, from one more reader that calls only it;
 - arriving tasks confirmed started per minute (by the hollow borglets, not by the API's
   word), at the rate they started once the campaign has waited up to `confirm_s` for them
   (`scale_results.sustained_per_min`), and each arrival job's submit-to-confirmed-start latency;
@@ -73,6 +76,7 @@ class Config:
     confirm_s: float = CONFIRM_S  # how long after the window the arrivals may take to be confirmed
     fill_timeout_s: float = 240.0
     readers: int = 2
+    reads: str = "followers"  # where the readers send their reads: READS
     writers: int = 4
     out: Path = Path("reports/scale")
 
@@ -113,11 +117,26 @@ def _etcd_bytes(root: Path) -> int:
     return max((f.stat().st_size for f in (root / "etcd").rglob("db") if f.is_file()), default=0)
 
 
-class Probe:
-    """Readers calling GET /v1/cell on every replica in turn until stopped."""
+READS = ("followers", "all")  # where the readers send their reads (Config.reads)
 
-    def __init__(self, urls: list[str], headers: dict[str, str], readers: int) -> None:
-        self.urls, self.headers = urls, headers
+
+def read_targets(urls: list[str], leader_url: str | None, reads: str) -> list[str]:
+    """The replicas the readers call: with `reads` "followers", those that do not lead, when
+    the cell has any (Borg spreads read-only RPCs over the replicas; the leader writes);
+    with "all", every replica in turn, the leader included."""
+    if reads not in READS:
+        raise ValueError(f"reads must be one of {', '.join(READS)}, not {reads!r}")
+    if reads == "all":
+        return list(urls)
+    followers = [u for u in urls if u != leader_url]
+    return followers if followers and leader_url in urls else list(urls)
+
+
+class Probe:
+    """Readers calling GET /v1/cell on the given replicas in turn until stopped."""
+
+    def __init__(self, urls: list[str], headers: dict[str, str], readers: int, pause_s: float = 0.05) -> None:
+        self.urls, self.headers, self.pause_s = urls, headers, pause_s
         self.latencies: list[float] = []
         self.errors = 0
         self._stop = threading.Event()
@@ -147,7 +166,7 @@ class Probe:
                     self.latencies.append(time.perf_counter() - began)
                 else:
                     self.errors += 1
-                self._stop.wait(0.05)
+                self._stop.wait(self.pause_s)
 
 
 def _job(name: str, count: int) -> dict[str, Any]:
@@ -288,11 +307,18 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         say(f"  fill: {result.fill_confirmed}/{result.fill_tasks} confirmed" + (f" in {result.fill_s} s" if result.fill_s else ""))
 
         # The window: steady arrivals, readers, CPU.
-        leader = http.get(f"{urls[0]}/v1/cell").json().get("leader")
+        overview = http.get(f"{urls[0]}/v1/cell").json()
+        leader, leader_url = overview.get("leader"), overview.get("leader_url")
         roles = process_roles(info, leader)
         cpu0 = {role: sum(cpu_seconds(p) for p in pids) for role, pids in roles.items()}
-        probe = Probe(urls, headers, cfg.readers)
-        probe.start()
+        targets = read_targets(urls, leader_url, cfg.reads)
+        result.reads_to = "followers" if leader_url not in targets else "all"
+        probe = Probe(targets, headers, cfg.readers)
+        # The leader's own read latency, reported beside the readers' when they avoid it.
+        leader_probe = Probe([leader_url], headers, 1, pause_s=0.1) if leader_url and leader_url not in targets else None
+        for p in (probe, leader_probe):
+            if p is not None:
+                p.start()
         writes: list[float] = []
         submitted: dict[str, float] = {}
         lock = threading.Lock()
@@ -327,7 +353,9 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         for t in writers:
             t.join(cfg.measure_s + 120)
         elapsed = time.monotonic() - window_began
-        probe.stop()
+        for p in (probe, leader_probe):
+            if p is not None:
+                p.stop()
         cpu1 = {role: sum(cpu_seconds(p) for p in pids) for role, pids in roles.items()}
         result.cpu = {role: round((cpu1[role] - cpu0[role]) / elapsed, 3) for role in roles}
         # Wait (bounded) until every arriving job is confirmed running on the hollow borglets,
@@ -350,6 +378,9 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         result.start_latency_p95_s = _q(latencies, 95)
         result.reads, result.read_errors = len(probe.latencies), probe.errors
         result.read_p50_s, result.read_p99_s = _q(probe.latencies, 50), _q(probe.latencies, 99)
+        if leader_probe is not None:
+            result.leader_read_p50_s = _q(leader_probe.latencies, 50)
+            result.leader_read_p99_s = _q(leader_probe.latencies, 99)
         result.writes = len(writes)
         result.write_p50_s, result.write_p99_s = _q(writes, 50), _q(writes, 99)
         for url in urls:
@@ -413,6 +444,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--measure-s", type=float, default=45.0)
     p.add_argument("--fill-timeout-s", type=float, default=240.0)
     p.add_argument("--confirm-s", type=float, default=CONFIRM_S, help="how long after the window the arrivals may take to start")
+    p.add_argument(
+        "--reads", choices=READS, default="followers",
+        help="where the readers send GET /v1/cell: the replicas that do not lead, when there are any (default; "
+        "the leader's own read latency is measured beside), or every replica in turn",
+    )  # fmt: skip
     p.add_argument("--out", default="reports/scale")
     p.add_argument("--report", default="reports/scale.md", help="the report to write")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the last results.json")
@@ -427,7 +463,7 @@ def main(argv: list[str] | None = None) -> None:
         machines=_ints(args.machines), replicas=_ints(args.replicas),
         replica_cpu=args.replica_cpu or None, tasks_per_machine=args.tasks_per_machine,
         poll_interval=args.poll_interval, arrival_per_min=args.arrival_per_min, measure_s=args.measure_s,
-        fill_timeout_s=args.fill_timeout_s, confirm_s=args.confirm_s, out=Path(args.out),
+        fill_timeout_s=args.fill_timeout_s, confirm_s=args.confirm_s, reads=args.reads, out=Path(args.out),
     )  # fmt: skip
     results = run(cfg) if not args.report_only else []
     from loadtests.scale_report import write_report

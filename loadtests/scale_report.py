@@ -127,6 +127,19 @@ def write_report(results_paths: Path | list[Path], out: Path) -> Path:
     return out
 
 
+READS_ALL = "Readers call every replica in turn, the leader included."
+READS_FOLLOWERS = (
+    "Readers call the replicas that do not lead (a 1-replica cell: its leader); the leader's own "
+    "reads, from one more reader that calls only it, are shown in brackets and not judged."
+)
+
+
+def _leader_reads(r: Result) -> str:
+    if r.leader_read_p99_s is None:
+        return ""
+    return f" (leader {_f(r.leader_read_p50_s, '', 3)} / {_f(r.leader_read_p99_s, '', 3)})"
+
+
 def _section(results_path: Path, out: Path) -> list[str]:
     config, results = load(results_path)
     name = results_path.parent.name
@@ -145,6 +158,8 @@ def _section(results_path: Path, out: Path) -> list[str]:
         f"--fill-timeout-s {config['fill_timeout_s']:g}"
         + (f" --arrival-per-min {config['arrival_per_min']}" if config.get("arrival_per_min", ARRIVAL_PER_MIN) != ARRIVAL_PER_MIN else "")
         + (f" --confirm-s {config['confirm_s']:g}" if config.get("confirm_s", CONFIRM_S) != CONFIRM_S else "")
+        # Campaigns before `--reads` read from every replica in turn, which is `--reads all` now.
+        + (" --reads all" if config.get("reads", "all") == "all" else "")
         + f" --out {config['out']}"
     )
     lines = [
@@ -154,7 +169,8 @@ def _section(results_path: Path, out: Path) -> list[str]:
         + (f"**{budget} cores per replica** and for the scheduler process (a cgroup CPU quota each)"
            if budget else "No CPU budget per replica")
         + f"; poll interval {config['poll_interval']} s; arrivals {config['arrival_per_min']:,} tasks/min "
-        f"for {config['measure_s']:.0f} s, in jobs of {config.get('arrival_job', 100)} tasks.",
+        f"for {config['measure_s']:.0f} s, in jobs of {config.get('arrival_job', 100)} tasks. "
+        + (READS_ALL if config.get("reads", "all") == "all" else READS_FOLLOWERS),
         "",
         "| replicas | largest cell meeting the SLOs | next size tried | what failed first there |",
         "|---:|---:|---:|---|",
@@ -177,7 +193,7 @@ def _section(results_path: Path, out: Path) -> list[str]:
         verdict = "meets" if r.slo_met else "; ".join(failures(r))
         lines.append(
             f"| {r.machines:,} | {r.replicas} | {r.up_s:.0f} | {r.fill_confirmed:,}/{r.fill_tasks:,} | {_f(r.fill_s, '', 0)} | "
-            f"{poll} | {_f(r.read_p50_s, '', 3)} / {_f(r.read_p99_s, '', 3)} | "
+            f"{poll} | {_f(r.read_p50_s, '', 3)} / {_f(r.read_p99_s, '', 3)}{_leader_reads(r)} | "
             f"{_f(r.write_p50_s, '', 3)} / {_f(r.write_p99_s, '', 3)} ({r.writes} ok, {r.write_errors} failed) | "
             f"{r.confirmed_per_min:,.0f}{'*' if r.arrivals_confirmed is None else ''} | {_f(r.start_latency_p50_s)} / {_f(r.start_latency_p95_s)} | {cpu} | "
             f"{r.etcd_db_bytes / 2**20:.1f} | {r.started_twice} / {'-' if r.index_twice is None else r.index_twice} | "

@@ -30,6 +30,9 @@ class Result:
     read_p99_s: float | None = None
     reads: int = 0
     read_errors: int = 0
+    reads_to: str | None = None  # "followers" or "all" (scale.READS); None: older results, every replica in turn
+    leader_read_p50_s: float | None = None  # the leader's own reads, when the readers avoided it
+    leader_read_p99_s: float | None = None
     write_p50_s: float | None = None
     write_p99_s: float | None = None
     writes: int = 0

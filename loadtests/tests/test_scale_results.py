@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loadtests.scale_results import (
     Result,
     broke_a_promise,
@@ -100,3 +102,17 @@ def test_a_burst_of_starts_reads_no_faster_than_the_submits_came() -> None:
 def test_no_rate_without_two_confirmed_jobs() -> None:
     assert sustained_per_min(0, [], [1.0, 2.0]) == 0.0
     assert sustained_per_min(100, [(5.0, 6.0)], [1.0, 2.0]) == 0.0
+
+
+def test_readers_call_the_followers_when_the_cell_has_any() -> None:
+    from loadtests.scale import read_targets
+
+    urls = ["http://a", "http://b", "http://c"]
+    assert read_targets(urls, "http://b", "followers") == ["http://a", "http://c"]
+    assert read_targets(urls, "http://b", "all") == urls
+    # One replica, or a leader the readers cannot tell: every replica, as before.
+    assert read_targets(["http://a"], "http://a", "followers") == ["http://a"]
+    assert read_targets(urls, None, "followers") == urls
+    assert read_targets(urls, "http://elsewhere", "followers") == urls
+    with pytest.raises(ValueError, match="reads must be one of"):
+        read_targets(urls, "http://b", "leader")
