@@ -121,6 +121,7 @@ def write_report(results_paths: Path | list[Path], out: Path) -> Path:
         "over the window, which reads 0 when starts lag the window by more than that.",
         "",
     ]
+    lines += _across(paths)
     for path in paths:
         lines += _section(path, out)
     out.write_text("\n".join(lines))
@@ -138,6 +139,51 @@ def _leader_reads(r: Result) -> str:
     if r.leader_read_p99_s is None:
         return ""
     return f" (leader {_f(r.leader_read_p50_s, '', 3)} / {_f(r.leader_read_p99_s, '', 3)})"
+
+
+def _across(paths: list[Path]) -> list[str]:
+    """One table over campaigns run alike (same CPU budget, tasks per machine and reads), where
+    together they try more than one replica count: per replica count, the largest cell that met
+    the SLOs in any of them and the smallest size tried above it that did not."""
+    groups: dict[tuple[float | None, int, str], tuple[list[Result], list[str]]] = {}
+    for path in paths:
+        config, results = load(path)
+        key = (config.get("replica_cpu"), config["tasks_per_machine"], config.get("reads", "all"))
+        runs, names = groups.setdefault(key, ([], []))
+        runs += results
+        names.append(f"`{config['out']}`")
+    rows = []
+    for (budget, per_machine, reads), (runs, names) in groups.items():
+        best = largest_meeting(runs)
+        if len(best) < 2 or len(names) < 2:
+            continue  # a single campaign's section says it all
+        for replicas_n, b in best.items():
+            fails = sorted({r.machines for r in runs if r.replicas == replicas_n and not r.slo_met})
+            above = [f"{m:,}" for m in fails if b["largest"] is None or m > b["largest"]]
+            # A size that one run met and another missed is named too, so no miss goes unsaid.
+            below = [f"{m:,} (another run met it)" for m in fails if b["largest"] is not None and m <= b["largest"]]
+            missed = [r for r in runs if r.replicas == replicas_n and not r.slo_met]
+            first = b["first_failure"] or (failures(min(missed, key=lambda r: r.machines))[0] if missed else "-")
+            rows.append(
+                f"| {budget or 'none'} | {per_machine} | {reads} | {replicas_n} | "
+                f"{b['largest'] if b['largest'] is not None else 'none'} | "
+                f"{', '.join(above + below) or '-'} | {first} | {', '.join(names)} |"
+            )
+    if not rows:
+        return []
+    return [
+        "## Across campaigns run alike",
+        "",
+        "Campaigns with the same CPU budget, tasks per machine and reads, taken together (their other "
+        "settings, such as the fill's time bound, are in their sections). 'failed at': every size at "
+        "which a run of that replica count missed the SLOs.",
+        "",
+        "| cores per replica | tasks per machine | reads | replicas | largest cell meeting the SLOs | failed at | "
+        "what failed first (above the largest met, else at the smallest miss) | campaigns |",
+        "|---:|---:|---|---:|---:|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def _section(results_path: Path, out: Path) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from loadtests.scale_results import (
@@ -116,3 +118,27 @@ def test_readers_call_the_followers_when_the_cell_has_any() -> None:
     assert read_targets(urls, "http://elsewhere", "followers") == urls
     with pytest.raises(ValueError, match="reads must be one of"):
         read_targets(urls, "http://b", "leader")
+
+
+def test_campaigns_run_alike_are_judged_together(tmp_path: Path) -> None:
+    import json
+    from dataclasses import asdict
+
+    from loadtests.scale_report import _across
+
+    def campaign(name: str, runs: list[Result], reads: str = "followers") -> Path:
+        path = tmp_path / name / "results.json"
+        path.parent.mkdir()
+        config = {"replica_cpu": 0.2, "tasks_per_machine": 10, "reads": reads, "out": f"reports/{name}"}
+        path.write_text(json.dumps({"config": config, "results": [asdict(r) for r in runs]}))
+        return path
+
+    a = campaign("a", [_run(300, 1), _run(600, 1, read_p99=1.2), _run(300, 5)])
+    b = campaign("b", [_run(2000, 5), _run(2000, 5, read_p99=1.5), _run(3000, 5, p95=12.0)])
+    rows = [line for line in _across([a, b]) if line.startswith("| 0.2")]
+    assert rows[0].split(" | ")[3:6] == ["1", "300", "600"]
+    assert rows[1].split(" | ")[3:6] == ["5", "2000", "3,000, 2,000 (another run met it)"]
+    assert "polling p95 12.0 s" in rows[1]
+    # A campaign alone, or campaigns read differently, get no table: their sections say it all.
+    assert _across([a]) == []
+    assert _across([a, campaign("c", [_run(300, 5)], reads="all")]) == []
