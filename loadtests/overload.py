@@ -7,7 +7,9 @@ started, how fast their kill converges, what the API and the cell's processes do
 A run is TASKSxMACHINESxREPLICAS: a fresh local cell (real etcd, masters and borglets, every
 machine declared large enough that resources never limit), a small service job, then one job
 of TASKS tasks (`sleep 600`, 1m CPU, 4 MiB) submitted at once and, once all its processes
-exist (or after --start-timeout), killed. Measured per run:
+exist (or after --start-timeout), killed. `sSHARES` after a run (10000x100x1s2048) starts its
+cell with `--machine-cpu-shares SHARES`: the borglets and their tasks in one CPU group of that
+weight, against 1024 for each other process. Measured per run:
 
 - submit-to-all-scheduled (every task RUNNING in the API: placed) and submit-to-all-started
   (every process found in /proc), and per task the same two delays (p50, p99, max) from each
@@ -56,19 +58,28 @@ class RunSpec:
     tasks: int
     machines: int
     replicas: int
+    machine_shares: int | None = None  # the machines in one CPU group of this weight (`cell up --machine-cpu-shares`)
 
     @classmethod
     def parse(cls, text: str) -> RunSpec:
+        """TASKSxMACHINESxREPLICAS, with `sSHARES` after it for the machines' CPU group: 10000x100x1s2048."""
+        head, sep, shares = text.lower().partition("s")
         try:
-            tasks, machines, replicas = (int(x) for x in text.lower().split("x"))
+            tasks, machines, replicas = (int(x) for x in head.split("x"))
+            weight = int(shares) if sep else None
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected TASKSxMACHINESxREPLICAS, e.g. 1000x2x1") from None
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected TASKSxMACHINESxREPLICAS[sSHARES], e.g. 1000x2x1 or 10000x100x1s2048"
+            ) from None
         if tasks < 1 or machines < 1 or replicas not in (1, 3, 5):
             raise argparse.ArgumentTypeError(f"{text!r}: tasks and machines >= 1, replicas 1, 3 or 5")
-        return cls(tasks, machines, replicas)
+        if weight is not None and weight < 2:
+            raise argparse.ArgumentTypeError(f"{text!r}: the machines' CPU weight must be at least 2")
+        return cls(tasks, machines, replicas, weight)
 
     def __str__(self) -> str:
-        return f"{self.tasks} tasks, {self.machines} machines, {self.replicas} replica(s)"
+        group = f", machines weighing {self.machine_shares}" if self.machine_shares else ""
+        return f"{self.tasks} tasks, {self.machines} machines, {self.replicas} replica(s){group}"
 
 
 @dataclass
@@ -217,7 +228,7 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
     # The flood is the admin's: no per-user rate limit, so the master's own overload shows.
     info = launcher.up(
         root, cell=CELL, replicas=spec.replicas, machines=spec.machines, machine_capacity=CAPACITY,
-        master_args=("--rate-limit", "0"),
+        master_args=("--rate-limit", "0"), machine_shares=spec.machine_shares,
     )  # fmt: skip
     urls = list(info.master_urls)
     auth = auth_headers(launcher.read_admin_token(root))

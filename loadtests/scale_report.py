@@ -121,7 +121,7 @@ def write_report(results_paths: Path | list[Path], out: Path) -> Path:
         "over the window, which reads 0 when starts lag the window by more than that.",
         "",
     ]
-    lines += _across(paths)
+    lines += across_campaigns(paths)
     for path in paths:
         lines += _section(path, out)
     out.write_text("\n".join(lines))
@@ -141,7 +141,7 @@ def _leader_reads(r: Result) -> str:
     return f" (leader {_f(r.leader_read_p50_s, '', 3)} / {_f(r.leader_read_p99_s, '', 3)})"
 
 
-def _across(paths: list[Path]) -> list[str]:
+def across_campaigns(paths: list[Path]) -> list[str]:
     """One table over campaigns run alike (same CPU budget, tasks per machine and reads), where
     together they try more than one replica count: per replica count, the largest cell that met
     the SLOs in any of them and the smallest size tried above it that did not."""

@@ -164,6 +164,16 @@ def cell_up(
             "so 1, 3 and 5 replicas compare as if each had a host of its own (needs root and cgroup v1 cpu).",
         ),
     ] = None,
+    machine_shares: Annotated[
+        int,
+        typer.Option(
+            "--machine-cpu-shares", min=0,
+            help="Put the cell's real machines (their borglets and tasks) in one cgroup of this CPU weight "
+            "(each other process weighs 1024, e.g. 2048), so that on one host borglets starting thousands "
+            "of tasks do not starve the masters; tasks then start more slowly. 0 (default): no group. "
+            "Needs root and cgroup v1 cpu.",
+        ),
+    ] = launcher.DEFAULT_MACHINE_SHARES,
     schedulers: Annotated[
         int,
         typer.Option(
@@ -195,6 +205,12 @@ def cell_up(
         problem = cpubudget.budget_problem(replica_cpu) or cpubudget.unusable()
         if problem:
             raise fail(f"--replica-cpu: {problem}", EXIT_USAGE)
+    if machine_shares and not resuming:
+        from reference.launcher import cpubudget
+
+        problem = cpubudget.shares_problem(machine_shares) or cpubudget.unusable()
+        if problem:
+            raise fail(f"--machine-cpu-shares: {problem}", EXIT_USAGE)
     bounds = None
     if autoscale_machines is not None:
         from reference.elastic.cellscaler import parse_bounds
@@ -222,6 +238,7 @@ def cell_up(
         replica_cpu=replica_cpu,
         schedulers=schedulers,
         runtime=runtime,
+        machine_shares=machine_shares or None,
     )
     if bounds is not None and not resuming:  # a resumed cell brings back the autoscaler it had
         info = _start_autoscaler(info, bounds, machine_capacity, say)
@@ -237,6 +254,8 @@ def cell_up(
                 ("etcd", ", ".join(info.etcd_urls)),
                 ("machines", machine_names_line(list(info.borglet_urls))),
                 *([("cpu per replica", f"{info.replica_cpu:g} cores")] if info.replica_cpu is not None else []),
+                *([("machines' cpu weight", f"{info.machine_shares} (cpu.shares; 1024 per other process)")]
+                  if info.machine_shares is not None else []),  # fmt: skip
                 ("logs", os.path.join(info.state_dir, "logs")),
             ],
         )

@@ -124,7 +124,7 @@ def test_campaigns_run_alike_are_judged_together(tmp_path: Path) -> None:
     import json
     from dataclasses import asdict
 
-    from loadtests.scale_report import _across
+    from loadtests.scale_report import across_campaigns
 
     def campaign(name: str, runs: list[Result], reads: str = "followers") -> Path:
         path = tmp_path / name / "results.json"
@@ -135,10 +135,11 @@ def test_campaigns_run_alike_are_judged_together(tmp_path: Path) -> None:
 
     a = campaign("a", [_run(300, 1), _run(600, 1, read_p99=1.2), _run(300, 5)])
     b = campaign("b", [_run(2000, 5), _run(2000, 5, read_p99=1.5), _run(3000, 5, p95=12.0)])
-    rows = [line for line in _across([a, b]) if line.startswith("| 0.2")]
+    rows = [line for line in across_campaigns([a, b]) if line.startswith("| 0.2")]
     assert rows[0].split(" | ")[3:6] == ["1", "300", "600"]
     assert rows[1].split(" | ")[3:6] == ["5", "2000", "3,000, 2,000 (another run met it)"]
     assert "polling p95 12.0 s" in rows[1]
     # A campaign alone, or campaigns read differently, get no table: their sections say it all.
-    assert _across([a]) == []
-    assert _across([a, campaign("c", [_run(300, 5)], reads="all")]) == []
+    assert across_campaigns([a]) == []
+    assert across_campaigns([a, campaign("c", [_run(300, 5)], reads="all")]) == []
+

@@ -124,8 +124,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="run without a channel key, obeying anyone who reaches the port, who can then run any "
         "command on this machine: for experiments run by hand on a private machine only",
     )
+    parser.add_argument(
+        "--join-cgroup",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a cgroup directory to join before anything starts (repeatable): `cell up` puts its "
+        "borglets, and with them their tasks' groups, in one CPU group of the cell's machines",
+    )
     parser.add_argument("--log-level", default="info")
     return parser
+
+
+def join_cgroups(dirs: list[str]) -> None:
+    """Move this process into each cgroup directory of `dirs`; its task groups are then made
+    beneath them (cgroups.CgroupTree reads /proc/self/cgroup)."""
+    for d in dirs:
+        (Path(d) / "cgroup.procs").write_text(str(os.getpid()))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -144,6 +159,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(err))
     if args.start_rate <= 0:
         parser.error(f"--start-rate must be a positive number of starts per second, not {args.start_rate}")
+    try:
+        join_cgroups(args.join_cgroup)
+    except OSError as err:
+        parser.error(f"--join-cgroup: {err}")
     if args.hollow:
         _serve_hollow(parser, args, host, port, capacity, attrs)
         return

@@ -18,6 +18,7 @@ from reference.launcher.cellfile import (
     is_alive,
     with_records,
 )
+from reference.launcher.cpubudget import DEFAULT_MACHINE_SHARES
 from reference.launcher.lifecycle import Stopped, down, restart, resume, shut_down, status, up
 from reference.launcher.processes import (
     READY_TIMEOUT_S,
@@ -41,6 +42,7 @@ from reference.ports import HOST
 
 __all__ = [
     "DEFAULT_CAPACITY",
+    "DEFAULT_MACHINE_SHARES",
     "HOST",
     "READY_TIMEOUT_S",
     "TOXIPROXY_ENV",

@@ -95,6 +95,9 @@ class CellInfo:
     # Set only for a cell started with --replica-cpu: each master replica's CPU budget, in
     # cores, held by a cgroup of its own (cpubudget) and put back when a replica restarts.
     replica_cpu: float | None = None
+    # Set when the cell's real borglets run in one CPU group of this weight (cpu.shares,
+    # cpubudget.machines_group), made again when they restart.
+    machine_shares: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -107,6 +110,8 @@ class CellInfo:
             data["proxies"] = [asdict(p) for p in self.proxies]
         if self.replica_cpu is None:
             del data["replica_cpu"]
+        if self.machine_shares is None:
+            del data["machine_shares"]
         return data
 
     @classmethod
@@ -129,6 +134,7 @@ class CellInfo:
             toxiproxy_url=data.get("toxiproxy_url"),
             proxies=tuple(ProxyRecord(**p) for p in data.get("proxies") or []),
             replica_cpu=data.get("replica_cpu"),
+            machine_shares=data.get("machine_shares"),
         )
 
     def save(self) -> None:

@@ -39,6 +39,43 @@ def quota_us(cores: float, period_us: int = CFS_PERIOD_US) -> int:
     return max(MIN_CFS_QUOTA_US, round(cores * period_us))
 
 
+MACHINES = "machines"  # the group of a cell's real borglets and their tasks, under its cell group
+# The machines' weight, together, against each other process of the host (the kernel gives
+# every process 1024), when `cell up --machine-cpu-shares` asks for the group. Without it a
+# one-host cell's 100 borglets outweigh its leader 100 to 1; with it the leader's reads stay
+# fast and the tasks start more slowly (docs/decisions.md, "The machines' CPU group").
+DEFAULT_MACHINE_SHARES = 0  # no group unless asked for
+
+
+def machines_group(cell: str, state_dir: str) -> str:
+    """The group the cell's real borglets join: `minborg/<cell>-<id>/machines`."""
+    return f"{cell_group(cell, state_dir)}/{MACHINES}"
+
+
+MAX_SHARES = 262_144  # the kernel's largest cpu.shares
+
+
+def shares_problem(shares: int) -> str | None:
+    """Why `shares` is no CPU weight (None when it is one)."""
+    if not 2 <= shares <= MAX_SHARES:
+        return f"must be a CPU weight from 2 to {MAX_SHARES} (1024 is one process's), not {shares}"
+    return None
+
+
+def share_cpu(group: str, shares: int, root: Path = CGROUP_ROOT) -> list[Path]:
+    """Make `group` (in the cpu and cpuacct hierarchies) with a CPU weight of `shares` and
+    return its directories, for processes to join (`borglet --join-cgroup`). OSError if the
+    kernel refuses."""
+    problem = shares_problem(shares)
+    if problem:
+        raise ValueError(problem)
+    dirs = group_dirs(group, root)
+    for path in dirs.values():
+        path.mkdir(parents=True, exist_ok=True)
+    (dirs["cpu"] / "cpu.shares").write_text(str(shares))
+    return list(dict.fromkeys(dirs.values()))
+
+
 def budget_problem(cores: float) -> str | None:
     """Why `cores` is no CPU budget (None when it is one)."""
     if not math.isfinite(cores) or cores <= 0:

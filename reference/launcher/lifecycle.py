@@ -101,6 +101,7 @@ def up(
     schedulers: int = 1,
     insecure_channel: bool = False,
     runtime: str | None = None,
+    machine_shares: int | None = cpubudget.DEFAULT_MACHINE_SHARES,
 ) -> CellInfo:
     """Start a local cell and return its cell file's contents once a leader exists and every
     machine is registered. On any failure everything started so far is stopped again.
@@ -115,6 +116,8 @@ def up(
     included). `schedulers` scheduler processes run beside the masters, one active at a time;
     with none, the leader schedules. `insecure_channel` starts the masters without the
     channel key and the borglets with `--insecure-channel`: only to measure what signing costs.
+    `machine_shares` puts the real borglets, and with them their tasks, in one CPU group of
+    that weight (cpu.shares; every other process weighs 1024); None or 0: no group.
     `runtime` "docker" starts the borglets with `--runtime docker`: a job that names an image
     runs in containers (borglet/containers.py); None: `default_runtime()`."""
     runtime = runtime or default_runtime()
@@ -128,6 +131,10 @@ def up(
         problem = cpubudget.budget_problem(replica_cpu) or cpubudget.unusable()
         if problem:
             raise LauncherError(f"--replica-cpu: {problem}")
+    if machine_shares:
+        problem = cpubudget.shares_problem(machine_shares) or cpubudget.unusable()
+        if problem:
+            raise LauncherError(f"--machine-cpu-shares: {problem}")
     root = state_dir_path(state_dir)
     if not fresh and (root / CELL_FILE).exists():
         return resume(root, progress=say)
@@ -181,8 +188,10 @@ def up(
             for i in range(schedulers)
         ]
         say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
+        info = replace(info, machine_shares=machine_shares if machines and machine_shares else None)
+        joined = _machines_group(info)
         borglets = [
-            start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env, signed, runtime, cell)
+            start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env, signed, runtime, cell, joined)
             for i, port in enumerate(borglet_ports)
         ]
         hollow_urls: dict[str, str] = {}
@@ -300,6 +309,8 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
             dead = [p for p in info.of_role(role) if not is_alive(p)]
             if dead:
                 say(f"{what}: starting {', '.join(p.name for p in dead)}")
+                if role is Role.BORGLET:
+                    _machines_group(info)  # `cell down` removed it; the borglets' commands join it
                 started = _respawn(dead, info, env)
                 info = with_records(info, role, started)
                 if role in (Role.MASTER, Role.SCHEDULER):
@@ -324,6 +335,23 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
             f"etcd did not come back on its data: {err}\n`minborg cell down` stops what runs"
         ) from None
     return info
+
+
+def _remove_groups(info: CellInfo) -> None:
+    if info.replica_cpu is not None or info.machine_shares is not None:
+        cpubudget.remove_groups(cpubudget.cell_group(info.cell, info.state_dir))
+
+
+def _machines_group(info: CellInfo) -> list[str]:
+    """Make the cell's machines group, when it has one, and return its directories (for the
+    borglets' `--join-cgroup`); [] without one."""
+    if info.machine_shares is None:
+        return []
+    group = cpubudget.machines_group(info.cell, info.state_dir)
+    try:
+        return [str(d) for d in cpubudget.share_cpu(group, info.machine_shares)]
+    except OSError as err:
+        raise LauncherError(f"cannot make the machines' CPU group {group}: {err}") from None
 
 
 def _hold_to_budget(info: CellInfo, masters: Sequence[ProcessRecord]) -> None:
@@ -383,6 +411,8 @@ def shut_down(
     survivors = _stop_cell(info, say)
     found = procscan.scan(info.state_dir)
     left = procscan.kill(info.state_dir, found) if found else []
+    if found:
+        _remove_groups(info)  # again: a task that outlived its borglet kept its group
     say(f"task processes: {len(found)} found under {info.state_dir} after the borglets stopped, {len(left)} left")
     stopped = replace(info, stopped_at=time.time())
     stopped.save()
@@ -417,8 +447,7 @@ def _stop_cell(info: CellInfo, say: Progress = lambda _msg: None) -> list[Proces
     say(f"masters: stopping {sum(map(is_alive, masters))}")
     stop_processes(info.of_role(Role.SCHEDULER))
     stop_processes(masters)
-    if info.replica_cpu is not None:
-        cpubudget.remove_groups(cpubudget.cell_group(info.cell, info.state_dir))
+    _remove_groups(info)
     toxiproxy = info.of_role(Role.TOXIPROXY)
     if toxiproxy:
         say("toxiproxy: stopping the server")
@@ -457,6 +486,7 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "master_urls": list(info.master_urls),
         "etcd_urls": list(info.etcd_urls),
         "replica_cpu": info.replica_cpu,
+        "machine_shares": info.machine_shares,
         "processes": processes,
         "api": None,
         "api_error": None,

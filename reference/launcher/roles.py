@@ -98,17 +98,19 @@ def start_scheduler(
 
 def start_borglet(
     root: Path, name: str, port: int, capacity: str, i: int, workdir: str, env: dict[str, str],
-    signed: bool = True, runtime: str = "process", cell: str = "",
+    signed: bool = True, runtime: str = "process", cell: str = "", cgroups: Sequence[str] = (),
 ) -> ProcessRecord:  # fmt: skip
     """Start the borglet of machine `name` (the cell's `i`th) on `port`, its state in
     `root`/machines/`name`; it kills its tasks when it is stopped. `runtime` "docker": tasks of
-    jobs that name an image run as containers, labelled with `cell`."""
+    jobs that name an image run as containers, labelled with `cell`. `cgroups`: directories it
+    joins first (the cell's machines group)."""
     command = [
         sys.executable, "-m", "reference.borglet", "--name", name, "--listen", f"{HOST}:{port}",
         "--capacity", capacity, "--attrs", f"rack={rack_of(i)}", "--failure-domain", rack_of(i),
         "--state-dir", str(root / "machines" / name), "--kill-tasks-on-exit",
         *channel_args(root, signed, borglet=True),
         *(["--runtime", runtime, "--cell", cell] if runtime != "process" else []),
+        *(arg for d in cgroups for arg in ("--join-cgroup", d)),
     ]  # fmt: skip
     log = root / "logs" / f"{name}.log"
     # The borglet's cwd is where `cell up` ran: tasks inherit it, so relative paths and
