@@ -122,6 +122,7 @@ def write_report(results_paths: Path | list[Path], out: Path) -> Path:
         "",
     ]
     lines += across_campaigns(paths)
+    lines += estimate(paths)
     for path in paths:
         lines += _section(path, out)
     out.write_text("\n".join(lines))
@@ -139,6 +140,68 @@ def _leader_reads(r: Result) -> str:
     if r.leader_read_p99_s is None:
         return ""
     return f" (leader {_f(r.leader_read_p50_s, '', 3)} / {_f(r.leader_read_p99_s, '', 3)})"
+
+
+def estimate(paths: list[Path], machines: int = 10_000, host_cores: float = 2.0) -> list[str]:
+    """What ran out first in the budgeted 5-replica runs that met the SLOs with reads on the
+    followers, and what their figures, taken as linear in the cell's size, predict for a cell
+    of `machines` machines (10 tasks each) with one host of `host_cores` per replica."""
+    runs = []
+    for path in paths:
+        config, results = load(path)
+        if config.get("reads", "all") != "followers" or not config.get("replica_cpu"):
+            continue
+        runs += [(config, r) for r in results if r.replicas == 5 and r.slo_met and r.fill_s]
+    if len(runs) < 2:
+        return []
+    runs.sort(key=lambda cr: cr[1].machines)
+    (_, small), (c1, large) = runs[0], runs[-1]
+    budget = float(small.replica_cpu or 0)
+    if large.machines == small.machines or budget <= 0 or large.replica_cpu != small.replica_cpu:
+        return []
+    saturated = [r.machines for _, r in runs if r.cpu.get("leader", 0) >= 0.95 * budget]
+    # The leader's CPU per task written during the fill (its whole budget over the fill rate)...
+    per_task = {r.machines: budget * r.fill_s / r.fill_tasks for _, r in runs if r.fill_s}
+    slope = (per_task[large.machines] - per_task[small.machines]) / (large.machines - small.machines)
+    at = per_task[large.machines] + slope * (machines - large.machines)
+    fill_tasks = machines * large.fill_tasks // large.machines
+    # ...and a follower's CPU, a base plus a cost per machine its shard polls.
+    followers = {r.machines: r.cpu.get("followers", 0.0) / (r.replicas - 1) for _, r in runs}
+    per_machine = (followers[large.machines] - followers[small.machines]) / ((large.machines - small.machines) / 5)
+    base = followers[small.machines] - per_machine * small.machines / 5
+    follower_then = base + per_machine * machines / 5
+    interval = float(c1.get("poll_interval", 2.0))
+    arrivals = float(c1.get("arrival_per_min", ARRIVAL_PER_MIN)) / 60.0
+    return [
+        "## What runs out first, and what the figures predict for 10,000 machines",
+        "",
+        f"From the 5-replica runs at {budget:g} cores per replica that met the SLOs with reads on the followers "
+        f"({', '.join(f'{r.machines:,}' for _, r in runs)} machines; {small.machines:,} and {large.machines:,} "
+        "anchor the lines below). Estimates, not measurements: each cost is taken as linear in the cell's size.",
+        "",
+        f"- **What ran out first: the leader's CPU.** It used at least 95% of its {budget:g} cores in the "
+        f"window of every one of these runs ({', '.join(f'{m:,}' for m in saturated)} machines); the followers used "
+        f"{min(followers.values()):.3f}-{max(followers.values()):.3f} cores each. The leader is the one writer, and "
+        "its write path grows with the cell: the CPU it spent per task filled was "
+        + ", ".join(f"{1000 * v:.2f} ms at {m:,} machines" for m, v in sorted(per_task.items()))
+        + f" (its budget times the fill's time over the tasks filled), {1000 * slope * 1000:.2f} ms more per "
+        "1,000 machines.",
+        f"- **Polling is not what limits.** A follower's CPU was {base:.3f} cores plus {1000 * per_machine:.3f} "
+        f"millicores per machine its shard polls every {interval:g} s. At {machines:,} machines, five shards of "
+        f"{machines // 5:,}: about {follower_then:.2f} cores per replica, within one host of {host_cores:g} cores, so "
+        "polling p95 should stay near the interval, and the followers that answer reads keep "
+        f"{host_cores - follower_then:.1f} cores.",
+        f"- **The writes are.** At {machines:,} machines the line gives {1000 * at:.1f} ms of leader CPU per task: "
+        f"filling {fill_tasks:,} tasks takes about {fill_tasks * at / 60:.0f} core-minutes, "
+        f"{fill_tasks * at / host_cores / 60:.0f} minutes on a {host_cores:g}-core host of its own, and the steady "
+        f"arrival of {arrivals * 60:,.0f} tasks a minute needs about {arrivals * at:.1f} cores for its writes alone. "
+        f"So the prediction for one {host_cores:g}-core host per replica: the polling and read SLOs hold, the "
+        "fill is slow, and the arrival target is "
+        + ("within reach." if arrivals * at < host_cores else "out of reach until the cost per task stops growing with the cell.")
+        + f" Not run: at {budget:g} cores per replica the fill alone would take about "
+        f"{fill_tasks * at / budget / 3600:.1f} hours.",
+        "",
+    ]
 
 
 def across_campaigns(paths: list[Path]) -> list[str]:

@@ -143,3 +143,30 @@ def test_campaigns_run_alike_are_judged_together(tmp_path: Path) -> None:
     assert across_campaigns([a]) == []
     assert across_campaigns([a, campaign("c", [_run(300, 5)], reads="all")]) == []
 
+
+
+def test_the_estimate_extends_the_leaders_cost_per_task_and_a_followers_per_machine(tmp_path: Path) -> None:
+    import json
+    from dataclasses import asdict
+
+    from loadtests.scale_report import estimate
+
+    def run(machines: int, fill_s: float, followers: float) -> Result:
+        r = _run(machines, 5, cpu={"leader": 0.2, "followers": followers})
+        r.replica_cpu, r.fill_s = 0.2, fill_s
+        return r
+
+    # 1 ms of leader CPU per task at 1,000 machines, 2 ms at 2,000; a follower 0.05 + 0.1 millicores a machine.
+    runs = [run(1000, 50.0, 4 * (0.05 + 0.0001 * 200)), run(2000, 200.0, 4 * (0.05 + 0.0001 * 400))]
+    path = tmp_path / "results.json"
+    config = {"replica_cpu": 0.2, "tasks_per_machine": 10, "reads": "followers", "poll_interval": 2.0,
+              "arrival_per_min": 10_000, "out": "reports/x"}  # fmt: skip
+    path.write_text(json.dumps({"config": config, "results": [asdict(r) for r in runs]}))
+    text = "\n".join(estimate([path], machines=10_000, host_cores=2.0))
+    assert "1.00 ms at 1,000 machines, 2.00 ms at 2,000 machines" in text
+    assert "10.0 ms of leader CPU per task" in text  # 2 ms + 8 x 1 ms per 1,000 machines
+    assert "about 0.25 cores per replica" in text  # 0.05 + 0.0001 x 2,000
+    assert "needs about 1.7 cores" in text and "within reach" in text
+    config["reads"] = "all"
+    path.write_text(json.dumps({"config": config, "results": [asdict(r) for r in runs]}))
+    assert estimate([path]) == []
