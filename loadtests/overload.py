@@ -44,6 +44,7 @@ from loadtests.procsample import ProcSampler, task_processes
 from loadtests.sampler import Sampler, Target
 from reference import launcher
 from reference.cellfile import auth_headers
+from reference.launcher.cpubudget import shares_problem
 
 CELL = "overload"
 CAPACITY = "cpu=64000m,ram=256GiB"  # declared, not real: resources never limit the flood
@@ -73,8 +74,9 @@ class RunSpec:
             ) from None
         if tasks < 1 or machines < 1 or replicas not in (1, 3, 5):
             raise argparse.ArgumentTypeError(f"{text!r}: tasks and machines >= 1, replicas 1, 3 or 5")
-        if weight is not None and weight < 2:
-            raise argparse.ArgumentTypeError(f"{text!r}: the machines' CPU weight must be at least 2")
+        problem = None if weight is None else shares_problem(weight)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{text!r}: the machines' CPU weight {problem}")
         return cls(tasks, machines, replicas, weight)
 
     def __str__(self) -> str:

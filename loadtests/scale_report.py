@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -130,6 +131,12 @@ def write_report(results_paths: Path | list[Path], out: Path) -> Path:
 
 
 READS_ALL = "Readers call every replica in turn, the leader included."
+
+
+def reads_of(config: dict[str, Any]) -> str:
+    """Where a campaign's readers read: its `reads`; campaigns from before `--reads` read every
+    replica in turn, which is `--reads all`."""
+    return str(config.get("reads", "all"))
 READS_FOLLOWERS = (
     "Readers call the replicas that do not lead (a 1-replica cell: its leader); the leader's own "
     "reads, from one more reader that calls only it, are shown in brackets and not judged."
@@ -149,19 +156,21 @@ def estimate(paths: list[Path], machines: int = 10_000, host_cores: float = 2.0)
     runs = []
     for path in paths:
         config, results = load(path)
-        if config.get("reads", "all") != "followers" or not config.get("replica_cpu"):
+        if reads_of(config) != "followers" or not config.get("replica_cpu"):
             continue
         runs += [(config, r) for r in results if r.replicas == 5 and r.slo_met and r.fill_s]
     if len(runs) < 2:
         return []
     runs.sort(key=lambda cr: cr[1].machines)
+    # Lines through runs of one budget: the largest run's.
+    budget = float(runs[-1][1].replica_cpu or 0)
+    runs = [(c, r) for c, r in runs if r.replica_cpu == budget]
     (_, small), (c1, large) = runs[0], runs[-1]
-    budget = float(small.replica_cpu or 0)
-    if large.machines == small.machines or budget <= 0 or large.replica_cpu != small.replica_cpu:
+    if large.machines == small.machines:
         return []
     saturated = [r.machines for _, r in runs if r.cpu.get("leader", 0) >= 0.95 * budget]
     # The leader's CPU per task written during the fill (its whole budget over the fill rate)...
-    per_task = {r.machines: budget * r.fill_s / r.fill_tasks for _, r in runs if r.fill_s}
+    per_task = {r.machines: budget * (r.fill_s or 0) / r.fill_tasks for _, r in runs}
     slope = (per_task[large.machines] - per_task[small.machines]) / (large.machines - small.machines)
     at = per_task[large.machines] + slope * (machines - large.machines)
     fill_tasks = machines * large.fill_tasks // large.machines
@@ -211,7 +220,7 @@ def across_campaigns(paths: list[Path]) -> list[str]:
     groups: dict[tuple[float | None, int, str], tuple[list[Result], list[str]]] = {}
     for path in paths:
         config, results = load(path)
-        key = (config.get("replica_cpu"), config["tasks_per_machine"], config.get("reads", "all"))
+        key = (config.get("replica_cpu"), config["tasks_per_machine"], reads_of(config))
         runs, names = groups.setdefault(key, ([], []))
         runs += results
         names.append(f"`{config['out']}`")
@@ -221,11 +230,11 @@ def across_campaigns(paths: list[Path]) -> list[str]:
         if len(best) < 2 or len(names) < 2:
             continue  # a single campaign's section says it all
         for replicas_n, b in best.items():
-            fails = sorted({r.machines for r in runs if r.replicas == replicas_n and not r.slo_met})
+            missed = [r for r in runs if r.replicas == replicas_n and not r.slo_met]
+            fails = sorted({r.machines for r in missed})
             above = [f"{m:,}" for m in fails if b["largest"] is None or m > b["largest"]]
             # A size that one run met and another missed is named too, so no miss goes unsaid.
             below = [f"{m:,} (another run met it)" for m in fails if b["largest"] is not None and m <= b["largest"]]
-            missed = [r for r in runs if r.replicas == replicas_n and not r.slo_met]
             first = b["first_failure"] or (failures(min(missed, key=lambda r: r.machines))[0] if missed else "-")
             rows.append(
                 f"| {budget or 'none'} | {per_machine} | {reads} | {replicas_n} | "
@@ -267,8 +276,7 @@ def _section(results_path: Path, out: Path) -> list[str]:
         f"--fill-timeout-s {config['fill_timeout_s']:g}"
         + (f" --arrival-per-min {config['arrival_per_min']}" if config.get("arrival_per_min", ARRIVAL_PER_MIN) != ARRIVAL_PER_MIN else "")
         + (f" --confirm-s {config['confirm_s']:g}" if config.get("confirm_s", CONFIRM_S) != CONFIRM_S else "")
-        # Campaigns before `--reads` read from every replica in turn, which is `--reads all` now.
-        + (" --reads all" if config.get("reads", "all") == "all" else "")
+        + (" --reads all" if reads_of(config) == "all" else "")
         + f" --out {config['out']}"
     )
     lines = [
@@ -279,7 +287,7 @@ def _section(results_path: Path, out: Path) -> list[str]:
            if budget else "No CPU budget per replica")
         + f"; poll interval {config['poll_interval']} s; arrivals {config['arrival_per_min']:,} tasks/min "
         f"for {config['measure_s']:.0f} s, in jobs of {config.get('arrival_job', 100)} tasks. "
-        + (READS_ALL if config.get("reads", "all") == "all" else READS_FOLLOWERS),
+        + (READS_ALL if reads_of(config) == "all" else READS_FOLLOWERS),
         "",
         "| replicas | largest cell meeting the SLOs | next size tried | what failed first there |",
         "|---:|---:|---:|---|",

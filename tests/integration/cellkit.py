@@ -5,9 +5,18 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import pytest
+
+from reference.launcher import cpubudget
 from reference.launcher.testcell import REPO, LocalCell, Proc, wait_for
 
-__all__ = ["REPO", "LocalCell", "Proc", "hello_job", "sleeper_job", "wait_for"]
+__all__ = ["NEEDS_CPU_GROUPS", "REPO", "LocalCell", "Proc", "hello_job", "sleeper_job", "wait_for"]
+
+# For tests of a cell whose processes the launcher puts in cgroups (`--replica-cpu`,
+# `--machine-cpu-shares`): skipped where this host cannot make them.
+NEEDS_CPU_GROUPS = pytest.mark.skipif(
+    cpubudget.unusable() is not None, reason=f"no CPU groups here: {cpubudget.unusable()}"
+)
 
 
 def hello_job(name: str = "hello", user: str = "alice", count: int = 2, **extra: Any) -> dict[str, Any]:

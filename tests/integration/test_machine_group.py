@@ -12,14 +12,9 @@ from reference.cellfile import read_admin_token
 from reference.client import CellClient
 from reference.launcher import cpubudget
 from reference.waiting import wait_until
-from tests.integration.cellkit import sleeper_job
+from tests.integration.cellkit import NEEDS_CPU_GROUPS, sleeper_job
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        cpubudget.unusable() is not None, reason=f"no CPU groups here: {cpubudget.unusable()}"
-    ),
-]
+pytestmark = [pytest.mark.integration, NEEDS_CPU_GROUPS]
 
 SHARES = 2048
 

@@ -11,13 +11,9 @@ import pytest
 
 from reference import launcher
 from reference.launcher import cpubudget
+from tests.integration.cellkit import NEEDS_CPU_GROUPS
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        cpubudget.unusable() is not None, reason=f"no CPU groups here: {cpubudget.unusable()}"
-    ),
-]
+pytestmark = [pytest.mark.integration, NEEDS_CPU_GROUPS]
 
 BUDGET = 0.2
 
