@@ -6,13 +6,14 @@ with it (reference/channel.py): a 401 otherwise, before any handler runs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -66,8 +67,10 @@ def make_app(
             )
 
     @app.get("/v1/state", response_model=None)
-    def state() -> Any:
-        return _json(borglet.report())
+    def state(request: Request) -> Any:
+        """The machine's report, with an ETag of its content: a poller that sends the tag it
+        last read (If-None-Match) gets 304 and no body while nothing changed."""
+        return _state(borglet.report(), request.headers.get("if-none-match"))
 
     @app.get("/v1/tasks/{task_id:path}/logs", response_model=None)
     async def task_logs(
@@ -130,3 +133,17 @@ def _json(report: dict[str, Any]) -> Response:
     # A report of thousands of tasks is plain JSON already: skip FastAPI's generic encoder,
     # which costs more than the rest of a poll.
     return Response(content=json.dumps(report, separators=(",", ":")), media_type="application/json")
+
+
+def state_tag(body: bytes) -> str:
+    """The ETag of a report's JSON: its content's hash, so equal reports have equal tags,
+    also across a restart of the borglet."""
+    return '"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
+
+
+def _state(report: dict[str, Any], if_none_match: str | None) -> Response:
+    body = json.dumps(report, separators=(",", ":")).encode()
+    tag = state_tag(body)
+    if if_none_match == tag:
+        return Response(status_code=304, headers={"ETag": tag})
+    return Response(content=body, media_type="application/json", headers={"ETag": tag})

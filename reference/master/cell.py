@@ -293,9 +293,11 @@ class Draft:
             return
         cur = self.task_info(tid)
         found = events.from_report(cur, info, task.machine)
-        self.tasks[tid] = replace(
+        new = replace(
             info, events=events.append(cur.events, self.now, found), machine=cur.machine, pending=cur.pending
         )
+        if new != cur:  # facts read again unchanged (a usage sample that moved nothing) write nothing
+            self.tasks[tid] = new
 
     @property
     def changed(self) -> bool:

@@ -203,7 +203,7 @@ class LinkShard:
                 else:
                     # An answer after misses is news even if it reads the same: the leader
                     # must hear that the machine is back.
-                    p.dirty = p.dirty or p.misses > 0 or p.report is None or reply != p.latest
+                    p.dirty = p.dirty or p.misses > 0 or p.report is None or (reply is not p.latest and reply != p.latest)
                     p.misses = 0
                     p.latest = reply
 
@@ -314,6 +314,7 @@ class LinkShard:
             "polls": polls,
             "poll_interval_s": _percentiles(gaps),
             "sent": sent,
+            "not_modified": self._reads.not_modified,
         }
 
 
@@ -325,9 +326,18 @@ class KeptAlive:
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self._local = threading.local()
+        # url -> (ETag, the object read with it): a server that answers 304 to the tag sent
+        # back costs neither a body nor a decode, and the object returned is the same one.
+        self._tagged: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.not_modified = 0  # answers of 304
 
     def get_json(self, url: str, headers: dict[str, str] | None = None) -> dict[str, Any] | None:
-        """The JSON object at `url`, or None (no answer in time, not 200, not an object)."""
+        """The JSON object at `url`, or None (no answer in time, not 200, not an object).
+        While the server's answer keeps the ETag of the last one read, the object read then
+        is returned again (the same object)."""
+        tagged = self._tagged.get(url)
+        if tagged is not None:
+            headers = {**(headers or {}), "If-None-Match": tagged[0]}
         parts = urlsplit(url)
         key = (parts.hostname or "", parts.port or 80)
         conns: dict[tuple[str, int], http.client.HTTPConnection] = self._local.__dict__.setdefault("conns", {})
@@ -350,13 +360,23 @@ class KeptAlive:
                 if attempt:
                     return None
                 continue  # a kept-alive connection the server had closed: once more, fresh
+            if response.status == 304 and tagged is not None:
+                self.not_modified += 1
+                return tagged[1]
             if response.status != 200:
                 return None
             try:
                 doc = json.loads(body)
             except ValueError:
                 return None
-            return doc if isinstance(doc, dict) else None
+            if not isinstance(doc, dict):
+                return None
+            tag = response.getheader("ETag")
+            if tag:
+                self._tagged[url] = (tag, doc)
+            else:
+                self._tagged.pop(url, None)
+            return doc
         return None
 
 

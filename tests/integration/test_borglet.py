@@ -298,6 +298,9 @@ def rooted(tmp_path: Path) -> Iterator[BorgletProcess]:
 PROBE = """
 import json, os, sys
 out = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(), "cwd": os.getcwd()}
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+out["uids"], out["gids"] = status["Uid"].split(), status["Gid"].split()  # real, effective, saved, fs
+out["cap_eff"], out["cap_prm"] = int(status["CapEff"], 16), int(status["CapPrm"], 16)
 for what, pid in (("kill_borglet", sys.argv[1]), *(("kill_" + p.split("=")[0], p.split("=")[1]) for p in sys.argv[3:])):
     try:
         os.kill(int(pid), 0)
@@ -339,6 +342,9 @@ def test_a_task_runs_as_an_unprivileged_uid_that_cannot_touch_the_borglet(rooted
     borglet.sync(probe(borglet, "alice/probe/0#0", "alice/probe"))
     seen = probe_output(borglet, "alice/probe/0#0")
     assert seen["uid"] >= taskusers.FIRST_UID and seen["gid"] == seen["uid"] and seen["groups"] == []
+    # Every id, the saved ones too, is the user's (no way back to root), and no capability is left.
+    assert seen["uids"] == [str(seen["uid"])] * 4 and seen["gids"] == [str(seen["uid"])] * 4
+    assert seen["cap_eff"] == 0 and seen["cap_prm"] == 0
     assert seen["kill_borglet"] == "EPERM"
     assert seen["list_state"] == "EACCES" and seen["read_table"] == "EACCES"
     assert seen["cwd_owner"] == seen["uid"] and os.path.basename(seen["cwd"]).startswith("alice_probe_0_0")

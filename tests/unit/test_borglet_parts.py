@@ -4,7 +4,7 @@ import pytest
 
 from reference.borglet import cgroups, store
 from reference.borglet.cli import parse_listen
-from reference.borglet.processes import sanitize
+from reference.borglet.processes import _resolve, sanitize
 from reference.borglet.protocol import SyncRequest, TaskSpec
 from reference.borglet.task import Task
 
@@ -107,3 +107,19 @@ def test_task_record_round_trips_through_the_table(tmp_path):
 
 def test_store_load_of_a_missing_table_is_empty(tmp_path):
     assert store.load(str(tmp_path / "none.json")) == {}
+
+
+def test_a_task_program_is_looked_up_on_its_own_path_before_the_spawn(tmp_path):
+    # With setpriv between the borglet and the task, the program is found in the parent, so
+    # a missing one still fails the spawn (as CPython's own exec would) instead of exiting 127.
+    prog = tmp_path / "bin" / "tool"
+    prog.parent.mkdir()
+    prog.write_text("#!/bin/sh\n")
+    prog.chmod(0o755)
+    assert _resolve(["tool", "-x"], {"PATH": str(prog.parent)}) == str(prog)
+    with pytest.raises(FileNotFoundError):
+        _resolve(["tool"], {"PATH": str(tmp_path)})
+    with pytest.raises(FileNotFoundError):
+        _resolve([str(tmp_path / "missing")], {})
+    assert _resolve(["./relative"], {}) == "./relative"  # the child's cwd decides
+    assert _resolve(["sh"], {}).endswith("/sh")  # no PATH: the default one, as exec uses

@@ -10,7 +10,9 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 
+from reference.master import codec
 from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo, borglet_task_id
+from reference.master.writer import diff_ops
 from spec.actions import EvictReason, machine_add
 from spec.model import CellState, TaskId
 from tests.unit.master_cells import M2, SPEC, T0, T1, placed_cell
@@ -121,3 +123,16 @@ def test_set_task_info_ignores_tasks_not_in_the_state():
     d.set_task_info(TaskId("bob/x", 0, 0), TaskInfo(port=2))
     assert d.tasks[T0].port == 1
     assert TaskId("bob/x", 0, 0) not in d.tasks
+
+
+def test_facts_read_again_unchanged_write_nothing():
+    # A borglet's report read again with the same facts (a usage sample that moved nothing)
+    # leaves the draft unchanged, so the writer puts no task record.
+    base = placed_cell(port=7, seen=True, usage=(("cpu_milli", 0), ("ram_bytes", 4096)))
+    d = Draft(base, 5.0)
+    d.set_task_info(T0, TaskInfo(port=7, seen=True, usage=(("cpu_milli", 0), ("ram_bytes", 4096))))
+    assert not d.changed and T0 not in d.task_keys
+    assert diff_ops(d.base, d, codec.Keys("c")) == []
+    d.set_task_info(T0, TaskInfo(port=7, seen=True, usage=(("cpu_milli", 3), ("ram_bytes", 4096))))
+    assert d.changed and d.tasks[T0].usage == (("cpu_milli", 3), ("ram_bytes", 4096))
+    assert len(diff_ops(d.base, d, codec.Keys("c"))) == 1
