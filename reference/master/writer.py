@@ -10,9 +10,8 @@ go on), writes what they changed in one `Election.fenced_commit` (so a deposed l
 writes nothing), and waits until its own watch cache shows the write before the next group
 starts; with concurrent writers, the writer's thread holds a group open for up to a
 millisecond for one more change (`GROUP_DELAY_S`). A write is acknowledged only after its
-txn committed. etcd allows 128 ops per txn by default; a bigger diff is split, tasks first:
-the task records' txns go up to TXNS_IN_FLIGHT at a time, and the job, machine and delete
-txns only once every task record landed, so a watcher never sees a job without its tasks.
+txn committed. etcd allows 128 ops per txn by default; a bigger diff is split, tasks first,
+so a watcher never sees a job without its tasks' records being on their way.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -43,9 +41,6 @@ MAX_GROUP = 64  # changes committed together at most (docs/decisions.md)
 # held two or more (so writers are concurrent): PostgreSQL's commit_delay with
 # commit_siblings, for the same reason. docs/decisions.md has the measurement.
 GROUP_DELAY_S = 0.001
-# Txns of one write's task records sent at once: etcd commits concurrent proposals together,
-# so a kill or a placement of 10,000 tasks waits for fewer rounds (docs/decisions.md).
-TXNS_IN_FLIGHT = 4
 SLOW_GROUP_S = 1.0  # a group that takes longer is logged with where its time went
 
 
@@ -114,16 +109,6 @@ def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
         elif old.allocs.get(name) is not a:
             other.append(ops.put(keys.alloc(name), codec.encode_alloc(a)))
     return task_ops + other + deletes
-
-
-def _task_puts(items: list[ops.Op], prefix: str) -> int:
-    """How many of `items`, from the first, are puts of task records (under `prefix`)."""
-    raw = prefix.encode()
-    for i, op in enumerate(items):
-        put = op.get("request_put")
-        if put is None or not ops.unb64(put["key"]).startswith(raw):
-            return i
-    return len(items)
 
 
 def chunks(items: list[ops.Op], size: int, max_bytes: int | None = None) -> list[list[ops.Op]]:
@@ -206,7 +191,6 @@ class Writer:
         self._queued = threading.Condition(self._queue_lock)  # notified by `submit`
         self._last_group = 0  # changes in the writer thread's last group
         self._thread: threading.Thread | None = None
-        self._txn_pool: ThreadPoolExecutor | None = None  # made at the first write of many task txns
         self.groups = 0  # groups committed, and the changes in them: their ratio is the mean group size
         self.grouped = 0
 
@@ -343,38 +327,15 @@ class Writer:
                         log.exception("a write's completion callback failed")
 
     def _commit(self, all_ops: list[ops.Op]) -> int:
-        """Commit a diff: its leading task puts in txns of which up to TXNS_IN_FLIGHT are
-        sent at once (etcd then takes several per fsync), the rest (jobs, machines, deletes)
-        one txn after another once every task record landed. Its revision, the highest."""
-        head = _task_puts(all_ops, self.keys.tasks)
-        parallel = chunks(all_ops[:head], self.max_ops, MAX_TXN_BYTES)
-        revisions = self._commit_batches(parallel) if len(parallel) > 1 else [self._commit_batch(b) for b in parallel]
-        for batch in chunks(all_ops[head:], self.max_ops, MAX_TXN_BYTES):
-            revisions.append(self._commit_batch(batch))
-        if revisions and all(revisions):
-            return max(revisions)
+        revision = 0
+        for batch in chunks(all_ops, self.max_ops, MAX_TXN_BYTES):
+            revision = self._commit_batch(batch)
+        if revision:
+            return revision
         try:
             return self.election.client.revision()
         except StoreError as err:
             raise WriteFailed(f"committed, but the revision could not be read: {err}") from err
-
-    def _commit_batches(self, batches: list[list[ops.Op]]) -> list[int]:
-        """Commit batches of task puts, several txns in flight; each batch is fenced on its own
-        and lands whole or not at all. The first failure is raised once all have ended (those
-        that committed stay, as the ones before a failure do in order)."""
-        if self._txn_pool is None:
-            self._txn_pool = ThreadPoolExecutor(TXNS_IN_FLIGHT, thread_name_prefix="writer-txn")
-        futures = [self._txn_pool.submit(self._commit_batch, b) for b in batches]
-        results: list[int] = []
-        failure: BaseException | None = None
-        for f in futures:
-            try:
-                results.append(f.result())
-            except (NotLeader, WriteFailed) as err:
-                failure = failure or err
-        if failure is not None:
-            raise failure
-        return results
 
     def _commit_batch(self, batch: list[ops.Op]) -> int:
         """Commit one txn; its revision, or 0 where it landed but its answer was lost."""

@@ -12,7 +12,7 @@ from reference.master import codec
 from reference.master.cell import Cell, Draft, MachineInfo
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.store import ops
-from reference.store.client import StoreError, StoreUnavailable
+from reference.store.client import StoreUnavailable
 from spec.model import Machine, Resources
 
 
@@ -285,74 +285,3 @@ def test_the_writers_thread_holds_a_group_open_for_concurrent_writers_only() -> 
 def got_pair(answers: Answers) -> bool:
     """m1 and m2 were committed in one txn (the same revision)."""
     return answers.got["m1"][1] == answers.got["m2"][1]
-
-
-class RecordingElection:
-    """Records each txn's kind (task puts, or anything else) and when it ran; several may run
-    at once, as the writer sends a large write's task txns."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.revision = 1
-        self.in_flight = 0
-        self.most_in_flight = 0
-        self.txns: list[tuple[str, float, float, int]] = []  # (kind, began, ended, revision)
-        self.client = None
-        self.is_leader = True
-
-    def fenced_commit(self, batch: list[ops.Op]) -> int | None:
-        keys = [ops.unb64((op.get("request_put") or op.get("request_delete_range"))["key"]).decode() for op in batch]
-        kind = "tasks" if all("/state/tasks/" in k for k in keys) and all("request_put" in op for op in batch) else "rest"
-        with self.lock:
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        began = time.monotonic()
-        time.sleep(0.03)
-        with self.lock:
-            self.in_flight -= 1
-            self.revision += 1
-            self.txns.append((kind, began, time.monotonic(), self.revision))
-            return self.revision
-
-
-def test_a_large_writes_task_txns_go_together_and_the_rest_after_them() -> None:
-    from reference.master.mutations import submit_job
-
-    cache = FakeCache()
-    state = Cell().state.with_(machines=Cell().state.machines.set("m1", machine("m1")))
-    cache.view = Cell(state, {"m1": MachineInfo()}, {}, {}, 1)
-    election = RecordingElection()
-    w = Writer(cache, election, codec.Keys("c1"), max_ops=2)  # type: ignore[arg-type]
-    job = {"name": "big", "user": "alice", "task_count": 9, "request": {"cpu": "1m"}, "command": ["sleep", "9"]}
-    _, revision = w.mutate(lambda d: submit_job(d, job))
-    tasks = [t for t in election.txns if t[0] == "tasks"]
-    rest = [t for t in election.txns if t[0] == "rest"]
-    assert len(tasks) == 5 and len(rest) == 1  # 9 task records in txns of 2; then the job's record
-    assert 1 < election.most_in_flight <= 4
-    assert min(t[1] for t in rest) >= max(t[2] for t in tasks)  # the job lands after all its tasks
-    assert revision == max(t[3] for t in election.txns)
-
-
-def test_a_failed_task_txn_fails_the_write_and_sends_nothing_after_it() -> None:
-    from reference.master.mutations import submit_job
-
-    class Failing(RecordingElection):
-        calls = 0
-
-        def fenced_commit(self, batch: list[ops.Op]) -> int | None:
-            with self.lock:
-                self.calls += 1
-                fail = self.calls == 2
-            if fail:
-                raise StoreError("etcdserver: refused")
-            return super().fenced_commit(batch)
-
-    cache = FakeCache()
-    state = Cell().state.with_(machines=Cell().state.machines.set("m1", machine("m1")))
-    cache.view = Cell(state, {"m1": MachineInfo()}, {}, {}, 1)
-    election = Failing()
-    w = Writer(cache, election, codec.Keys("c1"), max_ops=2)  # type: ignore[arg-type]
-    job = {"name": "big", "user": "alice", "task_count": 9, "request": {"cpu": "1m"}, "command": ["sleep", "9"]}
-    with pytest.raises(WriteFailed):
-        w.mutate(lambda d: submit_job(d, job))
-    assert election.txns and all(kind == "tasks" for kind, *_ in election.txns)  # the job's record was never sent
