@@ -87,6 +87,7 @@ class WatchCache:
         self._job_counts: dict[str, dict[str, int]] = {}
         self._fresh_counts: set[str] = set()
         self._leader = ""
+        self._leader_revision = 0
         self._replicas: dict[str, str] = {}
         # Users by name and by their token's hash: each request is authenticated from these.
         self._users: dict[str, UserRecord] = {}
@@ -176,6 +177,7 @@ class WatchCache:
             tasks=dict(self._task_infos) if "task_infos" in dirty else last.tasks,  # type: ignore[union-attr]
             revision=self._revision,
             leader=self._leader,
+            leader_revision=self._leader_revision,
             replicas=dict(self._replicas) if "replicas" in dirty else last.replicas,  # type: ignore[union-attr]
             work=frozenset(self._work) if "work" in dirty else last.work,  # type: ignore[union-attr]
             running=frozenset(self._running) if "running" in dirty else last.running,  # type: ignore[union-attr]
@@ -231,9 +233,9 @@ class WatchCache:
             self._capacity_epoch += 1
             self._counts = views.zero_counts()
             self._job_counts, self._fresh_counts = {}, set()
-            self._leader = ""
-            for key, value, _ in kvs:
-                self._put(key, value)
+            self._leader, self._leader_revision = "", 0
+            for key, value, mod_revision in kvs:
+                self._put(key, value, revision=mod_revision)
             self._revision = revision
             self.changes.reset(revision)
             self._view = None
@@ -273,7 +275,7 @@ class WatchCache:
             for i, e in enumerate(events):
                 self._log_change(e)
                 if e.kind == "PUT":
-                    self._put(e.key, e.value, decoded.get(i))
+                    self._put(e.key, e.value, decoded.get(i), revision=e.mod_revision)
                 else:
                     self._delete(e.key)
             changed = bool(events)
@@ -300,13 +302,14 @@ class WatchCache:
                 self.changes.record(Change(e.mod_revision, kind, k[len(prefix) :], value, self._raw.get(e.key)))
                 return
 
-    def _put(self, key: bytes, value: bytes, task: tuple[Task, TaskInfo] | None = None) -> None:
-        """Take one record; `task`: a task record's value already decoded (`_on_events`)."""
+    def _put(self, key: bytes, value: bytes, task: tuple[Task, TaskInfo] | None = None, revision: int = 0) -> None:
+        """Take one record, written at `revision`; `task`: a task record's value already
+        decoded (`_on_events`)."""
         self._raw[key] = value
         k = key.decode()
         try:
             if k == self.keys.leader:
-                self._leader = value.decode()
+                self._leader, self._leader_revision = value.decode(), revision
             elif k.startswith(self.keys.replicas):
                 doc = codec.loads(value)
                 self._replicas[doc["name"]] = doc["url"]
@@ -350,7 +353,7 @@ class WatchCache:
         self._raw.pop(key, None)
         k = key.decode()
         if k == self.keys.leader:
-            self._leader = ""
+            self._leader, self._leader_revision = "", 0
         elif k.startswith(self.keys.replicas):
             self._replicas.pop(k[len(self.keys.replicas) :], None)
             self._dirty.add("replicas")

@@ -91,6 +91,9 @@ class Cell:
     # watch cache as each task record changes; None where the view was not built by a cache.
     counts: dict[str, int] | None = None
     job_counts: dict[str, dict[str, int]] | None = None  # the same per job, never changed in place
+    # The revision at which the leader key was last written: a new term, also of a replica
+    # that lost its lease and won it again under the same name (0: unknown or no leader).
+    leader_revision: int = 0
 
     def task_info(self, tid: TaskId) -> TaskInfo:
         return self.tasks.get(tid) or TaskInfo()

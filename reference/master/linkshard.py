@@ -96,6 +96,7 @@ class LinkShard:
         self._sender = threading.Thread(target=self._send_loop, name="link-shard-send", daemon=True)
         self._news = threading.Event()
         self._leader = ""
+        self._term = 0  # the leader key's revision when _leader was read (Cell.leader_revision)
         self.gaps: deque[float] = deque(maxlen=GAPS_KEPT)
         self.rounds = 0
         self.polls = 0  # machine polls made, answered or not: what a poll's cost is counted per
@@ -156,12 +157,14 @@ class LinkShard:
 
     def round(self) -> None:
         """Poll every machine of the share once; the sender takes what changed as it comes."""
-        leader = self.cache.cell().leader.partition("=")[0]
+        cell = self.cache.cell()
+        leader, term = cell.leader.partition("=")[0], cell.leader_revision
         share = self.share()
         with self._lock:
-            if leader != self._leader:
-                # A new leader holds none of the reports the changes would be based on.
-                self._leader = leader
+            if (leader, term) != (self._leader, self._term):
+                # A new leader holds none of the reports the changes would be based on; nor
+                # does a new term of the same replica (it lost its lease and won it again).
+                self._leader, self._term = leader, term
                 for p in self._machines.values():
                     p.report = None
                     p.dirty = p.latest is not None or p.misses > 0

@@ -25,6 +25,7 @@ class _Cell:
     state: _State
     replicas: dict[str, str] = field(default_factory=lambda: {"r1": "http://r1"})
     leader: str = "r1=http://r1"
+    leader_revision: int = 7
 
 
 class _Cache:
@@ -127,4 +128,22 @@ def test_misses_are_counted_and_the_answer_after_them_goes_whole() -> None:
     shard.flush()
     assert "report" in leader.batches[-1]["reports"]["m1"]
     assert shard.stats()["poll_interval_s"]["count"] == 3  # a gap between each two of the four polls
+    shard.stop()
+
+
+def test_a_new_term_of_the_same_leader_gets_every_report_whole_even_unchanged_ones() -> None:
+    # A leader that lost its lease and won it again keeps its name, but its new term starts
+    # with no reports: an idle machine whose report never changes must still be sent to it,
+    # or the new term never syncs that machine (its placed tasks would never start).
+    shard, leader, answers = _shard(["m1", "m2"])
+    answers.update(m1=_report(("a", "RUNNING")), m2=_report())
+    shard.round()
+    assert shard.flush() == 1
+    shard.round()
+    assert shard.flush() == 0  # unchanged: nothing to send in the same term
+    leader.copies.clear()
+    shard.cache.view.leader_revision += 1  # type: ignore[attr-defined]
+    shard.round()
+    assert shard.flush() == 1
+    assert {m: "report" in e for m, e in leader.batches[-1]["reports"].items()} == {"m1": True, "m2": True}
     shard.stop()

@@ -335,3 +335,17 @@ def test_freshness_is_timed_on_the_injected_clock() -> None:
     now[0] = 103.5
     cache._on_events([], client.revision)  # a progress notification
     assert cache.heard_at == 103.5
+
+
+def test_the_view_names_the_revision_of_each_term_of_the_leader() -> None:
+    # The same replica winning the lease again writes the same value at a new revision: the
+    # view tells the two terms apart (link shards resend their reports to a new term).
+    client = FakeClient()
+    client.kv[KEYS.leader.encode()] = b"r0=http://r0"
+    cache = WatchCache(client, KEYS)  # type: ignore[arg-type]
+    cache._reload()
+    assert (cache.cell().leader, cache.cell().leader_revision) == ("r0=http://r0", 1)
+    cache._on_events([ops.WatchEvent("DELETE", KEYS.leader.encode(), b"", 5, 0, 0)], 5)
+    assert (cache.cell().leader, cache.cell().leader_revision) == ("", 0)
+    cache._on_events([ops.WatchEvent("PUT", KEYS.leader.encode(), b"r0=http://r0", 6, 6, 1)], 6)
+    assert (cache.cell().leader, cache.cell().leader_revision) == ("r0=http://r0", 6)
