@@ -23,7 +23,7 @@ CREATE_TIME_TOLERANCE_S = 0.05
 SETPRIV = shutil.which("setpriv")
 
 
-def _resolve(command: list[str], env: Mapping[str, str]) -> str:
+def resolve_program(command: list[str], env: Mapping[str, str]) -> str:
     """The program `command` runs, looked up on the task's PATH as the child would look it up,
     so a program that is not there fails the spawn as it does without `setpriv`. A path with
     a slash is the child's to find (relative ones from its working directory)."""
@@ -66,7 +66,7 @@ def spawn(
     out, err = logs.open_streams(log_dir)
     try:
         if user is not None and SETPRIV is not None:
-            argv = [SETPRIV, f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", _resolve(command, env), *command[1:]]
+            argv = [SETPRIV, f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", resolve_program(command, env), *command[1:]]
             return subprocess.Popen(
                 argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                 start_new_session=True, close_fds=True,

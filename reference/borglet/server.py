@@ -70,7 +70,7 @@ def make_app(
     def state(request: Request) -> Any:
         """The machine's report, with an ETag of its content: a poller that sends the tag it
         last read (If-None-Match) gets 304 and no body while nothing changed."""
-        return _state(borglet.report(), request.headers.get("if-none-match"))
+        return state_response(borglet.report(), request.headers.get("if-none-match"))
 
     @app.get("/v1/tasks/{task_id:path}/logs", response_model=None)
     async def task_logs(
@@ -141,7 +141,7 @@ def state_tag(body: bytes) -> str:
     return '"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
 
 
-def _state(report: dict[str, Any], if_none_match: str | None) -> Response:
+def state_response(report: dict[str, Any], if_none_match: str | None) -> Response:
     body = json.dumps(report, separators=(",", ":")).encode()
     tag = state_tag(body)
     if if_none_match == tag:

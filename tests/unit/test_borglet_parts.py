@@ -4,7 +4,7 @@ import pytest
 
 from reference.borglet import cgroups, store
 from reference.borglet.cli import parse_listen
-from reference.borglet.processes import _resolve, sanitize
+from reference.borglet.processes import resolve_program, sanitize
 from reference.borglet.protocol import SyncRequest, TaskSpec
 from reference.borglet.task import Task
 
@@ -116,10 +116,10 @@ def test_a_task_program_is_looked_up_on_its_own_path_before_the_spawn(tmp_path):
     prog.parent.mkdir()
     prog.write_text("#!/bin/sh\n")
     prog.chmod(0o755)
-    assert _resolve(["tool", "-x"], {"PATH": str(prog.parent)}) == str(prog)
+    assert resolve_program(["tool", "-x"], {"PATH": str(prog.parent)}) == str(prog)
     with pytest.raises(FileNotFoundError):
-        _resolve(["tool"], {"PATH": str(tmp_path)})
+        resolve_program(["tool"], {"PATH": str(tmp_path)})
     with pytest.raises(FileNotFoundError):
-        _resolve([str(tmp_path / "missing")], {})
-    assert _resolve(["./relative"], {}) == "./relative"  # the child's cwd decides
-    assert _resolve(["sh"], {}).endswith("/sh")  # no PATH: the default one, as exec uses
+        resolve_program([str(tmp_path / "missing")], {})
+    assert resolve_program(["./relative"], {}) == "./relative"  # the child's cwd decides
+    assert resolve_program(["sh"], {}).endswith("/sh")  # no PATH: the default one, as exec uses

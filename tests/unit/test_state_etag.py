@@ -8,22 +8,22 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from reference.borglet.server import _state, state_tag
+from reference.borglet.server import state_response, state_tag
 from reference.master.linkshard import KeptAlive
 
 
 def test_equal_reports_have_equal_tags_and_a_matching_tag_gets_304() -> None:
     report = {"machine": "m1", "tasks": [{"task_id": "a/b/0#0", "state": "RUNNING"}]}
-    first = _state(report, None)
+    first = state_response(report, None)
     assert first.status_code == 200
     tag = first.headers["etag"]
     assert json.loads(first.body) == report
-    assert _state(dict(report), None).headers["etag"] == tag  # content, not identity
-    again = _state(report, tag)
+    assert state_response(dict(report), None).headers["etag"] == tag  # content, not identity
+    again = state_response(report, tag)
     assert again.status_code == 304 and again.body == b"" and again.headers["etag"] == tag
-    changed = _state({**report, "tasks": []}, tag)
+    changed = state_response({**report, "tasks": []}, tag)
     assert changed.status_code == 200 and changed.headers["etag"] != tag
-    assert _state(report, '"another"').status_code == 200
+    assert state_response(report, '"another"').status_code == 200
     assert state_tag(b"{}") != state_tag(b"[]")
 
 
