@@ -101,7 +101,8 @@ class RunResult:
     read_p50_ms: float | None = None
     read_p99_ms: float | None = None
     read_max_ms: float | None = None
-    read_errors: int = 0
+    read_errors: int = 0  # reads answered other than 200, or not at all: left out of the latencies
+    read_error_kinds: dict[str, int] = field(default_factory=dict)
     leader_cpu_peak: float = 0.0
     master_rss_peak_mib: float = 0.0
     borglet_cpu_peak: float = 0.0
@@ -134,6 +135,7 @@ class Reader(Periodic):
         self.latencies: list[float] = []
         self.started: list[float] = []  # time.monotonic() at which each read in `latencies` was sent
         self.errors = 0
+        self.error_kinds: dict[str, int] = {}  # "HTTP 503", "ReadTimeout", ...: what each failed read got
         self._reads = 0
         self._http = httpx.Client(timeout=10.0, headers=headers)
 
@@ -142,14 +144,16 @@ class Reader(Periodic):
         self._reads += 1
         began = time.monotonic()
         try:
-            ok = self._http.get(f"{url}/v1/cell").status_code == 200
-        except httpx.HTTPError:
-            ok = False
-        if ok:
+            status = self._http.get(f"{url}/v1/cell").status_code
+            kind = "" if status == 200 else f"HTTP {status}"
+        except httpx.HTTPError as err:
+            kind = type(err).__name__
+        if not kind:
             self.latencies.append((time.monotonic() - began) * 1000)
             self.started.append(began)
         else:
             self.errors += 1
+            self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
 
     def close(self) -> None:
         self._http.close()
@@ -323,6 +327,7 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
             result.read_p50_ms, result.read_p99_ms = percentile(lat, 0.5), percentile(lat, 0.99)
             result.read_max_ms = max(lat) if lat else None
             result.read_errors = reader.errors
+            result.read_error_kinds = dict(reader.error_kinds)
             result.slow_reads = [
                 (round(at - t0, 1), round(ms)) for at, ms in zip(reader.started, lat, strict=True) if ms > SLOW_READ_MS
             ]
@@ -352,13 +357,21 @@ def _kill(r: RunResult) -> str:
     return _fmt(r.kill_to_no_process_s) + answered
 
 
+def _read_errors(r: RunResult) -> str:
+    """'0', or the count and what the failed reads got: '3 (HTTP 503: 2, ReadTimeout: 1)'."""
+    if not r.read_errors:
+        return "0"
+    kinds = ", ".join(f"{k}: {n}" for k, n in sorted(r.read_error_kinds.items()))
+    return f"{r.read_errors} ({kinds})" if kinds else str(r.read_errors)
+
+
 def report(results: list[RunResult], command: str, out: Path) -> None:
     """reports/overload.md and the plot of the largest run."""
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = [
         "| run | all scheduled | all started | started p50 / p99 / max | kill to no process | "
-        "API read p50 / p99 / max | leader CPU peak | borglet CPU peak | machines down | doubles | orphans |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "API read p50 / p99 / max | reads failed | leader CPU peak | borglet CPU peak | machines down | doubles | orphans |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         started = _fmt(r.all_started_s) if r.all_started_s is not None else f"{r.started} of {r.spec.tasks} by the timeout"
@@ -366,7 +379,7 @@ def report(results: list[RunResult], command: str, out: Path) -> None:
             f"| {r.spec} | {_fmt(r.all_scheduled_s)} | {started} | "
             f"{_fmt(r.started_p50_s)} / {_fmt(r.started_p99_s)} / {_fmt(r.started_max_s)} | "
             f"{_kill(r)} | {_fmt(r.read_p50_ms, 'ms', 0)} / {_fmt(r.read_p99_ms, 'ms', 0)} / "
-            f"{_fmt(r.read_max_ms, 'ms', 0)} | {r.leader_cpu_peak:.0f}% | {r.borglet_cpu_peak:.0f}% | "
+            f"{_fmt(r.read_max_ms, 'ms', 0)} | {_read_errors(r)} | {r.leader_cpu_peak:.0f}% | {r.borglet_cpu_peak:.0f}% | "
             f"{r.machines_down} | {r.doubles} | {r.orphans} |"
         )
     plot = out.with_name("overload.png")

@@ -17,3 +17,13 @@ def test_an_overload_run_may_put_its_machines_in_a_cpu_group() -> None:
     for bad in ("10000x100x1s", "10000x100x1s1", "10000x100", "10000x100x2s2048"):
         with pytest.raises(argparse.ArgumentTypeError):
             RunSpec.parse(bad)
+
+
+def test_failed_reads_are_counted_with_what_they_got() -> None:
+    from loadtests.overload import RunResult, _read_errors
+
+    r = RunResult(RunSpec.parse("1000x2x1"))
+    assert _read_errors(r) == "0"
+    r.read_errors, r.read_error_kinds = 3, {"ReadTimeout": 1, "HTTP 503": 2}
+    assert _read_errors(r) == "3 (HTTP 503: 2, ReadTimeout: 1)"
+    assert r.summary()["read_error_kinds"] == {"ReadTimeout": 1, "HTTP 503": 2}
