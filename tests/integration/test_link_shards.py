@@ -99,3 +99,36 @@ def test_the_replicas_internal_endpoints_obey_only_the_cell(tmp_path: Path) -> N
         # The real leader still runs work on the machine: its epoch was not raised.
         assert cell.submit(sleeper_job("ok", count=1)).status_code == 201
         wait_for(lambda: cell.running("bob", "ok", 1), 30, "a task started by the real leader")
+
+
+def test_a_leader_that_wins_its_lease_back_syncs_its_idle_machines(tmp_path: Path) -> None:
+    # One replica, frozen past its lease, then thawed: it is deposed and elected again under
+    # the same name. Its new term has heard of no machine yet; the idle machines' reports
+    # have not changed since the shard last sent them, and they must still reach the new
+    # term, or it never syncs those machines and the tasks placed there never start. (Here
+    # the shard may also see the cell without a leader between the terms, which resends the
+    # reports by itself; test_linkshard pins the case where it does not, seen in an overload run.)
+    import psutil
+
+    with LocalCell(tmp_path, masters=1, borglets=3) as cell:
+        leader = cell.wait_leader()
+        wait_for(lambda: _covered(cell, 3, 1), 20, "one share covering three machines")
+        assert leader.pid is not None
+        proc = psutil.Process(leader.pid)
+        proc.suspend()
+        try:
+            time.sleep(5.0)  # past the 2 s lease
+        finally:
+            proc.resume()
+        wait_for(
+            lambda: cell.request("GET", "/healthz", master=leader).json()["role"] == "leader" or None,
+            30, "the replica to lead again",
+        )  # fmt: skip
+        # Two tasks fit a machine: the six are spread over all three.
+        job = sleeper_job("after", count=6, request={"cpu": "1500m", "ram": "16MiB"})
+        assert cell.submit(job).status_code == 201
+        placed = wait_for(
+            lambda: (ts := cell.tasks("bob", "after")) and all(t["confirmed"] for t in ts) and len(ts) == 6 and ts,
+            60, "6 tasks started by their borglets",
+        )  # fmt: skip
+        assert len({t["machine"] for t in placed}) == 3
