@@ -357,7 +357,7 @@ def _kill(r: RunResult) -> str:
     return _fmt(r.kill_to_no_process_s) + answered
 
 
-def _read_errors(r: RunResult) -> str:
+def read_errors_cell(r: RunResult) -> str:
     """'0', or the count and what the failed reads got: '3 (HTTP 503: 2, ReadTimeout: 1)'."""
     if not r.read_errors:
         return "0"
@@ -379,7 +379,7 @@ def report(results: list[RunResult], command: str, out: Path) -> None:
             f"| {r.spec} | {_fmt(r.all_scheduled_s)} | {started} | "
             f"{_fmt(r.started_p50_s)} / {_fmt(r.started_p99_s)} / {_fmt(r.started_max_s)} | "
             f"{_kill(r)} | {_fmt(r.read_p50_ms, 'ms', 0)} / {_fmt(r.read_p99_ms, 'ms', 0)} / "
-            f"{_fmt(r.read_max_ms, 'ms', 0)} | {_read_errors(r)} | {r.leader_cpu_peak:.0f}% | {r.borglet_cpu_peak:.0f}% | "
+            f"{_fmt(r.read_max_ms, 'ms', 0)} | {read_errors_cell(r)} | {r.leader_cpu_peak:.0f}% | {r.borglet_cpu_peak:.0f}% | "
             f"{r.machines_down} | {r.doubles} | {r.orphans} |"
         )
     plot = out.with_name("overload.png")

@@ -20,10 +20,10 @@ def test_an_overload_run_may_put_its_machines_in_a_cpu_group() -> None:
 
 
 def test_failed_reads_are_counted_with_what_they_got() -> None:
-    from loadtests.overload import RunResult, _read_errors
+    from loadtests.overload import RunResult, read_errors_cell
 
     r = RunResult(RunSpec.parse("1000x2x1"))
-    assert _read_errors(r) == "0"
+    assert read_errors_cell(r) == "0"
     r.read_errors, r.read_error_kinds = 3, {"ReadTimeout": 1, "HTTP 503": 2}
-    assert _read_errors(r) == "3 (HTTP 503: 2, ReadTimeout: 1)"
+    assert read_errors_cell(r) == "3 (HTTP 503: 2, ReadTimeout: 1)"
     assert r.summary()["read_error_kinds"] == {"ReadTimeout": 1, "HTTP 503": 2}
