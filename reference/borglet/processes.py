@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from hashlib import sha1
+from typing import Any
 
 import psutil
 
@@ -67,13 +68,12 @@ def spawn(
     try:
         if user is not None and SETPRIV is not None:
             argv = [SETPRIV, f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", resolve_program(command, env), *command[1:]]
-            return subprocess.Popen(
-                argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True, close_fds=True,
-            )  # fmt: skip
-        ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
+            ids: dict[str, Any] = {}
+        else:
+            argv = command
+            ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
         return subprocess.Popen(
-            command,
+            argv,
             env=dict(env),
             cwd=cwd,
             stdin=subprocess.DEVNULL,

@@ -132,7 +132,11 @@ def _no_log(borglet: Borglet, task_id: str) -> str:
 def _json(report: dict[str, Any]) -> Response:
     # A report of thousands of tasks is plain JSON already: skip FastAPI's generic encoder,
     # which costs more than the rest of a poll.
-    return Response(content=json.dumps(report, separators=(",", ":")), media_type="application/json")
+    return Response(content=_body(report), media_type="application/json")
+
+
+def _body(report: dict[str, Any]) -> bytes:
+    return json.dumps(report, separators=(",", ":")).encode()
 
 
 def state_tag(body: bytes) -> str:
@@ -142,7 +146,7 @@ def state_tag(body: bytes) -> str:
 
 
 def state_response(report: dict[str, Any], if_none_match: str | None) -> Response:
-    body = json.dumps(report, separators=(",", ":")).encode()
+    body = _body(report)
     tag = state_tag(body)
     if if_none_match == tag:
         return Response(status_code=304, headers={"ETag": tag})
