@@ -55,7 +55,7 @@ class _Sample:
 
     __slots__ = (
         "machines", "doms", "scores", "versions", "ranks", "mix", "size", "holes", "valid", "cursor", "offset",
-        "preempting", "tally",
+        "preempting", "tally", "want",
     )
 
     def __init__(self, capacity: int, offset: int) -> None:
@@ -72,6 +72,7 @@ class _Sample:
         self.offset = offset  # where in that order it started
         self.preempting = False  # True once no machine fits without preemption: victims count
         self.tally: Tally | None = None  # the rejections of the walk that can end in "fits nowhere"
+        self.want = capacity  # feasible machines the walk collects before the best is picked
 
 
 class Pass:
@@ -209,6 +210,15 @@ class Pass:
             return self.offset
         return self.rng.randrange(max(self.n, 1))
 
+    def _want(self, tasks: int) -> int:
+        """How many feasible machines a class of `tasks` tasks samples: relaxed randomization's
+        k, or one machine per task where the class is larger, so that a job of thousands of
+        tasks can spread over as many machines as it has tasks (up to the whole cell) rather
+        than over the first k its walk reaches."""
+        if not self.cfg.relaxed_randomization:
+            return self.n
+        return min(self.n, max(self.k, tasks))
+
     def _set(self, cls: TaskClass, s: _Sample, slot: int, mi: int, score: float | None) -> None:
         if score is None:
             if s.scores[slot] != -np.inf:
@@ -274,8 +284,8 @@ class Pass:
         self._set(cls, s, slot, mi, self.evaluate(cls, mi, s.preempting))
 
     def _refill(self, cls: TaskClass, s: _Sample) -> None:
-        """Relaxed randomization: walk the random order until the sample holds k feasible machines."""
-        n, k, run = self.n, self.k, 32
+        """Relaxed randomization: walk the random order until the sample holds its feasible machines."""
+        n, k, run = self.n, s.want, 32
         while s.valid < k and s.cursor < n:
             start = s.cursor
             end = min(n, start + run)
@@ -394,7 +404,7 @@ class Pass:
                 if s.scores[slot] != -np.inf:
                     self._rescore(cls, s, slot)
         while True:
-            if s.valid < self.k and s.cursor < self.n:
+            if s.valid < s.want and s.cursor < self.n:
                 self._refill(cls, s)
             if s.valid == 0:
                 if s.preempting or not self.cfg.preemption:
@@ -495,7 +505,6 @@ class Pass:
         key_of = list(number)
         for key in keys:
             left[key] = left.get(key, 0) + 1
-        capacity = min(self.n, self.k) if cfg.relaxed_randomization else self.n
         for task, key in zip(pending, keys, strict=True):
             start = clock() if clock else 0.0
             self.stats.processed += 1
@@ -517,7 +526,7 @@ class Pass:
                     self.mix.add(group, cls.req[0])
                 s = samples.get(key) if cfg.equivalence_classes else None
                 if s is None:
-                    s = _Sample(max(capacity, 1), self._start())
+                    s = _Sample(max(self._want(left[key] + 1 if cfg.equivalence_classes else 1), 1), self._start())
                     if not cfg.preemption:  # the first walk is the last
                         s.tally = Tally(len(cls.compiled), len(self.cell.dims))
                     if cfg.equivalence_classes:

@@ -149,6 +149,20 @@ def test_a_large_job_of_tiny_tasks_spreads_over_its_sample_instead_of_piling_ont
     assert len(piled) == 2
 
 
+def test_a_job_of_more_tasks_than_the_sample_holds_spreads_over_the_whole_cell():
+    # Relaxed randomization samples max(50, 5%) feasible machines: 50 of these 100. A class of
+    # 1,000 tasks samples one machine per task (up to the cell), so the job covers all 100
+    # machines, 10 each, instead of 20 each on the first 50 its walk reaches.
+    machines = tuple(machine(f"m{i:03d}", cpu=64000) for i in range(100))
+    snap = Snapshot(machines, (), tuple(pending("big/x", 100, 1, i) for i in range(1000)))
+    counts = Counter(p.machine for p in plan_pass(snap, SchedulerConfig(policy="best_fit")).placements)
+    assert sum(counts.values()) == 1000
+    assert len(counts) == 100 and max(counts.values()) == min(counts.values()) == 10
+    # A class smaller than the sample keeps relaxed randomization's bound on the walk.
+    small = Snapshot(machines, (), tuple(pending("small/x", 100, 1, i) for i in range(40)))
+    assert len({p.machine for p in plan_pass(small, SchedulerConfig(policy="best_fit")).placements}) == 40
+
+
 def test_the_snapshot_records_which_packages_each_machine_holds():
     # A running task of a job with a package puts that package on its machine (locality).
     from reference.scheduler.adapter import snapshot_from_state
