@@ -318,6 +318,7 @@ class LinkShard:
             "poll_interval_s": _percentiles(gaps),
             "sent": sent,
             "not_modified": self._reads.not_modified,
+            "connects": self._reads.connects,
         }
 
 
@@ -328,7 +329,14 @@ class KeptAlive:
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self._local = threading.local()
+        # Idle connections per borglet host, shared by the shard's threads and taken last in,
+        # first out: each host's connection is used at every poll, within the server's
+        # keep-alive time. (One per thread and host was used about every `workers` polls,
+        # after uvicorn's 5 s keep-alive had closed it: most polls then failed once and
+        # connected afresh, on both ends.)
+        self._idle: dict[tuple[str, int], list[http.client.HTTPConnection]] = {}
+        self._idle_lock = threading.Lock()
+        self.connects = 0  # connections opened
         # url -> (ETag, the object read with it): a server that answers 304 to the tag sent
         # back costs neither a body nor a decode, and the object returned is the same one.
         self._tagged: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -343,26 +351,25 @@ class KeptAlive:
             headers = {**(headers or {}), "If-None-Match": tagged[0]}
         parts = urlsplit(url)
         key = (parts.hostname or "", parts.port or 80)
-        conns: dict[tuple[str, int], http.client.HTTPConnection] = self._local.__dict__.setdefault("conns", {})
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         for attempt in (0, 1):
-            conn = conns.get(key)
-            if conn is None:
-                conn = conns[key] = http.client.HTTPConnection(key[0], key[1], timeout=self.timeout)
+            conn = self._take(key, fresh=bool(attempt))
             try:
                 conn.request("GET", path or "/", headers=headers or {})
                 response = conn.getresponse()
                 body = response.read()
             except TimeoutError:
                 conn.close()
-                conns.pop(key, None)
                 return None  # slow, not gone: no second wait
             except (OSError, http.client.HTTPException):
                 conn.close()
-                conns.pop(key, None)
                 if attempt:
                     return None
                 continue  # a kept-alive connection the server had closed: once more, fresh
+            if response.will_close:
+                conn.close()
+            else:
+                self._give_back(key, conn)
             if response.status == 304 and tagged is not None:
                 self.not_modified += 1
                 return tagged[1]
@@ -381,6 +388,20 @@ class KeptAlive:
                 self._tagged.pop(url, None)
             return doc
         return None
+
+
+    def _take(self, key: tuple[str, int], fresh: bool = False) -> http.client.HTTPConnection:
+        """An idle connection to the host (the last one given back), or a new one."""
+        with self._idle_lock:
+            idle = self._idle.get(key)
+            if idle and not fresh:
+                return idle.pop()
+            self.connects += 1
+        return http.client.HTTPConnection(key[0], key[1], timeout=self.timeout)
+
+    def _give_back(self, key: tuple[str, int], conn: http.client.HTTPConnection) -> None:
+        with self._idle_lock:
+            self._idle.setdefault(key, []).append(conn)
 
 
 def _percentiles(values: list[float]) -> dict[str, float | int]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -30,14 +32,20 @@ def test_equal_reports_have_equal_tags_and_a_matching_tag_gets_304() -> None:
 class _Server:
     """A real HTTP server answering GET with its current JSON body and ETag, counting 304s."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle_timeout: float | None = None) -> None:
         self.doc: dict[str, Any] = {"n": 1}
         self.tagged = True
         self.seen_tags: list[str | None] = []
+        self.connections = 0  # accepted
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            timeout = idle_timeout  # a kept-alive connection idle this long is closed (as uvicorn's keep-alive)
+
+            def setup(self) -> None:
+                outer.connections += 1
+                super().setup()
 
             def do_GET(self) -> None:  # noqa: N802
                 body = json.dumps(outer.doc).encode()
@@ -88,5 +96,31 @@ def test_kept_alive_reads_send_the_tag_back_and_keep_the_object() -> None:
         assert reads.get_json(server.url) == {"n": 3}
         assert reads.get_json(server.url) == {"n": 3}
         assert server.seen_tags[-1] is None and reads.not_modified == 2
+    finally:
+        server.close()
+
+
+def test_the_threads_of_a_shard_share_each_hosts_kept_alive_connection() -> None:
+    # Polls of one host come from any of the shard's threads. Each waits its turn here, so the
+    # server closes any connection idle for 0.3 s: a connection per thread (used every 16th
+    # poll, 0.8 s apart) would be closed before each use; the one shared is used every 0.05 s.
+    server = _Server(idle_timeout=0.3)
+    try:
+        reads = KeptAlive(timeout=2.0)
+        turn = threading.Lock()
+        answers: list[Any] = []
+
+        def poll(_: int) -> None:
+            with turn:
+                answers.append(reads.get_json(server.url))
+                time.sleep(0.05)
+
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(poll, range(48)))
+        assert len(answers) == 48 and all(a == {"n": 1} for a in answers)
+        assert server.connections == 1 and reads.connects == 1
+        # A connection the server closed meanwhile is replaced, and the read still answers.
+        time.sleep(0.5)
+        assert reads.get_json(server.url) == {"n": 1} and server.connections == reads.connects == 2
     finally:
         server.close()
