@@ -212,36 +212,56 @@ def decode_job(raw: bytes) -> tuple[Job, JobInfo]:
 # --- tasks -----------------------------------------------------------------------------------
 
 
+# What decode_task reads where a field is absent: encode_task leaves out a field that holds
+# it. A dead task's record is a third smaller, and every task record is written, watched and
+# decoded by each replica (a 10,000-task job's kill writes 10,000 of them at once).
+TASK_DEFAULTS: dict[str, Any] = {
+    "machine": None, "priority": 0, "request": {}, "cause": None, "reservation": None, "port": 0,
+    "healthy": None, "restarts": 0, "borglet_state": "", "started_at": 0.0, "seen": False,
+    "placement": 0, "reason": "", "usage": {}, "history": [], "draining_since": 0.0, "pid": 0,
+    "last_machine": "", "events": [], "pending": "",
+}  # fmt: skip
+
+
 def encode_task(t: Task, info: TaskInfo) -> bytes:
-    return dumps(
-        {
-            "schema": SCHEMA,
-            "job": t.id.job,
-            "index": t.id.index,
-            "incarnation": t.id.incarnation,
-            "state": t.state.value,
-            "machine": t.machine,
-            "priority": t.priority,
-            "request": t.request.as_dict(),
-            "cause": t.cause.value if t.cause is not None else None,
-            "reservation": t.reservation.as_dict() if t.reservation is not None else None,
-            "port": info.port,
-            "healthy": info.healthy,
-            "restarts": info.restarts,
-            "borglet_state": info.borglet_state,
-            "started_at": info.started_at,
-            "seen": info.seen,
-            "placement": info.placement,
-            "reason": info.reason,
-            "usage": dict(info.usage),
-            "history": [list(h) for h in info.history],
-            "draining_since": info.draining_since,
-            "pid": info.pid,
-            "last_machine": info.machine,
-            "events": [list(e) for e in info.events],
-            "pending": info.pending,
-        }
-    )
+    return dumps({k: v for k, v in _task_doc(t, info).items() if not _is_default(k, v)})
+
+
+def _is_default(field: str, value: Any) -> bool:
+    if field not in TASK_DEFAULTS:
+        return False
+    default = TASK_DEFAULTS[field]
+    return value is None if default is None else type(value) is type(default) and value == default
+
+
+def _task_doc(t: Task, info: TaskInfo) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "job": t.id.job,
+        "index": t.id.index,
+        "incarnation": t.id.incarnation,
+        "state": t.state.value,
+        "machine": t.machine,
+        "priority": t.priority,
+        "request": t.request.as_dict(),
+        "cause": t.cause.value if t.cause is not None else None,
+        "reservation": t.reservation.as_dict() if t.reservation is not None else None,
+        "port": info.port,
+        "healthy": info.healthy,
+        "restarts": info.restarts,
+        "borglet_state": info.borglet_state,
+        "started_at": info.started_at,
+        "seen": info.seen,
+        "placement": info.placement,
+        "reason": info.reason,
+        "usage": dict(info.usage),
+        "history": [list(h) for h in info.history],
+        "draining_since": info.draining_since,
+        "pid": info.pid,
+        "last_machine": info.machine,
+        "events": [list(e) for e in info.events],
+        "pending": info.pending,
+    }
 
 
 def decode_task(raw: bytes) -> tuple[Task, TaskInfo]:

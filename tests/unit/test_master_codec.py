@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from reference.jobspec import parse_job
@@ -49,6 +51,26 @@ def test_task_round_trip(state: TaskState) -> None:
                     seen=True, placement=3, usage=(("cpu_milli", 5),),
                     history=(("PENDING", 1.0, "submitted"), ("RUNNING", 2.0, "scheduled")))  # fmt: skip
     assert codec.decode_task(codec.encode_task(t, info)) == (t, info)
+
+
+def test_a_task_record_leaves_out_what_holds_its_default_and_old_full_records_still_read() -> None:
+    dead = Task(TaskId("load/flood", 0, 0), TaskState.DEAD, None, 100, Resources.of({}), DeathCause.KILLED)
+    info = TaskInfo(placement=1, machine="m0", history=(("PENDING", 1.0, "submitted"), ("DEAD", 2.0, "job killed")))
+    raw = codec.encode_task(dead, info)
+    assert set(json.loads(raw)) == {"schema", "job", "index", "incarnation", "state", "priority", "cause",
+                                    "placement", "last_machine", "history"}  # fmt: skip
+    assert codec.decode_task(raw) == (dead, info)
+    # Values that differ from the default only in type or falsiness are kept: healthy False is no None.
+    sick = TaskInfo(healthy=False, seen=True)
+    assert json.loads(codec.encode_task(dead, sick))["healthy"] is False
+    assert codec.decode_task(codec.encode_task(dead, sick))[1] == sick
+    # A record written whole (every field, as before) reads the same.
+    whole = {"schema": 1, "job": "load/flood", "index": 0, "incarnation": 0, "state": "DEAD", "machine": None,
+             "priority": 100, "request": {}, "cause": "killed", "reservation": None, "port": 0, "healthy": None,
+             "restarts": 0, "borglet_state": "", "started_at": 0.0, "seen": False, "placement": 1, "reason": "",
+             "usage": {}, "history": [["PENDING", 1.0, "submitted"], ["DEAD", 2.0, "job killed"]],
+             "draining_since": 0.0, "pid": 0, "last_machine": "m0", "events": [], "pending": ""}  # fmt: skip
+    assert codec.decode_task(json.dumps(whole).encode()) == (dead, info)
 
 
 def test_quota_round_trip() -> None:
