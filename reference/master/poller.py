@@ -344,18 +344,46 @@ class Poller:
             except Exception:
                 log.exception("relay through %s failed", owner)
                 answers = {}
+            # A machine whose answer changes nothing is free for its next sync at once; the
+            # writes of the others follow, each machine freed after its own. (Freed together,
+            # one answer waiting behind a long write, a job's kill of 10,000 records, held
+            # back the next sync of every machine in the request.)
+            writes: list[tuple[str, Callable[[Draft], None]]] = []
             for (name, address, _desired, signature, ids, _revision), item in zip(items, sent, strict=True):
                 answer = answers.get(name) or {}
                 reply = self._settle(name, address, item["seq"], signature, int(answer.get("status") or 0),
                                      answer.get("body"), str(answer.get("body") or answer.get("error") or ""))  # fmt: skip
-                self._handle(name, reply, signature, ids)
+                before = len(writes)
+                self._handle(name, reply, signature, ids, writes)
+                if len(writes) == before:
+                    self._free(name)
+            for name, change in writes:
+                try:
+                    self._write_answer(name, change)
+                finally:
+                    self._free(name)
         finally:
             with self._lock:
                 for name, *_ in items:
                     self._machines[name].inflight = False
             self._wake.set()
 
-    def _handle(self, name: str, reply: dict[str, Any] | None, signature: frozenset[str], ids: set[TaskId]) -> None:
+    def _free(self, name: str) -> None:
+        """The machine may be sent its next sync."""
+        with self._lock:
+            self._machines[name].inflight = False
+        self._wake.set()
+
+    def _handle(
+        self,
+        name: str,
+        reply: dict[str, Any] | None,
+        signature: frozenset[str],
+        ids: set[TaskId],
+        writes: list[tuple[str, Callable[[Draft], None]]] | None = None,
+    ) -> None:
+        """Record a sync's answer; with `writes`, the change it makes is added there for the
+        caller to write (`_write_answer`) instead of written here."""
         try:
             if reply is None:
                 if self.link is None or name not in self.cache.cell().state.machines:
@@ -376,7 +404,10 @@ class Poller:
             else:
                 with self._lock:
                     self._machines[name].acked_ids = frozenset(ids)
-                self._answered(name, reply, ids)
+                if writes is None:
+                    self._answered(name, reply, ids)
+                elif (change := self._answer(name, reply, ids)) is not None:
+                    writes.append((name, change))
         except (NotLeader, WriteFailed) as err:
             log.info("poll of %s not recorded: %s", name, err)
         except Exception:
@@ -624,8 +655,16 @@ class Poller:
     def _answered(self, name: str, reply: dict[str, Any], ids: set[TaskId]) -> None:
         change = self._answer(name, reply, ids)
         if change is not None:
+            self._write_answer(name, change)
+
+    def _write_answer(self, name: str, change: Callable[[Draft], None]) -> None:
+        try:
             self.writer.mutate(change)
             self._usage_written(name, change)
+        except (NotLeader, WriteFailed) as err:
+            log.info("poll of %s not recorded: %s", name, err)
+        except Exception:
+            log.exception("poll of %s failed", name)
 
     def _usage_written(self, name: str, change: Callable[[Draft], None]) -> None:
         if getattr(change, "writes_usage", False):
