@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from reference.borglet.server import state_response, state_tag
+from reference.borglet.server import StateReports, state_response, state_tag
 from reference.master.linkshard import KeptAlive
 
 
@@ -124,3 +124,15 @@ def test_the_threads_of_a_shard_share_each_hosts_kept_alive_connection() -> None
         assert reads.get_json(server.url) == {"n": 1} and server.connections == reads.connects == 2
     finally:
         server.close()
+
+
+def test_an_equal_report_reuses_the_last_json_and_tag_and_a_changed_one_does_not() -> None:
+    reports = StateReports()
+    first = reports.response({"tasks": [{"task_id": "a", "state": "RUNNING"}]}, None)
+    tag = first.headers["ETag"]
+    assert first.body == state_response({"tasks": [{"task_id": "a", "state": "RUNNING"}]}, None).body
+    again = reports.response({"tasks": [{"task_id": "a", "state": "RUNNING"}]}, tag)
+    assert again.status_code == 304 and again.headers["ETag"] == tag and reports.reused == 1
+    changed = reports.response({"tasks": [{"task_id": "a", "state": "DEAD"}]}, tag)
+    assert changed.status_code == 200 and changed.headers["ETag"] != tag and reports.reused == 1
+    assert json.loads(changed.body) == {"tasks": [{"task_id": "a", "state": "DEAD"}]}
