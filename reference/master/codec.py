@@ -212,8 +212,8 @@ def decode_job(raw: bytes) -> tuple[Job, JobInfo]:
 # --- tasks -----------------------------------------------------------------------------------
 
 
-# What decode_task reads where a field is absent: encode_task leaves out a field that holds
-# it. A dead task's record is a third smaller, and every task record is written, watched and
+# What a task record's field holds where it is absent: encode_task leaves out a field that
+# holds it, and decode_task reads it from here. A dead task's record is a third smaller, and every task record is written, watched and
 # decoded by each replica (a 10,000-task job's kill writes 10,000 of them at once).
 TASK_DEFAULTS: dict[str, Any] = {
     "machine": None, "priority": 0, "request": {}, "cause": None, "reservation": None, "port": 0,
@@ -265,33 +265,33 @@ def _task_doc(t: Task, info: TaskInfo) -> dict[str, Any]:
 
 
 def decode_task(raw: bytes) -> tuple[Task, TaskInfo]:
-    d = loads(raw)
+    d = {**TASK_DEFAULTS, **loads(raw)}  # a field left out holds its default
     tid = TaskId(d["job"], int(d["index"]), int(d["incarnation"]))
     task = Task(
         id=tid,
         state=TaskState(d["state"]),
-        machine=d.get("machine"),
-        priority=int(d.get("priority", 0)),
-        request=Resources.of(d.get("request", {})),
-        cause=DeathCause(d["cause"]) if d.get("cause") else None,
-        reservation=Resources.of(d["reservation"]) if d.get("reservation") is not None else None,
+        machine=d["machine"],
+        priority=int(d["priority"]),
+        request=Resources.of(d["request"]),
+        cause=DeathCause(d["cause"]) if d["cause"] else None,
+        reservation=Resources.of(d["reservation"]) if d["reservation"] is not None else None,
     )
     info = TaskInfo(
-        port=int(d.get("port", 0)),
-        healthy=d.get("healthy"),
-        restarts=int(d.get("restarts", 0)),
-        borglet_state=d.get("borglet_state", ""),
-        started_at=float(d.get("started_at", 0.0)),
-        seen=bool(d.get("seen", False)),
-        placement=int(d.get("placement", 0)),
-        reason=d.get("reason", ""),
-        usage=tuple(sorted(d.get("usage", {}).items())),
-        history=tuple((h[0], float(h[1]), h[2]) for h in d.get("history", [])),
-        draining_since=float(d.get("draining_since", 0.0)),
-        pid=int(d.get("pid") or 0),
-        machine=d.get("last_machine") or "",
-        events=tuple((int(e[0]), float(e[1]), str(e[2]), str(e[3])) for e in d.get("events", [])),
-        pending=d.get("pending", ""),
+        port=int(d["port"]),
+        healthy=d["healthy"],
+        restarts=int(d["restarts"]),
+        borglet_state=d["borglet_state"],
+        started_at=float(d["started_at"]),
+        seen=bool(d["seen"]),
+        placement=int(d["placement"]),
+        reason=d["reason"],
+        usage=tuple(sorted(d["usage"].items())),
+        history=tuple((h[0], float(h[1]), h[2]) for h in d["history"]),
+        draining_since=float(d["draining_since"]),
+        pid=int(d["pid"] or 0),
+        machine=d["last_machine"] or "",
+        events=tuple((int(e[0]), float(e[1]), str(e[2]), str(e[3])) for e in d["events"]),
+        pending=d["pending"],
     )
     return task, info
 
