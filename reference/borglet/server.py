@@ -147,9 +147,10 @@ def state_tag(body: bytes) -> str:
 
 
 class StateReports:
-    """The report last served, its JSON and its tag: an idle machine's report is most often
-    equal to the last one (its master polls it every second), and comparing two reports costs
-    a fraction of encoding and hashing one."""
+    """The machine's report with an ETag of its content, 304 with no body to a request that
+    names that tag. The report last served is kept with its JSON and tag: an idle machine's
+    report is most often equal to the last one (its master polls it every second), and
+    comparing two reports costs a fraction of encoding and hashing one."""
 
     def __init__(self) -> None:
         self._last: tuple[dict[str, Any], bytes, str] | None = None
@@ -164,15 +165,6 @@ class StateReports:
             body = _body(report)
             tag = state_tag(body)
             self._last = (report, body, tag)
-        return _tagged(body, tag, if_none_match)
-
-
-def state_response(report: dict[str, Any], if_none_match: str | None) -> Response:
-    body = _body(report)
-    return _tagged(body, state_tag(body), if_none_match)
-
-
-def _tagged(body: bytes, tag: str, if_none_match: str | None) -> Response:
-    if if_none_match == tag:
-        return Response(status_code=304, headers={"ETag": tag})
-    return Response(content=body, media_type="application/json", headers={"ETag": tag})
+        if if_none_match == tag:
+            return Response(status_code=304, headers={"ETag": tag})
+        return Response(content=body, media_type="application/json", headers={"ETag": tag})

@@ -10,22 +10,22 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from reference.borglet.server import StateReports, state_response, state_tag
+from reference.borglet.server import StateReports, state_tag
 from reference.master.linkshard import KeptAlive
 
 
 def test_equal_reports_have_equal_tags_and_a_matching_tag_gets_304() -> None:
     report = {"machine": "m1", "tasks": [{"task_id": "a/b/0#0", "state": "RUNNING"}]}
-    first = state_response(report, None)
+    first = StateReports().response(report, None)
     assert first.status_code == 200
     tag = first.headers["etag"]
     assert json.loads(first.body) == report
-    assert state_response(dict(report), None).headers["etag"] == tag  # content, not identity
-    again = state_response(report, tag)
+    assert StateReports().response(dict(report), None).headers["etag"] == tag  # content, not identity
+    again = StateReports().response(report, tag)
     assert again.status_code == 304 and again.body == b"" and again.headers["etag"] == tag
-    changed = state_response({**report, "tasks": []}, tag)
+    changed = StateReports().response({**report, "tasks": []}, tag)
     assert changed.status_code == 200 and changed.headers["etag"] != tag
-    assert state_response(report, '"another"').status_code == 200
+    assert StateReports().response(report, '"another"').status_code == 200
     assert state_tag(b"{}") != state_tag(b"[]")
 
 
@@ -130,7 +130,7 @@ def test_an_equal_report_reuses_the_last_json_and_tag_and_a_changed_one_does_not
     reports = StateReports()
     first = reports.response({"tasks": [{"task_id": "a", "state": "RUNNING"}]}, None)
     tag = first.headers["ETag"]
-    assert first.body == state_response({"tasks": [{"task_id": "a", "state": "RUNNING"}]}, None).body
+    assert first.body == StateReports().response({"tasks": [{"task_id": "a", "state": "RUNNING"}]}, None).body
     again = reports.response({"tasks": [{"task_id": "a", "state": "RUNNING"}]}, tag)
     assert again.status_code == 304 and again.headers["ETag"] == tag and reports.reused == 1
     changed = reports.response({"tasks": [{"task_id": "a", "state": "DEAD"}]}, tag)
