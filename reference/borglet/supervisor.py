@@ -631,8 +631,6 @@ class Borglet:
     def _relieve_memory_pressure(self, now: float) -> None:
         capacity = self.config.capacity.get("ram", 0)
         dying = sum(t.ram_bytes for t in self.tasks.values() if t.kill_reason and t.pid)
-        if sum(t.ram_bytes for t in self.tasks.values() if t.pid is not None and t.kill_reason is None) <= capacity - dying:
-            return  # the common case, after nearly every pass's samples: no candidates to build
         candidates = [
             decisions.Candidate(t.spec.task_id, t.spec.priority, t.ram_bytes, t.started_at)
             for t in self.tasks.values()
