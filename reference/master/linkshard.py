@@ -389,7 +389,6 @@ class KeptAlive:
             return doc
         return None
 
-
     def _take(self, key: tuple[str, int], fresh: bool = False) -> http.client.HTTPConnection:
         """An idle connection to the host (the last one given back), or a new one."""
         with self._idle_lock:

@@ -55,7 +55,7 @@ class _Sample:
 
     __slots__ = (
         "machines", "doms", "scores", "versions", "ranks", "mix", "size", "holes", "valid", "cursor", "offset",
-        "preempting", "tally", "want",
+        "preempting", "tally",
     )
 
     def __init__(self, capacity: int, offset: int) -> None:
@@ -72,7 +72,11 @@ class _Sample:
         self.offset = offset  # where in that order it started
         self.preempting = False  # True once no machine fits without preemption: victims count
         self.tally: Tally | None = None  # the rejections of the walk that can end in "fits nowhere"
-        self.want = capacity  # feasible machines the walk collects before the best is picked
+
+    @property
+    def want(self) -> int:
+        """Feasible machines the walk collects before the best is picked: the sample's size."""
+        return len(self.machines)
 
 
 class Pass:
