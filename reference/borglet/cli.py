@@ -145,8 +145,7 @@ def join_cgroups(dirs: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Parse arguments, re-adopt surviving tasks, and serve until SIGTERM/SIGINT."""
-    import uvicorn  # imported here so `--help` stays fast
-
+    from reference import serve  # imported here (uvicorn with it) so `--help` stays fast
     from reference.borglet.server import make_app
 
     parser = build_parser()
@@ -221,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     # uvicorn shuts down gracefully on SIGTERM and then re-raises it to the handler that was
     # there before; making that handler exit 0 reports the requested stop as a clean exit.
     signal.signal(signal.SIGTERM, _exit_cleanly)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    serve.run(app, host=host, port=port, log_level="warning", access_log=False)
 
 
 def _serve_hollow(

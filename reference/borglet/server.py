@@ -6,8 +6,10 @@ with it (reference/channel.py): a 401 otherwise, before any handler runs.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -37,9 +39,12 @@ def make_app(
         borglet.start()
         rotator = logs.Rotator(borglet.config.state_dir, borglet.log_keys)
         rotator.start()
+        woken = _wake_on_child_exit(borglet)
         try:
             yield
         finally:
+            if woken:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
             rotator.stop()
             borglet.stop(kill_tasks=kill_tasks_on_exit)
 
@@ -144,6 +149,17 @@ def state_tag(body: bytes) -> str:
     """The ETag of a report's JSON: its content's hash, so equal reports have equal tags,
     also across a restart of the borglet."""
     return '"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
+
+
+def _wake_on_child_exit(borglet: Borglet) -> bool:
+    """A task's exit wakes the supervisor loop at once (its idle passes are a second apart).
+    Only the main thread's event loop can take a signal: served otherwise (a test's client),
+    exits are seen on the next pass. Whether the handler was installed."""
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGCHLD, borglet.wake)
+    except (ValueError, RuntimeError, NotImplementedError):
+        return False
+    return True
 
 
 class StateReports:

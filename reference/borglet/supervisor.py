@@ -47,6 +47,11 @@ OBSERVE_CHUNK = 200  # tasks observed per hold of the lock in a pass
 FIRST_PROBE_DELAY_S = 0.1
 STARTUP_PROBE_INTERVAL_S = 0.25  # probe quickly until a task is first healthy
 CONTAINER_STARTS = 8  # containers the starter makes at once (--runtime docker)
+# The longest the supervisor loop sleeps when nothing is under way (no kill, start, cleanup or
+# unsaved change; no backoff or probe due sooner). A child's exit (SIGCHLD) or a sync wakes it
+# at once. A pass every tick_s whatever the state made a hundred idle borglets on one host
+# spend a fifth of a core on waking up (docs/decisions.md).
+IDLE_TICK_S = 1.0
 
 
 class SyncRefused(Exception):
@@ -140,6 +145,7 @@ class Borglet:
         self._snapshots = 0  # snapshots taken of the table
         self._saved = 0  # the newest snapshot written
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a supervisor pass is wanted now
         self._thread: threading.Thread | None = None
         self._starter: threading.Thread | None = None
         # Cgroups of ended tasks, removed by the supervisor loop outside the lock: removing
@@ -201,6 +207,7 @@ class Borglet:
             if plan.start:
                 self._queued.notify_all()
             report = self._report()
+        self.wake()  # the pass that escalates the kills and saves the change
         self._save_if_dirty(force=False)
         return report
 
@@ -327,6 +334,7 @@ class Borglet:
     def stop(self, kill_tasks: bool = False, timeout_s: float | None = None) -> None:
         """Stop the loop; tasks keep running unless kill_tasks (tests, cell teardown)."""
         self._stop.set()
+        self._wake.set()
         with self._lock:
             self._queued.notify_all()
         for thread in (self._thread, self._starter):
@@ -374,12 +382,45 @@ class Borglet:
                 processes.signal_session(pid, signal.SIGKILL)
         self.release_groups()
 
+    def wake(self) -> None:
+        """Have the supervisor loop make a pass now (a child exited, the desired set changed)."""
+        self._wake.set()
+
     def _loop(self) -> None:
-        while not self._stop.wait(self.config.tick_s):
+        wait = self.config.tick_s
+        while True:
+            self._wake.wait(wait)
+            self._wake.clear()  # before the pass: a wake during it asks for another
+            if self._stop.is_set():
+                return
             try:
                 self.tick()
+                wait = self._next_pass_in()
             except Exception:  # the loop must outlive any one bad pass
                 log.exception("supervisor tick failed")
+                wait = self.config.tick_s
+
+    def _next_pass_in(self) -> float:
+        """Seconds to the next pass: tick_s while anything is under way (a kill, a start, a
+        probe, a cleanup, a queued start); otherwise until the next backoff, probe or save is
+        due, at most IDLE_TICK_S. An exit of a task the borglet adopted or runs in a container
+        (not its child: no SIGCHLD) is seen within IDLE_TICK_S."""
+        tick = self.config.tick_s
+        with self._lock:
+            if self.queue or self._to_release or self._to_clean or self._to_remove:
+                return tick
+            now = self.wall_clock()
+            due = now + IDLE_TICK_S
+            if self._dirty:
+                due = min(due, now + self._saved_at + SAVE_EVERY_S - self.clock())
+            for task in self.tasks.values():
+                if task.kill_deadline is not None or task.launching or task.probing:
+                    return tick
+                if task.restart_at is not None and not task.ended:
+                    due = min(due, task.restart_at)
+                if task.pid is not None and task.spec.health_check is not None:
+                    due = min(due, task.next_probe_at)
+        return min(IDLE_TICK_S, max(tick, due - now))
 
     def _start_loop(self) -> None:
         """Work through the queue: at most `start_rate` starts a second, one batch per second."""
@@ -387,7 +428,10 @@ class Borglet:
         while not self._stop.is_set():
             with self._lock:
                 if not self.queue:
-                    self._queued.wait(self.config.tick_s)
+                    # Until a sync queues a start or stop() is called: both notify under the
+                    # lock, and stop is looked at under it, so neither can be missed.
+                    if not self._stop.is_set():
+                        self._queued.wait()
                     continue
             began = self.clock()
             try:

@@ -136,8 +136,7 @@ def access_config(args: argparse.Namespace) -> access.AccessConfig:
 
 def main(argv: list[str] | None = None) -> None:
     """Parse arguments and serve until SIGTERM/SIGINT."""
-    import uvicorn
-
+    from reference import serve
     from reference.master.api import make_app
     from reference.master.replica import Replica
 
@@ -206,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
             logging.getLogger(__name__).warning("could not record the admin's token hash in etcd: %s", err)
     signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
-        uvicorn.run(make_app(replica, checks), host=host, port=port, log_level="warning", access_log=False)
+        serve.run(make_app(replica, checks), host=host, port=port, log_level="warning", access_log=False)
     finally:
         replica.stop()
 
