@@ -9,7 +9,7 @@ import pytest
 from reference.borglet import store
 from reference.borglet.isolation import RlimitIsolation
 from reference.borglet.protocol import SyncRequest
-from reference.borglet.supervisor import SAVE_EVERY_S, Borglet, MachineConfig
+from reference.borglet.supervisor import IDLE_TICK_S, SAVE_EVERY_S, Borglet, MachineConfig
 
 FALSE = shutil.which("false")
 
@@ -83,3 +83,51 @@ def test_table_saves_follow_the_injected_clock(tmp_path):
         assert saved_seq(borglet) == 2  # 1 s after it: written
     finally:
         borglet.stop()
+
+
+SLEEP = shutil.which("sleep")
+
+
+@pytest.mark.skipif(SLEEP is None, reason="needs the `sleep` program")
+def test_idle_passes_are_a_second_apart_and_busy_ones_a_tick(tmp_path):
+    clock = FakeClock()
+    config = MachineConfig(name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path))
+    borglet = Borglet(config, RlimitIsolation(), wall_clock=clock, clock=clock)
+    try:
+        assert borglet._next_pass_in() == IDLE_TICK_S  # nothing at all
+        spec = {"task_id": "t#0", "command": [SLEEP, "30"]}
+        borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 1, "tasks": [spec]}))
+        assert borglet._next_pass_in() == config.tick_s  # a start is queued
+        assert borglet.start_queued() == 1
+        clock.now += SAVE_EVERY_S
+        borglet.tick()  # saves the start
+        assert borglet._next_pass_in() == IDLE_TICK_S  # a running task, nothing under way
+        borglet.tasks["t#0"].restart_at = clock.now + 0.5
+        assert borglet._next_pass_in() == pytest.approx(0.5)  # a backoff due sooner
+        borglet.tasks["t#0"].restart_at = None
+        borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 2, "tasks": []}))
+        assert borglet._next_pass_in() == config.tick_s  # a kill waits for its exit
+    finally:
+        borglet.stop(kill_tasks=True, timeout_s=2)
+
+
+@pytest.mark.skipif(SLEEP is None, reason="needs the `sleep` program")
+def test_a_wake_runs_a_pass_at_once_and_an_idle_loop_does_not_spin(tmp_path):
+    config = MachineConfig(name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path))
+    borglet = Borglet(config, RlimitIsolation())
+    passes = []
+    tick = borglet.tick
+    borglet.tick = lambda: (passes.append(time.monotonic()), tick())[1]
+    borglet.start()
+    try:
+        time.sleep(2.5)
+        idle = len(passes)
+        assert 1 <= idle <= 4, passes  # a pass a second, not one a tick_s (12 in 2.5 s)
+        woken = time.monotonic()
+        borglet.wake()
+        deadline = woken + 0.5
+        while len(passes) == idle and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(passes) > idle and passes[idle] - woken < 0.2
+    finally:
+        borglet.stop(kill_tasks=True, timeout_s=2)
