@@ -111,6 +111,7 @@ class RunResult:
     kill_status: int | None = None  # the kill's HTTP status when the cell refused it (no leader for minutes)
     leader_lost: bool = False  # the job's reads after the burst found no leader
     machines_down: int = 0
+    leaders_deposed: int = 0  # times a leader stepped down during the run (its masters' logs)
     doubles: int = 0
     orphans: int = 0
     timeline: list[tuple[float, int, int, int]] = field(default_factory=list)  # (s, placed, confirmed, live)
@@ -339,11 +340,26 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
                 elif s.role == launcher.Role.BORGLET:
                     result.borglet_cpu_peak = max(result.borglet_cpu_peak, s.cpu_percent)
                     result.borglet_rss_peak_mib = max(result.borglet_rss_peak_mib, s.rss_bytes / 2**20)
+        result.leaders_deposed = leaders_deposed(root)  # before the cell is stopped
     finally:
         launcher.down(root)
         result.orphans = len(task_processes((flood_prefix, f"{SERVICE[0]}/{SERVICE[1]}/")))
         shutil.rmtree(root, ignore_errors=True)
     return result
+
+
+#: What a master logs when it stops leading (reference/master/replica.py).
+STEPPED_DOWN = " no longer leads: "
+
+
+def leaders_deposed(root: Path) -> int:
+    """How many times a master of the cell at `root` stopped leading, from its log: each is a
+    new term (desired sets rebuilt, every machine's sync renumbered)."""
+    count = 0
+    for log_file in sorted((root / "logs").glob("master*.log")):
+        with open(log_file, errors="replace") as f:
+            count += sum(1 for line in f if STEPPED_DOWN in line)
+    return count
 
 
 def _fmt(value: float | None, unit: str = "s", digits: int = 1) -> str:
@@ -370,8 +386,8 @@ def report(results: list[RunResult], command: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = [
         "| run | all scheduled | all started | started p50 / p99 / max | kill to no process | "
-        "API read p50 / p99 / max | reads failed | leader CPU peak | borglet CPU peak | machines down | doubles | orphans |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "API read p50 / p99 / max | reads failed | leader CPU peak | borglet CPU peak | leaders deposed | machines down | doubles | orphans |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         started = _fmt(r.all_started_s) if r.all_started_s is not None else f"{r.started} of {r.spec.tasks} by the timeout"
@@ -380,7 +396,7 @@ def report(results: list[RunResult], command: str, out: Path) -> None:
             f"{_fmt(r.started_p50_s)} / {_fmt(r.started_p99_s)} / {_fmt(r.started_max_s)} | "
             f"{_kill(r)} | {_fmt(r.read_p50_ms, 'ms', 0)} / {_fmt(r.read_p99_ms, 'ms', 0)} / "
             f"{_fmt(r.read_max_ms, 'ms', 0)} | {read_errors_cell(r)} | {r.leader_cpu_peak:.0f}% | {r.borglet_cpu_peak:.0f}% | "
-            f"{r.machines_down} | {r.doubles} | {r.orphans} |"
+            f"{r.leaders_deposed} | {r.machines_down} | {r.doubles} | {r.orphans} |"
         )
     plot = out.with_name("overload.png")
     largest = max(results, key=lambda r: (r.spec.tasks, r.spec.machines, r.spec.replicas))
@@ -395,7 +411,8 @@ def report(results: list[RunResult], command: str, out: Path) -> None:
         "",
         "Scheduled: every task RUNNING in the API (placed on a machine, Borg's RUNNING). Started: its "
         "process found in /proc. Per-task delays are from the submission; started p50/p99/max are "
-        "from the borglets' start times. Targets on a 2-core machine: a 10,000-task job on 100 "
+        "from the borglets' start times. Leaders deposed: times a master stopped leading during the "
+        "run (its log's \"no longer leads\"), each a new term. Targets on a 2-core machine: a 10,000-task job on 100 "
         "machines all started within 60 s and gone within 15 s of its kill; API read p99 under 1 s "
         "throughout; zero doubles, zero orphans.",
         "",

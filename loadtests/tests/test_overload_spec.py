@@ -27,3 +27,21 @@ def test_failed_reads_are_counted_with_what_they_got() -> None:
     r.read_errors, r.read_error_kinds = 3, {"ReadTimeout": 1, "HTTP 503": 2}
     assert read_errors_cell(r) == "3 (HTTP 503: 2, ReadTimeout: 1)"
     assert r.summary()["read_error_kinds"] == {"ReadTimeout": 1, "HTTP 503": 2}
+
+
+def test_leaders_deposed_are_counted_from_every_masters_log(tmp_path) -> None:
+    from loadtests.overload import leaders_deposed
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    assert leaders_deposed(tmp_path) == 0  # no master logs
+    (logs / "master0.log").write_text(
+        "master[master0] INFO leader term 6: scheduling\n"
+        "master[master0] WARNING reference.master.replica: master0 no longer leads: lease not refreshed within 2.0s\n"
+    )
+    (logs / "master1.log").write_text(
+        "master[master1] WARNING reference.master.replica: master1 no longer leads: deposed\n"
+        "master[master1] WARNING reference.master.replica: master1 no longer leads: lease not refreshed within 2.0s\n"
+    )
+    (logs / "machine0.log").write_text("machine0 no longer leads: not a master's log\n")
+    assert leaders_deposed(tmp_path) == 3
