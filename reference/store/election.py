@@ -41,12 +41,13 @@ RETRY_S = 0.1
 # life before the refreshes stop: longer than any stall of a busy master seen in the overload
 # bench, short enough that a stuck one is replaced (docs/decisions.md).
 HUNG_S = 15.0
-# The shortest wait for one endpoint's answer to a refresh. etcd's leader answers a lease
-# renewal only once it has applied every entry it committed (waiting up to a second), so
-# while it applies a burst of large transactions a renewal takes hundreds of milliseconds.
-# With a quarter of a second, a 3-replica leader lost its lease in the middle of a
-# 10,000-task job's start although etcd was up (docs/decisions.md). Safety does not rest
-# on this: the lease counts from when a refresh was sent, not when it was answered.
+# How long the lease-keeping process waits for one endpoint's answer to a refresh, at least.
+# etcd's leader answers a lease renewal only once it has applied every entry it committed
+# (waiting up to a second), so while it applies a burst of large transactions a renewal
+# takes hundreds of milliseconds. With a quarter of a second, a 3-replica leader lost its
+# lease in the middle of a 10,000-task job's start although etcd was up (docs/decisions.md).
+# Safety does not rest on it: the lease counts from when a refresh was sent, and the master
+# steps down at that deadline whatever its keeper is still waiting for.
 MIN_REFRESH_WAIT_S = 1.0
 
 
@@ -83,10 +84,11 @@ class Election:
         self.ttl_s = ttl_s
         self.interval_s = ttl_s / 3
         self.retry_s = RETRY_S
-        # A hung member holds a refresh for at most this long before the next member is
-        # tried (the default client timeout is longer than a TTL); MIN_REFRESH_WAIT_S keeps
-        # a busy etcd's slow answers from deposing the leader.
-        per_request = max(MIN_REFRESH_WAIT_S, self.interval_s / len(client.endpoints))
+        # One keepalive turn of this thread tries every endpoint and should fit in one refresh
+        # interval, so hung members cannot hold the thread (and the step-down it reports)
+        # past the lease (the default client timeout is longer than a TTL). The floor avoids
+        # false step-downs on a busy host.
+        per_request = max(0.25, self.interval_s / len(client.endpoints))
         self._keepalive_client = StoreClient(
             client.endpoints,
             timeout=min(client.timeout, per_request),
@@ -99,7 +101,7 @@ class Election:
         self._keeper = (
             LeaseKeeper(
                 self._keepalive_client.endpoints, self.ttl_s, self.interval_s, self.retry_s,
-                self._keepalive_client.timeout, hung_s,
+                max(MIN_REFRESH_WAIT_S, per_request), hung_s,
             )
             if refresh_in_process
             else None
