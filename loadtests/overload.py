@@ -112,6 +112,7 @@ class RunResult:
     leader_lost: bool = False  # the job's reads after the burst found no leader
     machines_down: int = 0
     leaders_deposed: int = 0  # times a leader stepped down during the run (its masters' logs)
+    deposed_why: dict[str, int] = field(default_factory=dict)  # what each step-down's log line gave as its reason
     doubles: int = 0
     orphans: int = 0
     timeline: list[tuple[float, int, int, int]] = field(default_factory=list)  # (s, placed, confirmed, live)
@@ -340,7 +341,8 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
                 elif s.role == launcher.Role.BORGLET:
                     result.borglet_cpu_peak = max(result.borglet_cpu_peak, s.cpu_percent)
                     result.borglet_rss_peak_mib = max(result.borglet_rss_peak_mib, s.rss_bytes / 2**20)
-        result.leaders_deposed = leaders_deposed(root)  # before the cell is stopped
+        result.deposed_why = step_downs(root)  # before the cell is stopped
+        result.leaders_deposed = sum(result.deposed_why.values())
     finally:
         launcher.down(root)
         result.orphans = len(task_processes((flood_prefix, f"{SERVICE[0]}/{SERVICE[1]}/")))
@@ -352,14 +354,18 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
 STEPPED_DOWN = " no longer leads: "
 
 
-def leaders_deposed(root: Path) -> int:
-    """How many times a master of the cell at `root` stopped leading, from its log: each is a
-    new term (desired sets rebuilt, every machine's sync renumbered)."""
-    count = 0
+def step_downs(root: Path) -> dict[str, int]:
+    """Each reason a master of the cell at `root` gave, in its log, for no longer leading, and
+    how many times: each step-down is a new term (desired sets rebuilt, every machine's sync
+    renumbered)."""
+    why: dict[str, int] = {}
     for log_file in sorted((root / "logs").glob("master*.log")):
         with open(log_file, errors="replace") as f:
-            count += sum(1 for line in f if STEPPED_DOWN in line)
-    return count
+            for line in f:
+                if STEPPED_DOWN in line:
+                    reason = line.split(STEPPED_DOWN, 1)[1].strip()
+                    why[reason] = why.get(reason, 0) + 1
+    return why
 
 
 def _fmt(value: float | None, unit: str = "s", digits: int = 1) -> str:

@@ -29,12 +29,12 @@ def test_failed_reads_are_counted_with_what_they_got() -> None:
     assert r.summary()["read_error_kinds"] == {"ReadTimeout": 1, "HTTP 503": 2}
 
 
-def test_leaders_deposed_are_counted_from_every_masters_log(tmp_path) -> None:
-    from loadtests.overload import leaders_deposed
+def test_step_downs_are_counted_with_their_reasons_from_every_masters_log(tmp_path) -> None:
+    from loadtests.overload import step_downs
 
     logs = tmp_path / "logs"
     logs.mkdir()
-    assert leaders_deposed(tmp_path) == 0  # no master logs
+    assert step_downs(tmp_path) == {}  # no master logs
     (logs / "master0.log").write_text(
         "master[master0] INFO leader term 6: scheduling\n"
         "master[master0] WARNING reference.master.replica: master0 no longer leads: lease not refreshed within 2.0s\n"
@@ -44,4 +44,4 @@ def test_leaders_deposed_are_counted_from_every_masters_log(tmp_path) -> None:
         "master[master1] WARNING reference.master.replica: master1 no longer leads: lease not refreshed within 2.0s\n"
     )
     (logs / "machine0.log").write_text("machine0 no longer leads: not a master's log\n")
-    assert leaders_deposed(tmp_path) == 3
+    assert step_downs(tmp_path) == {"lease not refreshed within 2.0s": 2, "deposed": 1}
