@@ -111,17 +111,22 @@ class RunResult:
     kill_status: int | None = None  # the kill's HTTP status when the cell refused it (no leader for minutes)
     leader_lost: bool = False  # the job's reads after the burst found no leader
     machines_down: int = 0
-    leaders_deposed: int = 0  # times a leader stepped down during the run (its masters' logs)
-    deposed_why: dict[str, int] = field(default_factory=dict)  # what each step-down's log line gave as its reason
+    deposed_why: dict[str, int] = field(default_factory=dict)  # each reason a master's log gave for a step-down, and how often
     doubles: int = 0
     orphans: int = 0
     timeline: list[tuple[float, int, int, int]] = field(default_factory=list)  # (s, placed, confirmed, live)
     slow_reads: list[tuple[float, float]] = field(default_factory=list)  # (s after the submission, ms) of reads over 500 ms
 
+    @property
+    def leaders_deposed(self) -> int:
+        """Times a leader stepped down during the run (its masters' logs)."""
+        return sum(self.deposed_why.values())
+
     def summary(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("timeline")
         out["spec"] = str(self.spec)
+        out["leaders_deposed"] = self.leaders_deposed
         return out
 
 
@@ -342,7 +347,6 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
                     result.borglet_cpu_peak = max(result.borglet_cpu_peak, s.cpu_percent)
                     result.borglet_rss_peak_mib = max(result.borglet_rss_peak_mib, s.rss_bytes / 2**20)
         result.deposed_why = step_downs(root)  # before the cell is stopped
-        result.leaders_deposed = sum(result.deposed_why.values())
     finally:
         launcher.down(root)
         result.orphans = len(task_processes((flood_prefix, f"{SERVICE[0]}/{SERVICE[1]}/")))

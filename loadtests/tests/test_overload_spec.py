@@ -45,3 +45,12 @@ def test_step_downs_are_counted_with_their_reasons_from_every_masters_log(tmp_pa
     )
     (logs / "machine0.log").write_text("machine0 no longer leads: not a master's log\n")
     assert step_downs(tmp_path) == {"lease not refreshed within 2.0s": 2, "deposed": 1}
+
+
+def test_a_runs_step_downs_are_counted_in_its_summary() -> None:
+    from loadtests.overload import RunResult
+
+    r = RunResult(RunSpec.parse("1000x2x1"))
+    assert r.leaders_deposed == 0 and r.summary()["leaders_deposed"] == 0
+    r.deposed_why = {"lease not refreshed within 2.0s": 2, "deposed": 1}
+    assert r.leaders_deposed == 3 and r.summary()["leaders_deposed"] == 3

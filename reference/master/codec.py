@@ -213,8 +213,9 @@ def decode_job(raw: bytes) -> tuple[Job, JobInfo]:
 
 
 # What a task record's field holds where it is absent: encode_task leaves out a field that
-# holds it, and decode_task reads it from here. A dead task's record is a third smaller, and every task record is written, watched and
-# decoded by each replica (a 10,000-task job's kill writes 10,000 of them at once).
+# holds it, and decode_task reads it from here. A dead task's record is a third smaller, and
+# every task record is written, watched and decoded by each replica (a 10,000-task job's
+# kill writes 10,000 of them at once).
 TASK_DEFAULTS: dict[str, Any] = {
     "machine": None, "priority": 0, "request": {}, "cause": None, "reservation": None, "port": 0,
     "healthy": None, "restarts": 0, "borglet_state": "", "started_at": 0.0, "seen": False,
