@@ -22,6 +22,7 @@ removed machine's do, until its processes are reported stopped (`departed_live`)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -138,8 +139,10 @@ def confirmed(info: TaskInfo) -> bool:
 IndexKey = tuple[str, int]  # (job key, task index)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def parse_borglet_task_id(task_id: str) -> tuple[str, int, int] | None:
-    """'user/job/3#1@2' -> ('user/job', 3, 1); None for an id this master did not make."""
+    """'user/job/3#1@2' -> ('user/job', 3, 1); None for an id this master did not make.
+    Cached: every rebuild of the desired sets parses every reported id again."""
     base = task_id.partition("@")[0]
     head, sep, inc = base.rpartition("#")
     job, _, index = head.rpartition("/")
@@ -183,11 +186,14 @@ def live_by_index(
     reported: machine -> {borglet task id: state} from each machine's last reply.
     """
     out: dict[IndexKey, list[tuple[str, str]]] = {}
-    for machine in sorted(set(up)):
-        for task_id, state in sorted(reported.get(machine, {}).items()):
-            parsed = parse_borglet_task_id(task_id)
-            if state in LIVE_STATES and parsed is not None:
+    for machine in set(up):
+        for task_id, state in reported.get(machine, {}).items():
+            if state in LIVE_STATES and (parsed := parse_borglet_task_id(task_id)) is not None:
                 out.setdefault((parsed[0], parsed[1]), []).append((machine, task_id))
+    # Each list in (machine, task id) order; most hold one process, and need no sort.
+    for processes in out.values():
+        if len(processes) > 1:
+            processes.sort()
     return out
 
 
@@ -259,14 +265,18 @@ def hold_back(
 
 
 def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]) -> Outcome:
-    """Steps and facts from a borglet's reply to a sync that listed the tasks in `sent`."""
+    """Steps and facts from a borglet's reply to a sync that listed the tasks in `sent`.
+
+    Every poll of a machine maps its whole reply, so a task whose facts did not change costs
+    a comparison of the reported values with the cell's, not a new TaskInfo."""
     reported = {t.get("task_id"): t for t in reply.get("tasks", []) if isinstance(t, dict)}
     out = Outcome()
+    tasks, infos = cell.state.tasks, cell.tasks
     for tid in sorted(sent, key=str):
-        task = cell.state.tasks.get(tid)
+        task = tasks.get(tid)
         if task is None or task.state is not TaskState.RUNNING or task.machine != machine:
             continue  # changed since the sync was sent
-        info = cell.task_info(tid)
+        info = infos.get(tid) or _NO_INFO
         r = reported.get(borglet_task_id(tid, info))
         if r is None:
             if info.seen:
@@ -287,29 +297,28 @@ def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]
                 out.steps.append(("lost", (tid,), f"killed on the machine: {reason or '?'}"))
         usage = tuple(sorted((k, int(v)) for k, v in (r.get("usage") or {}).items()))
         out.usage[tid] = usage
-        new = replace(
-            info,
-            port=int(r.get("port") or 0),
-            healthy=r.get("healthy"),
-            restarts=int(r.get("restarts") or 0),
-            borglet_state=state,
-            started_at=float(r.get("started_at") or 0.0),
-            pid=int(r.get("pid") or 0),
-            seen=True,
-            reason=reason,
-        )
-        if _worth_writing(info, new):
-            out.infos[tid] = replace(new, usage=usage)
+        port, healthy, restarts = int(r.get("port") or 0), r.get("healthy"), int(r.get("restarts") or 0)
+        started_at = float(r.get("started_at") or 0.0)
+        if _facts(info) != (port, healthy, restarts, state, True, started_at):
+            out.infos[tid] = replace(
+                info,
+                port=port,
+                healthy=healthy,
+                restarts=restarts,
+                borglet_state=state,
+                started_at=started_at,
+                pid=int(r.get("pid") or 0),
+                seen=True,
+                reason=reason,
+                usage=usage,
+            )
     return out
 
 
-def _worth_writing(old: TaskInfo, new: TaskInfo) -> bool:
-    """Facts clients act on (BNS, health, restarts) are written at once; usage can wait."""
-    return (old.port, old.healthy, old.restarts, old.borglet_state, old.seen, old.started_at) != (
-        new.port,
-        new.healthy,
-        new.restarts,
-        new.borglet_state,
-        new.seen,
-        new.started_at,
-    )
+_NO_INFO = TaskInfo()
+
+
+def _facts(info: TaskInfo) -> tuple[Any, ...]:
+    """The facts clients act on (BNS, health, restarts, the start): a change to any is written
+    at once; usage, the pid and the reason alone can wait for the next write."""
+    return (info.port, info.healthy, info.restarts, info.borglet_state, info.seen, info.started_at)
