@@ -26,20 +26,23 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from reference import cpuweight
 from reference.store import ops
 from reference.store.client import Lease, StoreClient, StoreError
 
 log = logging.getLogger(__name__)
 
 KEEPING, EXPIRED, LOST = 0, 1, 2
-_DEADLINE, _TOKEN, _VERDICT, _HEARTBEAT = range(4)
+_DEADLINE, _TOKEN, _VERDICT, _HEARTBEAT, _READY = range(5)
 # How often the child looks at its pipe and its parent between refreshes.
 _TICK_S = 0.05
+_READY_POLL_S = 0.02  # how often `wait_ready` looks at the child's flag
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class LeaseKeeper:
         hung_s: float,
     ) -> None:
         ctx = multiprocessing.get_context("spawn")  # a fork of a threaded master could inherit held locks
-        self._shared = ctx.Array("d", 4)
+        self._shared = ctx.Array("d", 5)
         self._shared[_HEARTBEAT] = time.monotonic()
         self._conn, child_conn = ctx.Pipe()
         settings = {"ttl_s": ttl_s, "interval_s": interval_s, "retry_s": retry_s, "timeout_s": timeout_s,
@@ -81,6 +84,17 @@ class LeaseKeeper:
     @property
     def pid(self) -> int | None:
         return self._process.pid
+
+    def wait_ready(self, timeout: float, stop: threading.Event | None = None) -> bool:
+        """Wait until the child runs its loop (a new interpreter importing its modules takes
+        seconds on a crowded host), at most `timeout` s or until `stop` is set; whether it does.
+        A term won before then would lapse with nobody to refresh its lease."""
+        end = time.monotonic() + timeout
+        while not self._shared[_READY]:
+            if time.monotonic() >= end or not self._process.is_alive() or (stop is not None and stop.is_set()):
+                return bool(self._shared[_READY])
+            time.sleep(_READY_POLL_S)
+        return True
 
     def keep(self, term: Term, deadline: float) -> None:
         """Keep `term`'s lease from now on; `deadline` is when it is surely alive until already."""
@@ -139,13 +153,9 @@ def _ahead_of_the_crowd() -> None:
         os.setsid()
     except OSError:
         pass
+    cpuweight.weigh_session()
     try:
-        with open("/proc/self/autogroup", "w") as f:
-            f.write("-10")
-    except OSError:
-        pass
-    try:
-        os.nice(-10)
+        os.nice(cpuweight.AHEAD_NICE)
     except OSError:
         pass
 
@@ -156,6 +166,7 @@ def serve(conn: Connection, shared: Any, endpoints: list[str], settings: dict[st
     _ahead_of_the_crowd()
     timeout = settings["timeout_s"]
     client = StoreClient(endpoints, timeout=timeout, connect_timeout=timeout)
+    shared[_READY] = 1.0
     term: Term | None = None
     due = 0.0
     last_cpu: int | None = None
