@@ -13,6 +13,7 @@ import httpx
 import psutil
 
 import reference
+from reference import cpuweight
 from reference.launcher.cellfile import LauncherError, ProcessRecord, Role, is_alive, live_process
 from reference.waiting import wait_until
 
@@ -47,16 +48,26 @@ def child_env(workdir: str) -> dict[str, str]:
     return env
 
 
+# Roles whose sessions weigh more than the machines' on a crowded host (`cpuweight`): a master
+# replica (its API, link shard and leader's work) must not wait for a CPU behind a hundred
+# borglets starting tasks. Its lease keeper takes a session of its own (store/keeper.py).
+AHEAD_OF_THE_MACHINES = frozenset({Role.MASTER})
+
+
 def spawn(
     role: Role, name: str, command: list[str], url: str, log: Path, cwd: str, env: dict[str, str]
 ) -> ProcessRecord:
-    """Start one process in its own session (a terminal's ^C or hang-up does not reach it)."""
+    """Start one process in its own session (a terminal's ^C or hang-up does not reach it); a
+    master's session gets the heavier CPU weight where root may ask for it."""
     with open(log, "ab") as out:
         popen = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             cwd=cwd, env=env, start_new_session=True,
         )  # fmt: skip
     _children[popen.pid] = popen
+    if role in AHEAD_OF_THE_MACHINES:
+        # Popen returns once the child has exec'd, so its setsid is done: this is its session.
+        cpuweight.weigh_session(popen.pid, cpuweight.CONTROL_PLANE_NICE)
     return ProcessRecord(
         role, name, popen.pid, psutil.Process(popen.pid).create_time(), url, str(log), tuple(command)
     )

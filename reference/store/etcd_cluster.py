@@ -16,6 +16,7 @@ from types import TracebackType
 import psutil
 import requests
 
+from reference import cpuweight
 from reference.ports import free_ports
 
 STATE_FILE = "etcd-cluster.json"
@@ -361,6 +362,9 @@ class EtcdCluster:
                 start_new_session=True,
             )
         self._popens[i] = popen
+        # The cell's store weighs as much as the masters that write to it (cpuweight): a
+        # master weighed above its etcd outran it, and leases waited for its applies.
+        cpuweight.weigh_session(popen.pid, cpuweight.CONTROL_PLANE_NICE)
         self.members[i].pid = popen.pid
         self.members[i].create_time = psutil.Process(popen.pid).create_time()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from reference import cpuweight
 from reference.store import ops
 from reference.store.client import StoreClient
 from reference.store.election import Election
@@ -291,6 +292,35 @@ def test_a_leader_whose_threads_are_starved_keeps_its_lease_only_when_refreshed_
         client.delete("/test/fenced")
 
 
+def test_a_candidate_campaigns_only_once_its_refresher_process_runs(client: StoreClient) -> None:
+    """A keeper still starting (here: stopped before it could) must not leave a won term to
+    lapse: the campaign waits for it, and the term it then wins is kept."""
+    import signal
+
+    deposed: list[str] = []
+    a = Election(client, LEADER_KEY, "a", ttl_s=2.0, on_deposed=deposed.append, refresh_in_process=True)
+    keeper_pid = a.refresher_pid
+    assert keeper_pid is not None
+    os.kill(keeper_pid, signal.SIGSTOP)  # a new interpreter takes far longer than this to get going
+    won: list[bool] = []
+    campaign = threading.Thread(target=lambda: won.append(a.campaign()), daemon=True)
+    try:
+        campaign.start()
+        campaign.join(a.ttl_s + 0.5)
+        assert campaign.is_alive() and client.get(LEADER_KEY) is None  # waiting for its keeper
+        os.kill(keeper_pid, signal.SIGCONT)
+        campaign.join(30)
+        assert won == [True]
+        token = a.fencing_token
+        time.sleep(2 * a.ttl_s)
+        assert a.is_leader and a.fencing_token == token and deposed == []
+    finally:
+        os.kill(keeper_pid, signal.SIGCONT)
+        campaign.join(30)
+        a.resign()
+        client.delete(LEADER_KEY)
+
+
 def test_a_stuck_leader_loses_its_lease_though_its_refresher_process_lives(client: StoreClient) -> None:
     deposed: list[str] = []
     a = Election(client, LEADER_KEY, "a", ttl_s=2.0, on_deposed=deposed.append, refresh_in_process=True, hung_s=1.0)
@@ -307,6 +337,19 @@ def test_a_stuck_leader_loses_its_lease_though_its_refresher_process_lives(clien
         a.resign()
         client.delete(LEADER_KEY)
     assert keeper_pid is not None and not _alive(keeper_pid)
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/autogroup") or os.geteuid() != 0,
+    reason="the kernel has no autogroups here, or lowering a nice value needs root",
+)
+def test_etcd_members_weigh_as_much_as_the_masters(tmp_path: Path) -> None:
+    c = EtcdCluster(tmp_path, members=1).start()
+    try:
+        pids = [p for p in c.pids() if p is not None]
+        assert pids and all(cpuweight.session_nice(p) == cpuweight.CONTROL_PLANE_NICE for p in pids)
+    finally:
+        c.stop()
 
 
 def test_stop_leaves_no_process_and_another_process_can_stop_it(tmp_path: Path) -> None:
