@@ -182,6 +182,7 @@ class Poller:
         if key != self._plans[0] and now >= self._rebuild_after:
             # What each machine is sent depends on the view and on what the machines reported
             # alone: built when either changed, not on every turn, and paced.
+            cpu = time.thread_time()
             if len(self._memo) > 2 * len(cell.state.tasks) + 1000:
                 self._memo = {}
             desired = {
@@ -194,7 +195,7 @@ class Poller:
             signatures = {name: frozenset(d["task_id"] for d in keep) for name, (keep, _) in plans.items()}
             self._plans = (key, plans, blocking, signatures)
             took = self.clock() - now
-            self._rebuild_after = pollclock.next_rebuild(now, took)
+            self._rebuild_after = pollclock.next_rebuild(now, took, time.thread_time() - cpu)
         _, plans, blocking, signatures = self._plans
         relayed: dict[str, list[tuple[Any, ...]]] = {}
         for name, (desired, ids) in plans.items():

@@ -96,12 +96,13 @@ def test_usage_is_written_every_ten_seconds(written_at, now, due):
 
 
 @pytest.mark.parametrize(
-    ("now", "took", "after"),
+    ("now", "took", "cpu", "after"),
     [
-        (100.0, 0.0, 100.0),  # an instant rebuild (a small cell): the next turn may rebuild
-        (100.0, 0.1, 100.5),  # 0.1 s of work, 0.4 s of pause: a fifth of the time
-        (100.0, 1.0, 103.0),  # the pause is capped at 2 s
+        (100.0, 0.0, 0.0, 100.0),  # an instant rebuild (a small cell): the next turn may rebuild
+        (100.0, 0.1, 0.02, 100.5),  # 0.1 s waiting for a CPU, 0.02 s on it: a fifth of the time
+        (100.0, 0.1, 0.1, 101.0),  # 0.1 s, all on the CPU: a pause of 0.9 s, a tenth of a core
+        (100.0, 1.0, 0.2, 103.0),  # the pause is capped at 2 s
     ],
 )
-def test_a_rebuild_of_the_desired_sets_is_paced_by_its_own_length(now, took, after):
-    assert pollclock.next_rebuild(now, took) == pytest.approx(after)
+def test_a_rebuild_of_the_desired_sets_is_paced_by_its_length_and_its_cpu(now, took, cpu, after):
+    assert pollclock.next_rebuild(now, took, cpu) == pytest.approx(after)
