@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from reference import fastjson
 from reference.jobspec import JobSpec
 from reference.master.access import UserRecord
 from reference.master.cell import JobInfo, MachineInfo, TaskInfo
@@ -93,7 +94,7 @@ def dumps(doc: dict[str, Any]) -> bytes:
 
 def loads(raw: bytes) -> dict[str, Any]:
     try:
-        doc = json.loads(raw)
+        doc = fastjson.loads(raw)
     except ValueError as err:
         raise SchemaError(f"not JSON: {err}") from err
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:

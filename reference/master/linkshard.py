@@ -24,7 +24,6 @@ interval (Borg's SLO: 95th percentile under 10 s).
 from __future__ import annotations
 
 import http.client
-import json
 import logging
 import math
 import threading
@@ -38,7 +37,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from reference import channel
+from reference import channel, fastjson
 from reference.master import shards
 from reference.master.cache import WatchCache
 
@@ -295,7 +294,7 @@ class LinkShard:
         except httpx.HTTPError as err:
             return {"machine": machine, "status": 0, "error": str(err) or type(err).__name__}
         try:
-            body: Any = response.json()
+            body: Any = fastjson.loads(response.content)
         except ValueError:
             body = {"error": response.text[:200]}
         return {"machine": machine, "status": response.status_code, "body": body}
@@ -376,7 +375,7 @@ class KeptAlive:
             if response.status != 200:
                 return None
             try:
-                doc = json.loads(body)
+                doc = fastjson.loads(body)
             except ValueError:
                 return None
             if not isinstance(doc, dict):
@@ -443,7 +442,7 @@ class ShardRelay:
                     f"{url.rstrip('/')}{RELAY_PATH}", json={"items": items}, headers=channel.to_machine(replica_peer(owner))
                 )
                 if response.status_code == 200:
-                    replies = response.json().get("replies")
+                    replies = fastjson.loads(response.content).get("replies")
                     if isinstance(replies, list):
                         return replies
                 log.info("relay through %s answered %d", owner, response.status_code)

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from reference import channel
+from reference import channel, fastjson
 from reference.master import pollclock, reports, shards
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, MachineInfo, borglet_task_id
@@ -484,7 +484,7 @@ class Poller:
             log.debug("sync to %s failed: %s", address, err)
             return None
         try:
-            parsed: Any = response.json()
+            parsed: Any = fastjson.loads(response.content)
         except ValueError:
             parsed = None
         return self._settle(name, address, seq, ids, response.status_code, parsed, response.text)

@@ -8,7 +8,6 @@ read timeout (a silent member hangs it forever) and assumes one JSON message per
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import socket
 import threading
@@ -17,6 +16,7 @@ from typing import Any
 
 import requests
 
+from reference import fastjson
 from reference.store import ops
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class PrefixWatch:
             for chunk in response.iter_content(chunk_size=None):
                 messages, buffer = split_messages(buffer, chunk)
                 for message in messages:
-                    self._handle(json.loads(message))
+                    self._handle(fastjson.loads(message))
                 if self._stopped.is_set():
                     return
             raise StreamBroken("stream closed by the server")
