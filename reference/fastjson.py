@@ -1,4 +1,4 @@
-"""JSON decoding on the hot paths: the watch stream, every stored record, every borglet's state.
+"""JSON on the hot paths: decoding the watch stream, every stored record and every borglet's state; encoding a borglet's state and its task table.
 
 A 10,000-task start has each master decode every task record written (several times each)
 and the link shards decode a hundred borglets' states a second; the standard library's
@@ -23,3 +23,15 @@ def loads(raw: bytes | bytearray | memoryview | str) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         return json.loads(bytes(raw) if isinstance(raw, memoryview) else raw)
+
+
+def dumps(obj: Any, *, sort_keys: bool = False) -> bytes:
+    """Compact JSON of `obj` (UTF-8), as `json.dumps(obj, separators=(",", ":"))` gives it,
+    decoded; what orjson cannot encode (an integer beyond 64 bits, a type it does not know)
+    falls back to the standard library. orjson writes NaN and Infinity as null: a borglet's
+    state and table hold neither."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":"), sort_keys=sort_keys).encode()
+

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -19,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from reference import channel
+from reference import channel, fastjson
 from reference.borglet import logs
 from reference.borglet.metrics import make_registry, render
 from reference.borglet.protocol import SyncRequest
@@ -142,7 +141,7 @@ def _json(report: dict[str, Any]) -> Response:
 
 
 def _body(report: dict[str, Any]) -> bytes:
-    return json.dumps(report, separators=(",", ":")).encode()
+    return fastjson.dumps(report)
 
 
 def state_tag(body: bytes) -> str:

@@ -40,3 +40,16 @@ def test_what_is_not_json_is_a_value_error(raw: bytes) -> None:
 def test_a_stored_record_that_is_not_json_is_a_schema_error() -> None:
     with pytest.raises(codec.SchemaError, match="not JSON"):
         codec.loads(b"{")
+
+
+def test_it_encodes_what_the_standard_library_decodes_back_the_same() -> None:
+    doc = {"b": [1, 2.5, None, True, "é"], "a": {"z": 1, "y": (3, 4)}, "n": -(2**63)}
+    out = fastjson.dumps(doc, sort_keys=True)
+    assert json.loads(out) == json.loads(json.dumps(doc))
+    assert out.index(b'"a"') < out.index(b'"b"') < out.index(b'"n"')  # keys sorted
+    assert b" " not in out  # compact
+
+
+def test_what_orjson_cannot_encode_falls_back_to_the_standard_library() -> None:
+    big = {"big": 2**70, 1: "a key that is not a string"}
+    assert json.loads(fastjson.dumps(big)) == json.loads(json.dumps(big))
