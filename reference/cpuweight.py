@@ -16,8 +16,10 @@ from __future__ import annotations
 # nine times a default session (the kernel's weight table: 9548 against 1024). The lease
 # keeper's, whose work is a few round trips a second.
 AHEAD_NICE = -10
-# The masters' and etcd's sessions: -5 weighs about three times a default one (3121).
-CONTROL_PLANE_NICE = -5
+# The masters' and etcd's sessions: -3 weighs about twice a default one (1991). Heavier (-5,
+# three times) kept reads as fast but slowed a 10,000-task start on 3 replicas by about 10 s:
+# three masters and three etcd members ahead of every borglet (docs/decisions.md).
+CONTROL_PLANE_NICE = -3
 
 
 def weigh_session(pid: int | str = "self", nice: int = AHEAD_NICE) -> bool:
