@@ -34,4 +34,3 @@ def dumps(obj: Any, *, sort_keys: bool = False) -> bytes:
         return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
     except TypeError:
         return json.dumps(obj, separators=(",", ":"), sort_keys=sort_keys).encode()
-

@@ -68,6 +68,11 @@ class TaskInfo:
         return replace(self, history=entries)
 
 
+# The facts of a task no borglet has reported on yet: one shared value (TaskInfo is frozen),
+# not a new one per lookup; replies of every machine are mapped against it each poll.
+NO_TASK_INFO = TaskInfo()
+
+
 @dataclass(frozen=True)
 class Cell:
     """One consistent view of the cell at an etcd revision."""
@@ -96,7 +101,7 @@ class Cell:
     leader_revision: int = 0
 
     def task_info(self, tid: TaskId) -> TaskInfo:
-        return self.tasks.get(tid) or TaskInfo()
+        return self.tasks.get(tid) or NO_TASK_INFO
 
 
 def is_pass_work(task: Task, job: Job | None, latest: bool) -> bool:
@@ -255,7 +260,7 @@ class Draft:
             if task is None:
                 self.tasks.pop(tid, None)
             elif prev is None or prev.state is not task.state:
-                info = self.tasks.get(tid) or TaskInfo()
+                info = self.tasks.get(tid) or NO_TASK_INFO
                 if prev is not None and prev.machine != task.machine:
                     # A new placement (or none): the old process's facts no longer apply.
                     info = replace(
@@ -282,7 +287,7 @@ class Draft:
         return replace(info, events=events.append(info.events, self.now, [event]), pending=pending)
 
     def task_info(self, tid: TaskId) -> TaskInfo:
-        return self.tasks.get(tid) or TaskInfo()
+        return self.tasks.get(tid) or NO_TASK_INFO
 
     def machine_info(self, name: str) -> MachineInfo:
         return self.machines.get(name) or MachineInfo()

@@ -271,12 +271,12 @@ def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]
     a comparison of the reported values with the cell's, not a new TaskInfo."""
     reported = {t.get("task_id"): t for t in reply.get("tasks", []) if isinstance(t, dict)}
     out = Outcome()
-    tasks, infos = cell.state.tasks, cell.tasks
+    tasks = cell.state.tasks
     for tid in sorted(sent, key=str):
         task = tasks.get(tid)
         if task is None or task.state is not TaskState.RUNNING or task.machine != machine:
             continue  # changed since the sync was sent
-        info = infos.get(tid) or _NO_INFO
+        info = cell.task_info(tid)
         r = reported.get(borglet_task_id(tid, info))
         if r is None:
             if info.seen:
@@ -313,9 +313,6 @@ def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]
                 usage=usage,
             )
     return out
-
-
-_NO_INFO = TaskInfo()
 
 
 def _facts(info: TaskInfo) -> tuple[Any, ...]:
