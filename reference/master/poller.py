@@ -717,6 +717,8 @@ class Poller:
                     # Keep what the cell decided (history, placement, a drain begun since
                     # the sync was sent); take the borglet's facts.
                     cur = d.task_info(tid)
+                    if not reports.news(cur, info):
+                        continue  # an earlier reply's write said it already
                     d.set_task_info(
                         tid,
                         replace(

@@ -299,7 +299,7 @@ def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]
         out.usage[tid] = usage
         port, healthy, restarts = int(r.get("port") or 0), r.get("healthy"), int(r.get("restarts") or 0)
         started_at = float(r.get("started_at") or 0.0)
-        if _facts(info) != (port, healthy, restarts, state, True, started_at):
+        if _worth_writing(info, port, healthy, restarts, state, started_at):
             out.infos[tid] = replace(
                 info,
                 port=port,
@@ -315,7 +315,22 @@ def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]
     return out
 
 
+def news(cur: TaskInfo, new: TaskInfo) -> bool:
+    """Whether `new`, facts mapped from a reply, says anything worth writing over `cur`, the
+    task's info when the write is made. The reply was mapped on the cache's view, which can be
+    a write behind: two polls of a task that went QUEUED both differ from its unreported info,
+    and without this check the second wrote the QUEUED task's port alone."""
+    return _worth_writing(cur, new.port, new.healthy, new.restarts, new.borglet_state, new.started_at)
+
+
+def _worth_writing(info: TaskInfo, port: int, healthy: Any, restarts: int, state: str, started_at: float) -> bool:
+    return _facts(info) != (info.port if state == "QUEUED" else port, healthy, restarts, state, True, started_at)
+
+
 def _facts(info: TaskInfo) -> tuple[Any, ...]:
     """The facts clients act on (BNS, health, restarts, the start): a change to any is written
-    at once; usage, the pid and the reason alone can wait for the next write."""
+    at once; usage, the pid and the reason alone can wait for the next write. So can the port
+    of a task still QUEUED: its borglet picks the port just before it spawns the process, and
+    nothing answers on it until the task runs (a poll in between wrote about 6,000 records of a
+    10,000-task start for nothing a client could use)."""
     return (info.port, info.healthy, info.restarts, info.borglet_state, info.seen, info.started_at)

@@ -180,6 +180,19 @@ def test_map_reply_writes_only_facts_clients_act_on(change, written):
     assert (T0 in out.infos) is written
 
 
+def test_a_queued_tasks_new_port_waits_for_its_start_and_is_written_with_it():
+    base = {"borglet_state": "QUEUED", "seen": True}
+    cell = master_cells.placed_cell(**base)
+    # The borglet chose a port just before the spawn: still QUEUED, nothing to write yet.
+    assert T0 not in map_reply(cell, "m1", _reply(cell, T0, state="QUEUED", port=9000), {T0}).infos
+    # The process runs: the port comes with the start.
+    info = map_reply(cell, "m1", _reply(cell, T0, state="RUNNING", port=9000, started_at=5.0), {T0}).infos[T0]
+    assert (info.port, info.borglet_state, info.started_at) == (9000, "RUNNING", 5.0)
+    # A first report that says QUEUED is written (the task is seen), with what it carries.
+    fresh = master_cells.placed_cell()
+    assert map_reply(fresh, "m1", _reply(fresh, T0, state="QUEUED", port=9000), {T0}).infos[T0].port == 9000
+
+
 @pytest.mark.parametrize(
     ("state", "reason", "step"),
     [
@@ -235,3 +248,21 @@ def test_a_task_sent_to_a_removed_machine_and_not_yet_reported_counts_as_live_th
     assert departed == {"m5": {"carol/web/3#0@1": "QUEUED"}}
     # Reported ended after the empty sync: nothing left there.
     assert departed_live({"m5": {"carol/web/3#0@1": "KILLED"}}, in_cell={"m0"}, sent={"m5": set()}) == {}
+
+
+def test_facts_mapped_on_a_view_a_write_behind_are_news_only_where_they_differ_from_the_cells_now():
+    from dataclasses import replace
+
+    from reference.master.cell import TaskInfo
+    from reference.master.reports import news
+
+    # Two polls mapped on the same view (the task not yet reported): both say QUEUED, the
+    # second with the port its borglet just picked. Once the first is written, the second
+    # says nothing a client can use.
+    cur = TaskInfo(borglet_state="QUEUED", seen=True)
+    assert not news(cur, replace(cur, port=4100, pid=0))
+    assert news(cur, replace(cur, port=4100, borglet_state="RUNNING", started_at=7.0))
+    assert news(TaskInfo(), replace(cur, port=4100))  # the first report is news
+    running = TaskInfo(borglet_state="RUNNING", seen=True, port=4100, started_at=7.0)
+    assert news(running, replace(running, port=4101))  # a running task's port is a fact
+    assert not news(running, replace(running, pid=99, usage=(("cpu", 3),)))  # these can wait
