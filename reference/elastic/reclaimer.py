@@ -34,6 +34,12 @@ WARMUP_S = 10.0
 # tasks leaving its warm-up made each tick a write of 10,000 records while the cell was still
 # starting its processes.
 MAX_WRITES_PER_TICK = 1000
+# While borglets still have tasks to start (placed, not yet confirmed running), each of
+# those tasks takes the tick's budget down by one, to no less than this. Reservations are an
+# optimization that can wait a few ticks; a start cannot: every reservation is one more
+# record for etcd to apply and for each replica to decode, in the seconds those starts need
+# them. A 10,000-task start wrote 2,000 reservations before its last process ran.
+MIN_WRITES_PER_TICK = 100
 
 
 class Reclaimer:
@@ -76,15 +82,27 @@ class Reclaimer:
 
     def estimates(self) -> dict[TaskId, Resources]:
         """The reservations worth writing now, from the cached cell and the latest usage."""
+        cell = self.cache.cell()
         return reservation_changes(
-            self.cache.cell(), self.usage(), self.clock(), self.wall(), self._last,
-            interval=self.interval, margin=self.margin, half_life=self.half_life, limit=MAX_WRITES_PER_TICK,
+            cell, self.usage(), self.clock(), self.wall(), self._last,
+            interval=self.interval, margin=self.margin, half_life=self.half_life, limit=write_budget(cell),
         )  # fmt: skip
 
     def tick(self) -> None:
         changes = self.estimates()
         if changes:
             self.writer.mutate(lambda d: apply_reservations(d, changes))
+
+
+def write_budget(cell: Cell) -> int:
+    """How many reservations a tick may write: MAX_WRITES_PER_TICK less one per task placed
+    whose borglet has not started its process yet (not reported, or QUEUED), and at least
+    MIN_WRITES_PER_TICK."""
+    starting = sum(
+        1 for t in cell.state.tasks.values()
+        if t.state is TaskState.RUNNING and cell.task_info(t.id).borglet_state in ("", "QUEUED")
+    )  # fmt: skip
+    return max(MIN_WRITES_PER_TICK, MAX_WRITES_PER_TICK - starting)
 
 
 def reservation_changes(

@@ -68,3 +68,20 @@ def test_a_tick_writes_at_most_its_limit_largest_changes_first() -> None:
     assert apply_reservations(d, capped) == 2
     later = reservation_changes(Cell(state=d.state, tasks=cell.tasks), usage, 105.0, 1105.0, last, interval=5.0)
     assert {tid: later[tid] for tid in every if tid not in capped} == {t: every[t] for t in every if t not in capped}
+
+
+def test_tasks_still_to_be_started_take_the_ticks_budget_down_to_its_floor() -> None:
+    from dataclasses import replace
+
+    from reference.elastic.reclaimer import MAX_WRITES_PER_TICK, MIN_WRITES_PER_TICK, write_budget
+
+    cell = running_cell(300)
+    started = TaskInfo(started_at=1000.0, borglet_state="RUNNING", seen=True)
+    infos = {tid: started for tid in cell.state.tasks}
+    assert write_budget(replace(cell, tasks=infos)) == MAX_WRITES_PER_TICK  # every process runs
+    # 100 not reported yet and 100 queued on their machines: 200 starts to come.
+    for i in range(200):
+        infos[TaskId("u/many", i)] = TaskInfo() if i < 100 else TaskInfo(borglet_state="QUEUED", seen=True)
+    assert write_budget(replace(cell, tasks=infos)) == MAX_WRITES_PER_TICK - 200
+    # A start larger than the budget leaves the floor, not nothing.
+    assert write_budget(running_cell(950)) == MIN_WRITES_PER_TICK  # 950 to start: 50 left
