@@ -15,8 +15,8 @@ weight, against 1024 for each other process. Measured per run:
   (every process found in /proc), and per task the same two delays (p50, p99, max) from each
   task's history (placed) and its borglet's start time (started);
 - kill-to-no-process (the job's last process gone from /proc) and whether any started after;
-- API read latency (GET /v1/cell every 0.2 s, round robin over the masters) p50/p99/max over
-  the whole burst;
+- API read latency (GET /v1/cell every 0.2 s, round robin over the masters, from a process of
+  its own: loadtests.readprobe) p50/p99/max over the whole burst;
 - peak CPU (percent of one core) and RSS of the leader, of any master and of any borglet;
 - doubles (two live processes of one task index at one /proc scan: must be 0) and orphans
   (task processes left after `cell down`: must be 0).
@@ -39,8 +39,8 @@ from typing import Any
 import httpx
 
 from bench.stats import percentile
-from loadtests.periodic import Periodic
 from loadtests.procsample import ProcSampler, task_processes
+from loadtests.readprobe import ReadProbe
 from loadtests.sampler import Sampler, Target
 from reference import launcher
 from reference.cellfile import auth_headers
@@ -50,7 +50,6 @@ CELL = "overload"
 CAPACITY = "cpu=64000m,ram=256GiB"  # declared, not real: resources never limit the flood
 FLOOD = ("load", "flood")
 SERVICE = ("demo", "service")
-READ_EVERY_S = 0.2
 NAN = float("nan")  # no API count in the timeline while the kill is watched
 
 
@@ -131,39 +130,6 @@ class RunResult:
 
 
 SLOW_READ_MS = 500.0  # a read slower than this is listed with when it was sent
-
-
-class Reader(Periodic):
-    """GET /v1/cell every READ_EVERY_S, round robin over the masters; latencies in ms."""
-
-    def __init__(self, urls: list[str], headers: dict[str, str]) -> None:
-        super().__init__(READ_EVERY_S, "reader")
-        self.urls = urls
-        self.latencies: list[float] = []
-        self.started: list[float] = []  # time.monotonic() at which each read in `latencies` was sent
-        self.errors = 0
-        self.error_kinds: dict[str, int] = {}  # "HTTP 503", "ReadTimeout", ...: what each failed read got
-        self._reads = 0
-        self._http = httpx.Client(timeout=10.0, headers=headers)
-
-    def tick(self) -> None:
-        url = self.urls[self._reads % len(self.urls)]
-        self._reads += 1
-        began = time.monotonic()
-        try:
-            status = self._http.get(f"{url}/v1/cell").status_code
-            kind = "" if status == 200 else f"HTTP {status}"
-        except httpx.HTTPError as err:
-            kind = type(err).__name__
-        if not kind:
-            self.latencies.append((time.monotonic() - began) * 1000)
-            self.started.append(began)
-        else:
-            self.errors += 1
-            self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
-
-    def close(self) -> None:
-        self._http.close()
 
 
 def write(http: httpx.Client, method: str, path: str, **kwargs: object) -> int:
@@ -249,7 +215,7 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float) -> RunResu
     try:
         with httpx.Client(base_url=leader_url, timeout=120.0, headers=auth) as http:
             _ok(write(http, "POST", "/v1/jobs", json=service_job()), "submit the service job")
-            with Sampler(lambda: _targets(info)) as usage, Reader(urls, auth) as reader, ProcSampler(
+            with Sampler(lambda: _targets(info)) as usage, ReadProbe(urls, auth) as reader, ProcSampler(
                 (flood_prefix,), every=1.0
             ) as procs:
                 submitted_wall, t0 = time.time(), time.monotonic()
