@@ -4,7 +4,9 @@
 own process also scans /proc for the flood's 10,000 processes every second and samples every
 cell process's CPU: a reader thread beside that work waits for its own interpreter's lock, and
 what it measured was partly the bench. Here the reader shares nothing with the bench but the
-host; the bench starts it with `ReadProbe` and reads its figures when the `with` block ends.
+host: it runs in a session of its own (the kernel's autogroup gives each session an equal share
+of the CPU, so the bench's scans are not taken from the reader's share), at the default weight.
+The bench starts it with `ReadProbe` and reads its figures when the `with` block ends.
 
     python -m loadtests.readprobe URL [URL ...]   (headers as JSON in MINBORG_READ_HEADERS)
 
@@ -85,6 +87,7 @@ class ReadProbe:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "loadtests.readprobe", *self.urls],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
+            start_new_session=True,  # its own login session, so its own CPU group: not the bench's
         )  # fmt: skip
         return self
 

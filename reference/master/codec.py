@@ -18,6 +18,7 @@ excepted: a user is not cell state, and any replica adds or revokes one in etcd 
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -266,17 +267,35 @@ def _task_doc(t: Task, info: TaskInfo) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=4096)
+def _resources(items: tuple[tuple[str, Any], ...]) -> Resources:
+    return Resources.of(dict(items))
+
+
+def _decode_resources(mapping: dict[str, Any]) -> Resources:
+    """Resources.of, shared between records that ask the same (Resources is frozen): every
+    replica decodes each task record at each write, and the tasks of one job ask alike."""
+    try:
+        return _resources(tuple(mapping.items()))
+    except TypeError:  # a value that cannot be hashed: Resources.of says what is wrong
+        return Resources.of(mapping)
+
+
+_TASK_STATES = {s.value: s for s in TaskState}
+
+
 def decode_task(raw: bytes) -> tuple[Task, TaskInfo]:
     d = {**TASK_DEFAULTS, **loads(raw)}  # a field left out holds its default
     tid = TaskId(d["job"], int(d["index"]), int(d["incarnation"]))
+    state = d["state"]
     task = Task(
         id=tid,
-        state=TaskState(d["state"]),
+        state=_TASK_STATES[state] if state in _TASK_STATES else TaskState(state),
         machine=d["machine"],
         priority=int(d["priority"]),
-        request=Resources.of(d["request"]),
+        request=_decode_resources(d["request"]),
         cause=DeathCause(d["cause"]) if d["cause"] else None,
-        reservation=Resources.of(d["reservation"]) if d["reservation"] is not None else None,
+        reservation=_decode_resources(d["reservation"]) if d["reservation"] is not None else None,
     )
     info = TaskInfo(
         port=int(d["port"]),
