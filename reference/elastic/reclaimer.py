@@ -21,6 +21,7 @@ from reference.elastic.reservation import (
 )
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft
+from reference.master.views import task_counts
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from spec.actions import ACTIONS, EvictReason
 from spec.model import Resources, TaskId, TaskState, is_prod
@@ -96,12 +97,10 @@ class Reclaimer:
 
 def write_budget(cell: Cell) -> int:
     """How many reservations a tick may write: MAX_WRITES_PER_TICK less one per task placed
-    whose borglet has not started its process yet (not reported, or QUEUED), and at least
-    MIN_WRITES_PER_TICK."""
-    starting = sum(
-        1 for t in cell.state.tasks.values()
-        if t.state is TaskState.RUNNING and cell.task_info(t.id).borglet_state in ("", "QUEUED")
-    )  # fmt: skip
+    whose borglet has not confirmed its start yet (RUNNING less `running_confirmed`, the
+    counts a watch cache's view keeps), and at least MIN_WRITES_PER_TICK."""
+    counts = task_counts(cell)
+    starting = counts[TaskState.RUNNING.value] - counts["running_confirmed"]
     return max(MIN_WRITES_PER_TICK, MAX_WRITES_PER_TICK - starting)
 
 

@@ -275,6 +275,8 @@ def _resources(items: tuple[tuple[str, Any], ...]) -> Resources:
 def _decode_resources(mapping: dict[str, Any]) -> Resources:
     """Resources.of, shared between records that ask the same (Resources is frozen): every
     replica decodes each task record at each write, and the tasks of one job ask alike."""
+    if not isinstance(mapping, dict):
+        return Resources.of(mapping)  # not a record this codec wrote: Resources.of says what is wrong
     try:
         return _resources(tuple(mapping.items()))
     except TypeError:  # a value that cannot be hashed: Resources.of says what is wrong
