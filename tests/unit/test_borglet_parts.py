@@ -1,5 +1,8 @@
 """Tests of the borglet's small pure helpers: cgroup parsing, CFS quota, names, records, CLI."""
 
+import json
+import os
+
 import pytest
 
 from reference.borglet import cgroups, store
@@ -123,3 +126,31 @@ def test_a_task_program_is_looked_up_on_its_own_path_before_the_spawn(tmp_path):
         resolve_program([str(tmp_path / "missing")], {})
     assert resolve_program(["./relative"], {}) == "./relative"  # the child's cwd decides
     assert resolve_program(["sh"], {}).endswith("/sh")  # no PATH: the default one, as exec uses
+
+
+def test_store_saves_swap_the_table_with_its_spare_and_create_no_file_after_the_second(tmp_path):
+    path = str(tmp_path / "tasks.json")
+    store.save(path, {"epoch": 1})
+    store.save(path, {"epoch": 2})
+    inodes = {os.stat(path).st_ino, os.stat(store.spare_path(path)).st_ino}
+    for epoch in range(3, 8):
+        store.save(path, {"epoch": epoch, "tasks": {} if epoch % 2 else {"t": {"pid": 1}}})
+        assert store.load(path)["epoch"] == epoch
+        # The spare holds the table before, and the two inodes only trade names.
+        assert json.loads(open(store.spare_path(path), "rb").read())["epoch"] == epoch - 1
+        assert {os.stat(path).st_ino, os.stat(store.spare_path(path)).st_ino} == inodes
+    assert sorted(os.listdir(tmp_path)) == [".tasks.json.next", "tasks.json"]
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+
+
+def test_store_a_torn_spare_leaves_the_table_and_a_system_without_the_exchange_renames(tmp_path, monkeypatch):
+    path = str(tmp_path / "tasks.json")
+    store.save(path, {"epoch": 1, "tasks": {"a": {"pid": 1}, "b": {"pid": 2}}})
+    store.save(path, {"epoch": 2})
+    with open(store.spare_path(path), "wb") as torn:  # a crash in the middle of a save
+        torn.write(b'{"epoch": 3, "ta')
+    assert store.load(path)["epoch"] == 2
+    monkeypatch.setattr(store, "exchange", lambda a, b: False)
+    store.save(path, {"epoch": 4})
+    assert store.load(path)["epoch"] == 4
+    assert os.listdir(tmp_path) == ["tasks.json"]
