@@ -17,6 +17,8 @@ from typing import Any
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
+from reference import gctune
+
 TICK_S = 1.0
 
 
@@ -45,6 +47,7 @@ def run(app: Any, host: str, port: int, **options: Any) -> None:
     """uvicorn.run(app, ...) for an app object, through QuietServer: a server that could not
     start (its port taken, say) ends the process with uvicorn's own exit status."""
     server = QuietServer(uvicorn.Config(app, host=host, port=port, **options))
+    gctune.tune()
     with contextlib.suppress(KeyboardInterrupt):
         server.run()
     if not server.started:

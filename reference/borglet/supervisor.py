@@ -135,6 +135,10 @@ class Borglet:
         # whole set was applied since this borglet started.
         self.desired: dict[str, TaskSpec] | None = None
         self.uids: dict[str, int] = {}  # job user -> the uid its tasks run as (task_uids)
+        # The environment a task's starts from, read once: `dict(os.environ)` decodes every
+        # variable again (16 us a start on an idle host, 270 us under a flood), a copy of
+        # this dict takes a fraction of a microsecond.
+        self._environ = dict(os.environ)
         self.syncs = 0
         self.refused: Counter[str] = Counter()
         self._lock = threading.RLock()
@@ -776,7 +780,7 @@ class Borglet:
         if self._in_container(task):
             markers = {processes.TASK_MARKER: spec.task_id, processes.BORGLET_MARKER: self.config.state_dir}
             return runtime.task_env(spec, task.port, self.config.name, markers)
-        env = dict(os.environ)
+        env = dict(self._environ)
         if self.config.task_uids:
             env["HOME"] = self.workdir(task)  # the borglet's own is not the task's to read
         env.update(

@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from reference import channel
+from reference import channel, gctune
 from reference.master import codec
 from reference.master.cache import WatchCache
 from reference.master.cell import machine_images
@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
+    gctune.tune()
     process.start()
     done.wait()
     process.stop()
