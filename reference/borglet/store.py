@@ -5,8 +5,8 @@ names in one step (renameat2 with RENAME_EXCHANGE): `tasks.json` is then the new
 spare holds the old one, to be overwritten by the next save. A crash leaves `tasks.json` either
 the old table or the new one, never a torn one, as a rename over it would; but no save creates
 or deletes a file. A busy borglet saves every second, a hundred of them on one host a hundred
-times a second, and on ext4 without a journal each deleted inode is passed over for about 30 s
-by every later file creation (`recently_deleted`), which task starts make three of each.
+times a second, and on ext4 without a journal each freed inode is passed over by every later
+file creation for a minute or more (`recently_deleted`); each task start creates three files.
 Where the exchange is not supported (an older kernel or another file system) the spare is
 renamed over the table instead, as before.
 """
