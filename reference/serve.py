@@ -4,6 +4,10 @@ uvicorn's main loop wakes every 0.1 s to refresh its Date header (once a second)
 for a requested exit. A cell on one host runs a hundred borglets: their wake-ups alone came to
 a tenth of a core. This server waits a second between those looks and is woken at once by
 the exit signal, so shutting down is as prompt as before.
+
+Every server run here (masters, borglets, hollow borglets) speaks HTTP through
+`wirelimits.LimitedProtocol`: uvicorn's httptools protocol with limits on header size, body
+size, header-read time and connections per client.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
-from reference import gctune
+from reference import gctune, wirelimits
 
 TICK_S = 1.0
 
@@ -43,10 +47,16 @@ class QuietServer(uvicorn.Server):
                 await asyncio.wait_for(self._exit_asked.wait(), TICK_S)
 
 
-def run(app: Any, host: str, port: int, **options: Any) -> None:
-    """uvicorn.run(app, ...) for an app object, through QuietServer: a server that could not
-    start (its port taken, say) ends the process with uvicorn's own exit status."""
-    server = QuietServer(uvicorn.Config(app, host=host, port=port, **options))
+def run(app: Any, host: str, port: int, limits: wirelimits.WireLimits = wirelimits.MASTER, **options: Any) -> None:
+    """uvicorn.run(app, ...) for an app object, through QuietServer, with `limits` on the wire
+    (as the MINBORG_* variables of `wirelimits.ENV` change them): a server that could not start
+    (its port taken, say) ends the process with uvicorn's own exit status."""
+    try:
+        limits = wirelimits.from_env(limits)
+    except ValueError as err:
+        sys.exit(f"limits on the wire: {err}")
+    config = uvicorn.Config(app, host=host, port=port, http=wirelimits.limited(limits), ws="none", **options)
+    server = QuietServer(config)
     gctune.tune()
     with contextlib.suppress(KeyboardInterrupt):
         server.run()

@@ -146,7 +146,7 @@ def join_cgroups(dirs: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Parse arguments, re-adopt surviving tasks, and serve until SIGTERM/SIGINT."""
     from reference import serve  # imported here (uvicorn with it) so `--help` stays fast
-    from reference.borglet.server import make_app
+    from reference.borglet.server import WIRE_LIMITS, make_app
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     # uvicorn shuts down gracefully on SIGTERM and then re-raises it to the handler that was
     # there before; making that handler exit 0 reports the requested stop as a clean exit.
     signal.signal(signal.SIGTERM, _exit_cleanly)
-    serve.run(app, host=host, port=port, log_level="warning", access_log=False)
+    serve.run(app, host=host, port=port, limits=WIRE_LIMITS, log_level="warning", access_log=False)
 
 
 def _serve_hollow(
@@ -232,10 +232,9 @@ def _serve_hollow(
     attrs: dict[str, str],
 ) -> None:
     """Serve `--hollow N` simulated machines from this one process until SIGTERM/SIGINT."""
-    import uvicorn
-
+    from reference import serve
     from reference.borglet.hollow import HollowConfig, HollowMachine, machine_names
-    from reference.borglet.hollow_server import HollowApp
+    from reference.borglet.hollow_server import WIRE_LIMITS, HollowApp
 
     if args.hollow < 0:
         parser.error(f"--hollow must be a number of machines above 0, not {args.hollow}")
@@ -263,9 +262,9 @@ def _serve_hollow(
         log.warning("no --channel-key-file: the hollow machines obey unsigned requests")
     signal.signal(signal.SIGTERM, _exit_cleanly)
     # httptools parses a request in C: the per-request cost is the simulated machine's own.
-    uvicorn.run(
-        HollowApp(machines, channel_key=key), host=host, port=port, log_level="warning", access_log=False,
-        http="httptools", lifespan="off",
+    serve.run(
+        HollowApp(machines, channel_key=key), host=host, port=port, limits=WIRE_LIMITS, log_level="warning",
+        access_log=False, lifespan="off",
     )  # fmt: skip
 
 

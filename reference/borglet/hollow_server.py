@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
 
-from reference import channel
+from reference import channel, wirelimits
 from reference.borglet.hollow import HollowMachine
 from reference.borglet.protocol import SyncRequest
 from reference.borglet.supervisor import SyncRefused
@@ -35,6 +36,8 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 MAX_BODY_BYTES = 64 << 20  # a sync of many thousand tasks is a few MiB
+# The wire refuses a larger body before the app reads it (reference/wirelimits.py).
+WIRE_LIMITS = replace(wirelimits.BORGLET, max_signed_body_bytes=MAX_BODY_BYTES)
 
 
 class HollowApp:

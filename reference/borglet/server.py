@@ -18,11 +18,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from reference import channel, fastjson
+from reference import channel, fastjson, wirelimits
 from reference.borglet import logs
 from reference.borglet.metrics import make_registry, render
 from reference.borglet.protocol import SyncRequest
 from reference.borglet.supervisor import Borglet, SyncRefused
+
+# Every body the borglet takes is a master's signed sync, up to the channel's own bound on
+# what it reads before checking a signature (reference/wirelimits.py).
+WIRE_LIMITS = wirelimits.BORGLET
 
 
 def make_app(
