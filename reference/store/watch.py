@@ -18,6 +18,7 @@ import requests
 
 from reference import fastjson
 from reference.store import ops
+from reference.store.tls import StoreTLS
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class PrefixWatch:
         connect_timeout: float = 1.0,
         idle_timeout: float = 5.0,
         first_endpoint: int = 0,
+        tls: StoreTLS | None = None,
     ) -> None:
         if start_revision < 1:
             raise ValueError("start_revision must be >= 1 (read the prefix first, then watch from its revision + 1)")
@@ -91,6 +93,9 @@ class PrefixWatch:
         self._response: requests.Response | None = None
         self._session = requests.Session()
         self._session.trust_env = False  # as StoreClient's: explicit member addresses, no proxy
+        if tls is not None:
+            self._session.verify = tls.ca_file
+            self._session.cert = (tls.cert_file, tls.key_file)
         self._thread = threading.Thread(
             target=self._run, name=f"watch {self.prefix!r}", daemon=True
         )
