@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -53,6 +54,43 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 NAME_RULE = "must be 1-63 letters, digits, '-' or '_', starting with a letter or digit"
 RESOURCE_NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
+
+# A task's command, arguments, environment and working directory reach execve(2) and chdir(2)
+# as C strings: a NUL byte would end one early (Python refuses it with "embedded null byte"),
+# and an environment entry is NAME=VALUE, so a name holds no '=' and is not empty. Accepted,
+# such a string failed the borglet's start of a whole batch of tasks; they are refused here,
+# in the API, the dry run and the CLI's own check alike, with the field named.
+NUL_FREE_PATTERN = r"^[^\x00]*$"
+ENV_NAME_PATTERN = r"^[^=\x00]+$"
+NUL_ERROR = "contains a NUL byte; remove it"
+
+
+def kernel_string(value: str) -> str:
+    """`value` if the kernel can take it as a C string (no NUL byte), else ValueError."""
+    if "\x00" in value:
+        raise ValueError(NUL_ERROR)
+    return value
+
+
+def env_name(value: str) -> str:
+    """`value` if it can name an environment variable (not empty, no '=', no NUL), else ValueError."""
+    if not value:
+        raise ValueError("a variable's name must not be empty")
+    if "\x00" in value:
+        raise ValueError(f"the variable's name {NUL_ERROR}")
+    if "=" in value:
+        raise ValueError("a variable's name cannot contain '=' (the kernel reads NAME=VALUE); rename it")
+    return value
+
+
+KERNEL_STRING_SCHEMA: dict[str, Any] = {"type": "string", "pattern": NUL_FREE_PATTERN}
+KernelString = Annotated[str, AfterValidator(kernel_string), WithJsonSchema(KERNEL_STRING_SCHEMA)]
+EnvName = Annotated[str, AfterValidator(env_name)]
+ENV_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "propertyNames": {"pattern": ENV_NAME_PATTERN},
+    "additionalProperties": KERNEL_STRING_SCHEMA,
+}
 
 
 class JobFileError(ValueError):
@@ -283,9 +321,13 @@ class JobSpec(BaseModel):
     priority: Annotated[int, WithJsonSchema(PRIORITY_SCHEMA)] = 0
     task_count: int = Field(default=1, ge=0, le=10000)
     request: Annotated[dict[str, int], WithJsonSchema(request_schema())] = Field(default_factory=dict)
-    command: list[str] = Field(min_length=1, json_schema_extra={"prefixItems": [{"type": "string", "pattern": r"\S"}]})
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
+    # The program (first item) must hold a non-space: `prefixItems` states it, with the NUL rule
+    # that `items` states for the arguments after it.
+    command: list[KernelString] = Field(min_length=1, json_schema_extra={
+        "prefixItems": [{"type": "string", "pattern": r"\S", "allOf": [{"pattern": NUL_FREE_PATTERN}]}],
+    })  # fmt: skip
+    env: Annotated[dict[EnvName, KernelString], WithJsonSchema(ENV_SCHEMA)] = Field(default_factory=dict)
+    cwd: KernelString | None = None
     constraints: list[ConstraintSpec] = Field(default_factory=list)
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
     appclass: AppClass = AppClass.BATCH
@@ -296,6 +338,9 @@ class JobSpec(BaseModel):
     # The name of one of the user's alloc sets: task i runs in alloc i of the set.
     alloc: str | None = Field(default=None, pattern=NAME_PATTERN)
     autoscale: AutoscaleSpec | None = None
+    # How many processes and threads each task may have at once (its pids cgroup, a container's
+    # pids limit): a fork bomb stops there. The default is a container's (borglet/containers.py).
+    pids_max: int = Field(default=1024, ge=1, le=1_000_000)
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -358,8 +403,13 @@ class JobSpec(BaseModel):
 
 
 def field_path(loc: tuple[Any, ...]) -> str:
-    """('request', 'cpu') -> 'request.cpu'; ('constraints', 0, 'op') -> 'constraints.0.op'."""
-    return ".".join(str(part) for part in loc if part not in ("body",))
+    """('request', 'cpu') -> 'request.cpu'; ('constraints', 0, 'op') -> 'constraints.0.op';
+    ('env', 'A=B', '[key]') -> 'env.A=B'. A part that is not printable is escaped ('\\x00')."""
+    return ".".join(_printable(str(part)) for part in loc if part not in ("body", "[key]", ""))
+
+
+def _printable(text: str) -> str:
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 def validation_errors(exc: ValidationError) -> list[dict[str, str]]:
