@@ -105,6 +105,7 @@ _MEANING = {
     409: "the request conflicts with the cell: a job or machine of that name exists, a task is already dead, a machine still holds allocs",
     429: "the caller's user is over its rate limit on this replica; retry after Retry-After seconds",
     410: "`since` is older than the oldest change this replica can replay",
+    413: "the body is larger than the server takes (1 MiB by default: reference/wirelimits.py)",
     422: "invalid input: a body field, path or query parameter (an undeclared one included), named in `field`",
     502: "the task's machine did not answer or refused",
     503: "no leader, or this replica's cache is too old or below the revision floor asked for; retry (Retry-After)",
@@ -171,6 +172,9 @@ def document(app: FastAPI) -> dict[str, Any]:
             "required": True,
             "content": {"application/json": {"schema": _component(model, schemas)}},
         }
+        # Refused on the wire, before any handler runs (reference/wirelimits.py).
+        operation["responses"]["413"] = {"description": _MEANING[413], "content": {
+            "application/json": {"schema": {"$ref": f"#/components/schemas/{ErrorBody.__name__}"}}}}  # fmt: skip
     errors = {f"#/components/schemas/{model.__name__}" for model in (ErrorBody, GoneBody)}
     doc["components"].setdefault("securitySchemes", {})["bearer"] = BEARER
     error_ref = {"application/json": {"schema": {"$ref": f"#/components/schemas/{ErrorBody.__name__}"}}}
