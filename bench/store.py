@@ -1,10 +1,12 @@
-"""Measure put and fenced-transaction throughput and latency through StoreClient against etcd.
+"""Measure put and fenced-transaction throughput and latency through StoreClient against etcd, and a watch's delay.
 
-    python -m bench.store --members 3 --seconds 5 [--clients 4] [--endpoints URL,...]
+    python -m bench.store --members 3 --seconds 5 [--clients 4] [--plain] [--endpoints URL,...]
 
-Without --endpoints it starts a throwaway local cluster of --members members. The txn case
+Without --endpoints it starts a throwaway local cluster of --members members, with TLS and
+client certificates as a cell's (--plain: http, to measure what TLS costs). The txn case
 is the shape of every master write: compare the leader key's create_revision and value, then
-put one JSON document; so it is the ceiling for the master's write throughput.
+put one JSON document; so it is the ceiling for the master's write throughput. The watch
+case puts one key at a time and times its event's arrival at a watch of the prefix.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from bench.stats import percentile
 from reference.store import ops
 from reference.store.client import StoreClient, dumps
 from reference.store.etcd_cluster import EtcdCluster
+from reference.store.tls import StoreTLS
 
 LEADER_KEY = "/bench/leader"
 # About the size of a task record in the cell state.
@@ -79,8 +82,8 @@ def run_for(
     return Result(name, len(merged), elapsed, merged)
 
 
-def bench(endpoints: list[str], seconds: float, n_clients: int) -> list[Result]:
-    clients = [StoreClient(endpoints) for _ in range(n_clients)]
+def bench(endpoints: list[str], seconds: float, n_clients: int, tls: StoreTLS | None = None) -> list[Result]:
+    clients = [StoreClient(endpoints, tls=tls) for _ in range(n_clients)]
     try:
         setup = clients[0]
         setup.delete_prefix("/bench/")
@@ -107,6 +110,41 @@ def bench(endpoints: list[str], seconds: float, n_clients: int) -> list[Result]:
             c.close()
 
 
+def watch_delay(endpoints: list[str], seconds: float, tls: StoreTLS | None = None) -> Result:
+    """Put one key at a time for `seconds`; each put's latency here is from just before the
+    put to its event's arrival at a watch on the prefix (the path of every cache update)."""
+    arrived: dict[int, float] = {}
+    cond = threading.Condition()
+
+    def record(events: list[ops.WatchEvent], _revision: int) -> None:
+        now = time.perf_counter()
+        with cond:
+            for e in events:
+                arrived[e.mod_revision] = now
+            cond.notify_all()
+
+    latencies: list[float] = []
+    with StoreClient(endpoints, tls=tls) as client:
+        client.delete_prefix("/bench/watch/")
+        watch = client.watch_prefix("/bench/watch/", client.revision() + 1, record)
+        try:
+            value, start = dumps(DOCUMENT), time.perf_counter()
+            i = 0
+            while time.perf_counter() - start < seconds:
+                sent = time.perf_counter()
+                revision = client.put(f"/bench/watch/{i % 1000}", value)
+                with cond:
+                    if not cond.wait_for(lambda r=revision: r in arrived, timeout=5.0):
+                        raise RuntimeError(f"the watch did not deliver revision {revision} within 5 s")
+                    latencies.append(arrived.pop(revision) - sent)
+                i += 1
+            elapsed = time.perf_counter() - start
+        finally:
+            watch.stop()
+        client.delete_prefix("/bench/watch/")
+    return Result("watch", len(latencies), elapsed, latencies)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--members", type=int, default=1, choices=(1, 3, 5))
@@ -114,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=1, help="concurrent clients (threads)")
     parser.add_argument("--endpoints", help="comma-separated client URLs of a running etcd")
     parser.add_argument("--unsafe-no-fsync", action="store_true", help="start etcd without fsync")
+    parser.add_argument("--plain", action="store_true", help="start etcd on plain http, without TLS")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = parser.parse_args(argv)
 
@@ -133,10 +172,15 @@ def main(argv: list[str] | None = None) -> None:
         report(bench(args.endpoints.split(","), args.seconds, args.clients), args.endpoints)
         return
     with tempfile.TemporaryDirectory(prefix="minborg-bench-") as state_dir:
-        cluster = EtcdCluster(state_dir, members=args.members, unsafe_no_fsync=args.unsafe_no_fsync)
+        cluster = EtcdCluster(
+            state_dir, members=args.members, unsafe_no_fsync=args.unsafe_no_fsync, tls=not args.plain
+        )
         with cluster.start():
-            where = f"local cluster of {args.members} member(s)" + (", no fsync" if args.unsafe_no_fsync else "")
-            report(bench(cluster.client_urls, args.seconds, args.clients), where)
+            where = f"local cluster of {args.members} member(s), " + ("plain http" if args.plain else "TLS")
+            where += ", no fsync" if args.unsafe_no_fsync else ""
+            tls = cluster.client_tls
+            results = bench(cluster.client_urls, args.seconds, args.clients, tls)
+            report([*results, watch_delay(cluster.client_urls, args.seconds, tls)], where)
 
 
 if __name__ == "__main__":

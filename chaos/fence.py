@@ -16,7 +16,7 @@ PROBE_KEY = "/minborg-chaos/fence-probe"
 
 def leader_key(info: CellInfo) -> tuple[str, int] | None:
     """(value "name=url", fencing token) of the leader key, read from etcd directly."""
-    with StoreClient(list(info.etcd_urls), timeout=2.0) as store:
+    with StoreClient(list(info.etcd_urls), timeout=2.0, tls=info.etcd_tls) as store:
         kv = store.get_kv(codec.Keys(info.cell).leader)
     return None if kv is None else (kv.value.decode(), kv.create_revision)
 
@@ -34,7 +34,7 @@ def committed_txns(master_url: str) -> float | None:
 def old_token_refused(info: CellInfo, value: str, token: int) -> bool:
     """Replay the old leader's fence in etcd: a txn guarded by its token must not commit."""
     key = codec.Keys(info.cell).leader
-    with StoreClient(list(info.etcd_urls), timeout=2.0) as store:
+    with StoreClient(list(info.etcd_urls), timeout=2.0, tls=info.etcd_tls) as store:
         succeeded, _rev = store.txn(
             [ops.create_revision(key, "==", token), ops.value(key, "==", value)],
             [ops.put(PROBE_KEY, "written under a stale fencing token")],

@@ -35,6 +35,7 @@ from loadtests.jobs import read_job_keys
 from loadtests.locustrun import Ladder, Target
 from loadtests.sampler import Sampler, write_csv
 from loadtests.sampler import Target as Watched
+from reference.store.tls import StoreTLS
 
 # Tasks of hello_world in the control-plane cell: enough for BNS resolutions to vary.
 CONTROL_SERVICE_TASKS = 2
@@ -141,7 +142,7 @@ def run_one(target: Target, n: int, ladder: Ladder, args: Any, out: Path) -> dic
         try:
             if writes:
                 record["phases"]["etcd_direct"] = etcd_direct(
-                    list(info.etcd_urls), args.etcd_seconds, args.write_clients
+                    list(info.etcd_urls), args.etcd_seconds, args.write_clients, info.etcd_tls
                 )
                 say(f"r{n}: direct etcd {record['phases']['etcd_direct']}")
             throttled_before = cell.task_throttling(info)
@@ -201,10 +202,12 @@ def watched(info: Any, locust_pids: list[int]) -> Iterable[Watched]:
     return targets
 
 
-def etcd_direct(endpoints: list[str], seconds: float, clients: int) -> dict[str, Any]:
+def etcd_direct(
+    endpoints: list[str], seconds: float, clients: int, tls: StoreTLS | None = None
+) -> dict[str, Any]:
     """bench/store.py's put and fenced-txn cases against the cell's own etcd."""
     started = time.time()
-    results = store_bench.bench(endpoints, seconds, clients)
+    results = store_bench.bench(endpoints, seconds, clients, tls)
     return {
         "clients": clients,
         "started_at": started,

@@ -37,14 +37,16 @@ MASTER_ARGS = ("--rate-limit", "0")
 
 
 def start(
-    state_dir: Path, replicas: int, etcd_members: int | None = None, replica_cpu: float | None = None
-) -> CellInfo:
+    state_dir: Path, replicas: int, etcd_members: int | None = None, replica_cpu: float | None = None,
+    store_tls: bool = True,
+) -> CellInfo:  # fmt: skip
     """A new cell of `replicas` masters and etcd members (unless told otherwise), one machine;
-    `replica_cpu` holds each master and the scheduler process to that many cores."""
+    `replica_cpu` holds each master and the scheduler process to that many cores; `store_tls`
+    False: etcd on plain http (only to measure what TLS costs)."""
     return launcher.up(
         state_dir, cell=CELL_NAME, replicas=replicas, machines=1,
         machine_capacity=MACHINE_CAPACITY, etcd_members=etcd_members, master_args=MASTER_ARGS,
-        replica_cpu=replica_cpu,
+        replica_cpu=replica_cpu, store_tls=store_tls,
     )  # fmt: skip
 
 

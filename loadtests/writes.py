@@ -1,6 +1,6 @@
 """The master's write path against direct etcd, measured again and again on fresh cells.
 
-    minborg bench writes [--runs 3] [--users 4] [--seconds 15] [--out DIR]
+    minborg bench writes [--runs 3] [--users 4] [--seconds 15] [--store tls,plain] [--out DIR]
     (or python -m loadtests.writes ...)
 
 Each run starts a fresh 1-replica cell, writes fenced txns straight to its etcd through
@@ -8,7 +8,10 @@ Each run starts a fresh 1-replica cell, writes fenced txns straight to its etcd 
 has `--users` Locust users submit jobs of no task through the master (the write path alone:
 nothing for the scheduler to place) for `--seconds`, and prints both rates, their ratio, the
 leader's writer groups, and the CPU of the master, etcd and the whole machine over the
-submit run. The campaign measures the same ratio once per cell; run-to-run spread on a
+submit run, and a watch's delay (one put at a time, to its event at a watch; 3 s).
+`--store tls,plain` interleaves runs on cells whose etcd serves TLS with client certificates
+(every cell's) and plain http (only here): what TLS costs the write path and the watch.
+The campaign measures the same ratio once per cell; run-to-run spread on a
 shared 2-core machine is wide (docs/decisions.md), so compare medians of several runs, and
 interleave the variants being compared.
 """
@@ -39,6 +42,7 @@ JOBS = re.compile(r"^minborg_jobs (\S+)$", re.M)
 
 @dataclass(frozen=True)
 class Run:
+    store: str  # "tls" or "plain": how the cell's etcd served its clients
     direct_txn_per_s: float
     master_submits_per_s: float
     master_p99_ms: float
@@ -47,6 +51,8 @@ class Run:
     master_cpu: float  # % of one core over the submit run
     etcd_cpu: float
     machine_busy: float  # % of all cores
+    watch_p50_ms: float = 0.0
+    watch_p99_ms: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -55,10 +61,11 @@ class Run:
     def line(self) -> str:
         per_group = self.submissions / self.groups if self.groups else 0.0
         return (
-            f"direct {self.direct_txn_per_s:7.0f} txn/s | master {self.master_submits_per_s:5.0f} submits/s "
+            f"{self.store:<5} | direct {self.direct_txn_per_s:7.0f} txn/s | master {self.master_submits_per_s:5.0f} submits/s "
             f"(p99 {self.master_p99_ms:.0f} ms) = {100 * self.ratio:3.0f}% | "
             f"{per_group:.1f} per group | CPU: master {self.master_cpu:.0f}%, etcd {self.etcd_cpu:.0f}%, "
-            f"machine {self.machine_busy:.0f}% of {psutil.cpu_count()} cores"
+            f"machine {self.machine_busy:.0f}% of {psutil.cpu_count()} cores | "
+            f"watch p50 {self.watch_p50_ms:.2f} ms, p99 {self.watch_p99_ms:.2f} ms"
         )
 
 
@@ -87,11 +94,12 @@ def _counts(url: str) -> tuple[int, int]:
     return counts(urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode())
 
 
-def one(users: int, seconds: float, out: Path) -> Run:
+def one(users: int, seconds: float, out: Path, store: str = "tls") -> Run:
     state = Path(tempfile.mkdtemp(prefix="minborg-writes-"))
-    info = cell.start(state, replicas=1)
+    info = cell.start(state, replicas=1, store_tls=store == "tls")
     try:
-        direct = {r.name: r for r in store_bench.bench(list(info.etcd_urls), 5.0, users)}["txn"]
+        direct = {r.name: r for r in store_bench.bench(list(info.etcd_urls), 5.0, users, info.etcd_tls)}["txn"]
+        watch = store_bench.watch_delay(list(info.etcd_urls), 3.0, info.etcd_tls)
         procs = {p.role: psutil.Process(p.pid) for p in cell.processes(info) if p.role in ("master", "etcd")}
         master, etcd = procs["master"], [procs["etcd"]]
         env = {
@@ -110,6 +118,7 @@ def one(users: int, seconds: float, out: Path) -> Run:
         step = json.loads(run.shape.read_text())["steps"][0]
         wall = w1 - w0  # Locust's start and stop included: the CPU shares are a little low
         return Run(
+            store=store,
             direct_txn_per_s=direct.per_second,
             master_submits_per_s=step["rps"],
             master_p99_ms=step.get("p99_ms") or 0.0,
@@ -118,6 +127,8 @@ def one(users: int, seconds: float, out: Path) -> Run:
             master_cpu=100 * (m1 - m0) / wall,
             etcd_cpu=100 * (e1 - e0) / wall,
             machine_busy=100 * (_busy(c1) - _busy(c0)) / wall / (psutil.cpu_count() or 1),
+            watch_p50_ms=watch.percentile_ms(0.5),
+            watch_p99_ms=watch.percentile_ms(0.99),
         )
     finally:
         cell.stop(state)
@@ -130,21 +141,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=4, help="Locust users, and direct etcd clients")
     parser.add_argument("--seconds", type=float, default=15.0, help="of submissions per run")
     parser.add_argument("--out", type=Path, help="keep each run's Locust files here")
+    parser.add_argument(
+        "--store", default="tls",
+        help="how the cells' etcd serves: tls (every cell's), plain (http, only here), or both "
+        "interleaved (tls,plain) to measure what TLS costs",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    stores = [s.strip() for s in args.store.split(",") if s.strip()]
+    if not stores or any(s not in ("tls", "plain") for s in stores):
+        parser.error(f"--store takes tls, plain or tls,plain, not {args.store!r}")
     runs = []
     for i in range(args.runs):
-        out = (args.out or Path(tempfile.mkdtemp(prefix="minborg-writes-out-"))) / f"run{i + 1}"
-        out.mkdir(parents=True, exist_ok=True)
-        r = one(args.users, args.seconds, out)
-        runs.append(r)
-        print(f"run {i + 1}: {r.line()}", flush=True)
-    if len(runs) > 1:
-        print(
-            f"median: direct {statistics.median(r.direct_txn_per_s for r in runs):.0f} txn/s, "
-            f"master {statistics.median(r.master_submits_per_s for r in runs):.0f} submits/s, "
-            f"ratio {100 * statistics.median(r.ratio for r in runs):.0f}% "
-            f"(range {100 * min(r.ratio for r in runs):.0f}-{100 * max(r.ratio for r in runs):.0f}%)"
-        )
+        for store in stores:
+            out = (args.out or Path(tempfile.mkdtemp(prefix="minborg-writes-out-"))) / f"run{i + 1}-{store}"
+            out.mkdir(parents=True, exist_ok=True)
+            r = one(args.users, args.seconds, out, store)
+            runs.append(r)
+            print(f"run {i + 1}: {r.line()}", flush=True)
+    for store in stores:
+        mine = [r for r in runs if r.store == store]
+        if len(mine) > 1:
+            print(
+                f"median {store}: direct {statistics.median(r.direct_txn_per_s for r in mine):.0f} txn/s, "
+                f"master {statistics.median(r.master_submits_per_s for r in mine):.0f} submits/s, "
+                f"ratio {100 * statistics.median(r.ratio for r in mine):.0f}% "
+                f"(range {100 * min(r.ratio for r in mine):.0f}-{100 * max(r.ratio for r in mine):.0f}%), "
+                f"watch p50 {statistics.median(r.watch_p50_ms for r in mine):.2f} ms"
+            )
     return 0
 
 

@@ -36,17 +36,19 @@ def checkpoint(
     from reference.launcher.cellfile import CellInfo, LauncherError
     from reference.store.client import StoreClient, StoreError
 
+    tls = None
     if etcd is None or cell_name is None:
         try:
             info = CellInfo.load(state_dir)
         except (LauncherError, OSError, ValueError, KeyError) as err:
             raise fail(f"no local cell to read ({err}); give --etcd and --cell", EXIT_USAGE) from None
+        tls = info.etcd_tls if etcd is None else None  # the local cell's client certificate
         etcd = etcd or ",".join(info.etcd_urls)
         cell_name = cell_name or info.cell
     try:
-        with StoreClient(etcd.split(","), timeout=10.0) as store:
+        with StoreClient(etcd.split(","), timeout=10.0, tls=tls) as store:
             doc = ckpt.read_etcd(store, cell_name, revision)
-    except (StoreError, CheckpointError) as err:
+    except (StoreError, CheckpointError, ValueError) as err:
         raise fail(f"cannot read the cell from etcd: {err}") from None
     ckpt.save(doc, out)
     console.print(

@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 
 from reference.cellfile import CELL_FILE, state_dir_path
+from reference.store.tls import StoreTLS
 
 # Process start times agree to within this many seconds between two psutil reads.
 CREATE_TIME_TOLERANCE_S = 0.05
@@ -98,6 +99,11 @@ class CellInfo:
     # Set when the cell's real borglets run in one CPU group of this weight (cpu.shares,
     # cpubudget.machines_group), made again when they restart.
     machine_shares: int | None = None
+    # The files the cell's own processes and tools reach its store with (its etcd serves
+    # https and takes only the cell CA's client certificate); None: a plain-http cell of before.
+    etcd_tls: StoreTLS | None = None
+    # What etcd's /version said when its members last started (`cell status` shows it).
+    etcd_version: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -112,6 +118,12 @@ class CellInfo:
             del data["replica_cpu"]
         if self.machine_shares is None:
             del data["machine_shares"]
+        if self.etcd_version is None:
+            del data["etcd_version"]
+        if self.etcd_tls is None:
+            del data["etcd_tls"]
+        else:
+            data["etcd_tls"] = self.etcd_tls.to_json()
         return data
 
     @classmethod
@@ -135,6 +147,8 @@ class CellInfo:
             proxies=tuple(ProxyRecord(**p) for p in data.get("proxies") or []),
             replica_cpu=data.get("replica_cpu"),
             machine_shares=data.get("machine_shares"),
+            etcd_tls=StoreTLS.from_json(data.get("etcd_tls")),
+            etcd_version=data.get("etcd_version"),
         )
 
     def save(self) -> None:

@@ -42,6 +42,7 @@ from reference.launcher.roles import (
     HOLLOW_PROCESS,
     etcd_records,
     hollow_addresses,
+    make_cell_ca,
     make_channel_key,
     start_borglet,
     start_hollow,
@@ -102,6 +103,7 @@ def up(
     insecure_channel: bool = False,
     runtime: str | None = None,
     machine_shares: int | None = cpubudget.DEFAULT_MACHINE_SHARES,
+    store_tls: bool = True,
 ) -> CellInfo:
     """Start a local cell and return its cell file's contents once a leader exists and every
     machine is registered. On any failure everything started so far is stopped again.
@@ -119,7 +121,9 @@ def up(
     `machine_shares` puts the real borglets, and with them their tasks, in one CPU group of
     that weight (cpu.shares; every other process weighs 1024); None or 0: no group.
     `runtime` "docker" starts the borglets with `--runtime docker`: a job that names an image
-    runs in containers (borglet/containers.py); None: `default_runtime()`."""
+    runs in containers (borglet/containers.py); None: `default_runtime()`.
+    `store_tls` False starts etcd on plain http, open to any local process: only to measure
+    what TLS costs (`minborg bench writes --store plain`), never for a cell in use."""
     runtime = runtime or default_runtime()
     say = progress or (lambda _msg: None)
     etcd_members = replicas if etcd_members is None else etcd_members
@@ -141,6 +145,8 @@ def up(
     server = find_toxiproxy_server() if toxiproxy else None
     prepare_state_dir(root, say)
     make_channel_key(root)
+    say("pki: a new CA for the cell, certificates for etcd and its clients")
+    ca_dir = make_cell_ca(root, cell)
     ensure_admin_token(root)
     workdir = os.getcwd()
     env = child_env(workdir)
@@ -148,10 +154,18 @@ def up(
     info = CellInfo(cell, str(root), workdir, time.time(), (), (), {}, replica_cpu=replica_cpu)
     try:
         say(f"etcd: starting {etcd_members} member(s)")
-        cluster = EtcdCluster(root / "etcd", members=etcd_members, host=HOST, base_port=base_port)
+        cluster = EtcdCluster(
+            root / "etcd", members=etcd_members, host=HOST, base_port=base_port, tls=store_tls, pki_dir=ca_dir
+        )
         _clusters[str(root)] = cluster
         cluster.start()
-        info = replace(info, etcd_urls=tuple(cluster.client_urls), processes=etcd_records(cluster))
+        etcd_tls = cluster.client_tls
+        info = replace(
+            info, etcd_urls=tuple(cluster.client_urls), processes=etcd_records(cluster), etcd_tls=etcd_tls,
+            etcd_version=cluster.version(),
+        )  # fmt: skip
+        say(f"etcd: {info.etcd_version}, {cluster.scheme} with client certificates of the cell's CA only"
+            if cluster.tls else f"etcd: {info.etcd_version}")  # fmt: skip
         info.save()
 
         count = replicas + machines + (1 if hollow else 0)
@@ -175,16 +189,16 @@ def up(
             proxies = create_proxies(info.toxiproxy_url or "", plan, reserved)
             info = replace(info, proxies=tuple(proxies))
             info.save()
-            etcd_of = {name: proxied_etcd_urls(info.proxies, name) for name in names}
+            etcd_of = {name: proxied_etcd_urls(info.proxies, name, cluster.scheme) for name in names}
         say(f"masters: starting {replicas} replica(s)")
         masters = [
-            start_master(root, cell, name, urls, etcd_of[name], master_args, workdir, env, signed)
+            start_master(root, cell, name, urls, etcd_of[name], master_args, workdir, env, signed, etcd_tls)
             for name in names
         ]
         if schedulers:
             say(f"scheduler: starting {schedulers} process(es), one active at a time")
         masters += [
-            start_scheduler(root, cell, f"scheduler{i}", list(cluster.client_urls), workdir, env, signed)
+            start_scheduler(root, cell, f"scheduler{i}", list(cluster.client_urls), workdir, env, signed, etcd_tls)
             for i in range(schedulers)
         ]
         say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
@@ -298,7 +312,7 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
             _clusters[str(root)] = cluster
             say(f"etcd: starting {sum(not is_alive(m) for m in info.of_role(Role.ETCD))} member(s) on their data")
             cluster.resume(READY_TIMEOUT_S)
-            info = with_records(info, Role.ETCD, etcd_records(cluster))
+            info = with_records(replace(info, etcd_version=cluster.version()), Role.ETCD, etcd_records(cluster))
         toxiproxy = [p for p in info.of_role(Role.TOXIPROXY) if not is_alive(p)]
         if toxiproxy:
             say("toxiproxy: starting the server and its proxies again")
@@ -485,6 +499,8 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "stopped_at": info.stopped_at,
         "master_urls": list(info.master_urls),
         "etcd_urls": list(info.etcd_urls),
+        "etcd_version": info.etcd_version,
+        "etcd_tls": info.etcd_tls is not None,
         "replica_cpu": info.replica_cpu,
         "machine_shares": info.machine_shares,
         "processes": processes,

@@ -6,18 +6,21 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from reference import channel
+from reference import channel, pki
+from reference.borglet.taskusers import local_task_env
 from reference.cellfile import ADMIN_TOKEN_FILE
 from reference.launcher.cellfile import ProcessRecord, Role
 from reference.launcher.processes import spawn
 from reference.ports import HOST
 from reference.store.etcd_cluster import EtcdCluster
+from reference.store.tls import StoreTLS
 
 DEFAULT_CAPACITY = "cpu=4000m,ram=8GiB"
 # The cell file's name of the one process that serves every hollow machine (scale tests only).
 HOLLOW_PROCESS = "hollow"
 HOLLOW_PREFIX = "/m/"  # a hollow machine's address is the process's URL + /m/<machine>
 MASTER_MAX_TXN_OPS = 1000  # under the local etcd's --max-txn-ops, with room to spare
+PKI_DIR = "pki"  # in the state dir: the cell's CA, etcd's certificates, the store's client certificate
 
 
 def channel_key_file(root: Path) -> Path:
@@ -52,6 +55,18 @@ def rack_of(i: int) -> str:
     return f"r{i % 2}"
 
 
+def pki_dir(root: Path) -> Path:
+    """Where the cell's CA and certificates live (reference/pki.py)."""
+    return root / PKI_DIR
+
+
+def make_cell_ca(root: Path, cell: str) -> Path:
+    """A new CA for a new cell in state dir `root`; one left there by an earlier cell is
+    replaced (as the channel key is), so none of that cell's certificates open this one's store."""
+    pki.create_ca(pki_dir(root), cell)
+    return pki_dir(root)
+
+
 def etcd_records(cluster: EtcdCluster) -> tuple[ProcessRecord, ...]:
     """The started members of `cluster` as records of the cell file."""
     # Without a command: etcd members are brought back by EtcdCluster from its own state file.
@@ -65,6 +80,7 @@ def etcd_records(cluster: EtcdCluster) -> tuple[ProcessRecord, ...]:
 def start_master(
     root: Path, cell: str, name: str, urls: dict[str, str], etcd_urls: list[str],
     extra: Sequence[str], workdir: str, env: dict[str, str], signed: bool = True,
+    etcd_tls: StoreTLS | None = None,
 ) -> ProcessRecord:  # fmt: skip
     """Start master replica `name` of the cell in state dir `root`; `urls` holds every
     replica's URL by name; `signed` False: its requests to borglets go unsigned."""
@@ -73,8 +89,8 @@ def start_master(
     port = urls[name].rsplit(":", 1)[1]
     command = [
         sys.executable, "-m", "reference.master", "--name", name, "--listen", f"{HOST}:{port}",
-        "--etcd", ",".join(etcd_urls), "--cell", cell, "--advertise", urls[name],
-        *(["--peers", peers] if peers else []),
+        "--etcd", ",".join(etcd_urls), *(etcd_tls.args() if etcd_tls else []),
+        "--cell", cell, "--advertise", urls[name], *(["--peers", peers] if peers else []),
         # The cell's etcd takes larger txns than etcd's default (etcd_cluster.MAX_TXN_OPS).
         "--max-txn-ops", str(MASTER_MAX_TXN_OPS), *channel_args(root, signed, borglet=False),
         "--admin-token-file", str(root / ADMIN_TOKEN_FILE), *extra,
@@ -85,13 +101,13 @@ def start_master(
 
 def start_scheduler(
     root: Path, cell: str, name: str, etcd_urls: list[str], workdir: str, env: dict[str, str],
-    signed: bool = True,
+    signed: bool = True, etcd_tls: StoreTLS | None = None,
 ) -> ProcessRecord:  # fmt: skip
     """Start scheduler process `name` of the cell (`reference.master.schedulerd`): it has no
     address of its own; it reads etcd and posts its plans to the leader."""
     command = [
         sys.executable, "-m", "reference.master.schedulerd", "--name", name, "--etcd", ",".join(etcd_urls),
-        "--cell", cell, *channel_args(root, signed, borglet=False),
+        *(etcd_tls.args() if etcd_tls else []), "--cell", cell, *channel_args(root, signed, borglet=False),
     ]  # fmt: skip
     return spawn(Role.SCHEDULER, name, command, "", root / "logs" / f"{name}.log", workdir, env)
 
@@ -111,6 +127,7 @@ def start_borglet(
         *channel_args(root, signed, borglet=True),
         *(["--runtime", runtime, "--cell", cell] if runtime != "process" else []),
         *(arg for d in cgroups for arg in ("--join-cgroup", d)),
+        *local_task_env(workdir),  # tasks get no other variable of the operator's
     ]  # fmt: skip
     log = root / "logs" / f"{name}.log"
     # The borglet's cwd is where `cell up` ran: tasks inherit it, so relative paths and

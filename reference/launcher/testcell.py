@@ -20,6 +20,7 @@ import psutil
 
 import reference
 from reference import channel
+from reference.borglet.taskusers import local_task_env
 from reference.cellfile import auth_headers
 from reference.launcher.cellfile import ProcessRecord, Role, is_alive
 from reference.launcher.lifecycle import default_runtime
@@ -33,6 +34,7 @@ from reference.launcher.processes import (
 )
 from reference.launcher.statedir import ensure_admin_token
 from reference.ports import HOST, free_port, free_ports
+from reference.store.client import StoreClient
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS, EtcdCluster
 from reference.waiting import wait_until
 
@@ -144,6 +146,15 @@ class LocalCell:
         self.auth = auth_headers(self.admin_token)
         self.http = httpx.Client(timeout=10.0, headers=self.auth)
 
+    def etcd_tls_args(self) -> list[str]:
+        """The flags that give a master or scheduler the store's client certificate."""
+        tls = self.etcd.client_tls
+        return tls.args() if tls is not None else []
+
+    def store(self, timeout: float = 5.0) -> StoreClient:
+        """A client of the cell's store with the cell's client certificate (close it)."""
+        return StoreClient(self.etcd.client_urls, timeout=timeout, tls=self.etcd.client_tls)
+
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> LocalCell:
@@ -155,7 +166,7 @@ class LocalCell:
                 argv = [
                     sys.executable, "-m", "reference.master", "--name", f"m{i}",
                     "--listen", f"{HOST}:{port}", "--etcd", ",".join(self.etcd.client_urls),
-                    "--cell", self.cell, "--peers", peers, "--admin-token-file", str(self.admin_token_file),
+                    *self.etcd_tls_args(), "--cell", self.cell, "--peers", peers, "--admin-token-file", str(self.admin_token_file),
                     *self._master_opts,
                 ]  # fmt: skip
                 self.masters.append(Proc(f"m{i}", port, argv, self.workdir / f"master-m{i}.log"))
@@ -164,7 +175,7 @@ class LocalCell:
             for i in range(self._n_schedulers):
                 argv = [
                     sys.executable, "-m", "reference.master.schedulerd", "--name", f"s{i}",
-                    "--etcd", ",".join(self.etcd.client_urls), "--cell", self.cell,
+                    "--etcd", ",".join(self.etcd.client_urls), *self.etcd_tls_args(), "--cell", self.cell,
                     "--channel-key-file", str(self.channel_key_file),
                 ]  # fmt: skip
                 self.schedulers.append(Proc(f"s{i}", 0, argv, self.workdir / f"scheduler-s{i}.log", Role.SCHEDULER))
@@ -188,7 +199,8 @@ class LocalCell:
             "--listen", f"{HOST}:{port}", "--capacity", self.capacity,
             "--attrs", f"rack=r{len(self.borglets) % 2}", "--failure-domain", f"r{len(self.borglets) % 2}",
             "--state-dir", str(state), "--isolation", self.isolation, "--kill-tasks-on-exit",
-            "--kill-grace", "1", "--channel-key-file", str(self.channel_key_file), *self.borglet_args,
+            "--kill-grace", "1", "--channel-key-file", str(self.channel_key_file),
+            *local_task_env(str(REPO)), *self.borglet_args,
         ]  # fmt: skip
         proc = Proc(name, port, argv, self.workdir / f"borglet-{name}.log", Role.BORGLET)
         proc.start()

@@ -93,13 +93,15 @@ def recreate_proxies(api: str, proxies: Sequence[ProxyRecord]) -> None:
                 raise LauncherError(f"toxiproxy refused proxy {p.name} on {p.listen}: {response.text}")
 
 
-def proxied_etcd_urls(proxies: Sequence[ProxyRecord], master: str) -> list[str]:
-    """The etcd URLs one master is given: its own master<i>-etcd<j> proxies, in member order."""
+def proxied_etcd_urls(proxies: Sequence[ProxyRecord], master: str, scheme: str = "http") -> list[str]:
+    """The etcd URLs one master is given: its own master<i>-etcd<j> proxies, in member order.
+    A proxy passes TLS through as bytes: on loopback, etcd's certificate (for 127.0.0.1)
+    is valid at the proxy's address too."""
     mine = sorted(
         (p for p in proxies if p.name.startswith(f"{master}-etcd")),
         key=lambda p: int(p.name.rsplit("etcd", 1)[1]),
     )
-    return [f"http://{p.listen}" for p in mine]
+    return [f"{scheme}://{p.listen}" for p in mine]
 
 
 def client_url(proxies: Sequence[ProxyRecord], master: str, direct: str) -> str:

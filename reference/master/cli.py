@@ -12,6 +12,7 @@ from reference.master import access, freshness
 from reference.master.leader import LeaderConfig
 from reference.master.writer import MAX_OPS_PER_TXN
 from reference.resources import CELL_MACHINES, parse_pairs
+from reference.store import tls as store_tls
 from spec.model import Resources
 
 
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", required=True, help="replica name, unique in the cell")
     p.add_argument("--listen", required=True, help="HOST:PORT to serve the API on")
     p.add_argument("--etcd", required=True, help="etcd client URLs, comma separated")
+    store_tls.add_arguments(p)
     p.add_argument("--cell", required=True, help="cell name (part of every BNS name)")
     p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between borglet polls")
     p.add_argument("--down-after", type=int, default=3, help="missed polls before a machine is down")
@@ -147,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         peers = parse_peers(args.peers)
         quota = parse_quota(args.default_quota) if args.default_quota else None
         checks = access_config(args)
+        etcd_tls = store_tls.from_arguments(args)
     except ValueError as err:
         parser.error(str(err))
     try:
@@ -186,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
         name=args.name,
         url=url,
         etcd=args.etcd.split(","),
+        etcd_tls=etcd_tls,
         config=config,
         lease_ttl=args.lease_ttl,
         peers=peers,

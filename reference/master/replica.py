@@ -19,6 +19,7 @@ from reference.master.writer import MAX_OPS_PER_TXN, Writer
 from reference.store import ops
 from reference.store.client import Lease, StoreClient, StoreError
 from reference.store.election import Election
+from reference.store.tls import StoreTLS
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +66,14 @@ class Replica:
         peers: dict[str, str] | None = None,
         max_staleness: float = freshness.DEFAULT_MAX_STALENESS_S,
         max_txn_ops: int = MAX_OPS_PER_TXN,
+        etcd_tls: StoreTLS | None = None,
     ) -> None:
         self.name = name
         self.url = url
         self.config = config
         self.peers = dict(peers or {})
         self.keys = codec.Keys(config.cell_name)
-        self.client = StoreClient(etcd, timeout=2.0)
+        self.client = StoreClient(etcd, timeout=2.0, tls=etcd_tls)
         self.max_staleness = max_staleness
         # Leave a silent member half a second before reads would be refused, so a hung
         # member costs a reconnect rather than a window of 503s (never above the watch's 5 s).

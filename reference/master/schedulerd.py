@@ -44,8 +44,10 @@ from reference.master.leader import Unschedulable
 from reference.master.linkshard import replica_peer
 from reference.scheduler import SchedulerConfig, plan_for
 from reference.scheduler.wire import plan_to_json
+from reference.store import tls as store_tls
 from reference.store.client import StoreClient, StoreError
 from reference.store.election import Election
+from reference.store.tls import StoreTLS
 from spec.model import TaskState
 
 log = logging.getLogger(__name__)
@@ -57,11 +59,11 @@ HEARTBEAT_S = 0.5  # an idle scheduler tells the leader it is there this often
 class SchedulerProcess:
     def __init__(
         self, *, name: str, etcd: list[str], cell: str, lease_ttl: float = 2.0, config: SchedulerConfig | None = None,
-        key: bytes | None = None,
+        key: bytes | None = None, etcd_tls: StoreTLS | None = None,
     ) -> None:  # fmt: skip
         self.name = name
         self.keys = codec.Keys(cell)
-        self.client = StoreClient(etcd, timeout=2.0)
+        self.client = StoreClient(etcd, timeout=2.0, tls=etcd_tls)
         self.cache = WatchCache(self.client, self.keys)
         self.config = config or SchedulerConfig()
         self.election = Election(
@@ -180,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="minborg scheduler", description=__doc__.split("\n", 1)[0])
     parser.add_argument("--name", required=True, help="this scheduler's name, unique in the cell")
     parser.add_argument("--etcd", required=True, help="etcd client URLs, comma separated")
+    store_tls.add_arguments(parser)
     parser.add_argument("--cell", required=True, help="cell name")
     parser.add_argument("--lease-ttl", type=float, default=2.0, help="scheduler lease TTL in seconds")
     parser.add_argument("--channel-key-file", default=None, help="the cell's channel key: plans are signed with it")
@@ -193,10 +196,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         key = channel.load_key(args.channel_key_file) if args.channel_key_file else None
-    except channel.ChannelKeyError as err:
+        etcd_tls = store_tls.from_arguments(args)
+    except (channel.ChannelKeyError, ValueError) as err:
         parser.error(str(err))
     process = SchedulerProcess(
-        name=args.name, etcd=args.etcd.split(","), cell=args.cell, lease_ttl=args.lease_ttl, key=key
+        name=args.name, etcd=args.etcd.split(","), cell=args.cell, lease_ttl=args.lease_ttl, key=key,
+        etcd_tls=etcd_tls,
     )
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -48,11 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def from_arguments(args: argparse.Namespace) -> StoreTLS | None:
-    """The TLS files named by `add_arguments`' flags: all three, or None for none; an error
-    (SystemExit through argparse's convention) for some but not all."""
+    """The TLS files named by `add_arguments`' flags: all three, or None for none; a
+    ValueError for some but not all, or for a file that cannot be read."""
     given = (args.etcd_cafile, args.etcd_certfile, args.etcd_keyfile)
     if not any(given):
         return None
     if not all(given):
-        raise SystemExit("--etcd-cafile, --etcd-certfile and --etcd-keyfile go together: give all three or none")
-    return StoreTLS(*given)
+        raise ValueError("--etcd-cafile, --etcd-certfile and --etcd-keyfile go together: give all three or none")
+    tls = StoreTLS(*given)
+    if tls.missing():
+        raise ValueError(f"cannot read the store's TLS files: {', '.join(tls.missing())}")
+    return tls

@@ -74,7 +74,7 @@ def test_the_fauxmaster_makes_the_leaders_decisions_and_dry_runs_write_nothing(t
     # 3 machines of 2000m: low (5 x 1000m, priority 0) fills 5000m; prod (2 x 1500m, priority
     # 200) must preempt low tasks; huge (1 x 3000m) fits on no machine.
     with LocalCell(tmp_path, masters=1, borglets=3, capacity="cpu=2000m,ram=2GiB") as cell:
-        store = StoreClient(cell.etcd.client_urls)
+        store = cell.store()
         try:
             jobs = [
                 sleeper_job("low", priority=0, count=5, request={"cpu": "1000m", "ram": "64MiB"}),

@@ -19,14 +19,14 @@ BOUND_S = 2.0
 TOKEN = "mbt_freshness-test-admin"
 
 
-def master(name: str, etcd_urls: list[str], workdir: Path) -> Proc:
+def master(name: str, etcd_urls: list[str], workdir: Path, tls_args: list[str]) -> Proc:
     port = free_port()
     token_file = workdir / "admin.token"
     token_file.write_text(TOKEN)
     argv = [
         sys.executable, "-m", "reference.master", "--name", name, "--listen", f"127.0.0.1:{port}",
         "--etcd", ",".join(etcd_urls), "--cell", "fresh", "--lease-ttl", "3", "--max-staleness", str(BOUND_S),
-        "--admin-token-file", str(token_file),
+        "--admin-token-file", str(token_file), *tls_args,
     ]  # fmt: skip
     return Proc(name, port, argv, workdir / f"master-{name}.log")
 
@@ -47,8 +47,9 @@ def test_replica_cut_from_etcd_refuses_reads_while_another_serves(tmp_path: Path
         (etcd_leader,) = wait_for(lambda: (i,) if (i := cluster.leader_index()) is not None else None, 10, "etcd leader")
         cut = next(i for i in range(3) if i != etcd_leader)  # pausing a follower keeps etcd's quorum calm
         urls = cluster.client_urls
-        a = master("a", [u for i, u in enumerate(urls) if i != cut], tmp_path)
-        b = master("b", [urls[cut]], tmp_path)
+        tls_args = cluster.client_tls.args() if cluster.client_tls else []
+        a = master("a", [u for i, u in enumerate(urls) if i != cut], tmp_path, tls_args)
+        b = master("b", [urls[cut]], tmp_path, tls_args)
         procs += [a, b]
         a.start()
         wait_for(lambda: http.get(a.url + "/healthz").json()["role"] == "leader", 30, "a leads")

@@ -37,7 +37,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
 
 @pytest.fixture
 def client(cluster: EtcdCluster) -> Iterator[StoreClient]:
-    with StoreClient(cluster.client_urls, timeout=3.0) as c:
+    with StoreClient(cluster.client_urls, timeout=3.0, tls=cluster.client_tls) as c:
         yield c
 
 
@@ -102,7 +102,7 @@ def test_watch_sees_changes_in_order_and_resumes_after_member_kill(
             seen.extend(events)
 
     # Put the watch on member 0 so killing member 0 breaks it.
-    watch = StoreClient(cluster.client_urls).watch_prefix("/test/watch/", start + 1, record)
+    watch = StoreClient(cluster.client_urls, tls=cluster.client_tls).watch_prefix("/test/watch/", start + 1, record)
     try:
         written = [client.put(f"/test/watch/{i}", str(i)) for i in range(5)]
         client.delete("/test/watch/0")
@@ -236,7 +236,7 @@ def test_losing_the_raft_leader_of_three_keeps_reads_and_writes_working(cluster:
     # hangs until etcd's request timeout (7 s); the client's shorter timeout moves it on to
     # the next member, which by then has a new leader (election: 1-2 s).
     urls = cluster.client_urls
-    client = StoreClient(urls[leader:] + urls[:leader], timeout=3.0)
+    client = StoreClient(urls[leader:] + urls[:leader], timeout=3.0, tls=cluster.client_tls)
     cluster.kill_member(leader)
     killed_at = time.monotonic()
     try:

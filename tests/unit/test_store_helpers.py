@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import pytest
 import requests
 import urllib3
 from etcd3gw import exceptions as gw_exceptions
 
-from reference.store.client import dumps, never_reached_server, normalize_endpoint
-from reference.store.etcd_cluster import Member, initial_cluster_flag
+from reference.store import etcd_cluster
+from reference.store.client import dumps, endpoint_scheme, never_reached_server, normalize_endpoint
+from reference.store.etcd_cluster import (
+    MIN_ETCD_VERSION,
+    Member,
+    etcd_version,
+    initial_cluster_flag,
+)
+from reference.store.tls import StoreTLS, add_arguments, from_arguments
 from reference.store.watch import split_messages
 
 
@@ -16,6 +26,7 @@ from reference.store.watch import split_messages
     ("endpoint", "expected"),
     [
         ("http://127.0.0.1:2379", ("127.0.0.1", 2379)),
+        ("https://127.0.0.1:2379", ("127.0.0.1", 2379)),
         ("127.0.0.1:2379", ("127.0.0.1", 2379)),
         ("http://localhost:1/", ("localhost", 1)),
     ],
@@ -24,10 +35,78 @@ def test_normalize_endpoint(endpoint: str, expected: tuple[str, int]) -> None:
     assert normalize_endpoint(endpoint) == expected
 
 
-@pytest.mark.parametrize("bad", ["https://127.0.0.1:2379", "127.0.0.1", "http://:2379"])
+@pytest.mark.parametrize("bad", ["ftp://127.0.0.1:2379", "127.0.0.1", "http://:2379"])
 def test_normalize_endpoint_refuses_what_it_cannot_reach(bad: str) -> None:
-    with pytest.raises(ValueError, match="http://HOST:PORT"):
+    with pytest.raises(ValueError, match="https://HOST:PORT"):
         normalize_endpoint(bad)
+
+
+TLS = StoreTLS("/pki/ca.crt", "/pki/store-client.crt", "/pki/store-client.key")
+
+
+def test_tls_files_make_every_endpoint_https() -> None:
+    assert endpoint_scheme(["https://127.0.0.1:1", "127.0.0.1:2"], TLS) == "https"
+    assert endpoint_scheme(["http://127.0.0.1:1"], None) == "http"
+
+
+def test_an_https_store_without_the_cells_certificate_is_refused_with_what_to_give() -> None:
+    with pytest.raises(ValueError, match="--etcd-cafile, --etcd-certfile, --etcd-keyfile"):
+        endpoint_scheme(["https://127.0.0.1:2379"], None)
+    with pytest.raises(ValueError, match="plain http"):
+        endpoint_scheme(["http://127.0.0.1:2379"], TLS)
+
+
+def test_tls_flags_go_together_and_round_trip(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert from_arguments(parser.parse_args([])) is None
+    with pytest.raises(ValueError, match="go together"):
+        from_arguments(parser.parse_args(["--etcd-cafile", "x"]))
+    files = [tmp_path / n for n in ("ca.crt", "c.crt", "c.key")]
+    for f in files:
+        f.write_text("pem")
+    tls = StoreTLS(*map(str, files))
+    assert from_arguments(parser.parse_args(tls.args())) == tls
+    assert StoreTLS.from_json(tls.to_json()) == tls
+    files[2].unlink()
+    with pytest.raises(ValueError, match="c.key"):
+        from_arguments(parser.parse_args(tls.args()))
+
+
+def test_etcd_version_is_read_from_the_binary_and_an_old_one_is_never_taken(tmp_path: Path) -> None:
+    fake = tmp_path / "etcd"
+    fake.write_text("#!/bin/sh\necho 'etcd Version: 3.5.1'\necho 'Git SHA: d42e8589e'\n")
+    fake.chmod(0o755)
+    assert etcd_version(str(fake)) == (3, 5, 1)
+    assert etcd_version(str(tmp_path / "missing")) is None
+    assert (3, 5, 1) < MIN_ETCD_VERSION
+
+
+def test_no_current_etcd_and_no_build_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = tmp_path / "etcd"
+    old.write_text("#!/bin/sh\necho 'etcd Version: 3.5.1'\n")
+    old.chmod(0o755)
+    monkeypatch.setattr(etcd_cluster, "_etcd_candidates", lambda: [str(old)])
+    with pytest.raises(etcd_cluster.EtcdClusterError, match=r"install_etcd.sh.*") as err:
+        etcd_cluster.find_etcd_binary(build=False)
+    assert "etcd 3.5.1" in str(err.value)  # the old one is named, and not used
+
+
+def test_members_run_with_tls_on_client_and_peer_urls(tmp_path: Path) -> None:
+    cluster = etcd_cluster.EtcdCluster(tmp_path, members=3, base_port=40000, etcd_binary="etcd")
+    cmd = cluster.command(1, "new")
+    flag = dict(zip(cmd[1::2], cmd[2::2], strict=False))
+    assert cluster.client_urls[1] == "https://127.0.0.1:40002"
+    assert flag["--listen-client-urls"] == "https://127.0.0.1:40002"
+    assert flag["--listen-peer-urls"] == "https://127.0.0.1:40003"
+    assert "etcd0=https://127.0.0.1:40001" in flag["--initial-cluster"]
+    assert {"--client-cert-auth", "--peer-client-cert-auth"} <= set(cmd)
+    assert cmd[cmd.index("--trusted-ca-file") + 1] == cmd[cmd.index("--peer-trusted-ca-file") + 1] == str(tmp_path / "pki" / "ca.crt")
+    assert cmd[cmd.index("--cert-file") + 1].endswith("etcd1-server.crt")
+    assert "--experimental-watch-progress-notify-interval" not in cmd  # gone from 3.6's names
+    plain = etcd_cluster.EtcdCluster(tmp_path / "plain", members=1, etcd_binary="etcd", tls=False)
+    assert plain.client_urls[0].startswith("http://") and "--client-cert-auth" not in plain.command(0, "new")
+    assert plain.client_tls is None
 
 
 def _wrapped(cause: BaseException) -> gw_exceptions.Etcd3Exception:
