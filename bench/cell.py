@@ -31,6 +31,7 @@ import httpx
 import psutil
 
 from bench.stats import percentile
+from reference.borglet.taskusers import task_python
 from reference.launcher.testcell import LocalCell, wait_for
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS
 
@@ -44,7 +45,7 @@ def job(name: str, count: int, image: str = "") -> dict[str, Any]:
     return {
         "name": name, "user": "bench", "priority": 100, "task_count": count,
         "request": {"cpu": "10m", "ram": "64MiB"},
-        "command": ["python" if image else sys.executable, "-c", "import time; time.sleep(3600)"],
+        "command": ["python" if image else task_python(), "-c", "import time; time.sleep(3600)"],
         "restart_policy": "on_failure", **({"image": image} if image else {}),
     }  # fmt: skip
 

@@ -42,7 +42,7 @@ def job_file(args: argparse.Namespace) -> dict[str, Any]:
         "priority": "production",
         "task_count": args.min_tasks,
         "request": {"cpu": args.task_cpu, "ram": "64MiB"},
-        "command": ["python", "-m", "examples.hello_world.server"],
+        "command": ["python3", "-m", "examples.hello_world.server"],
         "restart_policy": "always",
         "appclass": "latency_sensitive",
         "health_check": {"path": "/healthz", "interval_s": 1.0},

@@ -3,6 +3,11 @@
 A task of a job in an alloc gets its group beneath the alloc's group, which holds the alloc's
 limits (Borg: an alloc is a container the tasks in it share); the alloc's group is made with
 its first task and removed with its last.
+
+A task is in its groups from its first instruction: the thread that spawns it moves itself
+into them (`spawning_in`), forks, and moves back, so the child is born there (cgroup v1 moves
+single threads through a group's `tasks` file; the borglet's memory stays charged to its own
+group, which its process leader is in).
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +27,8 @@ CFS_PERIOD_US = 100_000
 #: about 2 ms (it retunes the bandwidth on every CPU), so the period is written only if ours differs.
 KERNEL_CFS_PERIOD_US = 100_000
 MIN_CFS_QUOTA_US = 1_000  # the kernel refuses quotas below 1 ms
+#: The processes and threads a task may have when its job names no figure: as a container's (containers.py).
+DEFAULT_PIDS_MAX = 1024
 
 
 def parse_proc_cgroup(text: str) -> dict[str, str]:
@@ -96,14 +105,17 @@ class CgroupTree:
         remove_group(group)
         return None
 
-    def create(self, name: str, cpu_milli: int, ram_bytes: int, alloc: AllocGroup | None = None) -> dict[str, str]:
+    def create(
+        self, name: str, cpu_milli: int, ram_bytes: int, alloc: AllocGroup | None = None,
+        pids_max: int = DEFAULT_PIDS_MAX,
+    ) -> dict[str, str]:  # fmt: skip
         """Create the task's groups and set its limits; returns {controller: absolute path}.
         With `alloc`, beneath the alloc's group (made, with the alloc's limits, if absent)."""
         if alloc is None:
-            return _make(self.bases, name, cpu_milli, ram_bytes)
+            return _make(self.bases, name, cpu_milli, ram_bytes, pids_max)
         with self._allocs:
             parents = _make(self.bases, alloc.directory, alloc.cpu_milli, alloc.ram_bytes)
-            return _make({c: Path(p) for c, p in parents.items()}, name, cpu_milli, ram_bytes)
+            return _make({c: Path(p) for c, p in parents.items()}, name, cpu_milli, ram_bytes, pids_max)
 
     def create_alloc(self, alloc: AllocGroup) -> dict[str, str]:
         """The alloc's own group with its limits (made if absent), for a container the engine
@@ -149,8 +161,11 @@ class CgroupTree:
                 pass
 
 
-def _make(bases: dict[str, Path], name: str, cpu_milli: int, ram_bytes: int) -> dict[str, str]:
-    """The group `name` under each base, with a memory limit and a CFS quota."""
+def _make(
+    bases: dict[str, Path], name: str, cpu_milli: int, ram_bytes: int, pids_max: int | None = None
+) -> dict[str, str]:
+    """The group `name` under each base, with a memory limit, a CFS quota and (a task's, not
+    an alloc's) a pids limit."""
     group: dict[str, str] = {}
     for controller, base in bases.items():
         path = base / name
@@ -161,6 +176,8 @@ def _make(bases: dict[str, Path], name: str, cpu_milli: int, ram_bytes: int) -> 
     if CFS_PERIOD_US != KERNEL_CFS_PERIOD_US:
         _write(group["cpu"], "cpu.cfs_period_us", str(CFS_PERIOD_US))
     _write(group["cpu"], "cpu.cfs_quota_us", str(cfs_quota_us(cpu_milli)))
+    if pids_max is not None and "pids" in group:
+        _write(group["pids"], "pids.max", str(pids_max))
     return group
 
 
@@ -198,6 +215,43 @@ def join(group: dict[str, str], pid: int) -> None:
             _write(path, "cgroup.procs", str(pid))
         except ProcessLookupError:
             return
+
+
+def thread_groups(root: str = "/sys/fs/cgroup") -> dict[str, str]:
+    """{controller: directory} of the calling thread's v1 groups."""
+    own = parse_proc_cgroup(Path("/proc/thread-self/cgroup").read_text())
+    return {c: os.path.join(root, c, path.lstrip("/")) for c, path in own.items()}
+
+
+@contextmanager
+def spawning_in(group: dict[str, str], pids_max: int | None = None) -> Iterator[None]:
+    """Run the block with the calling thread in the task's groups, so a process it forks there
+    starts in them, under their limits, before its first instruction; then put the thread
+    back where it was. Spawns in one thread are one at a time by nature; two threads may each
+    spawn into their own task's groups at once.
+
+    The thread counts in the pids group while it is there: the limit is raised by one for it
+    and set back to `pids_max` once it left."""
+    if not group:
+        yield
+        return
+    tid = str(threading.get_native_id())
+    home = thread_groups()
+    paths = list(dict.fromkeys(group.values()))
+    pids = group.get("pids")
+    if pids and pids_max is not None:
+        _write(pids, "pids.max", str(pids_max + 1))
+    joined: list[str] = []
+    try:
+        for path in paths:
+            _write(path, "tasks", tid)
+            joined.append(path)
+        yield
+    finally:
+        for controller in dict.fromkeys(c for c, p in group.items() if p in joined):
+            _write(home[controller], "tasks", tid)
+        if pids and pids_max is not None:
+            _write(pids, "pids.max", str(pids_max))
 
 
 def members(group: dict[str, str]) -> list[int]:

@@ -7,7 +7,6 @@ import logging
 import os
 import signal
 import stat
-import sys
 from hashlib import sha1
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from reference.borglet.hollow import DEFAULT_START_DELAY_S
 from reference.borglet.isolation import choose
 from reference.borglet.processes import sanitize
 from reference.borglet.supervisor import Borglet, MachineConfig
+from reference.borglet.taskusers import private_ancestor  # noqa: F401 (tests import it from here)
 from reference.resources import parse_capacity, parse_pairs
 
 WORK_ROOT = "/var/lib/minborg/tasks"
@@ -55,9 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "job-user", "borglet"),
         default="auto",
         help="job-user: each task as its job user's own unprivileged uid (the borglet must be root); "
-        "borglet: as the borglet's own user, which tasks can then signal; auto (default): job-user "
-        "when root and other users can run this borglet's Python (tasks run it as `python`), else "
-        "borglet, saying why in the log",
+        "borglet: as the borglet's own user, which tasks can then signal; run as root, an admin's "
+        "explicit choice to run every task as root (docs/security.md); auto (default): job-user "
+        "when the borglet is root, else borglet (a borglet that is not root cannot change ids)",
+    )
+    parser.add_argument(
+        "--task-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a variable every task gets, beneath its job's own (repeatable): a task's environment "
+        "is built from nothing, never from the borglet's; `cell up` gives PYTHONPATH here so the "
+        "examples' `python3 -m examples...` import from where it ran",
     )
     parser.add_argument(
         "--work-dir",
@@ -182,9 +191,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     state_dir = os.path.abspath(args.state_dir)
     work_dir = os.path.abspath(args.work_dir or default_work_dir(args.name, state_dir))
-    as_users, why = run_tasks_as_users(args.run_tasks_as, os.geteuid(), sys.executable)
+    as_users, why = run_tasks_as_users(args.run_tasks_as, os.geteuid())
     if args.run_tasks_as == "job-user" and not as_users:
         parser.error(f"--run-tasks-as job-user: {why}")
+    try:
+        task_env = parse_task_env(args.task_env)
+    except ValueError as err:
+        parser.error(str(err))
     try:
         prepare_dirs(state_dir, work_dir if as_users else None)
     except ValueError as err:
@@ -199,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
         start_rate=args.start_rate,
         task_uids=as_users,
         work_dir=work_dir,
+        task_env=task_env,
     )
     borglet = Borglet(config, choose(args.isolation, args.name), containers=docker_runtime(parser, args, state_dir))
     borglet.load()
@@ -206,6 +220,11 @@ def main(argv: list[str] | None = None) -> None:
     log.info("machine %s isolation=%s capacity=%s", args.name, borglet.isolation.name, capacity)
     if as_users:
         log.info("tasks run as their job users' own uids from %d, in %s", taskusers.FIRST_UID, work_dir)
+    elif os.geteuid() == 0:
+        log.warning(
+            "--run-tasks-as borglet on a root borglet: every task runs as ROOT and can read the "
+            "cell's keys, signal any process and change its own limits (docs/security.md)"
+        )
     else:
         log.warning(
             "tasks run as the borglet's own user (uid %d), able to signal it and each other and to "
@@ -284,31 +303,26 @@ def docker_runtime(parser: argparse.ArgumentParser, args: argparse.Namespace, st
     return containers
 
 
-def run_tasks_as_users(mode: str, euid: int, python: str) -> tuple[bool, str]:
-    """Whether tasks run as their job users' uids (`--run-tasks-as`), and why not if not."""
+def run_tasks_as_users(mode: str, euid: int) -> tuple[bool, str]:
+    """Whether tasks run as their job users' uids (`--run-tasks-as`), and why not if not. A
+    root borglet runs them so unless told otherwise: never root by accident. A task whose
+    program its user cannot run fails to spawn, saying so (processes.spawn_error)."""
     if mode == "borglet":
         return False, "--run-tasks-as borglet"
     if euid != 0:
         return False, f"the borglet runs as uid {euid}, not root, and cannot start a task as another uid"
-    if mode == "auto":
-        blocked = private_ancestor(python)
-        if blocked is not None:
-            return False, (
-                f"other users cannot run this Python ({python}: {blocked} keeps them out), which "
-                "tasks run as `python`; install it where they can, or choose --run-tasks-as job-user "
-                "for tasks that run other programs"
-            )
     return True, ""
 
 
-def private_ancestor(path: str) -> str | None:
-    """The first directory on the way to `path` (or the file itself) that other users may not
-    pass or run, or None."""
-    real = Path(os.path.realpath(path))
-    for step in (*reversed(real.parents), real):
-        if not os.stat(step).st_mode & stat.S_IXOTH:
-            return str(step)
-    return None
+def parse_task_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    """['PYTHONPATH=/src', ...] -> (('PYTHONPATH', '/src'), ...); ValueError naming a bad one."""
+    out = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name or "\0" in pair:
+            raise ValueError(f"--task-env {pair!r}: expected NAME=VALUE, with no NUL byte")
+        out.append((name, value))
+    return tuple(out)
 
 
 def default_work_dir(name: str, state_dir: str) -> str:

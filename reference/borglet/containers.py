@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 LABEL = "minborg"  # every label's prefix: minborg.cell, minborg.machine, ...
 LOG_MOUNT = "/minborg/logs"  # where the task's log directory appears inside its container
-PIDS_LIMIT = 1024  # processes and threads per container
+PIDS_LIMIT = 1024  # processes and threads per container whose job names no pids_max
 TMPFS_BYTES = 64 * 1024 * 1024
 IMAGES_EVERY_S = 5.0  # how stale the list of the engine's images in a report may be
 # The task's streams are redirected by the container's shell, not collected by the engine's
@@ -180,7 +180,9 @@ class Containers:
         import docker.errors
 
         prepare_log_dir(log_dir, uid)
-        kwargs = container_kwargs(spec, env, uid, self.labels(spec), log_dir, cgroup_parent or self.cgroup_parent)
+        kwargs = container_kwargs(
+            spec, env, uid, self.labels(spec), log_dir, cgroup_parent or self.cgroup_parent, pids_limit=spec.pids_max
+        )
         kwargs.pop("detach")
         try:
             container = self.client.containers.create(**kwargs)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import resource
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import psutil
@@ -27,11 +29,18 @@ class Isolation:
     name = "none"
 
     def prepare(
-        self, key: str, cpu_milli: int, ram_bytes: int, alloc: cgroups.AllocGroup | None = None
-    ) -> dict[str, str]:
+        self, key: str, cpu_milli: int, ram_bytes: int, alloc: cgroups.AllocGroup | None = None,
+        pids_max: int = cgroups.DEFAULT_PIDS_MAX,
+    ) -> dict[str, str]:  # fmt: skip
         """Set up the task's container (inside its alloc's, if it runs in one); returns what
-        `preexec`/`sample`/`release` need later."""
+        `spawning`/`sample`/`release` need later."""
         return {}
+
+    @contextlib.contextmanager
+    def spawning(self, group: dict[str, str], pids_max: int) -> Iterator[None]:
+        """Wraps the spawn of a task's process: one made in the block is under its limits
+        from its first instruction where the strategy can do that."""
+        yield
 
     #: Whether an alloc gets a group of its own here, for a container in it to go beneath.
     alloc_groups = False
@@ -43,8 +52,8 @@ class Isolation:
         """Remove the empty alloc groups not named in `busy` (their directory names)."""
 
     def attach(self, group: dict[str, str], pid: int, ram_bytes: int) -> None:
-        """Put a just-spawned task process under its limits (done from the borglet, after the
-        spawn: a spawn with no pre-exec hook is a vfork, many times cheaper than a fork)."""
+        """Put a just-spawned task process under the limits `spawning` could not set before it
+        ran (rlimit mode: a process's rlimits are its own, set from outside once it exists)."""
 
     def sample(self, group: dict[str, str], pid: int | None) -> Sample:
         return tree_sample(pid)
@@ -90,12 +99,14 @@ class CgroupIsolation(Isolation):
         self.tree.remove_idle_allocs(busy)
 
     def prepare(
-        self, key: str, cpu_milli: int, ram_bytes: int, alloc: cgroups.AllocGroup | None = None
-    ) -> dict[str, str]:
-        return self.tree.create(key, cpu_milli, ram_bytes, alloc)
+        self, key: str, cpu_milli: int, ram_bytes: int, alloc: cgroups.AllocGroup | None = None,
+        pids_max: int = cgroups.DEFAULT_PIDS_MAX,
+    ) -> dict[str, str]:  # fmt: skip
+        return self.tree.create(key, cpu_milli, ram_bytes, alloc, pids_max)
 
-    def attach(self, group: dict[str, str], pid: int, ram_bytes: int) -> None:
-        cgroups.join(group, pid)
+    def spawning(self, group: dict[str, str], pids_max: int) -> contextlib.AbstractContextManager[None]:
+        # The spawning thread joins the task's groups and the child is born in them.
+        return cgroups.spawning_in(group, pids_max)
 
     def sample(self, group: dict[str, str], pid: int | None) -> Sample:
         cpu = cgroups.cpu_ns(group)
@@ -126,6 +137,8 @@ def choose(mode: str, machine: str) -> Isolation:
     tree = cgroups.CgroupTree(machine)
     problem = tree.usable()
     if problem is None:
+        if "pids" not in tree.bases:
+            log.warning("cgroup v1 hierarchy 'pids' is not mounted: tasks get no pids limit")
         return CgroupIsolation(tree)
     if mode == "cgroup":
         raise SystemExit(f"--isolation cgroup: {problem}; use --isolation rlimit or auto")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import os
+import platform
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from hashlib import sha1
 from typing import Any
 
@@ -19,30 +23,68 @@ from reference.borglet import logs
 CREATE_TIME_TOLERANCE_S = 0.05
 
 
-# Drops a child's ids before it execs the task (util-linux, on every Debian system); None: the
-# child is forked and drops them itself.
-SETPRIV = shutil.which("setpriv")
-
-
-def resolve_program(command: list[str], env: Mapping[str, str]) -> str:
-    """The program `command` runs, looked up on the task's PATH as the child would look it up,
-    so a program that is not there fails the spawn as it does without `setpriv`. A path with
-    a slash is the child's to find (relative ones from its working directory)."""
-    program = command[0] if command else ""
-    if "/" in program:
-        if os.path.isabs(program) and not os.path.exists(program):
-            raise FileNotFoundError(2, "No such file or directory", program)
-        return program
-    found = shutil.which(program, path=os.pathsep.join(os.get_exec_path(dict(env))))
-    if found is None:
-        raise FileNotFoundError(2, "No such file or directory", program)
-    return found
-
-
 def sanitize(task_id: str) -> str:
     """A file-system-safe, collision-free name for a task id: 'alice/web/3#0' -> 'alice_web_3_0-1a2b3c4d'."""
     clean = re.sub(r"[^A-Za-z0-9._-]+", "_", task_id).strip("._") or "task"
     return f"{clean[:80]}-{sha1(task_id.encode()).hexdigest()[:8]}"
+
+
+#: The PATH of a task whose job names none: the system's programs, nothing of the borglet's.
+TASK_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+# setgroups(2) by number: glibc's wrapper changes the groups of every thread of the process
+# (the borglet's too), the system call only those of the calling thread.
+_SYS_SETGROUPS = {"x86_64": 116, "aarch64": 159, "i686": 81, "ppc64le": 81, "s390x": 206}.get(platform.machine())
+
+
+@contextlib.contextmanager
+def file_identity(uid: int | None) -> Iterator[None]:
+    """Run the block with the calling thread's file-system ids set to `uid` (gid the same
+    number, no supplementary groups), its other ids left as they are; None: unchanged.
+
+    CPython's child enters its working directory before it sets its ids (_posixsubprocess),
+    so a root borglet's child would enter a directory the task's user may not: with these
+    ids, inherited by the child, that chdir is checked as the user. Changing fsuid away from 0
+    also drops the capabilities that bypass file permissions, from this thread only; the
+    real and effective ids stay root's, so no task can signal the borglet meanwhile."""
+    if uid is None:
+        yield
+        return
+    if _SYS_SETGROUPS is None:
+        raise OSError(errno.ENOSYS, f"no setgroups system call number known for {platform.machine()}")
+    groups = os.getgroups()
+    _setgroups([])
+    fsgid = _libc.setfsgid(uid)  # each returns the id it replaced
+    fsuid = _libc.setfsuid(uid)
+    try:
+        yield
+    finally:
+        _libc.setfsuid(fsuid)
+        _libc.setfsgid(fsgid)
+        _setgroups(groups)
+
+
+def _setgroups(groups: list[int]) -> None:
+    array = (ctypes.c_uint * max(1, len(groups)))(*groups)
+    if _libc.syscall(_SYS_SETGROUPS, len(groups), array) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setgroups: {os.strerror(err)}")
+
+
+def check_strings(command: list[str], env: Mapping[str, str], cwd: str | None) -> None:
+    """ValueError naming the first string the kernel cannot take: a NUL in the command, an
+    argument, an environment name or value, or the working directory; '=' in a name."""
+    for i, arg in enumerate(command):
+        if "\0" in arg:
+            raise ValueError(f"command[{i}] holds a NUL byte")
+    for name, value in env.items():
+        if "\0" in name or "=" in name or not name:
+            raise ValueError(f"environment name {name!r} is empty or holds '=' or a NUL byte")
+        if "\0" in value:
+            raise ValueError(f"environment variable {name} holds a NUL byte")
+    if cwd is not None and "\0" in cwd:
+        raise ValueError("cwd holds a NUL byte")
 
 
 def spawn(
@@ -51,41 +93,64 @@ def spawn(
     cwd: str | None,
     log_dir: str,
     user: int | None = None,
+    spawning: contextlib.AbstractContextManager[None] | None = None,
 ) -> subprocess.Popen:
     """Start a task in its own session with stdout and stderr appended to their files in
     `log_dir` (borglet/logs.py); with `user`, as that uid, gid the same number, and no
-    supplementary groups (borglet/taskusers.py).
+    supplementary groups (borglet/taskusers.py). `spawning` wraps the fork (the isolation's:
+    the child is born in the task's cgroups).
 
-    No pre-exec hook, so CPython spawns with vfork, and the borglet's size does not slow it
-    down. CPython will not vfork a child that changes its ids, and a fork copies the
-    borglet's page tables once per start (about 7 ms of CPU against 3, measured on a 60 MiB
-    process), so with `user` the child execs util-linux's `setpriv`, which sets every uid and
-    gid (real, effective, saved) and clears the groups, then execs the task's command: the
-    same process, the same pid. Without `setpriv` the child is forked and changes its ids
-    itself.
+    No step that the job's input reaches runs as root. The child sets its ids in C between
+    fork and exec (CPython's `user=`/`group=`/`extra_groups=`), after entering its working
+    directory with the user's file ids (`file_identity`); the loader first reads the job's
+    environment (LD_PRELOAD and the like) in the program it execs, already unprivileged, and
+    looks the program up on the job's PATH as the user. CPython forks, not vforks, a child that
+    sets ids, which costs the borglet more CPU per start (docs/decisions.md, "The spawn path").
     """
+    check_strings(command, env, cwd)
+    ids: dict[str, Any] = {} if user is None else {"user": user, "group": user, "extra_groups": []}
     out, err = logs.open_streams(log_dir)
     try:
-        if user is not None and SETPRIV is not None:
-            argv = [SETPRIV, f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", resolve_program(command, env), *command[1:]]
-            ids: dict[str, Any] = {}
-        else:
-            argv = command
-            ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
-        return subprocess.Popen(
-            argv,
-            env=dict(env),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            close_fds=True,
-            **ids,
-        )
+        with spawning or contextlib.nullcontext(), file_identity(user):
+            return subprocess.Popen(
+                command,
+                env=dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+                **ids,
+            )
     finally:
         os.close(out)
         os.close(err)
+
+
+def spawn_error(err: Exception, command: list[str], cwd: str | None, uid: int | None, path: str) -> str:
+    """The reason a task failed to spawn, saying what to change (the borglet's `spawn: ...`)."""
+    program = command[0] if command else ""
+    who = "the borglet's user" if uid is None else f"uid {uid}, its job user's"
+    filename = getattr(err, "filename", None)
+    if isinstance(err, PermissionError) and cwd is not None and filename == cwd:
+        return (
+            f"spawn: the task runs as {who} and may not enter its working directory {cwd!r}: "
+            "name one that every directory on its path lets other users pass, or none (its own)"
+        )
+    if isinstance(err, PermissionError):
+        return (
+            f"spawn: the task runs as {who} and may not run {program!r} ({err.strerror}): a "
+            "directory on its path or the file keeps other users out (a Python under /root, "
+            "for one); use a program they can run, e.g. /usr/bin/python3, or install it where "
+            "other users can reach it"
+        )
+    if isinstance(err, FileNotFoundError) and cwd is not None and filename == cwd:
+        return f"spawn: its working directory {cwd!r} does not exist"
+    if isinstance(err, FileNotFoundError):
+        where = "" if "/" in program else f" on its PATH ({path})"
+        return f"spawn: no program {program!r}{where}: name it by its full path or set PATH in the job's env"
+    return f"spawn: {err}"
 
 
 def child_exited() -> bool:

@@ -61,6 +61,7 @@ class TaskSpec(BaseModel):
     health_check: HealthCheck | None = None
     image: str = Field(default="", description="a container image to run the task in (--runtime docker)")
     alloc: AllocLimits | None = None  # absent: the task runs in no alloc
+    pids_max: int = Field(default=1024, ge=1, description="processes and threads the task may have at once")
 
 
 class Delta(BaseModel):

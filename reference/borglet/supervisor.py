@@ -93,6 +93,9 @@ class MachineConfig:
     # root), in its own working directory under `work_dir`; False: as the borglet's user.
     task_uids: bool = False
     work_dir: str = ""  # default: the state dir's path + ".work"
+    # Variables the borglet's operator chose to give every task (--task-env), beneath the
+    # job's own: a task's environment is built from nothing, never from the borglet's.
+    task_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def work_root(self) -> str:
@@ -135,10 +138,6 @@ class Borglet:
         # whole set was applied since this borglet started.
         self.desired: dict[str, TaskSpec] | None = None
         self.uids: dict[str, int] = {}  # job user -> the uid its tasks run as (task_uids)
-        # The environment a task's starts from, read once: `dict(os.environ)` decodes every
-        # variable again (16 us a start on an idle host, 270 us under a flood), a copy of
-        # this dict takes a fraction of a microsecond.
-        self._environ = dict(os.environ)
         self.syncs = 0
         self.refused: Counter[str] = Counter()
         self._lock = threading.RLock()
@@ -492,12 +491,12 @@ class Borglet:
             # A container takes the engine a second or so to make and start, mostly waiting on
             # runc and the file system: several at once, where a process spawn takes a millisecond.
             with ThreadPoolExecutor(CONTAINER_STARTS, thread_name_prefix="borglet-start") as pool:
-                started = sum(pool.map(lambda tid: not self._stop.is_set() and self._start(tid), batch))
+                started = sum(pool.map(lambda tid: not self._stop.is_set() and self._start_one(tid), batch))
         else:
             for tid in batch:
                 if self._stop.is_set():
                     break
-                if self._start(tid):
+                if self._start_one(tid):
                     started += 1
         with self._lock:
             for tid in reversed(batch):  # any the loop did not reach go back to the front
@@ -742,17 +741,17 @@ class Borglet:
             # A container's group is the engine's, made under its alloc's or the borglet's (containers.py).
             group = (
                 {} if self._in_container(task)
-                else self.isolation.prepare(task.key, spec.request.cpu, spec.request.ram, alloc)
+                else self.isolation.prepare(task.key, spec.request.cpu, spec.request.ram, alloc, spec.pids_max)
             )
-        except OSError as err:
+        except Exception as err:  # whatever it is, it is this task's alone
             with self._lock:
                 self._failed_to_start(task, f"setup: {err}")
             return False
         try:
             proc = self._spawn(task, group, env, uid)
             error = None
-        except (OSError, subprocess.SubprocessError) as err:
-            error = f"spawn: {err}"
+        except Exception as err:  # a NUL byte, a missing program, a bad cwd: this task's alone
+            error = self._spawn_error(task, err, env, uid)
         with self._lock:
             task.group = group
             if error is not None or proc is None:
@@ -770,19 +769,35 @@ class Borglet:
             self._launched(task, proc, self.wall_clock())
         return True
 
+    def _start_one(self, tid: str) -> bool:
+        """`_start`, with anything it raises made that task's failure: one task's bad input
+        never stops the rest of its batch."""
+        try:
+            return self._start(tid)
+        except Exception as err:
+            log.exception("starting %s failed", tid)
+            with self._lock:
+                task = self.tasks.get(tid)
+                if task is not None and task.state == "QUEUED" and task.launching:
+                    self._failed_to_start(task, f"spawn: {err}")
+            return False
+
     def _failed_to_start(self, task: Task, reason: str) -> None:
         task.launching = False
         task.state, task.reason, task.pid = "FAILED", reason, None
         self._release(task)
 
     def _task_env(self, task: Task) -> dict[str, str]:
+        """The task's environment, built from nothing: a PATH of the system's programs, a HOME
+        of its own, the operator's --task-env, then Minborg's variables, then the job's env;
+        the markers last. Nothing of the borglet's own environment (nor of whoever started
+        it) reaches a task."""
         spec = task.spec
         if self._in_container(task):
             markers = {processes.TASK_MARKER: spec.task_id, processes.BORGLET_MARKER: self.config.state_dir}
             return runtime.task_env(spec, task.port, self.config.name, markers)
-        env = dict(self._environ)
-        if self.config.task_uids:
-            env["HOME"] = self.workdir(task)  # the borglet's own is not the task's to read
+        env = {"PATH": processes.TASK_PATH, "HOME": self.workdir(task) if self.config.task_uids else spec.cwd or "/"}
+        env.update(self.config.task_env)
         env.update(
             PORT=str(task.port),
             TASK_INDEX=str(spec.index),
@@ -842,16 +857,25 @@ class Borglet:
             # Its HOME, and its working directory unless its job names one: only its uid enters.
             home = processes.make_workdir(self.workdir(task), uid)
             cwd = cwd or home
-        proc = processes.spawn(task.spec.command, env, cwd, log_dir, uid)
+        spawning = self.isolation.spawning(group, task.spec.pids_max)
+        proc = processes.spawn(task.spec.command, env, cwd, log_dir, uid, spawning)
         self.isolation.attach(group, proc.pid, task.spec.request.ram)
         return proc
 
+    def _spawn_error(self, task: Task, err: Exception, env: dict[str, str], uid: int | None) -> str:
+        """What a task's failed spawn is reported as: 'spawn: ...' saying what to change."""
+        if self._in_container(task):
+            return f"spawn: {err}"
+        cwd = task.spec.cwd or (self.workdir(task) if uid is not None else None)
+        return processes.spawn_error(err, task.spec.command, cwd, uid, env.get("PATH", ""))
+
     def _launch(self, task: Task, now: float) -> None:
         """A restart in place, under the lock (rare: backoffs spread restarts out)."""
+        env, uid = self._task_env(task), self._run_as(task)
         try:
-            proc = self._spawn(task, task.group, self._task_env(task), self._run_as(task))
-        except (OSError, subprocess.SubprocessError) as err:
-            self._failed_to_start(task, f"spawn: {err}")
+            proc = self._spawn(task, task.group, env, uid)
+        except Exception as err:  # this task's alone, as in _start
+            self._failed_to_start(task, self._spawn_error(task, err, env, uid))
             return
         self._launched(task, proc, now)
 

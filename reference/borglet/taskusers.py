@@ -13,7 +13,11 @@ tools that read a uid as a signed 32-bit number.
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 FIRST_UID = 2_000_000_000
 UID_COUNT = 1 << 24
@@ -40,3 +44,33 @@ def assign(
         if uid not in used:
             return uid
     raise ValueError(f"all {count} task uids from {first} are given to other users")
+
+
+def private_ancestor(path: str) -> str | None:
+    """The first directory on the way to `path` (or the file itself) that other users may not
+    pass or run, or None."""
+    real = Path(os.path.realpath(path))
+    for step in (*reversed(real.parents), real):
+        if not os.stat(step).st_mode & stat.S_IXOTH:
+            return str(step)
+    return None
+
+
+#: The system's Python, which every task's uid may run (a Python under /root may not be).
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def task_python(python: str = sys.executable) -> str:
+    """A Python that every task's uid may run: `python` where nothing on its path keeps other
+    users out, else the system's. Tests and tools that start Python tasks name this one."""
+    return python if private_ancestor(python) is None else SYSTEM_PYTHON
+
+
+def local_task_env(workdir: str) -> list[str]:
+    """The borglet's `--task-env` flags on a local cell (`cell up`, the test cells): the
+    directory it ran in and the package's root on PYTHONPATH, so a task's `python3 -m
+    examples...` imports from there as the system's Python; Python output unbuffered, so a
+    task's lines reach its log file as they are printed. Nothing else of the operator's."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(dict.fromkeys([workdir, package_root]))
+    return ["--task-env", f"PYTHONPATH={path}", "--task-env", "PYTHONUNBUFFERED=1"]

@@ -118,6 +118,7 @@ def _job_part(ji: Any) -> dict[str, Any]:
         "restart_policy": spec.restart_policy.value,
         "health_check": spec.health_check.model_dump() if spec.health_check else None,
         **({"image": spec.image} if spec.image else {}),
+        "pids_max": spec.pids_max,
     }
     if len(_JOB_PARTS) >= 4096:
         _JOB_PARTS.clear()

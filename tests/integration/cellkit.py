@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
 
+from reference.borglet.taskusers import task_python
 from reference.launcher import cpubudget
 from reference.launcher.testcell import REPO, LocalCell, Proc, wait_for
 
-__all__ = ["NEEDS_CPU_GROUPS", "REPO", "LocalCell", "Proc", "hello_job", "sleeper_job", "wait_for"]
+__all__ = ["NEEDS_CPU_GROUPS", "REPO", "TASK_PYTHON", "LocalCell", "Proc", "hello_job", "sleeper_job", "wait_for"]
+
+# The Python tasks run: one their job users' uids may run (a root borglet runs tasks as those).
+TASK_PYTHON = task_python()
 
 # For tests of a cell whose processes the launcher puts in cgroups (`--replica-cpu`,
 # `--machine-cpu-shares`): skipped where this host cannot make them.
@@ -23,7 +26,7 @@ def hello_job(name: str = "hello", user: str = "alice", count: int = 2, **extra:
     job: dict[str, Any] = {
         "name": name, "user": user, "priority": "production", "task_count": count,
         "request": {"cpu": "100m", "ram": "64MiB"},
-        "command": [sys.executable, "-m", "examples.hello_world.server"],
+        "command": [TASK_PYTHON, "-m", "examples.hello_world.server"],
         "cwd": str(REPO), "restart_policy": "always",
         "health_check": {"path": "/healthz", "interval_s": 0.5},
     }  # fmt: skip
@@ -35,7 +38,7 @@ def sleeper_job(name: str, user: str = "bob", count: int = 1, **extra: Any) -> d
     job: dict[str, Any] = {
         "name": name, "user": user, "priority": 100, "task_count": count,
         "request": {"cpu": "10m", "ram": "16MiB"},
-        "command": [sys.executable, "-c", "import time; time.sleep(3600)"],
+        "command": [TASK_PYTHON, "-c", "import time; time.sleep(3600)"],
         "restart_policy": "on_failure",
     }  # fmt: skip
     job.update(extra)

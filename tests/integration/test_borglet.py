@@ -143,7 +143,7 @@ def hello(task_id: str, **extra) -> dict:
     return {
         "task_id": task_id, "job": "alice/web", "index": 3, "incarnation": 0,
         "bns": "3.web.alice.local.minborg",
-        "command": [sys.executable, "-m", "examples.hello_world.server"],
+        "command": [taskusers.task_python(), "-m", "examples.hello_world.server"],
         "env": {"GREETING": "hi"}, "cwd": str(REPO), "port": 0,
         "request": {"cpu": 500, "ram": 256 * MiB}, "priority": 200, "restart_policy": "never",
         "health_check": {"path": "/healthz", "interval_s": 0.5},
@@ -153,7 +153,7 @@ def hello(task_id: str, **extra) -> dict:
 
 def python_task(task_id: str, code: str, **extra) -> dict:
     return {
-        "task_id": task_id, "command": [sys.executable, "-c", code], "cwd": str(REPO),
+        "task_id": task_id, "command": [taskusers.task_python(), "-c", code], "cwd": str(REPO),
         "request": {"cpu": 500, "ram": 0}, "priority": 100, "restart_policy": "never",
         "health_check": None, **extra,
     }  # fmt: skip

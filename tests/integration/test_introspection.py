@@ -14,7 +14,7 @@ import pytest
 
 from reference.borglet import cgroups
 from reference.client import CellClient, ClientError
-from tests.integration.cellkit import REPO, LocalCell, sleeper_job, wait_for
+from tests.integration.cellkit import REPO, TASK_PYTHON, LocalCell, sleeper_job, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ def py_job(name: str, code: str, **extra: object) -> dict:
     extra.setdefault("restart_policy", "never")
     # Enough CPU for Python to start quickly under a cgroup's CPU quota.
     extra.setdefault("request", {"cpu": "500m", "ram": "64MiB"})
-    return sleeper_job(name, user="ivy", command=[sys.executable, "-c", code], **extra)
+    return sleeper_job(name, user="ivy", command=[TASK_PYTHON, "-c", code], **extra)
 
 
 def kinds(task: dict) -> list[str]:

@@ -8,7 +8,6 @@ and in the master's /metrics.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from harness.history import double_running, parse_task_id
 from loadtests.periodic import Periodic
 from reference import channel
+from reference.borglet.taskusers import task_python
 from tests.integration.cellkit import REPO, LocalCell, Proc, wait_for
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ def slow_job(count: int) -> dict[str, Any]:
     return {
         "name": JOB[1], "user": JOB[0], "priority": 100, "task_count": count,
         "request": {"cpu": "10m", "ram": "32MiB"},
-        "command": [sys.executable, "-m", "examples.slowstop"], "cwd": str(REPO),
+        "command": [task_python(), "-m", "examples.slowstop"], "cwd": str(REPO),
         "env": {"SLOWSTOP_S": str(STOP_S)}, "restart_policy": "on_failure",
     }  # fmt: skip
 

@@ -2,12 +2,13 @@
 
 import json
 import os
+import re
 
 import pytest
 
 from reference.borglet import cgroups, store
 from reference.borglet.cli import parse_listen
-from reference.borglet.processes import resolve_program, sanitize
+from reference.borglet.processes import check_strings, sanitize, spawn_error
 from reference.borglet.protocol import SyncRequest, TaskSpec
 from reference.borglet.task import Task
 
@@ -112,20 +113,42 @@ def test_store_load_of_a_missing_table_is_empty(tmp_path):
     assert store.load(str(tmp_path / "none.json")) == {}
 
 
-def test_a_task_program_is_looked_up_on_its_own_path_before_the_spawn(tmp_path):
-    # With setpriv between the borglet and the task, the program is found in the parent, so
-    # a missing one still fails the spawn (as CPython's own exec would) instead of exiting 127.
-    prog = tmp_path / "bin" / "tool"
-    prog.parent.mkdir()
-    prog.write_text("#!/bin/sh\n")
-    prog.chmod(0o755)
-    assert resolve_program(["tool", "-x"], {"PATH": str(prog.parent)}) == str(prog)
-    with pytest.raises(FileNotFoundError):
-        resolve_program(["tool"], {"PATH": str(tmp_path)})
-    with pytest.raises(FileNotFoundError):
-        resolve_program([str(tmp_path / "missing")], {})
-    assert resolve_program(["./relative"], {}) == "./relative"  # the child's cwd decides
-    assert resolve_program(["sh"], {}).endswith("/sh")  # no PATH: the default one, as exec uses
+@pytest.mark.parametrize(
+    ("command", "env", "cwd", "named"),
+    [
+        (["sh", "-c", "a\0b"], {}, None, "command[2]"),
+        (["sh"], {"K\0": "v"}, None, "environment name"),
+        (["sh"], {"A=B": "v"}, None, "environment name"),
+        (["sh"], {"K": "v\0"}, None, "environment variable K"),
+        (["sh"], {}, "/tmp\0x", "cwd"),
+    ],
+)
+def test_a_string_the_kernel_cannot_take_is_named_before_the_spawn(command, env, cwd, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        check_strings(command, env, cwd)  # named: a plain string, not a pattern
+
+
+def test_check_strings_passes_what_the_kernel_takes():
+    check_strings(["sh", "-c", "echo =x"], {"K": "a=b", "EMPTY": ""}, "/tmp")
+
+
+@pytest.mark.parametrize(
+    ("err", "command", "cwd", "says"),
+    [
+        # exec refused: the program, and where to put one the user can run
+        (PermissionError(13, "Permission denied", "/root/py/bin/python"), ["/root/py/bin/python"], "/w",
+         "may not run '/root/py/bin/python'.*/usr/bin/python3"),
+        # chdir refused: CPython names the directory
+        (PermissionError(13, "Permission denied", "/root/x"), ["sh"], "/root/x", "may not enter its working directory '/root/x'"),
+        (FileNotFoundError(2, "No such file or directory", "/nope"), ["sh"], "/nope", "working directory '/nope' does not exist"),
+        (FileNotFoundError(2, "No such file or directory", "pyhton"), ["pyhton"], None, "no program 'pyhton' on its PATH \\(/usr/bin\\)"),
+        (ValueError("embedded null byte"), ["sh"], None, "^spawn: embedded null byte$"),
+    ],
+)
+def test_a_spawn_error_says_what_to_change(err, command, cwd, says):
+    reason = spawn_error(err, command, cwd, 2_000_000_001, "/usr/bin")
+    assert reason.startswith("spawn: ")  # the master's events call it spawn_failed
+    assert re.search(says, reason), reason
 
 
 def test_store_saves_swap_the_table_with_its_spare_and_create_no_file_after_the_second(tmp_path):
