@@ -1,14 +1,22 @@
-"""Start-up time of the `minborg` command: each command run N times in fresh processes against a live cell.
+"""Wall time of every everyday `minborg` command against a live cell, each run N times in fresh processes, beside `python -c pass`.
 
-    minborg bench cli [--runs 20] [--start-cell | --master URL] [--job USER/NAME] [--json]
+    minborg bench cli [--runs 10] [--start-cell | --master URL] [--job USER/NAME] [--before DIR] [--json]
     (or python -m loadtests.cli_startup ...)
 
-Runs `minborg --help`, `minborg job list` and `minborg task list JOB` one after another,
-`--runs` times each (interleaved, so a burst of load on the machine hits all three alike),
-each in a new process through the installed `minborg` script, and prints the median and p90
-wall time of each. `--start-cell` starts a 1-replica local cell with one machine and a job of
-two tasks for it; otherwise the cell is found as the command finds it (--master,
-$MINBORG_MASTER, or the local cell file).
+Runs `python -c pass` (the interpreter's own start-up, the baseline), `minborg --help`,
+`--version`, `cell status`, `job list|show|update`, `job submit --detach` then `job kill` of a
+second job, `job submit --dry-run`, `task list|show|logs`, `machine list`, `events` and `bns
+resolve`, one after another, `--runs` times each (interleaved, so a burst of load on the
+machine hits all alike), each in a new process, and prints each one's median and p90 and its
+median over the baseline's. The target of every everyday command: a median under 0.3 s and
+within 3 times the baseline's, measured in the same run.
+
+Every command runs as `python -c "from reference.cli_fast import main; main()" ARGS` (what
+the `minborg` script runs) in the source tree it measures: this one, and with `--before DIR`
+also the tree in DIR (e.g. `git worktree add /tmp/before HEAD~3`), interleaved with it, so
+before and after are measured in one run under the same load. `--start-cell` starts a
+1-replica local cell with one machine and a job of two tasks for it; otherwise the cell is
+found as the command finds it (--master, $MINBORG_MASTER, or the local cell file).
 """
 
 from __future__ import annotations
@@ -16,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,79 +33,163 @@ from pathlib import Path
 from bench.stats import percentile
 
 TARGET_S = 0.3
+TARGET_RATIO = 3.0
+BASELINE = "python -c pass"
+REPO = Path(__file__).resolve().parents[1]
+# Commands measured but not held to the target: the full command line still loads for them.
+NOT_EVERYDAY = ("job submit",)
 
 
-def minborg() -> list[str]:
-    """The console script beside this Python (a venv's bin/, not a version manager's shim,
-    which adds its own start-up), else the one on PATH."""
-    beside = Path(sys.executable).parent / "minborg"
-    found = str(beside) if beside.exists() else shutil.which("minborg")
-    return [found] if found else [sys.executable, "-c", "from reference.cli_fast import main; main()"]
+def job_file(user: str, name: str, directory: Path) -> Path:
+    """A job file of one small task that sleeps, for `job submit`."""
+    path = directory / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\nuser: {user}\npriority: 100\ntask_count: 1\nrequest: {{cpu: 10m, ram: 8MiB}}\n"
+        f"command: [{json.dumps(sys.executable)}, -c, 'import time; time.sleep(3600)']\n"
+    )
+    return path
 
 
-def measure(commands: dict[str, list[str]], runs: int, env: dict[str, str]) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in commands}
+def commands(job: str, cell: str, task_count: int, files: Path) -> dict[str, list[str]]:
+    """The commands measured, by name: each one's arguments after `minborg`."""
+    user, name = job.split("/", 1)
+    other = job_file(user, f"{name}-k", files)
+    return {
+        "minborg --help": ["--help"],
+        "minborg --version": ["--version"],
+        "minborg cell status": ["cell", "status"],
+        "minborg job list": ["job", "list"],
+        "minborg job show": ["job", "show", job],
+        "minborg job update --tasks": ["job", "update", job, "--tasks", str(task_count)],
+        "minborg job submit --detach": ["job", "submit", "--detach", str(other)],
+        "minborg job kill": ["job", "kill", f"{user}/{name}-k"],
+        "minborg job submit --dry-run": ["job", "submit", "--dry-run", str(other)],
+        "minborg task list": ["task", "list", job],
+        "minborg task show": ["task", "show", job, "0"],
+        "minborg task logs": ["task", "logs", job, "0"],
+        "minborg machine list": ["machine", "list"],
+        "minborg events": ["events"],
+        "minborg bns resolve": ["bns", "resolve", f"0.{name}.{user}.{cell}.minborg"],
+    }
+
+
+def argv_in(tree: Path, args: list[str]) -> list[str]:
+    return [sys.executable, "-c", "from reference.cli_fast import main; main()", *args]
+
+
+def measure(
+    runs: int, trees: dict[str, Path], named: dict[str, list[str]], env: dict[str, str]
+) -> dict[tuple[str, str], list[float]]:
+    """Seconds of each (tree, command) in fresh processes, interleaved run by run."""
+    times: dict[tuple[str, str], list[float]] = {}
     for _ in range(runs):
-        for name, argv in commands.items():
-            started = time.perf_counter()
-            done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
-            times[name].append(time.perf_counter() - started)
-            if done.returncode != 0:
-                raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-500:]}")
+        for tree_name, tree in trees.items():
+            for name, args in [(BASELINE, None), *named.items()]:
+                argv = [sys.executable, "-c", "pass"] if args is None else argv_in(tree, args)
+                started = time.perf_counter()
+                done = subprocess.run(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+                times.setdefault((tree_name, name), []).append(time.perf_counter() - started)
+                if done.returncode != 0 and tree_name == "before":
+                    times[(tree_name, name)][-1] = float("nan")  # e.g. --version, which it lacked
+                elif done.returncode != 0:
+                    raise SystemExit(f"{tree_name}: minborg {' '.join(args or [])} failed ({done.returncode}): "
+                                     f"{done.stderr.decode()[-500:]}")  # fmt: skip
     return times
+
+
+def start_cell(job: str, env: dict[str, str]) -> object:
+    from reference.launcher.testcell import LocalCell, wait_for
+
+    cell = LocalCell(Path(tempfile.mkdtemp(prefix="bench-cli-")), masters=1, borglets=1).start()
+    user, name = job.split("/", 1)
+    cell.submit({"name": name, "user": user, "priority": 100, "task_count": 2,
+                 "request": {"cpu": "10m", "ram": "8MiB"},
+                 "command": [sys.executable, "-c", "import time; time.sleep(3600)"]})  # fmt: skip
+    wait_for(lambda: cell.running(user, name, 2), 30, "the bench job to run")
+    env["MINBORG_MASTER"] = cell.masters[0].url
+    env["MINBORG_TOKEN"] = cell.admin_token
+    return cell
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="minborg bench cli", description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=int, default=20, help="runs of each command (default 20)")
+    p.add_argument("--runs", type=int, default=10, help="runs of each command (default 10)")
     p.add_argument("--master", default=None, help="a live cell's master URL(s)")
     p.add_argument("--start-cell", action="store_true", help="start a 1-replica local cell for the run")
-    p.add_argument("--job", default="bench/cli", help="the job whose tasks `task list` lists")
+    p.add_argument("--job", default="bench/cli", help="a running job whose task 0 the commands read (default bench/cli)")
+    p.add_argument("--before", type=Path, default=None, help="also time the source tree in this directory, interleaved")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be at least 1")
+    if "/" not in args.job:
+        p.error("--job: USER/NAME")
     env = dict(os.environ)
     cell = None
+    trees = {"now": REPO}
+    if args.before is not None:
+        if not (args.before / "reference" / "cli_fast.py").exists():
+            p.error(f"--before: {args.before} holds no reference/cli_fast.py")
+        trees["before"] = args.before.resolve()
     try:
         if args.start_cell:
-            from reference.launcher.testcell import LocalCell, wait_for
-
-            cell = LocalCell(Path(tempfile.mkdtemp(prefix="bench-cli-")), masters=1, borglets=1).start()
-            user, name = args.job.split("/", 1)
-            job = {"name": name, "user": user, "priority": 100, "task_count": 2,
-                   "request": {"cpu": "10m", "ram": "8MiB"},
-                   "command": [sys.executable, "-c", "import time; time.sleep(3600)"]}  # fmt: skip
-            cell.submit(job)
-            wait_for(lambda: cell.running(user, name, 2), 30, "the bench job to run")
-            env["MINBORG_MASTER"] = cell.masters[0].url
-            env["MINBORG_TOKEN"] = cell.admin_token
+            cell = start_cell(args.job, env)
         elif args.master:
             env["MINBORG_MASTER"] = args.master
-        base = minborg()
-        commands = {
-            "minborg --help": [*base, "--help"],
-            "minborg job list": [*base, "job", "list"],
-            f"minborg task list {args.job}": [*base, "task", "list", args.job],
-        }
-        measure(commands, 1, env)  # warm the file cache; not counted
-        times = measure(commands, args.runs, env)
+        from reference.cellfile import find_token, master_urls
+        from reference.cli_http import PlainCell
+
+        state_dir = env.get("MINBORG_STATE_DIR")
+        if "MINBORG_STATE_DIR" in env:
+            env["MINBORG_STATE_DIR"] = str(Path(state_dir).resolve())
+        reader = PlainCell(master_urls(env.get("MINBORG_MASTER"), env.get("MINBORG_STATE_DIR")),
+                           find_token(env.get("MINBORG_TOKEN"), env.get("MINBORG_STATE_DIR")))  # fmt: skip
+        cell_name = reader.request("GET", "/v1/cell").get("cell", "local")
+        task_count = reader.request("GET", f"/v1/jobs/{args.job}")["job"]["task_count"]
+        with tempfile.TemporaryDirectory(prefix="bench-cli-files-") as files:
+            named = commands(args.job, cell_name, task_count, Path(files))
+            measure(1, trees, named, env)  # warm the file cache and the bytecode; not counted
+            times = measure(args.runs, trees, named, env)
     finally:
         if cell is not None:
-            cell.stop()
-    figures = {
-        name: {"median_s": round(percentile(ts, 0.5), 4), "p90_s": round(percentile(ts, 0.9), 4), "runs": len(ts)}
-        for name, ts in times.items()
-    }
+            cell.stop()  # type: ignore[attr-defined]
+    return report(times, trees, args)
+
+
+def report(times: dict[tuple[str, str], list[float]], trees: dict[str, Path], args: argparse.Namespace) -> int:
+    figures: dict[str, dict[str, dict[str, float | int | bool]]] = {}
+    for (tree, name), ts in times.items():
+        base = percentile(times[(tree, BASELINE)], 0.5) or 1e-9
+        if any(t != t for t in ts):  # nan: the command failed there
+            figures.setdefault(tree, {})[name] = {"median_s": float("nan"), "p90_s": float("nan"), "runs": len(ts),
+                                                  "ratio": float("nan"), "everyday": False, "ok": False}  # fmt: skip
+            continue
+        median = percentile(ts, 0.5) or 0.0
+        everyday = name != BASELINE and not name.startswith(tuple(f"minborg {c}" for c in NOT_EVERYDAY))
+        figures.setdefault(tree, {})[name] = {
+            "median_s": round(median, 4), "p90_s": round(percentile(ts, 0.9) or 0.0, 4), "runs": len(ts),
+            "ratio": round(median / base, 2), "everyday": everyday,
+            "ok": (median < TARGET_S and median / base <= TARGET_RATIO) if everyday else True,
+        }  # fmt: skip
     load = os.getloadavg()[0]
     if args.json:
-        print(json.dumps({"commands": figures, "load_1m": load, "cpus": os.cpu_count()}, indent=2))
+        print(json.dumps({"trees": {k: str(v) for k, v in trees.items()}, "figures": figures, "load_1m": load,
+                          "cpus": os.cpu_count(), "runs": args.runs}, indent=2))  # fmt: skip
     else:
-        print(f"{args.runs} runs each of {base[0]}, fresh processes; machine load {load:.1f} on {os.cpu_count()} CPU(s)")
-        for name, f in figures.items():
-            verdict = "ok" if f["median_s"] < TARGET_S else f"over {TARGET_S}s"
-            print(f"  {name:<32} median {f['median_s']:.3f}s  p90 {f['p90_s']:.3f}s  ({verdict})")
-    return 0
+        print(f"{args.runs} runs each, fresh processes, {sys.executable}; load {load:.1f} on {os.cpu_count()} CPU(s); "
+              f"target: median < {TARGET_S}s and <= {TARGET_RATIO:g}x `{BASELINE}`")  # fmt: skip
+        head = f"  {'command':<30}  {'median':>7}  {'p90':>7}  {'x base':>6}"
+        if "before" in figures:
+            head += f"  {'before':>7}  {'x base':>6}"
+        print(head)
+        for name, f in figures["now"].items():
+            line = f"  {name:<30}  {f['median_s']:>6.3f}s  {f['p90_s']:>6.3f}s  {f['ratio']:>5.1f}x"
+            if "before" in figures:
+                b = figures["before"][name]
+                line += f"  {b['median_s']:>6.3f}s  {b['ratio']:>5.1f}x"
+            verdict = "" if name == BASELINE else ("  ok" if f["ok"] else "  MISSED") if f["everyday"] else "  (full command line)"
+            print(line + verdict)
+    return 0 if all(f["ok"] for f in figures["now"].values()) else 1
 
 
 if __name__ == "__main__":

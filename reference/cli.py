@@ -22,31 +22,30 @@ from reference.cli_common import (
     StateDirOpt,
     client,
     emitted,
+    examples,
     fail,
     handles_errors,
     output_of,
 )
 from reference.cli_demo import demo
+from reference.cli_fast import GROUPS, SHELLS
 from reference.cli_jobs import bns_app, job_app, machine_app, task_app
+from reference.cli_plain import color_on
 from reference.cli_quotas import quota_app
-from reference.cli_render import (
-    console,
-    errors,
-    key_values,
-    print_json,
-    processes_table,
-    replicas_table,
-    state_counts,
-)
+from reference.cli_render import console, errors, print_json
 from reference.cli_users import user_app
+from reference.cli_views import cell_text, key_values
 from reference.client import CELL_FILE, MASTER_ENV, TOKEN_ENV, ClientError, state_dir_path
 
 app = typer.Typer(
     name="minborg",
     help="Minborg: a reference implementation of Google's Borg cluster manager.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=False,  # `minborg completion SHELL` instead (cli_complete.py)
+    rich_markup_mode=None,  # click's help: paragraphs rewrapped whole, one style everywhere
 )
+# The help's groups, as the fast path's `minborg --help` shows them (cli_fast.GROUPS).
+EVERYDAY, LIFECYCLE, ADMIN, DAEMONS, MEASUREMENT = (f"{group} commands" for group, _ in GROUPS)
 cell_app = typer.Typer(
     help="Start, inspect and stop a local cell on this machine.", no_args_is_help=True
 )
@@ -56,24 +55,32 @@ bench_app = typer.Typer(
 report_app = typer.Typer(help="Regenerate measured reports.", no_args_is_help=True)
 spec_app = typer.Typer(help="The executable specification.", no_args_is_help=True)
 
-app.add_typer(cell_app, name="cell")
-app.add_typer(job_app, name="job")
-app.add_typer(task_app, name="task")
-app.add_typer(machine_app, name="machine")
-app.add_typer(bns_app, name="bns")
-app.add_typer(user_app, name="user")
-app.add_typer(quota_app, name="quota")
-app.add_typer(alloc_app, name="alloc")
-app.add_typer(bench_app, name="bench")
-app.add_typer(report_app, name="report")
-app.add_typer(spec_app, name="spec")
+app.add_typer(cell_app, name="cell", rich_help_panel=LIFECYCLE)
+app.add_typer(job_app, name="job", rich_help_panel=EVERYDAY)
+app.add_typer(task_app, name="task", rich_help_panel=EVERYDAY)
+app.add_typer(machine_app, name="machine", rich_help_panel=EVERYDAY)
+app.add_typer(bns_app, name="bns", rich_help_panel=EVERYDAY)
+app.add_typer(user_app, name="user", rich_help_panel=ADMIN)
+app.add_typer(quota_app, name="quota", rich_help_panel=ADMIN)
+app.add_typer(alloc_app, name="alloc", rich_help_panel=ADMIN)
+app.add_typer(bench_app, name="bench", rich_help_panel=MEASUREMENT)
+app.add_typer(report_app, name="report", rich_help_panel=MEASUREMENT)
+app.add_typer(spec_app, name="spec", rich_help_panel=MEASUREMENT)
 campaign_app = typer.Typer(help="Load, chaos and elasticity campaigns that write reports.", no_args_is_help=True)
-app.add_typer(campaign_app, name="campaign")
+app.add_typer(campaign_app, name="campaign", rich_help_panel=MEASUREMENT)
 image_app = typer.Typer(help="Container images for cells of the docker runtime.", no_args_is_help=True)
-app.add_typer(image_app, name="image")
-app.command("demo")(demo)
+app.add_typer(image_app, name="image", rich_help_panel=LIFECYCLE)
+app.command("demo", rich_help_panel=LIFECYCLE)(demo)
 cell_app.command("checkpoint")(cli_faux.checkpoint)
 cell_app.command("whatif")(cli_faux.whatif)
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from reference.cli_fast import version
+
+        print(version())
+        raise typer.Exit(0)
 
 
 @app.callback()
@@ -85,8 +92,25 @@ def _credentials(
             help=f"Bearer token for the cell's API. Default: ${TOKEN_ENV}, else the local cell's admin token.",
         ),
     ] = None,
+    show_version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_print_version, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     Credentials.token = token
+
+
+@app.command("completion", rich_help_panel=ADMIN, epilog=examples(
+    "minborg completion bash > ~/.local/share/bash-completion/completions/minborg",
+    'minborg completion zsh > "${fpath[1]}/_minborg"',
+    "minborg completion fish > ~/.config/fish/completions/minborg.fish",
+))  # fmt: skip
+def completion(shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.")]) -> None:
+    """Print the shell completion script for bash, zsh or fish."""
+    from reference.cli_complete import script
+
+    if shell not in SHELLS:
+        raise typer.BadParameter(f"{shell!r}: choose one of {', '.join(SHELLS)}", param_hint="SHELL")
+    print(script(shell))
 
 # Commands that hand their arguments, --help included, to another program's own parser.
 PASS_THROUGH: dict[str, Any] = {
@@ -115,7 +139,11 @@ def image_build() -> None:
 # --- cell ------------------------------------------------------------------------------------
 
 
-@cell_app.command("up")
+@cell_app.command("up", epilog=examples(
+    'minborg cell up --machines 3',
+    'minborg cell up --replicas 3 --machines 4 --state-dir /tmp/cell2',
+    'minborg cell up --fresh',
+))
 @handles_errors
 def cell_up(
     replicas: Annotated[int, typer.Option("--replicas", help="Master replicas: 1, 3 or 5.")] = 1,
@@ -245,7 +273,7 @@ def cell_up(
     if as_json:
         print_json(info.to_json())
         return
-    console.print(
+    print(
         key_values(
             f"cell {info.cell} is up" + (" again on its data" if resuming else ""),
             [
@@ -258,6 +286,7 @@ def cell_up(
                   if info.machine_shares is not None else []),  # fmt: skip
                 ("logs", os.path.join(info.state_dir, "logs")),
             ],
+            color=color_on(),
         )
     )
     if state_dir_path(None) != state_dir_path(state_dir):
@@ -288,7 +317,7 @@ def _start_autoscaler(
         raise
 
 
-@cell_app.command("down")
+@cell_app.command("down", epilog=examples('minborg cell down', 'minborg cell down --state-dir /tmp/cell2'))
 @handles_errors
 def cell_down(state_dir: StateDirOpt = None) -> None:
     """Stop every process of the local cell (tasks, borglets, masters, etcd); keep its files.
@@ -313,7 +342,7 @@ def cell_down(state_dir: StateDirOpt = None) -> None:
     )
 
 
-@cell_app.command("restart")
+@cell_app.command("restart", epilog=examples('minborg cell restart', 'minborg cell restart --control-plane'))
 @handles_errors
 def cell_restart(
     control_plane: Annotated[
@@ -331,7 +360,7 @@ def cell_restart(
     console.print(f"cell {info.cell}: {what} restarted on its data (state dir {info.state_dir})")
 
 
-@cell_app.command("status")
+@cell_app.command("status", epilog=examples('minborg cell status', 'minborg cell status -o json'))
 @handles_errors
 def cell_status(
     master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None, as_json: JsonOpt = False
@@ -368,39 +397,18 @@ def cell_status(
 def _print_status(
     local: dict[str, Any] | None, overview: dict[str, Any] | None, counts: dict[str, int] | None
 ) -> None:
-    if overview is None:
-        errors.print(
-            f"[yellow]the masters did not answer:[/yellow] {local and local.get('api_error')}"
-        )
-    else:
-        console.print(
-            key_values(
-                f"cell {overview.get('cell')}",
-                [
-                    ("leader", overview.get("leader") or "[red]none[/red]"),
-                    ("etcd revision", str(overview.get("revision"))),
-                    ("machines", f"{counts['up']} up, {counts['down']} down" if counts else "-"),
-                    ("jobs", str(_count(overview.get("jobs")))),
-                    ("tasks", state_counts(overview.get("tasks"))),
-                ],
-            )
-        )
-        alive = None
-        if local is not None:
-            alive = {p["name"]: p["alive"] for p in local["processes"] if p["role"] == "master"}
-        console.print(replicas_table(overview.get("replicas") or [], alive))
-    if local is not None:
-        console.print(processes_table(local["processes"]))
-
-
-def _count(value: Any) -> Any:
-    return len(value) if isinstance(value, list | dict) else value
+    text, warning = cell_text(local, overview, counts, color=color_on())
+    if warning:
+        errors.print(warning, markup=False, soft_wrap=True)
+    if text:
+        print(text)
 
 
 # --- the cell's events -------------------------------------------------------------------------
 
 
-@app.command("events")
+@app.command("events", rich_help_panel=EVERYDAY, epilog=examples(
+    "minborg events", "minborg events -f --job demo/hello_world", "minborg events --since 120 -o json"))
 @handles_errors
 def events(
     follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
@@ -418,17 +426,9 @@ def events(
     submitted and removed; machines down and up.
 
     With -o json (or yaml), one JSON object a line."""
-    import json
+    from reference.cli_watch import event_lines, follow
 
-    from reference.cli_watch import event_line, follow
-
-    fmt = output_of(output, as_json)
-
-    def line(message: Any) -> str:
-        if fmt in ("json", "yaml"):  # a stream: one compact JSON object a line either way
-            return json.dumps({"event": message.event, "revision": message.revision, **message.data}, sort_keys=True)
-        return event_line(message)
-
+    line = event_lines(output_of(output, as_json))
     with client(master, state_dir) as cell:
         follow(cell, "/v1/events", since=0 if since is None else since, for_s=follow_for, line=line,
                say=lambda text: print(text, flush=True), follow=follow_, job=job)  # fmt: skip
@@ -465,19 +465,19 @@ def _run_main(module: str, what: str, args: list[str], attr: str = "main", extra
     raise typer.Exit(result if isinstance(result, int) else 0)
 
 
-@app.command("master", **PASS_THROUGH)
+@app.command("master", rich_help_panel=DAEMONS, **PASS_THROUGH)
 def master(ctx: typer.Context) -> None:
     """Run one master replica (arguments as `python -m reference.master`; try --help)."""
     _run_main("reference.master.cli", "the master", ctx.args)
 
 
-@app.command("scheduler", **PASS_THROUGH)
+@app.command("scheduler", rich_help_panel=DAEMONS, **PASS_THROUGH)
 def scheduler(ctx: typer.Context) -> None:
     """Run a scheduler process: plans on its own cached copy of the cell, proposes to the leader (try --help)."""
     _run_main("reference.master.schedulerd", "the scheduler", ctx.args)
 
 
-@app.command("borglet", **PASS_THROUGH)
+@app.command("borglet", rich_help_panel=DAEMONS, **PASS_THROUGH)
 def borglet(ctx: typer.Context) -> None:
     """Run the borglet of one machine (arguments as `python -m reference.borglet`; try --help)."""
     _run_main("reference.borglet.cli", "the borglet", ctx.args)
@@ -519,7 +519,7 @@ def bench_writes(ctx: typer.Context) -> None:
     _run_main("loadtests.writes", "the write-path benchmark", ctx.args, extra="campaigns")
 
 
-@app.command("conformance", **PASS_THROUGH)
+@app.command("conformance", rich_help_panel=MEASUREMENT, **PASS_THROUGH)
 def conformance(ctx: typer.Context) -> None:
     """Run the conformance suite against a cell, or a local one it starts (try --help)."""
     _run_main("harness", "the conformance suite", ctx.args)
@@ -573,11 +573,15 @@ def spec_explore(ctx: typer.Context) -> None:
     _run_main("spec.explore", "the spec explorer", ctx.args)
 
 
-app.command("fauxmaster")(cli_faux.fauxmaster)
+app.command("fauxmaster", rich_help_panel=DAEMONS)(cli_faux.fauxmaster)
 
 
 def main() -> None:
     """Entry point of the `minborg` console script."""
+    if "_MINBORG_COMPLETE" in os.environ:  # a shell asks for completions (cli_complete.py)
+        from typer._completion_classes import completion_init
+
+        completion_init()  # typer's bash, zsh and fish answers, which add_completion=False leaves out
     app(prog_name="minborg")
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 
 from reference.cellfile import client_error_message
-from reference.cli_plain import OUTPUTS, dump
+from reference.cli_plain import OUTPUTS, dump, error_text
 from reference.cli_render import errors
 from reference.client import CellClient, ClientError, split_key
 from reference.launcher import LauncherError
@@ -43,6 +43,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+def examples(*lines: str) -> str:
+    """A command's epilog: its example lines, kept as written (click's \\b: not rewrapped)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
     """Print `error: message` on stderr; returns the Exit to raise."""
     errors.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True)
@@ -58,6 +63,10 @@ def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
             return command(*args, **kwargs)
         except ClientError as err:
             code = EXIT_USAGE if err.status == 422 else EXIT_FAILED
+            text = error_text(err)
+            if not text.startswith("error: "):  # no cell answers: the line says what to do
+                errors.print(text, markup=False, soft_wrap=True)
+                raise typer.Exit(code) from None
             raise fail(client_error_message(err), code) from None
         except LauncherError as err:
             raise fail(str(err)) from None

@@ -1,55 +1,79 @@
-"""The `minborg` entry point: the commands people type most (`--help`, `job list`, `task list`) answered with the standard library alone; everything else by the full command line.
+"""The `minborg` entry point: the everyday commands answered with the standard library alone; everything else by the full command line.
 
 Importing the full command line (typer, rich, httpx, pydantic, the launcher) costs most of a
-second on a busy machine; these three commands need none of it. The fast path understands only
-the options listed in FAST_OPTIONS; any other argument (a subcommand's --help, -w, a typo)
-goes to the full command line, which owns every message and error. Its output is the full
-command line's: the same rows (cli_plain.py), the same error words (cellfile.py), and a unit
-test holds the top-level help to the full one's command list.
+second on a busy machine; reading a cell needs none of it. The fast path answers `--help`,
+`--version`, `completion SHELL`, `cell status`, `job list|show|update|kill`, `task
+list|show|logs`, `machine list`, `events` and `bns resolve` with the options each declares in
+FAST; any other argument (a subcommand's --help, -w, -f, a bad value, a typo) goes to the full
+command line, which owns every usage message. What it prints is the full command line's: the
+same texts (cli_plain.py, cli_views.py), the same error words, and unit tests hold its help to
+the full one's commands and its answers to the full one's.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import sys
-import time
-import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from reference import cellfile, cli_plain
+from reference import cellfile, cli_plain, cli_views
+from reference.cli_http import PlainCell
 
 HELP = "Minborg: a reference implementation of Google's Borg cluster manager."
-# (name, short help) of every top-level command, as the full command line lists them.
-COMMANDS = (
-    ("demo", "Run hello_world on a 3-replica cell, call it through BNS, kill the leader, carry on."),
-    ("events", "The cell's events: tasks scheduled, started, exited, OOM-killed, evicted, lost...; jobs "
-               "submitted and removed; machines down and up."),
-    ("master", "Run one master replica (arguments as `python -m reference.master`; try --help)."),
-    ("scheduler", "Run a scheduler process: plans on its own cached copy of the cell, proposes to the leader "
-                  "(try --help)."),
-    ("borglet", "Run the borglet of one machine (arguments as `python -m reference.borglet`; try --help)."),
-    ("conformance", "Run the conformance suite against a cell, or a local one it starts (try --help)."),
-    ("fauxmaster", "A checkpoint in a Fauxmaster: submit jobs, fail machines or racks, schedule, advance the "
-                   "clock; print placed, pending, preempted."),
-    ("cell", "Start, inspect and stop a local cell on this machine."),
-    ("job", "Submit, inspect, resize and kill jobs."),
-    ("task", "Inspect tasks, their events and logs; kill them."),
-    ("machine", "Inspect the cell's machines."),
-    ("bns", "Borg Name Service: <index>.<job>.<user>.<cell>.minborg."),
-    ("user", "Add, list and revoke the cell's users and their tokens (admin)."),
-    ("quota", "Set, list and delete the users' quotas per priority band (admin)."),
-    ("alloc", "Submit, list, show and kill alloc sets: resources reserved on several machines that jobs run in."),
-    ("bench", "Benchmarks of the scheduler, of a live cell and of this command's start-up."),
-    ("report", "Regenerate measured reports."),
-    ("spec", "The executable specification."),
-    ("campaign", "Load, chaos and elasticity campaigns that write reports."),
-    ("image", "Container images for cells of the docker runtime."),
+# The top-level commands by group, with their short help, as the full command line lists them
+# (each command's rich_help_panel there is its group here; a unit test holds the two equal).
+GROUPS = (
+    ("Everyday", (
+        ("job", "Submit, inspect, resize and kill jobs."),
+        ("task", "Inspect tasks, their events and logs; kill them."),
+        ("machine", "Inspect the cell's machines."),
+        ("events", "The cell's events: tasks scheduled, started, exited, OOM-killed, evicted, lost...; jobs "
+                   "submitted and removed; machines down and up."),
+        ("bns", "Borg Name Service: <index>.<job>.<user>.<cell>.minborg."),
+    )),
+    ("Cell lifecycle", (
+        ("cell", "Start, inspect and stop a local cell on this machine."),
+        ("demo", "Run hello_world on a 3-replica cell, call it through BNS, kill the leader, carry on."),
+        ("image", "Container images for cells of the docker runtime."),
+    )),
+    ("Administration", (
+        ("user", "Add, list and revoke the cell's users and their tokens (admin)."),
+        ("quota", "Set, list and delete the users' quotas per priority band (admin)."),
+        ("alloc", "Submit, list, show and kill alloc sets: resources reserved on several machines that jobs run in."),
+        ("completion", "Print the shell completion script for bash, zsh or fish."),
+    )),
+    ("Daemons", (
+        ("master", "Run one master replica (arguments as `python -m reference.master`; try --help)."),
+        ("scheduler", "Run a scheduler process: plans on its own cached copy of the cell, proposes to the leader "
+                      "(try --help)."),
+        ("borglet", "Run the borglet of one machine (arguments as `python -m reference.borglet`; try --help)."),
+        ("fauxmaster", "A checkpoint in a Fauxmaster: submit jobs, fail machines or racks, schedule, advance the "
+                       "clock; print placed, pending, preempted."),
+    )),
+    ("Measurement", (
+        ("bench", "Benchmarks of the scheduler, of a live cell and of this command's start-up."),
+        ("conformance", "Run the conformance suite against a cell, or a local one it starts (try --help)."),
+        ("campaign", "Load, chaos and elasticity campaigns that write reports."),
+        ("report", "Regenerate measured reports."),
+        ("spec", "The executable specification."),
+    )),
 )  # fmt: skip
-FAST_OPTIONS = {"--master", "--state-dir", "--user", "--output", "-o"}
-FLAGS = {"--json"}
-RETRY_S = 12.0  # as the full client: 503s (no leader yet) are retried this long
+COMMANDS = tuple(command for _, commands in GROUPS for command in commands)
+EXAMPLES = (
+    ("minborg cell up --machines 3", "start a local cell (etcd, a master, 3 borglets)"),
+    ("minborg job submit examples/hello_world.yaml", "submit a job and wait until its tasks run"),
+    ("minborg job list", "every job with its status and ready tasks"),
+    ("minborg task logs demo/hello_world 0 -f", "follow a task's stdout"),
+    ("minborg cell down", "stop the cell, leaving no process behind"),
+)
+OPTIONS = (
+    ("--token TEXT", "Bearer token for the cell's API. Default: $MINBORG_TOKEN, else the local cell's admin token."),
+    ("--version", "Print the version and exit."),
+    ("--help", "Show this message and exit."),
+)
+SHELLS = ("bash", "zsh", "fish")
 
 
 class Fallback(Exception):
@@ -57,161 +81,328 @@ class Fallback(Exception):
 
 
 def top_help() -> str:
+    """`minborg --help`: the commands by group, the options, examples. No line is wrapped."""
     width = max(len(name) for name, _ in COMMANDS)
-    lines = [
-        "Usage: minborg [OPTIONS] COMMAND [ARGS]...",
-        "",
-        f"  {HELP}",
-        "",
-        "Options:",
-        "  --help  Show this message and exit.",
-        "",
-        "Commands:",
-    ]
-    lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS]
-    lines += ["", "Every command takes --help."]
+    lines = ["Usage: minborg [OPTIONS] COMMAND [ARGS]...", "", f"  {HELP}"]
+    for group, commands in GROUPS:
+        lines += ["", f"{group} commands:"]
+        lines += [f"  {name:<{width}}  {text}" for name, text in commands]
+    option_width = max(len(name) for name, _ in OPTIONS)
+    lines += ["", "Options:"] + [f"  {name:<{option_width}}  {text}" for name, text in OPTIONS]
+    lines += ["", "Examples:"] + [f"  {line:<46}  # {what}" for line, what in EXAMPLES]
+    lines += ["", "Every command takes --help, with examples: minborg job submit --help."]
     return "\n".join(lines)
 
 
-def parse(args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Positional arguments and the fast options; Fallback on anything else."""
-    positional: list[str] = []
-    options: dict[str, str] = {}
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return f"minborg {installed('minborg')}"
+    except PackageNotFoundError:
+        return "minborg (not installed)"
+
+
+# --- the fast commands' arguments ---------------------------------------------------------------
+
+COMMON = ("--master", "--state-dir")
+
+
+@dataclass(frozen=True)
+class Fast:
+    """A command the fast path answers: its positional arguments, the options that take a value,
+    the flags, and the function that answers it."""
+
+    positional: int
+    answer: Callable[[Args], int]
+    options: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+
+
+@dataclass
+class Args:
+    positional: list[str]
+    options: dict[str, str] = field(default_factory=dict)
+    token: str | None = None
+
+    def has(self, name: str) -> bool:
+        return name in self.options
+
+    def int_option(self, name: str, default: int | None = None, low: int = 0, high: int | None = None) -> int | None:
+        """An integer option within [low, high]; Fallback (the full command line words the error) else."""
+        if name not in self.options:
+            return default
+        text = self.options[name]
+        if not text.lstrip("-").isdigit():
+            raise Fallback
+        value = int(text)
+        if value < low or (high is not None and value > high):
+            raise Fallback
+        return value
+
+    def output(self) -> str:
+        output = "json" if "--json" in self.options else self.options.get("--output", "table")
+        if output not in cli_plain.OUTPUTS:
+            raise Fallback  # the full command line words the error
+        return output
+
+    def cell(self) -> PlainCell:
+        urls = cellfile.master_urls(self.options.get("--master"), self.options.get("--state-dir"))
+        return PlainCell(urls, cellfile.find_token(self.token, self.options.get("--state-dir")))
+
+    def job(self, at: int = 0) -> str:
+        user, sep, name = self.positional[at].strip().partition("/")
+        if not (user and sep and name) or "/" in name:
+            raise Fallback
+        return f"{user}/{name}"
+
+
+ALIASES = {"-o": "--output", "-n": "--tail"}
+
+
+def parse(args: list[str], fast: Fast) -> Args:
+    """The positional arguments and options of one fast command; Fallback on anything else."""
+    parsed = Args([])
+    known = set(fast.options) | set(COMMON)
     i = 0
     while i < len(args):
         arg = args[i]
         name, eq, value = arg.partition("=")
-        if arg in FLAGS:
-            options[arg] = "1"
-        elif name in FAST_OPTIONS:
+        name = ALIASES.get(name, name)
+        if arg in fast.flags:
+            parsed.options[arg] = "1"
+        elif name in known:
             if not eq:
                 if i + 1 >= len(args):
                     raise Fallback
                 value = args[i + 1]
                 i += 1
-            options["--output" if name == "-o" else name] = value
-        elif arg.startswith("-"):
+            parsed.options[name] = value
+        elif arg.startswith("-") and arg != "-":
             raise Fallback
         else:
-            positional.append(arg)
+            parsed.positional.append(arg)
         i += 1
-    return positional, options
+    if len(parsed.positional) != fast.positional:
+        raise Fallback
+    return parsed
 
 
-def get(urls: list[str], path: str, params: dict[str, str] | None = None, token: str | None = None) -> dict[str, Any]:
-    """GET from the first replica that answers; 503 moves on and is retried for RETRY_S."""
-    query = f"?{urllib.parse.urlencode(params)}" if params else ""
-    deadline = time.monotonic() + RETRY_S
-    while True:
-        failures: list[str] = []
-        for url in urls:
-            try:
-                status, body = http_get(url, path + query, token=token)
-            except (OSError, ValueError) as err:
-                failures.append(f"{url}: {err}")
-                continue
-            if status == 503:
-                failures.append(f"{url}: 503 {cellfile.format_detail(_detail(body))}")
-                continue
-            if status >= 400:
-                raise cellfile.ClientError(status, _detail(body), url)
-            return json.loads(body or b"{}")
-        if time.monotonic() + 0.5 > deadline:
-            status = 503 if any(": 503" in f for f in failures) else cellfile.NO_ANSWER
-            raise cellfile.ClientError(status, "no master replica could serve the request: " + "; ".join(failures))
-        time.sleep(0.5)
+def show(data: Any, output: str, table: Callable[[], str]) -> int:
+    print(cli_plain.dump(data, output) if output in ("json", "yaml") else table())
+    return 0
 
 
-def http_get(url: str, target: str, timeout: float = 5.0, token: str | None = None) -> tuple[int, bytes]:
-    """One HTTP/1.1 GET on a fresh connection: (status, body). A few lines of socket code
-    instead of urllib.request or http.client, whose imports cost more than the request."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise ValueError(f"the fast path speaks plain http only, not {url}")
-    host, port = parts.hostname, parts.port or 80
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        auth = f"Authorization: Bearer {token}\r\n" if token else ""
-        sock.sendall(
-            f"GET {target} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\n{auth}"
-            f"Connection: close\r\n\r\n".encode()
-        )
-        chunks = []
-        while data := sock.recv(65536):
-            chunks.append(data)
-    raw = b"".join(chunks)
-    head, sep, body = raw.partition(b"\r\n\r\n")
-    if not sep:
-        raise ValueError("an incomplete HTTP answer")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = _unchunk(body)
-    elif "content-length" in headers:
-        body = body[: int(headers["content-length"])]
-    return status, body
+# --- the answers ----------------------------------------------------------------------------------
 
 
-def _unchunk(body: bytes) -> bytes:
-    out, pos = [], 0
-    while True:
-        end = body.index(b"\r\n", pos)
-        size = int(body[pos:end].split(b";")[0], 16)
-        if size == 0:
-            return b"".join(out)
-        out.append(body[end + 2 : end + 2 + size])
-        pos = end + 2 + size + 2
+def job_list(a: Args) -> int:
+    output = a.output()
+    params = {"user": a.options["--user"]} if a.options.get("--user") else None
+    with a.cell() as cell:
+        jobs = cell.request("GET", "/v1/jobs", params=params)["jobs"]
+    return show(jobs, output, lambda: cli_plain.render(*cli_plain.job_rows(jobs, wide=output == "wide")) if jobs else "no jobs")
 
 
-def _detail(body: bytes) -> Any:
+def job_show(a: Args) -> int:
+    key, output = a.job(), a.output()
+    with a.cell() as cell:
+        answer = cell.request("GET", f"/v1/jobs/{key}")
+    return show(answer, output, lambda: cli_views.job_text(answer, key, color=cli_plain.color_on()))
+
+
+def job_update(a: Args) -> int:
+    key, tasks = a.job(), a.int_option("--tasks")
+    if tasks is None:
+        raise Fallback  # --cpu, --ram, or nothing to change: the full command line
+    with a.cell() as cell:
+        answer = cell.request("PATCH", f"/v1/jobs/{key}", json={"task_count": tasks})
+    if a.has("--json"):
+        return show(answer, "json", str)
+    print(cli_views.updated_line(key, answer, color=cli_plain.color_on()))
+    return 0
+
+
+def job_kill(a: Args) -> int:
+    key = a.job()
+    with a.cell() as cell:
+        answer = cell.request("DELETE", f"/v1/jobs/{key}")
+    if a.has("--json"):
+        return show(answer, "json", str)
+    print(cli_views.killed_line(key, answer, color=cli_plain.color_on()))
+    return 0
+
+
+def task_list(a: Args) -> int:
+    key, output = a.job(), a.output()
+    with a.cell() as cell:
+        tasks = cell.request("GET", f"/v1/jobs/{key}/tasks")["tasks"]
+    color = cli_plain.color_on()
+    return show(tasks, output, lambda: cli_plain.render(
+        *cli_plain.task_rows(tasks, wide=output == "wide", color=color), color=color, title=f"tasks of {key}"))  # fmt: skip
+
+
+def task_index(a: Args) -> int:
+    text = a.positional[1]
+    if not text.isdigit():
+        raise Fallback
+    return int(text)
+
+
+def task_show(a: Args) -> int:
+    key, index, output = a.job(), task_index(a), a.output()
+    incarnation = a.int_option("--incarnation", low=-(2**63))
+    params = {"incarnation": incarnation} if incarnation is not None else None
+    with a.cell() as cell:
+        task = cell.request("GET", f"/v1/jobs/{key}/tasks/{index}", params=params)["task"]
+    return show(task, output, lambda: cli_views.task_text(task, color=cli_plain.color_on()))
+
+
+def task_logs(a: Args) -> int:
+    key, index = a.job(), task_index(a)
+    params: dict[str, Any] = {"stream": "stderr" if a.has("--stderr") else "stdout",
+                              "tail": a.int_option("--tail", 100, high=10000)}  # fmt: skip
+    incarnation = a.int_option("--incarnation", low=-(2**63))
+    if incarnation is not None:
+        params["incarnation"] = incarnation
+    with a.cell() as cell:
+        body = cell.raw("GET", f"/v1/jobs/{key}/tasks/{index}/logs", params)
+    sys.stdout.buffer.write(body)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def machine_list(a: Args) -> int:
+    output = a.output()
+    with a.cell() as cell:
+        machines = cell.request("GET", "/v1/machines")["machines"]
+    color = cli_plain.color_on()
+    return show(machines, output, lambda: cli_plain.render(*cli_views.machine_rows(machines, color=color), color=color)
+                if machines else "no machines")  # fmt: skip
+
+
+def events(a: Args) -> int:
+    from reference.cli_watch import event_lines, follow
+
+    output = a.output()
+    since = a.int_option("--since", 0)
+    job = a.options.get("--job")
+    with a.cell() as cell:
+        follow(cell, "/v1/events", since=since, for_s=3600, line=event_lines(output),
+               say=lambda text: print(text, flush=True), follow=False, job=job)  # fmt: skip
+    return 0
+
+
+def bns_resolve(a: Args) -> int:
+    output, name = a.output(), a.positional[0]
+    with a.cell() as cell:
+        answer = cell.request("GET", f"/v1/bns/{name}")
+    return show(answer, output, lambda: cli_views.resolved_line(answer, name))
+
+
+def cell_status(a: Args) -> int:
+    output = a.output()
+    if output in ("json", "yaml") or a.has("--master") or os.environ.get(cellfile.MASTER_ENV):
+        raise Fallback  # the launcher's full record, or a remote cell: the full command line
+    local = local_status(a.options.get("--state-dir"))
+    if not local["running"]:
+        raise Fallback  # the full command line says what to do
+    cell = PlainCell(local["master_urls"], cellfile.find_token(a.token, a.options.get("--state-dir")), retry_s=3.0)
+    overview = counts = None
     try:
-        doc = json.loads(body)
-    except ValueError:
-        return body.decode(errors="replace").strip()
-    return doc.get("detail", doc) if isinstance(doc, dict) else doc
+        overview = cell.request("GET", "/v1/cell")
+        machines = cell.request("GET", "/v1/machines")["machines"]
+        counts = {"up": sum(m.get("state") == "up" for m in machines)}
+        counts["down"] = len(machines) - counts["up"]
+    except cellfile.ClientError as err:
+        overview, local["api_error"] = None, str(err)
+    text, warning = cli_views.cell_text(local, overview, counts, color=cli_plain.color_on())
+    if warning:
+        print(warning, file=sys.stderr)
+    if text:
+        print(text)
+    return 0
 
 
-def output_of(options: dict[str, str]) -> str:
-    output = "json" if "--json" in options else options.get("--output", "table")
-    if output not in cli_plain.OUTPUTS:
-        raise Fallback  # the full command line words the error
-    return output
+def local_status(state_dir: str | None) -> dict[str, Any]:
+    """What launcher.status says of a local cell's processes, read from its cell file with
+    psutil alone: whether each recorded process still runs (not a zombie, not a reused pid),
+    its CPU seconds. A cell with CPU budgets (cgroups) goes to the full command line."""
+    import json
+
+    import psutil
+
+    path = cellfile.state_dir_path(state_dir) / cellfile.CELL_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise Fallback from None  # no cell, or an unreadable one: the full command line words it
+    if doc.get("replica_cpu") is not None:
+        raise Fallback
+    processes = []
+    for p in doc.get("processes") or []:
+        proc, cpu_s = None, None
+        try:
+            proc = psutil.Process(p["pid"])
+            if abs(proc.create_time() - p["create_time"]) > CREATE_TIME_TOLERANCE_S or proc.status() == psutil.STATUS_ZOMBIE:
+                proc = None
+            else:
+                times = proc.cpu_times()
+                cpu_s = times.user + times.system
+        except psutil.Error:
+            proc = None
+        processes.append({"role": str(p["role"]), "name": p["name"], "pid": p["pid"], "alive": proc is not None,
+                          "url": p.get("url"), "log": p.get("log"), "cpu_s": cpu_s})  # fmt: skip
+    return {"cell": doc.get("cell"), "state_dir": doc.get("state_dir"), "running": any(p["alive"] for p in processes),
+            "master_urls": list(doc.get("master_urls") or []), "processes": processes, "api_error": None,
+            "etcd_version": doc.get("etcd_version"), "etcd_tls": bool(doc.get("etcd_tls"))}  # fmt: skip
+
+
+CREATE_TIME_TOLERANCE_S = 0.05  # as launcher/cellfile.py: two psutil reads of a start time agree this well
+
+OUTPUT = ("--output",)
+FAST: dict[tuple[str, ...], Fast] = {
+    ("job", "list"): Fast(0, job_list, ("--user", *OUTPUT), ("--json",)),
+    ("job", "show"): Fast(1, job_show, OUTPUT, ("--json",)),
+    ("job", "update"): Fast(1, job_update, ("--tasks",), ("--json",)),
+    ("job", "kill"): Fast(1, job_kill, (), ("--json",)),
+    ("task", "list"): Fast(1, task_list, OUTPUT, ("--json",)),
+    ("task", "show"): Fast(2, task_show, ("--incarnation", *OUTPUT), ("--json",)),
+    ("task", "logs"): Fast(2, task_logs, ("--tail", "--incarnation"), ("--stderr",)),
+    ("machine", "list"): Fast(0, machine_list, OUTPUT, ("--json",)),
+    ("events",): Fast(0, events, ("--since", "--job", *OUTPUT), ("--json",)),
+    ("bns", "resolve"): Fast(1, bns_resolve, OUTPUT, ("--json",)),
+    ("cell", "status"): Fast(0, cell_status, OUTPUT, ("--json",)),
+}
 
 
 def run(args: list[str]) -> int:
     """Answer `args` on the fast path; returns the exit code. Fallback when it cannot."""
+    if "_MINBORG_COMPLETE" in os.environ:
+        raise Fallback  # a shell asks for completions: the full command line knows every option
     if args in ([], ["--help"]):
         print(top_help())
         return 0
-    positional, options = parse(args)
-    if positional[:2] == ["job", "list"] and len(positional) == 2:
-        output = output_of(options)
-        urls = cellfile.master_urls(options.get("--master"), options.get("--state-dir"))
-        params = {"user": options["--user"]} if options.get("--user") else None
-        token = cellfile.find_token(None, options.get("--state-dir"))
-        jobs = get(urls, "/v1/jobs", params, token)["jobs"]
-        if output in ("json", "yaml"):
-            print(cli_plain.dump(jobs, output))
-        elif not jobs:
-            print("no jobs")
-        else:
-            print(cli_plain.render(*cli_plain.job_rows(jobs, wide=output == "wide")))
+    if args == ["--version"]:
+        print(version())
         return 0
-    if positional[:2] == ["task", "list"] and len(positional) == 3 and "--user" not in options:
-        output = output_of(options)
-        user, sep, name = positional[2].partition("/")
-        if not (user and sep and name) or "/" in name:
-            raise Fallback
-        urls = cellfile.master_urls(options.get("--master"), options.get("--state-dir"))
-        token = cellfile.find_token(None, options.get("--state-dir"))
-        tasks = get(urls, f"/v1/jobs/{user}/{name}/tasks", token=token)["tasks"]
-        if output in ("json", "yaml"):
-            print(cli_plain.dump(tasks, output))
-        else:
-            color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-            columns, rows = cli_plain.task_rows(tasks, wide=output == "wide", color=color)
-            print(cli_plain.render(columns, rows, color=color, title=f"tasks of {user}/{name}"))
+    token = None
+    if args[:1] == ["--token"] and len(args) > 1:
+        token, args = args[1], args[2:]
+    elif args[:1] and args[0].startswith("--token="):
+        token, args = args[0].partition("=")[2], args[1:]
+    if len(args) == 2 and args[0] == "completion" and args[1] in SHELLS:
+        from reference.cli_complete import script
+
+        print(script(args[1]))
         return 0
+    for words in (tuple(args[:2]), tuple(args[:1])):
+        fast = FAST.get(words)
+        if fast is not None and not any(w.startswith("-") for w in words):
+            parsed = parse(args[len(words):], fast)
+            parsed.token = token
+            return fast.answer(parsed)
     raise Fallback
 
 
@@ -225,7 +416,7 @@ def main() -> None:
         full()
         return
     except cellfile.ClientError as err:
-        print(f"error: {cellfile.client_error_message(err)}", file=sys.stderr)
+        print(cli_plain.error_text(err), file=sys.stderr)
         code = 2 if err.status == 422 else 1
     except BrokenPipeError:
         code = 0

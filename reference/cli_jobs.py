@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,22 +18,21 @@ from reference.cli_common import (
     StateDirOpt,
     client,
     emitted,
+    examples,
     fail,
     handles_errors,
     job_key,
     output_of,
 )
-from reference.cli_plain import job_rows, render, task_rows
-from reference.cli_render import (
-    console,
-    errors,
-    events_table,
-    key_values,
-    machines_table,
-    pending_line,
-    print_json,
-    state_counts,
-    task_fields,
+from reference.cli_plain import color_on, job_rows, render, task_rows
+from reference.cli_render import console, errors, print_json
+from reference.cli_views import (
+    job_text,
+    killed_line,
+    machine_rows,
+    resolved_line,
+    task_text,
+    updated_line,
 )
 from reference.client import ClientError
 from reference.resources import format_cpu, format_resources
@@ -55,7 +53,11 @@ def print_field_errors(title: str, field_errors: list[dict[str, str]]) -> None:
         )
 
 
-@job_app.command("submit")
+@job_app.command("submit", epilog=examples(
+    'minborg job submit examples/hello_world.yaml',
+    'minborg job submit --detach examples/batch.yaml',
+    'minborg job submit --dry-run examples/batch.yaml',
+))
 @handles_errors
 def submit(
     file: Annotated[
@@ -133,7 +135,11 @@ def _wait_for_start(cell: Any, key: str, count: int, revision: int, wait: float,
         raise fail(f"not every task of {key} started within {wait:.0f}s; see `minborg job show {key}`")
 
 
-@job_app.command("list")
+@job_app.command("list", epilog=examples(
+    'minborg job list',
+    'minborg job list --user demo -o wide',
+    'minborg job list -w',
+))
 @handles_errors
 def list_jobs(
     user: Annotated[str | None, typer.Option("--user", help="Only this user's jobs.")] = None,
@@ -164,7 +170,10 @@ def list_jobs(
     print(render(*job_rows(jobs, wide=fmt == "wide")) if jobs else "no jobs")
 
 
-@job_app.command("show")
+@job_app.command("show", epilog=examples(
+    'minborg job show demo/hello_world',
+    'minborg job show demo/hello_world -o yaml',
+))
 @handles_errors
 def show(
     job: JobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None,
@@ -177,27 +186,13 @@ def show(
         answer = cell.job(key)
     if emitted(answer, fmt):
         return
-    spec = answer.get("job", {})
-    pairs: list[tuple[str, Any]] = [
-        ("job", spec.get("key", key)),
-        ("priority", str(spec.get("priority"))),
-        ("tasks wanted", str(spec.get("task_count"))),
-        ("tasks", state_counts(answer.get("tasks"))),
-        ("request", format_resources(spec.get("request"))),
-        ("command", " ".join(spec.get("command", []))),
-        ("restart policy", str(spec.get("restart_policy"))),
-        ("appclass", str(spec.get("appclass"))),
-        ("version", str(spec.get("version"))),
-        ("revision", str(answer.get("revision"))),
-    ]
-    if spec.get("constraints"):
-        pairs.append(("constraints", json.dumps(spec["constraints"])))
-    for entry in answer.get("pending") or []:
-        pairs.append(("pending", pending_line(entry)))
-    console.print(key_values(None, pairs))
+    print(job_text(answer, key, color=color_on()))
 
 
-@job_app.command("update")
+@job_app.command("update", epilog=examples(
+    'minborg job update demo/hello_world --tasks 5',
+    'minborg job update demo/hello_world --cpu 200m --ram 128MiB',
+))
 @handles_errors
 def update(
     job: JobArg,
@@ -240,15 +235,10 @@ def update(
     if as_json:
         print_json(answer)
         return
-    spec = answer.get("job", {})
-    console.print(
-        f"updated [bold]{key}[/bold] to version {spec.get('version', '?')}: "
-        f"{spec.get('task_count', '?')} task(s) of {format_resources(spec.get('request'))} "
-        f"(revision {answer.get('revision', '?')})"
-    )
+    print(updated_line(key, answer, color=color_on()))
 
 
-@job_app.command("kill")
+@job_app.command("kill", epilog=examples('minborg job kill demo/hello_world'))
 @handles_errors
 def kill(
     job: JobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, as_json: JsonOpt = False
@@ -260,10 +250,10 @@ def kill(
     if as_json:
         print_json(answer)
     else:
-        console.print(f"killed [bold]{key}[/bold]: {answer.get('killed', '?')} task(s)")
+        print(killed_line(key, answer, color=color_on()))
 
 
-@job_app.command("schema")
+@job_app.command("schema", epilog=examples('minborg job schema > job.schema.json'))
 def schema() -> None:
     """Print the JSON Schema of a job file (for editors and validators)."""
     from reference import jobspec
@@ -271,7 +261,10 @@ def schema() -> None:
     print(json.dumps(jobspec.json_schema(), indent=2))
 
 
-@task_app.command("list")
+@task_app.command("list", epilog=examples(
+    'minborg task list demo/hello_world',
+    'minborg task list demo/hello_world -o wide',
+))
 @handles_errors
 def list_tasks(
     job: JobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None,
@@ -285,12 +278,15 @@ def list_tasks(
         tasks = cell.tasks(key)
     if emitted(tasks, fmt):
         return
-    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    color = color_on()
     columns, rows = task_rows(tasks, wide=fmt == "wide", color=color)
     print(render(columns, rows, color=color, title=f"tasks of {key}"))
 
 
-@task_app.command("show")
+@task_app.command("show", epilog=examples(
+    'minborg task show demo/hello_world 0',
+    'minborg task show demo/hello_world 0 --incarnation 1 -o json',
+))
 @handles_errors
 def show_task(
     job: JobArg,
@@ -310,11 +306,14 @@ def show_task(
         task = cell.task(key, index, incarnation)
     if emitted(task, fmt):
         return
-    console.print(task_fields(task))
-    console.print(events_table(task.get("events") or []))
+    print(task_text(task, color=color_on()))
 
 
-@task_app.command("logs")
+@task_app.command("logs", epilog=examples(
+    'minborg task logs demo/hello_world 0',
+    'minborg task logs demo/hello_world 0 -f --stderr',
+    'minborg task logs demo/hello_world 0 -n 1000 > task0.log',
+))
 @handles_errors
 def task_logs(
     job: JobArg,
@@ -334,7 +333,6 @@ def task_logs(
     state_dir: StateDirOpt = None,
 ) -> None:
     """Print a task's stdout (or --stderr), fetched from its machine through a master."""
-    import sys
     import time
 
     key = job_key(job)
@@ -389,7 +387,7 @@ def _wait_newer(cell: Any, key: str, index: int, current: int, deadline: float) 
     return None
 
 
-@task_app.command("kill")
+@task_app.command("kill", epilog=examples('minborg task kill demo/hello_world 0'))
 @handles_errors
 def kill_task(
     job: JobArg,
@@ -409,7 +407,7 @@ def kill_task(
         console.print(f"killed task {index} of [bold]{key}[/bold]: now {task.get('state', '?')}")
 
 
-@machine_app.command("list")
+@machine_app.command("list", epilog=examples('minborg machine list', 'minborg machine list -o json'))
 @handles_errors
 def list_machines(
     master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None, as_json: JsonOpt = False
@@ -420,13 +418,11 @@ def list_machines(
         machines = cell.machines()
     if emitted(machines, fmt):
         return
-    elif not machines:
-        console.print("no machines")
-    else:
-        console.print(machines_table(machines))
+    color = color_on()
+    print(render(*machine_rows(machines, color=color), color=color) if machines else "no machines")
 
 
-@bns_app.command("resolve")
+@bns_app.command("resolve", epilog=examples('minborg bns resolve 0.hello_world.demo.local.minborg'))
 @handles_errors
 def resolve(
     name: Annotated[str, typer.Argument(help="e.g. 0.hello_world.demo.local.minborg")],
@@ -441,7 +437,4 @@ def resolve(
         answer = cell.resolve(name)
     if emitted(answer, fmt):
         return
-    healthy = {True: "healthy", False: "unhealthy"}.get(answer.get("healthy"), "health unknown")
-    console.print(
-        f"{answer.get('name', name)} -> {answer.get('host')}:{answer.get('port')} ({answer.get('task', '?')}, {healthy})"
-    )
+    print(resolved_line(answer, name))

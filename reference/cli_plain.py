@@ -7,17 +7,24 @@ whole, however wide. Colours (states) only when writing to a terminal.
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from reference.resources import format_resources
 
-COLORS = {"green": "32", "yellow": "33", "red": "31", "cyan": "36", "dim": "2"}
+COLORS = {"bold": "1", "green": "32", "yellow": "33", "red": "31", "cyan": "36", "dim": "2"}
 STATE_COLOR = {"RUNNING": "green", "PENDING": "yellow", "DEAD": "red", "up": "green", "down": "red"}
 OUTPUTS = ("table", "wide", "json", "yaml")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def color_on() -> bool:
+    """Colours and bold only on a terminal, and never under NO_COLOR."""
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
 
 
 def paint(text: str, color: str | None, on: bool) -> str:
@@ -144,3 +151,13 @@ def dump(data: Any, output: str) -> str:
 
         return yaml.safe_dump(data, sort_keys=True, default_flow_style=False).rstrip()
     return json.dumps(data, indent=2, sort_keys=True, default=str)
+
+
+def error_text(err: Any) -> str:
+    """A ClientError as the line(s) the command prints on stderr: a cell that no replica
+    answers says what to do; anything else is `error: ` and what the cell said."""
+    from reference.cellfile import NO_ANSWER, client_error_message
+
+    if err.status == NO_ANSWER and err.url and str(err.detail).startswith("no master replica could serve"):
+        return f"minborg: no cell answers at {err.url}: start one with 'minborg cell up' or pass --master"
+    return f"error: {client_error_message(err)}"

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reference.client import CellClient, ClientError, Message
+from reference.cellfile import ClientError
+from reference.cli_http import Message
+
+if TYPE_CHECKING:  # the fast path follows events through cli_http.PlainCell, without httpx
+    from reference.client import CellClient
 
 
 @dataclass
@@ -101,13 +106,38 @@ def job_line(message: Message) -> str:
     )
 
 
-def event_line(message: Message) -> str:
+EVENT_HEADER = f"{'time':<8}  {'revision':>8}  {'subject':<28}  {'event':<12}  detail"
+
+
+def event_line(message: Message, at: Any = None) -> str:
+    """One event as a row under EVENT_HEADER; `at` stands for the event's own time when it has none."""
     d = message.data
-    at = time.strftime("%H:%M:%S", time.localtime(d["at"])) if isinstance(d.get("at"), int | float) else "        "
+    at = d.get("at", at)
+    clock = time.strftime("%H:%M:%S", time.localtime(at)) if isinstance(at, int | float) else f"{'-':<8}"
     if message.event == "task":
-        return f"{at}  {message.revision:>8}  {d.get('task', '?'):<28}  {d.get('kind', ''):<12}  {d.get('detail', '')}"
+        return f"{clock}  {message.revision:>8}  {d.get('task', '?'):<28}  {d.get('kind', ''):<12}  {d.get('detail', '')}"
     subject = d.get("job") or d.get("machine") or "?"
-    return f"{at}  {message.revision:>8}  {message.event + ' ' + subject:<28}  {d.get('kind', '')}"
+    return f"{clock}  {message.revision:>8}  {message.event + ' ' + subject:<28}  {d.get('kind', '')}"
+
+
+def event_lines(output: str) -> Callable[[Message], str]:
+    """How `minborg events` prints each event: as JSON, one object a line, for -o json or yaml;
+    else rows under a header. Job and machine events carry no time of their own: one written
+    in the same etcd revision as a task event is shown at that event's time, others as `-`."""
+    if output in ("json", "yaml"):  # a stream: one compact JSON object a line either way
+        return lambda m: json.dumps({"event": m.event, "revision": m.revision, **m.data}, sort_keys=True)
+    times: dict[int, Any] = {}
+    header = [EVENT_HEADER]  # said once, above the first row
+
+    def line(message: Message) -> str:
+        if isinstance(message.data.get("at"), int | float):
+            times[message.revision] = message.data["at"]
+        row = event_line(message, times.get(message.revision))
+        if header:
+            return f"{header.pop()}\n{row}"
+        return row
+
+    return line
 
 
 def follow(

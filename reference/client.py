@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ from reference.cellfile import (  # re-exported: the client's public names
     split_urls,
     state_dir_path,
 )
+from reference.cli_http import Message, parse_sse  # the fast path's too: one parser
 from reference.endpoints import Endpoints
 
 __all__ = [
@@ -143,9 +143,11 @@ class CellClient:
                     raise ClientError(response.status_code, _detail(response), url)
                 return response
             if self._clock() + wait > deadline:
-                raise ClientError(
-                    503 if any(": 503" in f for f in failures) else NO_ANSWER,
+                status = 503 if any(": 503" in f for f in failures) else NO_ANSWER
+                raise ClientError(  # with no answer at all, `url` names every replica tried
+                    status,
                     "no master replica could serve the request: " + "; ".join(failures),
+                    ", ".join(self.masters.urls) if status == NO_ANSWER else None,
                 )
             self._sleep(wait)
 
@@ -269,36 +271,6 @@ class CellClient:
 
     def delete_quota(self, user: str, band: str) -> dict[str, Any]:
         return self.request("DELETE", f"/v1/quotas/{user}/{band}")
-
-
-@dataclass(frozen=True)
-class Message:
-    """One server-sent event of a watch: its type, the revision it reflects, its JSON data."""
-
-    event: str
-    revision: int
-    data: dict[str, Any]
-
-
-def parse_sse(chunks: Iterable[bytes]) -> Iterator[Message]:
-    """Server-sent events from the raw chunks of a stream, as each completes."""
-    buffer = b""
-    for chunk in chunks:
-        buffer += chunk
-        while b"\n\n" in buffer:
-            block, buffer = buffer.split(b"\n\n", 1)
-            fields: dict[str, str] = {}
-            for line in block.decode(errors="replace").split("\n"):
-                if line and not line.startswith(":"):
-                    name, _, value = line.partition(":")
-                    fields[name] = value.removeprefix(" ")
-            if "data" in fields:
-                try:
-                    data = json.loads(fields["data"])
-                except ValueError:
-                    data = {"raw": fields["data"]}
-                rev = fields.get("id", "0")
-                yield Message(fields.get("event", "message"), int(rev) if rev.isdigit() else 0, data)
 
 
 def split_key(key: str) -> tuple[str, str]:

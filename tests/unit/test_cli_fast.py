@@ -23,18 +23,42 @@ TASKS = [{"index": 0, "incarnation": 0, "state": "RUNNING", "confirmed": True, "
           "bns": "0.web.demo.local.minborg", "pid": 99, "events": [{"kind": "started", "detail": "pid 99"}]}]  # fmt: skip
 
 
-def test_top_level_help_lists_every_command_of_the_full_command_line() -> None:
+def test_top_level_help_lists_every_command_of_the_full_command_line_in_its_group() -> None:
     full = typer.main.get_command(app)
     assert {name: cmd.get_short_help_str(limit=300) for name, cmd in full.commands.items()} == dict(
         cli_fast.COMMANDS
     )
     assert full.help == cli_fast.HELP
+    groups = {name: f"{group} commands" for group, commands in cli_fast.GROUPS for name, _ in commands}
+    assert {name: cmd.rich_help_panel for name, cmd in full.commands.items()} == groups
+    text = cli_fast.top_help()
+    assert "Everyday commands:\n  job " in text and "Daemons commands:" in text and "--version" in text
+    assert all(len(line) < 200 for line in text.splitlines())  # one line per command, never wrapped
+
+
+def test_completion_scripts_are_typers_own() -> None:
+    from typer._completion_shared import get_completion_script
+
+    from reference.cli_complete import COMPLETE_VAR, script
+
+    for shell in cli_fast.SHELLS:
+        assert script(shell) == get_completion_script(prog_name="minborg", complete_var=COMPLETE_VAR, shell=shell)
+
+
+def test_version_and_completion_are_answered_on_the_fast_path(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_fast.run(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("minborg ")
+    assert cli_fast.run(["completion", "zsh"]) == 0
+    assert "compdef _minborg_completion minborg" in capsys.readouterr().out
+    assert CliRunner().invoke(app, ["--version"]).output.startswith("minborg ")
 
 
 @pytest.mark.parametrize(
     "args",
-    [["job", "list", "-w"], ["job", "list", "--help"], ["task", "show", "demo/web", "0"], ["job", "list", "-o"],
-     ["job", "list", "-o", "xml"], ["task", "list", "no-slash"], ["cell", "up"]],
+    [["job", "list", "-w"], ["job", "list", "--help"], ["task", "show", "demo/web", "x"], ["job", "list", "-o"],
+     ["job", "list", "-o", "xml"], ["task", "list", "no-slash"], ["cell", "up"], ["task", "logs", "demo/web", "0", "-f"],
+     ["job", "update", "demo/web", "--cpu", "1"], ["job", "update", "demo/web", "--tasks", "-1"], ["events", "-f"],
+     ["completion", "tcsh"], ["job", "submit", "x.yaml"]],
 )  # fmt: skip
 def test_what_the_fast_path_does_not_know_goes_to_the_full_command_line(args: list[str]) -> None:
     with pytest.raises(cli_fast.Fallback):

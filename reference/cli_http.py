@@ -1,0 +1,237 @@
+"""The master's API over plain HTTP/1.1 with the standard library alone: the requests, streams and server-sent events of the `minborg` fast path (cli_fast.py).
+
+A few lines of socket code instead of urllib or http.client, whose imports cost more than the
+request. `PlainCell` answers as the full client (reference/client.py) does for what the fast
+path asks: replicas tried in turn, a 503 (no leader yet) retried for a while, a write that
+may have been applied never sent twice, and the same ClientError for a refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from reference.cellfile import NO_ANSWER, ClientError, format_detail
+
+RETRY_S = 12.0  # as the full client: 503s (no leader yet) are retried this long
+
+
+@dataclass(frozen=True)
+class Message:
+    """One server-sent event of a watch: its type, the revision it reflects, its JSON data."""
+
+    event: str
+    revision: int
+    data: dict[str, Any]
+
+
+def parse_sse(chunks: Iterable[bytes]) -> Iterator[Message]:
+    """Server-sent events from the raw chunks of a stream, as each completes."""
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        while b"\n\n" in buffer:
+            block, buffer = buffer.split(b"\n\n", 1)
+            fields: dict[str, str] = {}
+            for line in block.decode(errors="replace").split("\n"):
+                if line and not line.startswith(":"):
+                    name, _, value = line.partition(":")
+                    fields[name] = value.removeprefix(" ")
+            if "data" in fields:
+                try:
+                    data = json.loads(fields["data"])
+                except ValueError:
+                    data = {"raw": fields["data"]}
+                rev = fields.get("id", "0")
+                yield Message(fields.get("event", "message"), int(rev) if rev.isdigit() else 0, data)
+
+
+class NotSent(OSError):
+    """The request never reached the replica (no connection): safe to send elsewhere."""
+
+
+class Response:
+    """An HTTP answer being read: status, headers, then the body (whole, or chunk by chunk)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+        while b"\r\n\r\n" not in self.buffer:
+            data = sock.recv(65536)
+            if not data:
+                raise ValueError("an incomplete HTTP answer")
+            self.buffer += data
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        self.status = int(lines[0].split()[1])
+        self.headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+
+    def _recv(self) -> bytes:
+        data = self.sock.recv(65536)
+        if not data:
+            raise ValueError("the answer was cut short")
+        return data
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body as it arrives (chunked or not)."""
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            while True:
+                while b"\r\n" not in self.buffer:
+                    self.buffer += self._recv()
+                size_line, _, self.buffer = self.buffer.partition(b"\r\n")
+                size = int(size_line.split(b";")[0], 16)
+                while len(self.buffer) < size + 2:
+                    self.buffer += self._recv()
+                if size == 0:
+                    return
+                yield self.buffer[:size]
+                self.buffer = self.buffer[size + 2 :]
+        length = self.headers.get("content-length")
+        left = int(length) if length is not None else None
+        if self.buffer:
+            yield self.buffer[:left] if left is not None else self.buffer
+            left = None if left is None else left - len(self.buffer)
+        while left is None or left > 0:
+            data = self.sock.recv(65536 if left is None else min(left, 65536))
+            if not data:
+                if left:
+                    raise ValueError("the answer was cut short")
+                return
+            yield data
+            left = None if left is None else left - len(data)
+
+    def read(self) -> bytes:
+        return b"".join(self.chunks())
+
+
+def open_request(
+    url: str, method: str, target: str, *, body: bytes | None = None, token: str | None = None, timeout: float = 5.0
+) -> Response:
+    """Send one request on a fresh connection (Connection: close) and read the answer's head.
+    NotSent when no connection could be made."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"the fast path speaks plain http only, not {url}")
+    host, port = parts.hostname, parts.port or 80
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError as err:
+        raise NotSent(err.errno, err.strerror or str(err)) from None
+    try:
+        head = f"{method} {target} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\nConnection: close\r\n"
+        if token:
+            head += f"Authorization: Bearer {token}\r\n"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        sock.sendall(head.encode() + b"\r\n" + (body or b""))
+        return Response(sock)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def detail_of(body: bytes) -> Any:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body.decode(errors="replace").strip()
+    return doc.get("detail", doc) if isinstance(doc, dict) else doc
+
+
+class PlainCell:
+    """The cell's API as the fast path reads and changes it: the subset of CellClient it needs."""
+
+    def __init__(
+        self, urls: list[str], token: str | None, *, retry_s: float = RETRY_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:  # fmt: skip
+        self.urls, self.token, self.retry_s, self.sleep = list(urls), token, retry_s, sleep
+
+    def __enter__(self) -> PlainCell:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def open(self, method: str, path: str, params: dict[str, Any] | None = None, json_body: Any = None,
+             timeout: float = 5.0) -> Response:  # fmt: skip
+        """The first 2xx answer's head, from the first replica that serves it; ClientError else."""
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        body = json.dumps(json_body).encode() if json_body is not None else None
+        deadline = time.monotonic() + self.retry_s
+        idempotent = method in ("GET", "HEAD")
+        while True:
+            failures: list[str] = []
+            for url in self.urls:
+                try:
+                    answer = open_request(url, method, path + query, body=body, token=self.token, timeout=timeout)
+                except NotSent as err:
+                    failures.append(f"{url}: {err.strerror or err}")
+                    continue
+                except (OSError, ValueError) as err:
+                    if not idempotent:
+                        raise ClientError(
+                            NO_ANSWER,
+                            f"{url} did not answer {method} {path} ({err}); "
+                            "the change may or may not have been made: check before retrying",
+                            url,
+                        ) from None
+                    failures.append(f"{url}: {err}")
+                    continue
+                if answer.status == 503:
+                    failures.append(f"{url}: 503 {format_detail(detail_of(answer.read()))}")
+                    answer.sock.close()
+                    continue
+                if answer.status >= 400:
+                    try:
+                        raise ClientError(answer.status, detail_of(answer.read()), url)
+                    finally:
+                        answer.sock.close()
+                return answer
+            if time.monotonic() + 0.5 > deadline:
+                status = 503 if any(": 503" in f for f in failures) else NO_ANSWER
+                unanswered = ", ".join(self.urls) if status == NO_ANSWER else None
+                raise ClientError(status, "no master replica could serve the request: " + "; ".join(failures), unanswered)
+            self.sleep(0.5)
+
+    def raw(self, method: str, path: str, params: dict[str, Any] | None = None, json_body: Any = None) -> bytes:
+        answer = self.open(method, path, params, json_body)
+        try:
+            return answer.read()
+        finally:
+            answer.sock.close()
+
+    def request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One API call; the decoded JSON body of its 2xx answer."""
+        body = self.raw(method, path, params, json)
+        if not body:
+            return {}
+        doc = _json_loads(body)
+        return doc if isinstance(doc, dict) else {"result": doc}
+
+    def watch(self, path: str, *, since: int | None = None, timeout_s: float = 300.0, **params: Any) -> Iterator[Message]:
+        """The messages of a watch, as CellClient.watch gives them."""
+        query: dict[str, Any] = {"timeout_s": timeout_s, **{k: v for k, v in params.items() if v is not None}}
+        if path != "/v1/events":
+            query["watch"] = "true"
+        if since is not None:
+            query["since"] = since
+        answer = self.open("GET", path, query, timeout=timeout_s + 30.0)
+        try:
+            yield from parse_sse(answer.chunks())
+        except (OSError, ValueError):
+            return  # cut after it began: the stream just ends, as the full client's does
+        finally:
+            answer.sock.close()
+
+
+def _json_loads(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise ClientError(200, f"not JSON: {body[:200]!r}") from None
