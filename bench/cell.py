@@ -233,10 +233,10 @@ def failover(cell: LocalCell, kills: int) -> dict[str, Any]:
 def etcd_raft_term(cell: LocalCell) -> int | None:
     """The highest Raft term any etcd member reports (a fresh cluster's first election gives 2)."""
     terms = []
-    for url in cell.etcd.client_urls:
+    for i in range(len(cell.etcd.members)):
         try:
-            terms.append(int(httpx.post(url + "/v3/maintenance/status", json={}, timeout=2).json()["raftTerm"]))
-        except (httpx.HTTPError, ValueError, KeyError):
+            terms.append(int((cell.etcd.member_status(i, timeout=2) or {})["raftTerm"]))
+        except (ValueError, KeyError):
             continue
     return max(terms, default=None)
 

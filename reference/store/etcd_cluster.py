@@ -363,18 +363,24 @@ class EtcdCluster:
         """Which member is the Raft leader now, or None if no running member knows."""
         index_of: dict[str, int] = {}
         leader_id = None
-        for i, url in enumerate(self.client_urls):
+        for i in range(len(self.members)):
             if self._process(i) is None:
                 continue
-            try:
-                status = requests.post(
-                    f"{url}/v3/maintenance/status", json={}, timeout=timeout, **self._tls_kwargs()
-                ).json()
-            except (requests.RequestException, ValueError):
+            status = self.member_status(i, timeout)
+            if status is None:
                 continue
             index_of[status.get("header", {}).get("member_id", "")] = i
             leader_id = leader_id or status.get("leader")
         return index_of.get(leader_id) if leader_id else None
+
+    def member_status(self, i: int, timeout: float = 0.5) -> dict[str, Any] | None:
+        """What member `i` answers to /v3/maintenance/status (leader, raftTerm, ...), or None."""
+        try:
+            url = f"{self.client_urls[i]}/v3/maintenance/status"
+            answer = requests.post(url, json={}, timeout=timeout, **self._tls_kwargs()).json()
+        except (requests.RequestException, ValueError):
+            return None
+        return answer if isinstance(answer, dict) else None
 
     def wait_healthy(self, timeout: float, members: list[int] | None = None) -> None:
         """Wait until the given members (default all) are healthy, or raise with their logs."""
