@@ -202,7 +202,13 @@ def job_list(a: Args) -> int:
     params = {"user": a.options["--user"]} if a.options.get("--user") else None
     with a.cell() as cell:
         jobs = cell.request("GET", "/v1/jobs", params=params)["jobs"]
-    return show(jobs, output, lambda: cli_plain.render(*cli_plain.job_rows(jobs, wide=output == "wide")) if jobs else "no jobs")
+        if output in ("json", "yaml"):
+            return show(jobs, output, str)
+        color = cli_plain.color_on()
+        counts = cli_plain.job_counts(jobs, lambda key: cell.request("GET", f"/v1/jobs/{key}"))
+    rows = cli_plain.job_rows(jobs, wide=output == "wide", counts=counts, color=color)
+    print(cli_plain.render(*rows, color=color) if jobs else "no jobs")
+    return 0
 
 
 def job_show(a: Args) -> int:

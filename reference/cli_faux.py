@@ -86,12 +86,20 @@ def print_answer(answer: dict[str, Any], title: str) -> None:
     for v in answer.get("preempted", []):
         console.print(f"  preempts {v['tasks']} task(s) of {v['job']} at priority {v['priority']}", soft_wrap=True)
     if "quota" in answer:
-        q = answer["quota"]
-        console.print(
-            f"  quota: {q['user']}'s {q['band']} quota {q['quota'] if q['quota'] is not None else 'unlimited'}; "
-            f"other jobs use {q['used_by_others']}, this one asks {q['job']}",
-            soft_wrap=True,
-        )
+        console.print(f"  {quota_line(answer['quota'])}", soft_wrap=True)
+
+
+def quota_line(q: dict[str, Any]) -> str:
+    """The quota a dry run would use, in words: 'quota: demo's batch quota cpu=12 ram=128MiB;
+    its other jobs there hold cpu=1 ram=64MiB; this job asks cpu=500m ram=32MiB'."""
+    from reference.resources import format_resources
+
+    limit = format_resources(q["quota"]) if q.get("quota") is not None else "unlimited"
+    return (
+        f"quota: {q['user']}'s {q['band']} quota {limit}; its other jobs there hold "
+        f"{format_resources(q.get('used_by_others')) if q.get('used_by_others') else 'nothing'}; "
+        f"this job asks {format_resources(q.get('job'))}"
+    )
 
 
 def fauxmaster(

@@ -24,7 +24,7 @@ from reference.cli_common import (
     job_key,
     output_of,
 )
-from reference.cli_plain import color_on, job_rows, render, task_rows
+from reference.cli_plain import color_on, job_counts, job_rows, render, task_rows
 from reference.cli_render import console, errors, print_json
 from reference.cli_views import (
     job_text,
@@ -86,7 +86,8 @@ def submit(
     """Validate a job file locally, submit it, then wait until every task runs (its borglet
     confirmed the start) or one fails, printing placements and starts; exits 1 if a task
     fails or the wait times out. --detach returns as soon as the cell accepted the job.
-    --dry-run writes nothing: the cell answers whether and where the job would fit."""
+    --dry-run writes nothing: the cell answers whether and where the job would fit, and the
+    command exits 1 if some task would stay pending."""
     from reference import jobspec  # pydantic: imported by the commands that read job files
 
     try:
@@ -105,6 +106,9 @@ def submit(
             print_json(answer)
         else:
             print_answer(answer, f"dry run of {spec.key} (revision {answer.get('revision')}): nothing was written")
+        waiting = len(answer.get("pending") or [])
+        if waiting:  # as `nomad job plan`: the exit code says whether the job fits
+            raise fail(f"{spec.key} would not fit: {waiting} of {spec.task_count} task(s) would stay PENDING")
         return
     with client(master, state_dir) as cell:
         answer = cell.submit(spec.canonical())
@@ -160,14 +164,23 @@ def list_jobs(
 
             answer = cell.request("GET", "/v1/jobs", params={"user": user} if user else None)
             if not emitted(answer["jobs"], fmt):
-                print(render(*job_rows(answer["jobs"], wide=fmt == "wide")) if answer["jobs"] else "no jobs")
+                print(_job_table(cell, answer["jobs"], fmt))
             follow(cell, "/v1/jobs", since=answer["revision"], for_s=watch_for, line=job_line,
                    say=lambda text: console.print(text, soft_wrap=True, markup=False), user=user)  # fmt: skip
             return
         jobs = cell.jobs(user)
-    if emitted(jobs, fmt):
-        return
-    print(render(*job_rows(jobs, wide=fmt == "wide")) if jobs else "no jobs")
+        if emitted(jobs, fmt):
+            return
+        print(_job_table(cell, jobs, fmt))
+
+
+def _job_table(cell: Any, jobs: list[dict[str, Any]], fmt: str) -> str:
+    """The jobs as rows, each with its status and ready tasks (GET /v1/jobs/U/N each)."""
+    if not jobs:
+        return "no jobs"
+    color = color_on()
+    counts = job_counts(jobs, cell.job)
+    return render(*job_rows(jobs, wide=fmt == "wide", counts=counts, color=color), color=color)
 
 
 @job_app.command("show", epilog=examples(

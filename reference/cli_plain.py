@@ -11,13 +11,13 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from reference.resources import format_resources
 
 COLORS = {"bold": "1", "green": "32", "yellow": "33", "red": "31", "cyan": "36", "dim": "2"}
-STATE_COLOR = {"RUNNING": "green", "PENDING": "yellow", "DEAD": "red", "up": "green", "down": "red"}
+STATE_COLOR = {"RUNNING": "green", "PENDING": "yellow", "STARTING": "yellow", "DEAD": "red", "up": "green", "down": "red"}
 OUTPUTS = ("table", "wide", "json", "yaml")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -84,14 +84,72 @@ def health_text(value: Any) -> tuple[str, str | None]:
 # --- the listings ----------------------------------------------------------------------------
 
 
-def job_rows(jobs: list[dict[str, Any]], *, wide: bool = False) -> tuple[list[str], list[list[str]]]:
-    columns = ["job", "priority", "tasks", "request", "restart", "appclass", "version", "submitted"]
+def job_status(task_count: int, counts: Mapping[str, int] | None) -> tuple[str, str]:
+    """A job's status and ready count from its tasks by state (GET /v1/jobs/U/N's `tasks`):
+    PENDING while any task waits for a machine; RUNNING when every wanted task runs with its
+    start confirmed by its borglet; STARTING while some are placed but not yet confirmed; DEAD
+    when every task ended; DEGRADED when some ended and the others run. Ready is the confirmed
+    running tasks over the wanted ones: `3/3`."""
+    if counts is None:
+        return "-", "-"
+    running, confirmed = counts.get("RUNNING", 0), counts.get("running_confirmed", 0)
+    ready = f"{confirmed}/{task_count}"
+    if counts.get("PENDING", 0):
+        return "PENDING", ready
+    if running and running > confirmed:
+        return "STARTING", ready
+    if task_count and confirmed >= task_count:
+        return "RUNNING", ready
+    if counts.get("DEAD", 0) and not running:
+        return "DEAD", ready
+    return ("DEGRADED" if counts.get("DEAD", 0) else "RUNNING"), ready
+
+
+def job_counts(jobs: list[dict[str, Any]], fetch: Callable[[str], Mapping[str, Any]], limit: int = 200,
+               threads: int = 8) -> dict[str, Mapping[str, int]]:  # fmt: skip
+    """Each job's tasks by state, by key: `fetch(key)` is GET /v1/jobs/KEY's answer, asked for
+    `threads` jobs at a time (the listing carries no counts). Past `limit` jobs none is asked:
+    their status reads `-` (`minborg job show` has it)."""
+    import threading
+
+    keys = [j.get("key") or f"{j.get('user')}/{j.get('name')}" for j in jobs][:limit]
+    found: dict[str, Mapping[str, int]] = {}
+    todo = list(reversed(keys))
+
+    def work() -> None:
+        while todo:
+            try:
+                key = todo.pop()
+            except IndexError:
+                return
+            try:
+                found[key] = fetch(key).get("tasks") or {}
+            except Exception:  # noqa: BLE001 - gone since the listing, or refused: no status, not a failure
+                pass
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(min(threads, len(keys)))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return found
+
+
+def job_rows(
+    jobs: list[dict[str, Any]], *, wide: bool = False, counts: Mapping[str, Mapping[str, int]] | None = None,
+    color: bool = False,
+) -> tuple[list[str], list[list[str]]]:  # fmt: skip
+    columns = ["job", "status", "ready", "priority", "tasks", "request", "restart", "appclass", "version", "submitted"]
     if wide:
         columns += ["command", "constraints"]
     rows = []
     for j in jobs:
+        key = j.get("key") or f"{j.get('user')}/{j.get('name')}"
+        status, ready = job_status(int(j.get("task_count") or 0), (counts or {}).get(key))
         row = [
-            j.get("key") or f"{j.get('user')}/{j.get('name')}",
+            key,
+            paint(status, STATE_COLOR.get(status, "red" if status == "DEGRADED" else None), color),
+            ready,
             str(j.get("priority", "")),
             str(j.get("task_count", "")),
             format_resources(j.get("request")),

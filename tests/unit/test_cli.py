@@ -412,3 +412,49 @@ def test_round_robin_over_endpoints() -> None:
     picked = [balancer.next().port for _ in range(6)]
     assert picked == [9000, 9001, 9002, 9000, 9001, 9002]
     balancer.close()
+
+
+# --- what the everyday commands say ----------------------------------------------------------
+
+
+def test_dry_run_words_the_quota_and_exits_1_when_the_job_would_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    answer = {"dry_run": True, "job": "demo/hello_world", "placed": [{"task": "demo/hello_world/0#0", "machine": "b0"}],
+              "pending": [{"task": "demo/hello_world/1#0", "reason": "0 of 1 machines fit: cpu"}], "preempted": [],
+              "quota": {"user": "demo", "band": "production", "quota": {"cpu": 12000, "ram": 134217728},
+                        "used_by_others": {}, "job": {"cpu": 300, "ram": 201326592}}, "seed": 0, "revision": 9}  # fmt: skip
+    transport = httpx.MockTransport(lambda r: httpx.Response(200, json=answer))
+    monkeypatch.setattr(cli_jobs, "client", lambda *a, **kw: CellClient(["http://m0"], transport=transport))
+    result = runner.invoke(app, ["job", "submit", "--dry-run", str(REPO / "examples" / "hello_world.yaml")])
+    assert result.exit_code == 1, result.output
+    assert "quota: demo's production quota cpu=12000m ram=128MiB; its other jobs there hold nothing; " \
+           "this job asks cpu=300m ram=192MiB" in result.output  # fmt: skip
+    assert "{" not in result.output  # no Python dict
+    assert "would not fit: 1 of 3 task(s) would stay PENDING" in result.output
+    answer["pending"] = []
+    result = runner.invoke(app, ["job", "submit", "--dry-run", str(REPO / "examples" / "hello_world.yaml")])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_cell_that_does_not_answer_is_one_line_that_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    from reference import cli_fast, cli_http
+
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    write_cell_file(tmp_path / ".minborg", [url])
+    expected = f"minborg: no cell answers at {url}: start one with 'minborg cell up' or pass --master"
+    # Connections refused are retried as a 503 is (12 s); 0.5 s here.
+    monkeypatch.setattr(cli_jobs, "client", lambda m, s, **kw: CellClient.discover(m, s, retry_s=0.5))
+    result = runner.invoke(app, ["job", "list", "-w"])  # the full command line
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [expected]
+    monkeypatch.setattr(cli_http.PlainCell.__init__, "__kwdefaults__", {"retry_s": 0.5, "sleep": cli_http.time.sleep})
+    monkeypatch.setattr(sys, "argv", ["minborg", "job", "kill", "demo/x"])  # the fast path
+    with pytest.raises(SystemExit) as exit_:
+        cli_fast.main()
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [expected]

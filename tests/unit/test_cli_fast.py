@@ -13,11 +13,17 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from reference import cli_fast
+from reference import cli_fast, cli_plain
 from reference.cli import app
 
 JOBS = [{"key": "demo/web", "priority": 200, "task_count": 2, "request": {"cpu": "100m", "ram": 67108864},
          "restart_policy": "always", "appclass": "latency_sensitive", "version": 1, "submitted_at": 0}]  # fmt: skip
+MACHINES = [{"name": "b0", "state": "up", "failure_domain": "r0", "capacity": {"cpu": 4000, "ram": 8 << 30},
+             "reserved": {"cpu": 100, "ram": 64 << 20}, "usage": {"cpu_milli": 3, "ram_bytes": 9 << 20},
+             "isolation": "cgroup", "tasks": 1}]  # fmt: skip
+EVENTS = [(5, "machine", {"kind": "up", "machine": "b0"}),
+          (7, "task", {"at": 1.7e9, "task": "demo/web/0#0", "kind": "scheduled", "detail": "on b0"}),
+          (7, "job", {"kind": "submitted", "job": "demo/web"}), (8, "bookmark", {"revision": 8})]  # fmt: skip
 TASKS = [{"index": 0, "incarnation": 0, "state": "RUNNING", "confirmed": True, "machine": "b0",
           "host": "127.0.0.1", "port": 4242, "restarts": 0, "healthy": True, "cause": None,
           "bns": "0.web.demo.local.minborg", "pid": 99, "events": [{"kind": "started", "detail": "pid 99"}]}]  # fmt: skip
@@ -69,18 +75,53 @@ def test_what_the_fast_path_does_not_know_goes_to_the_full_command_line(args: li
 def master() -> Iterator[str]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
+            path = self.path.partition("?")[0]
             if "ghost" in self.path:
                 body, status = {"detail": [{"field": "job", "error": "no job demo/ghost"}]}, 404
-            elif self.path.startswith("/v1/jobs/demo/web/tasks"):
+            elif path == "/v1/events":
+                return self.events()
+            elif path == "/v1/jobs/demo/web/tasks/0/logs":
+                return self.answer(200, b"line 1\nline 2\n", "text/plain")
+            elif path.startswith("/v1/jobs/demo/web/tasks/"):
+                body, status = {"task": {**TASKS[0], "job": "demo/web"}, "revision": 3}, 200
+            elif path.startswith("/v1/jobs/demo/web/tasks"):
                 body, status = {"tasks": TASKS, "revision": 3}, 200
+            elif path == "/v1/jobs/demo/web":
+                body, status = {"job": JOBS[0], "tasks": {"RUNNING": 1, "PENDING": 1, "running_confirmed": 1},
+                                "pending": [{"reason": "0 of 1 machines fit: cpu", "tasks": 1, "indices": [1]}],
+                                "revision": 3}, 200  # fmt: skip
+            elif path == "/v1/machines":
+                body, status = {"machines": MACHINES, "revision": 3}, 200
+            elif path.startswith("/v1/bns/"):
+                body, status = {"name": path[8:], "host": "127.0.0.1", "port": 4242, "task": "demo/web/0#0",
+                                "healthy": True}, 200  # fmt: skip
             else:
                 body, status = {"jobs": JOBS, "revision": 3}, 200
-            data = json.dumps(body).encode()
+            self.answer(status, json.dumps(body).encode())
+
+        def do_PATCH(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.answer(200, json.dumps({"job": {**JOBS[0], "task_count": 3}, "revision": 4}).encode())
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            self.answer(200, json.dumps({"killed": 2, "revision": 5}).encode())
+
+        def answer(self, status: int, data: bytes, kind: str = "application/json") -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def events(self) -> None:  # a replay, then a bookmark, then the stream would go on
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for rev, event, data in EVENTS:
+                chunk = f"id: {rev}\nevent: {event}\ndata: {json.dumps(data)}\n\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.write(b"0\r\n\r\n")
 
         def log_message(self, *args: object) -> None:
             pass
@@ -115,6 +156,30 @@ def test_job_and_task_lists_print_what_the_full_command_line_prints(
     assert "0.web.demo.local.minborg" in fast or "bns: 0.web.demo.local.minborg" in fast
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["job", "show", "demo/web"], ["job", "show", "demo/web", "-o", "json"], ["task", "show", "demo/web", "0"],
+     ["task", "logs", "demo/web", "0"], ["machine", "list"], ["machine", "list", "-o", "yaml"],
+     ["bns", "resolve", "0.web.demo.local.minborg"], ["events"], ["events", "-o", "json"],
+     ["job", "update", "demo/web", "--tasks", "3"], ["job", "kill", "demo/web"], ["job", "kill", "demo/web", "--json"]],
+)  # fmt: skip
+def test_every_fast_command_prints_what_the_full_command_line_prints(
+    master: str, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    assert cli_fast.run([*args, "--master", master]) == 0
+    fast = capsys.readouterr().out
+    assert fast == full_output([*args, "--master", master])
+    assert fast.strip()
+
+
+def test_events_have_a_header_and_a_time_column(master: str, capsys: pytest.CaptureFixture[str]) -> None:
+    cli_fast.run(["events", "--master", master])
+    header, machine, task, job = capsys.readouterr().out.splitlines()
+    assert header.split() == ["time", "revision", "subject", "event", "detail"]
+    assert machine.startswith("-  ")  # no time of its own, none in its revision
+    assert task[:8] == job[:8] != "-       "  # the job event takes its revision's time
+
+
 def test_wide_columns_are_never_cut(master: str, capsys: pytest.CaptureFixture[str]) -> None:
     cli_fast.run(["task", "list", "demo/web", "-o", "wide", "--master", master])
     lines = capsys.readouterr().out.splitlines()
@@ -129,3 +194,27 @@ def test_errors_are_worded_as_the_full_command_line_words_them(
         cli_fast.main()
     assert exit_.value.code == 1
     assert capsys.readouterr().err == "error: HTTP 404 (not found): job: no job demo/ghost\n"
+
+
+@pytest.mark.parametrize(
+    ("task_count", "counts", "expected"),
+    [
+        (3, {"RUNNING": 3, "running_confirmed": 3}, ("RUNNING", "3/3")),
+        (3, {"PENDING": 3, "running_confirmed": 0}, ("PENDING", "0/3")),  # every task waits: not a running job
+        (3, {"RUNNING": 2, "PENDING": 1, "running_confirmed": 2}, ("PENDING", "2/3")),
+        (3, {"RUNNING": 3, "running_confirmed": 1}, ("STARTING", "1/3")),  # placed, 2 not yet confirmed
+        (2, {"DEAD": 2, "running_confirmed": 0}, ("DEAD", "0/2")),
+        (3, {"RUNNING": 2, "DEAD": 1, "running_confirmed": 2}, ("DEGRADED", "2/3")),
+        (0, {"running_confirmed": 0}, ("RUNNING", "0/0")),  # scaled to zero: nothing waits
+        (3, None, ("-", "-")),  # not asked (past the listing's limit)
+    ],
+)
+def test_job_status_from_its_tasks_by_state(task_count: int, counts: dict | None, expected: tuple[str, str]) -> None:
+    assert cli_plain.job_status(task_count, counts) == expected
+
+
+def test_job_list_shows_status_and_ready(master: str, capsys: pytest.CaptureFixture[str]) -> None:
+    cli_fast.run(["job", "list", "--master", master])
+    header, _, row = capsys.readouterr().out.splitlines()
+    assert header.split()[:3] == ["job", "status", "ready"]
+    assert row.split()[:3] == ["demo/web", "PENDING", "1/2"]  # 1 RUNNING confirmed, 1 PENDING of 2
