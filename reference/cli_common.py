@@ -9,7 +9,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 
 from reference.cellfile import client_error_message
-from reference.cli_plain import OUTPUTS, dump, error_text
+from reference.cli_plain import OUTPUTS, dump, error_text, job_by_name
 from reference.cli_render import errors
 from reference.client import CellClient, ClientError, split_key
 from reference.launcher import LauncherError
@@ -38,6 +38,14 @@ OutputOpt = Annotated[
     typer.Option("--output", "-o", help="table (the default), wide (more columns), json or yaml."),
 ]
 JobArg = Annotated[str, typer.Argument(metavar="USER/NAME", help="The job, e.g. demo/hello_world.")]
+# Reading commands also take the job's NAME alone: $MINBORG_USER's, else the cell's one job of that name.
+ReadJobArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="[USER/]NAME",
+        help="The job, e.g. demo/hello_world, or hello_world: $MINBORG_USER's job, else the cell's one job of that name.",
+    ),
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -104,7 +112,13 @@ def client(master: str | None, state_dir: str | None, **kw: Any) -> CellClient:
     return CellClient.discover(master, state_dir, token=Credentials.token, **kw)
 
 
-def job_key(key: str) -> str:
+def job_key(key: str, cell: CellClient | None = None) -> str:
+    """USER/NAME; a reading command (given the `cell`) also takes NAME alone (cli_plain.job_by_name)."""
+    if cell is not None and "/" not in key.strip() and key.strip():
+        try:
+            return job_by_name(key.strip(), cell.jobs)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="USER/NAME") from None
     try:
         user, name = split_key(key)
     except ValueError as err:

@@ -151,8 +151,15 @@ class Args:
         urls = cellfile.master_urls(self.options.get("--master"), self.options.get("--state-dir"))
         return PlainCell(urls, cellfile.find_token(self.token, self.options.get("--state-dir")))
 
-    def job(self, at: int = 0) -> str:
-        user, sep, name = self.positional[at].strip().partition("/")
+    def job(self, cell: PlainCell | None = None) -> str:
+        """USER/NAME; with the `cell` (a reading command), NAME alone too (cli_plain.job_by_name)."""
+        text = self.positional[0].strip()
+        if cell is not None and text and "/" not in text:
+            try:
+                return cli_plain.job_by_name(text, lambda: cell.request("GET", "/v1/jobs")["jobs"])
+            except ValueError:
+                raise Fallback from None  # the full command line words it
+        user, sep, name = text.partition("/")
         if not (user and sep and name) or "/" in name:
             raise Fallback
         return f"{user}/{name}"
@@ -212,8 +219,9 @@ def job_list(a: Args) -> int:
 
 
 def job_show(a: Args) -> int:
-    key, output = a.job(), a.output()
+    output = a.output()
     with a.cell() as cell:
+        key = a.job(cell)
         answer = cell.request("GET", f"/v1/jobs/{key}")
     return show(answer, output, lambda: cli_views.job_text(answer, key, color=cli_plain.color_on()))
 
@@ -241,8 +249,9 @@ def job_kill(a: Args) -> int:
 
 
 def task_list(a: Args) -> int:
-    key, output = a.job(), a.output()
+    output = a.output()
     with a.cell() as cell:
+        key = a.job(cell)
         tasks = cell.request("GET", f"/v1/jobs/{key}/tasks")["tasks"]
     color = cli_plain.color_on()
     return show(tasks, output, lambda: cli_plain.render(
@@ -257,22 +266,24 @@ def task_index(a: Args) -> int:
 
 
 def task_show(a: Args) -> int:
-    key, index, output = a.job(), task_index(a), a.output()
+    index, output = task_index(a), a.output()
     incarnation = a.int_option("--incarnation", low=-(2**63))
     params = {"incarnation": incarnation} if incarnation is not None else None
     with a.cell() as cell:
+        key = a.job(cell)
         task = cell.request("GET", f"/v1/jobs/{key}/tasks/{index}", params=params)["task"]
     return show(task, output, lambda: cli_views.task_text(task, color=cli_plain.color_on()))
 
 
 def task_logs(a: Args) -> int:
-    key, index = a.job(), task_index(a)
+    index = task_index(a)
     params: dict[str, Any] = {"stream": "stderr" if a.has("--stderr") else "stdout",
                               "tail": a.int_option("--tail", 100, high=10000)}  # fmt: skip
     incarnation = a.int_option("--incarnation", low=-(2**63))
     if incarnation is not None:
         params["incarnation"] = incarnation
     with a.cell() as cell:
+        key = a.job(cell)
         body = cell.raw("GET", f"/v1/jobs/{key}/tasks/{index}/logs", params)
     sys.stdout.buffer.write(body)
     sys.stdout.buffer.flush()

@@ -15,6 +15,7 @@ from reference.cli_common import (
     JsonOpt,
     MasterOpt,
     OutputOpt,
+    ReadJobArg,
     StateDirOpt,
     client,
     emitted,
@@ -189,13 +190,13 @@ def _job_table(cell: Any, jobs: list[dict[str, Any]], fmt: str) -> str:
 ))
 @handles_errors
 def show(
-    job: JobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None,
+    job: ReadJobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Show one job, how many of its tasks are in each state, and why pending ones wait."""
-    key = job_key(job)
     fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
+        key = job_key(job, cell)
         answer = cell.job(key)
     if emitted(answer, fmt):
         return
@@ -280,14 +281,14 @@ def schema() -> None:
 ))
 @handles_errors
 def list_tasks(
-    job: JobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None,
+    job: ReadJobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """List a job's tasks: index, incarnation, state, machine, address, restarts, health
     (-o wide: pid, BNS name, last event, pending reason)."""
-    key = job_key(job)
     fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
+        key = job_key(job, cell)
         tasks = cell.tasks(key)
     if emitted(tasks, fmt):
         return
@@ -302,7 +303,7 @@ def list_tasks(
 ))
 @handles_errors
 def show_task(
-    job: JobArg,
+    job: ReadJobArg,
     index: Annotated[int, typer.Argument(min=0, help="The task's index in its job.")],
     incarnation: Annotated[
         int | None, typer.Option("--incarnation", help="This incarnation instead of the latest.")
@@ -313,9 +314,9 @@ def show_task(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one task: its fields, why it is pending, and its events (scheduled, started, exited...)."""
-    key = job_key(job)
     fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
+        key = job_key(job, cell)
         task = cell.task(key, index, incarnation)
     if emitted(task, fmt):
         return
@@ -329,7 +330,7 @@ def show_task(
 ))
 @handles_errors
 def task_logs(
-    job: JobArg,
+    job: ReadJobArg,
     index: Annotated[int, typer.Argument(min=0, help="The task's index in its job.")],
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing what the task writes, across its restarts.")
@@ -348,9 +349,9 @@ def task_logs(
     """Print a task's stdout (or --stderr), fetched from its machine through a master."""
     import time
 
-    key = job_key(job)
     stream = "stderr" if stderr else "stdout"
     with client(master, state_dir) as cell:
+        key = job_key(job, cell)
         if not follow:
             sys.stdout.buffer.write(cell.logs(key, index, stream=stream, tail=tail, incarnation=incarnation))
             return

@@ -84,6 +84,25 @@ def health_text(value: Any) -> tuple[str, str | None]:
 # --- the listings ----------------------------------------------------------------------------
 
 
+USER_ENV = "MINBORG_USER"
+
+
+def job_by_name(name: str, list_jobs: Callable[[], list[dict[str, Any]]]) -> str:
+    """The key of the job a reading command names as NAME alone: $MINBORG_USER's job of that
+    name when it is set, else the cell's one job of that name (list_jobs: GET /v1/jobs). The
+    client cannot tell the token's user (the API has no such route), so several jobs of one
+    name are a ValueError that lists them."""
+    user = os.environ.get(USER_ENV)
+    if user:
+        return f"{user}/{name}"
+    found = sorted(j.get("key") or f"{j.get('user')}/{j.get('name')}" for j in list_jobs() if j.get("name") == name)
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise ValueError(f"no job named {name!r} in the cell: give USER/NAME such as demo/hello_world")
+    raise ValueError(f"{len(found)} jobs are named {name!r} ({', '.join(found)}): give USER/NAME, or set ${USER_ENV}")
+
+
 def job_status(task_count: int, counts: Mapping[str, int] | None) -> tuple[str, str]:
     """A job's status and ready count from its tasks by state (GET /v1/jobs/U/N's `tasks`):
     PENDING while any task waits for a machine; RUNNING when every wanted task runs with its

@@ -73,7 +73,8 @@ def test_top_level_help_lists_every_command_group() -> None:
         (["cell", "up", "--help"], "--toxiproxy"),
         (["job", "submit", "--help"], "--master"),
         (["job", "update", "--help"], "--tasks"),
-        (["task", "list", "--help"], "USER/NAME"),
+        (["task", "list", "--help"], "[USER/]NAME"),
+        (["job", "kill", "--help"], "USER/NAME"),
         (["machine", "list", "--help"], "--json"),
         (["bns", "resolve", "--help"], "minborg"),
         (["demo", "--help"], "--replicas"),
@@ -185,7 +186,7 @@ def test_submit_sends_the_canonical_job(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_bad_job_key_is_a_usage_error() -> None:
-    result = runner.invoke(app, ["job", "show", "no-slash"])
+    result = runner.invoke(app, ["job", "kill", "no-slash"])  # a change names its job whole
     assert result.exit_code == 2
     assert "USER/NAME" in result.output
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from reference import cli_fast, cli_plain
 from reference.cli import app
 
-JOBS = [{"key": "demo/web", "priority": 200, "task_count": 2, "request": {"cpu": "100m", "ram": 67108864},
+JOBS = [{"key": "demo/web", "name": "web", "user": "demo", "priority": 200, "task_count": 2, "request": {"cpu": "100m", "ram": 67108864},
          "restart_policy": "always", "appclass": "latency_sensitive", "version": 1, "submitted_at": 0}]  # fmt: skip
 MACHINES = [{"name": "b0", "state": "up", "failure_domain": "r0", "capacity": {"cpu": 4000, "ram": 8 << 30},
              "reserved": {"cpu": 100, "ram": 64 << 20}, "usage": {"cpu_milli": 3, "ram_bytes": 9 << 20},
@@ -62,7 +62,7 @@ def test_version_and_completion_are_answered_on_the_fast_path(capsys: pytest.Cap
 @pytest.mark.parametrize(
     "args",
     [["job", "list", "-w"], ["job", "list", "--help"], ["task", "show", "demo/web", "x"], ["job", "list", "-o"],
-     ["job", "list", "-o", "xml"], ["task", "list", "no-slash"], ["cell", "up"], ["task", "logs", "demo/web", "0", "-f"],
+     ["job", "list", "-o", "xml"], ["task", "list", "a/b/c", "--master", "http://127.0.0.1:9"], ["cell", "up"], ["task", "logs", "demo/web", "0", "-f"],
      ["job", "update", "demo/web", "--cpu", "1"], ["job", "update", "demo/web", "--tasks", "-1"], ["events", "-f"],
      ["completion", "tcsh"], ["job", "submit", "x.yaml"]],
 )  # fmt: skip
@@ -218,3 +218,26 @@ def test_job_list_shows_status_and_ready(master: str, capsys: pytest.CaptureFixt
     header, _, row = capsys.readouterr().out.splitlines()
     assert header.split()[:3] == ["job", "status", "ready"]
     assert row.split()[:3] == ["demo/web", "PENDING", "1/2"]  # 1 RUNNING confirmed, 1 PENDING of 2
+
+
+def test_a_reading_command_takes_the_jobs_name_alone(
+    master: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(cli_plain.USER_ENV, raising=False)
+    for args in (["job", "show", "web"], ["task", "list", "web"], ["task", "show", "web", "0"]):
+        assert cli_fast.run([*args, "--master", master]) == 0  # the cell's one job named web: demo/web
+        fast = capsys.readouterr().out
+        assert fast == full_output([*args, "--master", master])
+        assert "demo/web" in fast
+    with pytest.raises(cli_fast.Fallback):  # no job of that name: the full command line says so
+        cli_fast.run(["job", "show", "nope", "--master", master])
+    result = CliRunner().invoke(app, ["job", "show", "nope", "--master", master])
+    assert result.exit_code == 2 and "no job named 'nope' in the cell" in result.output
+    with pytest.raises(cli_fast.Fallback):  # a change names its job whole
+        cli_fast.run(["job", "kill", "web", "--master", master])
+    monkeypatch.setenv(cli_plain.USER_ENV, "alice")
+    assert cli_plain.job_by_name("web", lambda: pytest.fail("not listed: $MINBORG_USER says whose")) == "alice/web"
+    jobs = [{"key": "demo/web", "name": "web"}, {"key": "bob/web", "name": "web"}]
+    monkeypatch.delenv(cli_plain.USER_ENV)
+    with pytest.raises(ValueError, match=r"2 jobs are named 'web' \(bob/web, demo/web\)"):
+        cli_plain.job_by_name("web", lambda: jobs)
