@@ -1,12 +1,16 @@
 """Measure put and fenced-transaction throughput and latency through StoreClient against etcd, and a watch's delay.
 
     python -m bench.store --members 3 --seconds 5 [--clients 4] [--plain] [--endpoints URL,...]
+    python -m bench.store --compare-tls [--rounds 10] [--unsafe-no-fsync]
 
 Without --endpoints it starts a throwaway local cluster of --members members, with TLS and
 client certificates as a cell's (--plain: http, to measure what TLS costs). The txn case
 is the shape of every master write: compare the leader key's create_revision and value, then
 put one JSON document; so it is the ceiling for the master's write throughput. The watch
 case puts one key at a time and times its event's arrival at a watch of the prefix.
+--compare-tls starts a TLS and a plain 1-member cluster side by side and alternates rounds of
+sequential fenced txns and watched puts between them, so the host's other load weighs on both
+alike; it prints each side's median latencies and CPU (client and etcd) per operation.
 """
 
 from __future__ import annotations
@@ -145,6 +149,51 @@ def watch_delay(endpoints: list[str], seconds: float, tls: StoreTLS | None = Non
     return Result("watch", len(latencies), elapsed, latencies)
 
 
+def compare_tls(rounds: int, ops_per_round: int, unsafe_no_fsync: bool) -> dict[str, dict[str, float]]:
+    """TLS against plain http on two 1-member clusters, round by round (see the docstring)."""
+    import psutil
+
+    samples: dict[str, dict[str, list[float]]] = {
+        side: {"txn_p50_ms": [], "txn_p99_ms": [], "watch_p50_ms": [], "client_cpu_us": [], "etcd_cpu_us": []}
+        for side in ("tls", "plain")
+    }
+    with tempfile.TemporaryDirectory(prefix="minborg-bench-tls-") as state_dir:
+        clusters = {
+            side: EtcdCluster(f"{state_dir}/{side}", members=1, unsafe_no_fsync=unsafe_no_fsync, tls=side == "tls")
+            for side in ("tls", "plain")
+        }
+        try:
+            for cluster in clusters.values():
+                cluster.start()
+            members = {side: psutil.Process(c.pids()[0]) for side, c in clusters.items()}  # type: ignore[arg-type]
+            for r in range(rounds):
+                for side in ("tls", "plain") if r % 2 == 0 else ("plain", "tls"):
+                    cluster, member = clusters[side], members[side]
+                    with StoreClient(cluster.client_urls, tls=cluster.client_tls) as client:
+                        client.delete_prefix("/bench/")
+                        _, token = client.txn([ops.create_revision(LEADER_KEY, "==", 0)], [ops.put(LEADER_KEY, "bench")])
+                        fence = [ops.create_revision(LEADER_KEY, "==", token), ops.value(LEADER_KEY, "==", "bench")]
+                        value, latencies = dumps(DOCUMENT), []
+                        cpu0, etcd0 = time.process_time(), sum(member.cpu_times()[:2])
+                        for i in range(ops_per_round):
+                            t = time.perf_counter()
+                            client.txn(fence, [ops.put(f"/bench/txn/{i}", value)])
+                            latencies.append(time.perf_counter() - t)
+                        cpu1, etcd1 = time.process_time(), sum(member.cpu_times()[:2])
+                    result = Result("txn", len(latencies), 1.0, latencies)
+                    watched = watch_delay(cluster.client_urls, 1.0, cluster.client_tls)
+                    got = samples[side]
+                    got["txn_p50_ms"].append(result.percentile_ms(0.5))
+                    got["txn_p99_ms"].append(result.percentile_ms(0.99))
+                    got["watch_p50_ms"].append(watched.percentile_ms(0.5))
+                    got["client_cpu_us"].append(1e6 * (cpu1 - cpu0) / ops_per_round)
+                    got["etcd_cpu_us"].append(1e6 * (etcd1 - etcd0) / ops_per_round)
+        finally:
+            for cluster in clusters.values():
+                cluster.stop()
+    return {side: {k: round(statistics.median(v), 3) for k, v in got.items()} for side, got in samples.items()}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--members", type=int, default=1, choices=(1, 3, 5))
@@ -153,6 +202,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--endpoints", help="comma-separated client URLs of a running etcd")
     parser.add_argument("--unsafe-no-fsync", action="store_true", help="start etcd without fsync")
     parser.add_argument("--plain", action="store_true", help="start etcd on plain http, without TLS")
+    parser.add_argument("--compare-tls", action="store_true", help="TLS and plain side by side, interleaved")
+    parser.add_argument("--rounds", type=int, default=10, help="with --compare-tls: rounds per side")
+    parser.add_argument("--ops", type=int, default=200, help="with --compare-tls: sequential txns per round")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = parser.parse_args(argv)
 
@@ -168,6 +220,18 @@ def main(argv: list[str] | None = None) -> None:
         for r in results:
             print(r.line())
 
+    if args.compare_tls:
+        medians = compare_tls(args.rounds, args.ops, args.unsafe_no_fsync)
+        if args.json:
+            print(json.dumps(medians))
+            return
+        print(f"TLS against plain http, 1-member etcd, {args.rounds} rounds of {args.ops} sequential txns each"
+              + (", no fsync" if args.unsafe_no_fsync else "") + "; medians of the rounds")  # fmt: skip
+        for side, m in medians.items():
+            print(f"{side:<5} txn p50 {m['txn_p50_ms']:6.2f} ms  p99 {m['txn_p99_ms']:6.2f} ms  "
+                  f"watch p50 {m['watch_p50_ms']:5.2f} ms  CPU per txn: client {m['client_cpu_us']:5.0f} us, "
+                  f"etcd {m['etcd_cpu_us']:5.0f} us")  # fmt: skip
+        return
     if args.endpoints:
         report(bench(args.endpoints.split(","), args.seconds, args.clients), args.endpoints)
         return
