@@ -106,23 +106,24 @@ class Refused(Exception):
 
 class LimitedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits of `limits`; `limited(limits)` makes the
-    subclass one server uses (its own count of connections per client)."""
+    subclass one server uses (its own count of connections per client).
+
+    What a request pays is kept to a few attribute updates: the header-read timeout is not a
+    timer per request but one sweep a second over the server's connections (so a late
+    connection closes between `header_timeout_s` and a second after), and a connection over
+    the cap is answered before uvicorn builds its parser."""
 
     limits: ClassVar[WireLimits] = MASTER
     per_client: ClassVar[dict[str, int]] = {}
     refused: ClassVar[dict[int, int]] = {}  # connections refused, by status
+    sweeping: ClassVar[bool] = False
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._peer: str | None = None  # the address counted in per_client
-        self._awaiting_headers = True
-        self._header_bytes = 0
-        self._header_timer: asyncio.TimerHandle | None = None
-        self._body_bytes = 0
-        self._body_limit = 0
-        self._linger: asyncio.TimerHandle | None = None
-        self._drained = 0
-        self._refusal: Refused | None = None  # raised in a parser callback, answered by data_received
+    def __init__(
+        self, config: Any, server_state: Any, app_state: dict[str, Any], _loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:  # fmt: skip
+        # uvicorn's own state is built in connection_made, once the connection is admitted.
+        self._arguments = (config, server_state, app_state, _loop)
+        self._peer: str | None = None  # the address counted in per_client; None: not admitted
 
     # --- the connection ---------------------------------------------------------------------
 
@@ -131,7 +132,6 @@ class LimitedProtocol(HttpToolsProtocol):
         host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         open_now = self.per_client.get(host, 0)
         if open_now >= self.limits.max_connections_per_client:
-            self.transport = transport
             self._count(503)
             error = f"{open_now} connections from {host or 'this client'} are open already (the limit); retry later"
             transport.write(error_response(503, "", error, b"retry-after: 1\r\n"))
@@ -139,18 +139,30 @@ class LimitedProtocol(HttpToolsProtocol):
             return
         self.per_client[host] = open_now + 1
         self._peer = host
+        HttpToolsProtocol.__init__(self, *self._arguments)
+        self._headers_since: float | None = self.loop.time()  # None: not reading headers
+        # Bytes of the request line and headers so far, counted a chunk at a time; -1 while a
+        # body is read (or after a refusal).
+        self._header_bytes = 0
+        self._body_bytes = 0
+        self._body_limit = 0
+        self._linger: asyncio.TimerHandle | None = None
+        self._drained = 0
+        self._refusal: Refused | None = None  # raised in a parser callback, answered by data_received
         super().connection_made(transport)
-        self._header_timer = self.loop.call_later(self.limits.header_timeout_s, self._headers_late)
+        if not type(self).sweeping:
+            type(self).sweeping = True
+            self.loop.call_later(1.0, _sweep, type(self), self.connections, self.loop)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._peer is not None:
-            left = self.per_client.get(self._peer, 1) - 1
-            if left > 0:
-                self.per_client[self._peer] = left
-            else:
-                self.per_client.pop(self._peer, None)
-            self._peer = None
-        self._stop_header_timer()
+        if self._peer is None:  # refused at once: uvicorn's state was never built
+            return
+        left = self.per_client.get(self._peer, 1) - 1
+        if left > 0:
+            self.per_client[self._peer] = left
+        else:
+            self.per_client.pop(self._peer, None)
+        self._peer = None
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -162,9 +174,9 @@ class LimitedProtocol(HttpToolsProtocol):
             if self._drained > LINGER_BYTES:
                 self.transport.close()
             return
-        if self._awaiting_headers:
-            if self._header_timer is None:
-                self._header_timer = self.loop.call_later(self.limits.header_timeout_s, self._headers_late)
+        if self._header_bytes >= 0:  # reading a request's line and headers
+            if self._headers_since is None:
+                self._headers_since = self.loop.time()
             self._header_bytes += len(data)
         # uvicorn's data_received, but a limit's refusal (raised in a callback, which httptools
         # turns into a parser error) is answered with its own status instead of a 400.
@@ -186,29 +198,32 @@ class LimitedProtocol(HttpToolsProtocol):
             return
         # httptools holds a header until it is whole: an unfinished one is counted here, a
         # chunk at a time.
-        if self._awaiting_headers and self._header_bytes > self.limits.max_header_bytes:
-            if not self.transport.is_closing():
-                self._refuse(self._headers_too_large())
+        if self._header_bytes > self.limits.max_header_bytes and not self.transport.is_closing():
+            self._refuse(self._headers_too_large())
 
     # --- parser callbacks ---------------------------------------------------------------------
 
     def on_headers_complete(self) -> None:
-        self._awaiting_headers = False
-        self._stop_header_timer()
+        self._headers_since = None
         limit = self.limits.body_limit(self.url)
-        size, length = len(self.url) + 16, b""  # 16: the method, version and line ends
+        length = b""
         for name, value in self.headers:
-            size += len(name) + len(value) + 4
             if name == b"content-length":
                 length = value
-        if size > self.limits.max_header_bytes:
+        # The bytes counted are whole chunks, a body's start included: measured exactly only
+        # when the count says they may be too many.
+        if self._header_bytes > self.limits.max_header_bytes and self._exact_header_bytes() > self.limits.max_header_bytes:
             self._refusal = self._headers_too_large()
         elif length.isdigit() and int(length) > limit:
             self._refusal = Refused(413, "body", f"the body ({int(length)} bytes) is larger than {limit} bytes")
         if self._refusal is not None:
             raise self._refusal
+        self._header_bytes = -1  # reading the body
         self._body_bytes, self._body_limit = 0, limit
         super().on_headers_complete()
+
+    def _exact_header_bytes(self) -> int:
+        return len(self.url) + 16 + sum(len(name) + len(value) + 4 for name, value in self.headers)
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
@@ -219,16 +234,22 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        self._awaiting_headers, self._header_bytes = True, 0
+        self._header_bytes = 0  # the next request's headers come next
 
     # --- refusals -------------------------------------------------------------------------------
 
-    def _headers_late(self) -> None:
-        self._header_timer = None
-        if self.transport.is_closing() or not self._awaiting_headers:
+    def headers_late(self, now: float) -> bool:
+        """Whether this connection has been reading one request's headers for too long."""
+        since = self._headers_since
+        return since is not None and now - since > self.limits.header_timeout_s and self._peer is not None
+
+    def close_late(self) -> None:
+        """Close a connection whose headers are late: 408 if it sent part of a request."""
+        self._headers_since = None
+        if self.transport.is_closing():
             return
         self._count(408)
-        if self._header_bytes:
+        if self._header_bytes > 0:
             error = f"the headers did not arrive within {self.limits.header_timeout_s:g} s"
             self.transport.write(error_response(408, "headers", error))
         self.transport.close()
@@ -239,8 +260,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def _refuse(self, refusal: Refused) -> None:
         """Answer `refusal` (unless the app already answered), then drain and close."""
         self._count(refusal.status)
-        self._stop_header_timer()
-        self._awaiting_headers = False
+        self._headers_since, self._header_bytes = None, -1
         cycle = self.cycle
         answered = cycle is not None and not cycle.response_complete and cycle.response_started
         if cycle is not None and not cycle.response_complete:
@@ -256,13 +276,16 @@ class LimitedProtocol(HttpToolsProtocol):
             self.transport.resume_reading()
         self._linger = self.loop.call_later(self.limits.linger_s, self.transport.close)
 
-    def _stop_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
     def _count(self, status: int) -> None:
         self.refused[status] = self.refused.get(status, 0) + 1
+
+
+def _sweep(cls: type[LimitedProtocol], connections: set[Any], loop: asyncio.AbstractEventLoop) -> None:
+    """Once a second: close the connections of `cls` whose headers are late."""
+    now = loop.time()
+    for protocol in [c for c in connections if isinstance(c, cls) and c.headers_late(now)]:
+        protocol.close_late()
+    loop.call_later(1.0, _sweep, cls, connections, loop)
 
 
 def limited(limits: WireLimits) -> type[LimitedProtocol]:
