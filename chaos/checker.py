@@ -1,22 +1,24 @@
-"""Judges a history: harness.history.check when that module exists, plus a final-read lost-write check of our own."""
+"""Judges a chaos run's history with harness.history: its check of the whole history, and its lost-write judgement on the final reads."""
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from chaos.history import Op, Outcome, read_ops
+from harness import history as hh
 
 
 @dataclass
 class Verdict:
     ok: bool
-    checker: str  # who decided: "harness.history" or "chaos.checker"
+    checker: str  # which judgement: "harness.history" (the whole history) or "final reads"
     lost_writes: list[Any] = field(default_factory=list)
     nonlinearizable_keys: list[str] = field(default_factory=list)
+    undecided_keys: list[str] = field(default_factory=list)  # the search ran out of steps: a failure
     double_running: list[Any] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -28,78 +30,51 @@ def final_time(root: Path) -> float:
 
 
 def check_file(path: str | Path) -> Verdict:
-    """Judge the JSONL history at `path` with harness.history when available; our own check
-    of the final reads is always run and reported beside it, and a loss it finds fails too."""
+    """Judge the JSONL history at `path` with harness.history (lost writes to any read,
+    linearizability per key, undecided keys failing), and report beside it what the final
+    reads alone say (every acknowledged write survived the run); either failing fails."""
     path = Path(path)
     ops = read_ops(path)
     own = final_reads_check(ops, final_time(path.parent))
-    harness = _harness_check(path)
-    if harness is None:
-        return own
-    harness.details["final_reads_check"] = asdict(own)
-    harness.ok = harness.ok and own.ok
-    return harness
+    whole = _harness_check(ops)
+    whole.details["final_reads_check"] = asdict(own)
+    whole.ok = whole.ok and own.ok
+    return whole
 
 
-def _harness_check(path: Path) -> Verdict | None:
+def _harness_check(ops: Iterable[Op]) -> Verdict:
+    history = hh.History()
+    history.ops = list(ops)
     try:
-        from harness import history as hh
-    except ImportError:
-        return None
-    try:
-        result = hh.check(hh.History.from_jsonl(path))
-    except Exception as err:  # an unfinished harness must not hide our own verdict
+        result = hh.check(history)
+    except Exception as err:  # a history the checker cannot read fails, with the reason
         return Verdict(False, "harness.history (error)", details={"error": repr(err)})
-    lost = [
-        asdict(o) if is_dataclass(o) and not isinstance(o, type) else o for o in result.lost_writes
-    ]
     return Verdict(
-        bool(result.ok), "harness.history", lost_writes=lost,
-        nonlinearizable_keys=list(result.nonlinearizable_keys),
+        bool(result.ok), "harness.history", lost_writes=[_plain(o) for o in result.lost_writes],
+        nonlinearizable_keys=list(result.nonlinearizable_keys), undecided_keys=list(result.undecided_keys),
         double_running=list(result.double_running), details={"harness": list(result.details)[:50]},
     )  # fmt: skip
 
 
-def _cpu(doc: Any) -> Any:
-    return doc.get("cpu") if isinstance(doc, dict) else doc
+def _plain(o: Any) -> Any:
+    return asdict(o) if is_dataclass(o) and not isinstance(o, type) else o
 
 
 def final_reads_check(ops: list[Op], final_t: float) -> Verdict:
-    """Every acknowledged write must survive: for each key the final read (after the load
-    stopped and the cell healed) must show that write or one not surely over before it began.
-    Values are unique per key, so a value names its write."""
-    writes: dict[str, list[Op]] = defaultdict(list)
-    finals: dict[str, Op] = {}
-    for op in ops:
-        if op.is_write:
-            writes[op.key].append(op)
-        elif op.op == "read" and op.invoke_t >= final_t and op.outcome == Outcome.OK:
-            finals[op.key] = op
+    """Every acknowledged write must survive: harness.history's lost-write judgement, with only
+    the final reads (made after the load stopped and the cell healed) as the reads that judge;
+    and every key written must have been read at the end."""
+    written = {o.key for o in ops if o.is_write and o.outcome == Outcome.OK}
+    final_keys = {o.key for o in ops if o.op == "read" and o.invoke_t >= final_t and o.outcome == Outcome.OK}
+    by_key: dict[str, list[Op]] = {}
+    for o in ops:
+        by_key.setdefault(o.key, []).append(o)
     lost: list[dict[str, Any]] = []
-    unread = []
-    for key, key_writes in writes.items():
-        acked = [w for w in key_writes if w.outcome == Outcome.OK]
-        if not acked:
-            continue
-        if key not in finals:
-            unread.append(key)
-            continue
-        shown = _cpu(finals[key].result)
-        source = [w for w in key_writes if _cpu(w.value) == shown]
-        for a in acked:
-            entry = {"key": key, "value": _cpu(a.value), "final": shown}
-            if shown is None:
-                lost.append({**entry, "why": "key missing"})
-            elif not source:
-                lost.append({**entry, "why": "final value never written"})
-            elif source[0].outcome == Outcome.FAILED:
-                lost.append({**entry, "why": "a refused write is visible"})
-            elif (
-                source[0] is not a
-                and source[0].outcome == Outcome.OK
-                and (source[0].complete_t or 0) < a.invoke_t
-            ):
-                lost.append({**entry, "why": "overwritten by an older write"})
+    for key in sorted(written & final_keys):
+        for w, r in hh.lost_writes(by_key[key], reads_from=final_t):
+            lost.append({"key": key, "op": w.op, "value": w.value, "acknowledged_t": w.complete_t,
+                         "final": r.result})  # fmt: skip
+    unread = sorted(written - final_keys)
     counts = {str(o): sum(1 for op in ops if op.outcome == o) for o in Outcome}
-    details = {"ops": len(ops), "keys": len(writes), "outcomes": counts, "unread_keys": unread}
-    return Verdict(not lost and not unread, "chaos.checker", lost_writes=lost, details=details)
+    details = {"ops": len(ops), "keys": len(written), "outcomes": counts, "unread_keys": unread}
+    return Verdict(not lost and not unread, "final reads", lost_writes=lost, details=details)

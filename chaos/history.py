@@ -1,4 +1,9 @@
-"""Writes and reads client operation histories as JSONL (one operation per line, in harness.history's format)."""
+"""Writes and reads client operation histories as JSONL, one operation per line, in harness.history's `Op` format.
+
+The operation and its outcome are harness.history's (`Op`, `Outcome`): one vocabulary for
+the harness, the chaos load and the checker. A write here is a submit (POST) or an update
+(PATCH); the value and a read's result are the job's tracked fields, here {"cpu": milli-CPU}.
+"""
 
 from __future__ import annotations
 
@@ -6,38 +11,15 @@ import itertools
 import json
 import threading
 import time
-from dataclasses import asdict, dataclass
-from enum import StrEnum
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from harness.history import Op, Outcome
 
-class Outcome(StrEnum):
-    OK = "ok"
-    FAILED = "failed"  # surely not applied
-    UNKNOWN = "unknown"  # may or may not have been applied
+__all__ = ["HistoryFile", "Op", "Outcome", "read_ops", "read_result"]
 
-
-# harness.history's operation kinds: a write is a submit (POST) or an update (PATCH); the
-# value and a read's result are the job's tracked fields, here {"cpu": milli-CPU}.
-WRITES = ("submit", "update")
 _ids = itertools.count(int(time.time() * 1000) % 10**9 * 1000)
-
-
-@dataclass
-class Op:
-    id: int
-    op: str  # "submit", "update" or "read"
-    key: str
-    value: Any
-    invoke_t: float
-    complete_t: float | None = None
-    outcome: str = "pending"
-    result: Any = None
-
-    @property
-    def is_write(self) -> bool:
-        return self.op in WRITES
 
 
 class HistoryFile:
@@ -58,6 +40,20 @@ class HistoryFile:
         with self._lock, open(self.path, "a") as out:
             out.write(line)
         return op
+
+
+def read_result(cpu: int | None, revision: int, floor: int) -> dict[str, Any] | None:
+    """What a read answered, as the history records it: the job's tracked fields (None when
+    it does not exist), stamped with the revision it was read at and, when that is older than
+    `floor` (the newest revision an acknowledged write of this client returned), marked stale.
+    A stale read is recorded like any other, for the checker to judge: a client that retried
+    it instead would hide from the history the very reads it is meant to catch."""
+    if cpu is None:
+        return None
+    shown: dict[str, Any] = {"cpu": cpu, "revision": revision}
+    if revision < floor:
+        shown["stale"] = True
+    return shown
 
 
 def read_ops(path: str | Path) -> list[Op]:

@@ -20,7 +20,7 @@ import requests
 from locust import User, between, constant, task
 
 from chaos import cellfile, jobs
-from chaos.history import HistoryFile, Op, Outcome
+from chaos.history import HistoryFile, Op, Outcome, read_result
 from reference.cellfile import auth_headers, read_admin_token
 from reference.launcher import CellInfo, Role
 
@@ -30,10 +30,13 @@ RUN_ID = os.environ.get("CHAOS_RUN_ID", str(int(time.time())))
 KEYS_PER_USER = 3
 OP_DEADLINE_S = 8.0  # a client gives up on one operation after this long
 HISTORY = HistoryFile(RUN_DIR / "history.jsonl")
-# The highest etcd revision any acknowledged write of this client returned. A replica cut
-# from etcd keeps serving reads from a frozen watch cache; a read stamped with an older
-# revision is stale for this client and is asked of another replica instead.
+# The highest etcd revision any answer to this client carried (writes and reads). Every read
+# sends it as its revision floor (docs/api.md, "Revision floor"): a replica behind it waits or
+# answers 503, and the read goes to another one. A read answered below it all the same is
+# recorded as it came, marked stale, for the checker to judge: the client never retries a read
+# that answered, whatever it showed.
 FLOOR = {"revision": 0}
+MIN_REVISION_HEADER = "X-Minborg-Min-Revision"
 _INFO = CellInfo.load(STATE_DIR)
 ADMIN = auth_headers(read_admin_token(_INFO.state_dir))  # every simulated client is the cell's admin
 _ids = itertools.count()
@@ -96,8 +99,10 @@ class KVUser(User):
         while time.monotonic() - started < OP_DEADLINE_S:
             url = self.urls[self.turn % len(self.urls)]
             self.turn += 1
+            floor = FLOOR["revision"]
+            headers = {MIN_REVISION_HEADER: str(floor)} if method == "GET" else None
             try:
-                response = self.http.request(method, url + path, json=body, timeout=(1.0, 3.0))
+                response = self.http.request(method, url + path, json=body, headers=headers, timeout=(1.0, 3.0))
             except requests.RequestException as err:
                 error = f"{url}: {type(err).__name__}"
                 # Refused or unconnected: the request never left; anything else may have.
@@ -117,24 +122,23 @@ class KVUser(User):
                 continue
             if status == 404 and method == "GET":
                 if op.key.split("/", 1)[1] in self.acked:
-                    # A 404 carries no revision: for a job this client created, it is stale.
-                    error = f"{url}: stale 404"
-                    continue
+                    # No job, though this client's submit of it was acknowledged: recorded as
+                    # read, and the checker fails it.
+                    _append("stale_reads.jsonl", {"t": time.time(), "url": url, "key": op.key,
+                                                  "revision": None, "floor": floor})  # fmt: skip
                 return self._done(op, Outcome.OK, None, started, status), status
             if status >= 400:
                 outcome = Outcome.UNKNOWN if uncertain else Outcome.FAILED
                 return self._done(op, outcome, {"status": status}, started, status), status
             doc = response.json()
             revision = int(doc.get("revision") or 0)
+            FLOOR["revision"] = max(FLOOR["revision"], revision)
             if method == "GET":
-                if revision < FLOOR["revision"]:
+                result: Any = read_result(jobs.register_value(doc["job"]), revision, floor)
+                if revision < floor:
                     _append("stale_reads.jsonl", {"t": time.time(), "url": url, "key": op.key,
-                                                  "revision": revision, "floor": FLOOR["revision"]})  # fmt: skip
-                    error = f"{url}: stale read at revision {revision}"
-                    continue
-                result: Any = {"cpu": jobs.register_value(doc["job"])}
+                                                  "revision": revision, "floor": floor})  # fmt: skip
             else:
-                FLOOR["revision"] = max(FLOOR["revision"], revision)
                 result = {"status": status, "revision": revision}
             return self._done(op, Outcome.OK, result, started, status), status
         outcome = Outcome.UNKNOWN if uncertain else Outcome.FAILED

@@ -48,7 +48,7 @@ def test_final_reads_check_finds_an_overwritten_acknowledged_write() -> None:
         Op(3, "read", "chaos/k", None, 10.0, 10.1, "ok", {"cpu": 1}),
     ]
     verdict = final_reads_check(ops, final_t=10.0)
-    assert not verdict.ok and verdict.lost_writes[0]["value"] == 2
+    assert not verdict.ok and verdict.lost_writes[0]["value"] == {"cpu": 2}
     ops[2].result = {"cpu": 2}
     assert final_reads_check(ops, final_t=10.0).ok
 
