@@ -214,14 +214,20 @@ class Pass:
             return self.offset
         return self.rng.randrange(max(self.n, 1))
 
-    def _want(self, tasks: int) -> int:
-        """How many feasible machines a class of `tasks` tasks samples: relaxed randomization's
-        k, or one machine per task where the class is larger, so that a job of thousands of
-        tasks can spread over as many machines as it has tasks (up to the whole cell) rather
-        than over the first k its walk reaches."""
+    def _want(self, job_tasks: int) -> int:
+        """How many feasible machines a class samples, where `job_tasks` is the most tasks any
+        one job has in it: relaxed randomization's k, or one machine per task of that job where
+        it has more, so that a job of thousands of tasks can spread over as many machines as it
+        has tasks (up to the whole cell) rather than over the first k its walk reaches.
+
+        A job's tasks are what the spreading terms keep apart; tasks of different jobs that
+        share a class are not, so a class of many small jobs keeps the bound: a sample of the
+        whole cell would change where each of them lands (every class's walk starts at one
+        place, so small samples fill the same machines first) and the cell's packing with it.
+        """
         if not self.cfg.relaxed_randomization:
             return self.n
-        return min(self.n, max(self.k, tasks))
+        return min(self.n, max(self.k, job_tasks))
 
     def _set(self, cls: TaskClass, s: _Sample, slot: int, mi: int, score: float | None) -> None:
         if score is None:
@@ -509,6 +515,14 @@ class Pass:
         key_of = list(number)
         for key in keys:
             left[key] = left.get(key, 0) + 1
+        # Per class, the most pending tasks one job has in it: what its sample is sized by.
+        per_job: dict[tuple[int, str], int] = {}
+        if cfg.equivalence_classes and cfg.relaxed_randomization:
+            for task, key in zip(pending, keys, strict=True):
+                per_job[key, task.job] = per_job.get((key, task.job), 0) + 1
+        job_most: dict[int, int] = {}
+        for (key, _), count in per_job.items():
+            job_most[key] = max(job_most.get(key, 0), count)
         for task, key in zip(pending, keys, strict=True):
             start = clock() if clock else 0.0
             self.stats.processed += 1
@@ -530,7 +544,7 @@ class Pass:
                     self.mix.add(group, cls.req[0])
                 s = samples.get(key) if cfg.equivalence_classes else None
                 if s is None:
-                    s = _Sample(max(self._want(left[key] + 1 if cfg.equivalence_classes else 1), 1), self._start())
+                    s = _Sample(max(self._want(job_most.get(key, 1)), 1), self._start())
                     if not cfg.preemption:  # the first walk is the last
                         s.tally = Tally(len(cls.compiled), len(self.cell.dims))
                     if cfg.equivalence_classes:
