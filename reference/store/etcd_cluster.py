@@ -476,7 +476,10 @@ class EtcdCluster:
             "--election-timeout", str(self.election_ms),
             # etcd 3.6 name; 3.5's --experimental-watch-progress-notify-interval is deprecated.
             "--watch-progress-notify-interval", PROGRESS_NOTIFY,
-            "--log-level", "warn",
+            # With client certificates etcd warns once per request that came through its JSON
+            # gateway ("ignoring common name in gRPC-gateway proxy request"; every request of
+            # ours does): a log line per write. Errors only, for a TLS cluster.
+            "--log-level", "error" if self.tls else "warn",
             # A kill of a job of thousands of tasks is thousands of puts: fewer, larger txns
             # (masters of local cells are started with --max-txn-ops to match).
             "--max-txn-ops", str(MAX_TXN_OPS),
