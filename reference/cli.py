@@ -110,7 +110,7 @@ def completion(shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash,
 
     if shell not in SHELLS:
         raise typer.BadParameter(f"{shell!r}: choose one of {', '.join(SHELLS)}", param_hint="SHELL")
-    print(script(shell))
+    print(script(shell), end="")
 
 # Commands that hand their arguments, --help included, to another program's own parser.
 PASS_THROUGH: dict[str, Any] = {
@@ -578,10 +578,6 @@ app.command("fauxmaster", rich_help_panel=DAEMONS)(cli_faux.fauxmaster)
 
 def main() -> None:
     """Entry point of the `minborg` console script."""
-    if "_MINBORG_COMPLETE" in os.environ:  # a shell asks for completions (cli_complete.py)
-        from typer._completion_classes import completion_init
-
-        completion_init()  # typer's bash, zsh and fish answers, which add_completion=False leaves out
     app(prog_name="minborg")
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import namedtuple
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from reference import cellfile, cli_plain, cli_views
@@ -109,22 +109,19 @@ def version() -> str:
 COMMON = ("--master", "--state-dir")
 
 
-@dataclass(frozen=True)
-class Fast:
-    """A command the fast path answers: its positional arguments, the options that take a value,
-    the flags, and the function that answers it."""
-
-    positional: int
-    answer: Callable[[Args], int]
-    options: tuple[str, ...] = ()
-    flags: tuple[str, ...] = ()
+# A command the fast path answers: how many positional arguments, the function that answers
+# it (Args -> exit code), the options that take a value, the flags. A named tuple: importing
+# dataclasses (and inspect) costs as much as all the rest of the fast path.
+Fast = namedtuple("Fast", ["positional", "answer", "options", "flags"], defaults=((), ()))
 
 
-@dataclass
 class Args:
-    positional: list[str]
-    options: dict[str, str] = field(default_factory=dict)
-    token: str | None = None
+    """One fast command's arguments as given: positional ones, options by long name, the token."""
+
+    def __init__(self, positional: list[str]) -> None:
+        self.positional = positional
+        self.options: dict[str, str] = {}
+        self.token: str | None = None
 
     def has(self, name: str) -> bool:
         return name in self.options
@@ -396,8 +393,6 @@ FAST: dict[tuple[str, ...], Fast] = {
 
 def run(args: list[str]) -> int:
     """Answer `args` on the fast path; returns the exit code. Fallback when it cannot."""
-    if "_MINBORG_COMPLETE" in os.environ:
-        raise Fallback  # a shell asks for completions: the full command line knows every option
     if args in ([], ["--help"]):
         print(top_help())
         return 0
@@ -412,8 +407,10 @@ def run(args: list[str]) -> int:
     if len(args) == 2 and args[0] == "completion" and args[1] in SHELLS:
         from reference.cli_complete import script
 
-        print(script(args[1]))
+        print(script(args[1]), end="")
         return 0
+    if args[:1] == ["__complete"]:
+        return complete(args[1:], token)
     for words in (tuple(args[:2]), tuple(args[:1])):
         fast = FAST.get(words)
         if fast is not None and not any(w.startswith("-") for w in words):
@@ -421,6 +418,22 @@ def run(args: list[str]) -> int:
             parsed.token = token
             return fast.answer(parsed)
     raise Fallback
+
+
+def complete(words: list[str], token: str | None) -> int:
+    """The candidates a completion script asks for (cli_complete.py), one a line; the jobs
+    of the cell found as every command finds it, asked for at most one second."""
+    from reference.cli_complete import complete as candidates
+
+    state_dir = next((w.partition("=")[2] or None for w in words if w.startswith("--state-dir=")), None)
+
+    def jobs() -> list[str]:
+        cell = PlainCell(cellfile.master_urls(None, state_dir), cellfile.find_token(token, state_dir), retry_s=0.0,
+                         timeout=1.0)  # fmt: skip
+        return [j.get("key") or f"{j.get('user')}/{j.get('name')}" for j in cell.request("GET", "/v1/jobs")["jobs"]]
+
+    print("\n".join(candidates(words, jobs)))
+    return 0
 
 
 def main() -> None:

@@ -12,8 +12,8 @@ import json
 import socket
 import time
 import urllib.parse
+from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from reference.cellfile import NO_ANSWER, ClientError, format_detail
@@ -21,13 +21,10 @@ from reference.cellfile import NO_ANSWER, ClientError, format_detail
 RETRY_S = 12.0  # as the full client: 503s (no leader yet) are retried this long
 
 
-@dataclass(frozen=True)
-class Message:
-    """One server-sent event of a watch: its type, the revision it reflects, its JSON data."""
-
-    event: str
-    revision: int
-    data: dict[str, Any]
+# One server-sent event of a watch: its type (str), the revision it reflects (int), its JSON
+# data (dict). A named tuple: importing dataclasses (and inspect) costs the fast path as much
+# as all the rest, and typing.NamedTuple compiles its annotations.
+Message = namedtuple("Message", ["event", "revision", "data"])
 
 
 def parse_sse(chunks: Iterable[bytes]) -> Iterator[Message]:
@@ -148,9 +145,9 @@ class PlainCell:
 
     def __init__(
         self, urls: list[str], token: str | None, *, retry_s: float = RETRY_S,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = time.sleep, timeout: float = 5.0,
     ) -> None:  # fmt: skip
-        self.urls, self.token, self.retry_s, self.sleep = list(urls), token, retry_s, sleep
+        self.urls, self.token, self.retry_s, self.sleep, self.timeout = list(urls), token, retry_s, sleep, timeout
 
     def __enter__(self) -> PlainCell:
         return self
@@ -159,7 +156,7 @@ class PlainCell:
         pass
 
     def open(self, method: str, path: str, params: dict[str, Any] | None = None, json_body: Any = None,
-             timeout: float = 5.0) -> Response:  # fmt: skip
+             timeout: float | None = None) -> Response:  # fmt: skip
         """The first 2xx answer's head, from the first replica that serves it; ClientError else."""
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
         body = json.dumps(json_body).encode() if json_body is not None else None
@@ -169,7 +166,8 @@ class PlainCell:
             failures: list[str] = []
             for url in self.urls:
                 try:
-                    answer = open_request(url, method, path + query, body=body, token=self.token, timeout=timeout)
+                    answer = open_request(url, method, path + query, body=body, token=self.token,
+                                          timeout=self.timeout if timeout is None else timeout)  # fmt: skip
                 except NotSent as err:
                     failures.append(f"{url}: {err.strerror or err}")
                     continue

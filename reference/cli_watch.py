@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reference.cellfile import ClientError
@@ -15,19 +14,19 @@ if TYPE_CHECKING:  # the fast path follows events through cli_http.PlainCell, wi
     from reference.client import CellClient
 
 
-@dataclass
 class StartWatch:
     """Follows a job's tasks after its submission: says when each is placed, confirmed started
     by its borglet, or pending (and why), and decides when the wait is over.
 
     Done when every index below `task_count` runs with its start confirmed, or finished;
-    failed as soon as one index's latest incarnation died for another reason than a kill."""
+    failed as soon as one index's latest incarnation died for another reason than a kill.
+    (A plain class: the fast path's `events` imports this module, and dataclasses costs it.)"""
 
-    task_count: int
-    say: Callable[[str], None]
-    tasks: dict[int, dict[str, Any]] = field(default_factory=dict)
-    _said: set[tuple[int, int, str]] = field(default_factory=set)
-    failed: str | None = None
+    def __init__(self, task_count: int, say: Callable[[str], None]) -> None:
+        self.task_count, self.say = task_count, say
+        self.tasks: dict[int, dict[str, Any]] = {}
+        self._said: set[tuple[int, int, str]] = set()
+        self.failed: str | None = None
 
     def _once(self, task: dict[str, Any], what: str, text: str) -> None:
         key = (int(task["index"]), int(task["incarnation"]), what)

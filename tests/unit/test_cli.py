@@ -453,7 +453,7 @@ def test_a_cell_that_does_not_answer_is_one_line_that_says_what_to_do(
     result = runner.invoke(app, ["job", "list", "-w"])  # the full command line
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [expected]
-    monkeypatch.setattr(cli_http.PlainCell.__init__, "__kwdefaults__", {"retry_s": 0.5, "sleep": cli_http.time.sleep})
+    monkeypatch.setattr(cli_http.PlainCell.__init__, "__kwdefaults__", {"retry_s": 0.5, "sleep": cli_http.time.sleep, "timeout": 5.0})
     monkeypatch.setattr(sys, "argv", ["minborg", "job", "kill", "demo/x"])  # the fast path
     with pytest.raises(SystemExit) as exit_:
         cli_fast.main()

@@ -8,14 +8,16 @@ import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from reference import cli_fast, cli_plain
+from reference import cellfile, cli_complete, cli_fast, cli_plain
 from reference.cli import app
 
+REPO = Path(__file__).resolve().parents[2]
 JOBS = [{"key": "demo/web", "name": "web", "user": "demo", "priority": 200, "task_count": 2, "request": {"cpu": "100m", "ram": 67108864},
          "restart_policy": "always", "appclass": "latency_sensitive", "version": 1, "submitted_at": 0}]  # fmt: skip
 MACHINES = [{"name": "b0", "state": "up", "failure_domain": "r0", "capacity": {"cpu": 4000, "ram": 8 << 30},
@@ -42,13 +44,44 @@ def test_top_level_help_lists_every_command_of_the_full_command_line_in_its_grou
     assert all(len(line) < 200 for line in text.splitlines())  # one line per command, never wrapped
 
 
-def test_completion_scripts_are_typers_own() -> None:
-    from typer._completion_shared import get_completion_script
+def test_completion_knows_every_command_and_option_of_the_full_command_line() -> None:
+    from reference.cli_complete import TREE, command_tree
 
-    from reference.cli_complete import COMPLETE_VAR, script
+    assert command_tree(typer.main.get_command(app)) == TREE
 
-    for shell in cli_fast.SHELLS:
-        assert script(shell) == get_completion_script(prog_name="minborg", complete_var=COMPLETE_VAR, shell=shell)
+
+def test_completion_candidates(capsys: pytest.CaptureFixture[str]) -> None:
+    from reference.cli_complete import complete
+
+    def no_cell() -> list[str]:
+        raise cellfile.ClientError(0, "no cell")
+
+    assert complete([], no_cell)[:3] == ["alloc", "bench", "bns"] and "--version" in complete([], no_cell)
+    assert complete(["--token", "t", "job"], no_cell) == ["kill", "list", "schema", "show", "submit", "update", "--help"]
+    assert complete(["job", "show"], lambda: ["demo/web"])[:2] == ["demo/web", "--help"]  # the cell's jobs
+    assert complete(["job", "show"], no_cell)[0] == "--help"  # no cell: the options alone
+    assert complete(["job", "show", "demo/web"], lambda: ["demo/web"])[0] == "--help"  # the job is given
+    assert complete(["task", "list", "-o"], no_cell) == ["json", "table", "wide", "yaml"]
+
+
+def test_the_bash_script_completes_through_the_fast_path(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    script = tmp_path / "minborg.bash"
+    script.write_text(cli_complete.script("bash"))
+    shim = tmp_path / "minborg"  # `minborg` as the script calls it: this tree's fast path
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from reference.cli_fast import main; main()' \"$@\"\n")
+    shim.chmod(0o755)
+    done = subprocess.run(
+        ["bash", "-c", f"source {script}; COMP_WORDS=(minborg job sh); COMP_CWORD=2; _minborg_completion; "
+                       'echo "${COMPREPLY[@]}"'],
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin", "MINBORG_MASTER": "http://127.0.0.1:9"}, cwd=REPO,
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert done.stdout.split() == ["show"]
 
 
 def test_version_and_completion_are_answered_on_the_fast_path(capsys: pytest.CaptureFixture[str]) -> None:
