@@ -7,7 +7,7 @@ import re
 import pytest
 
 from reference.borglet import cgroups, store
-from reference.borglet.cli import parse_listen
+from reference.borglet.cli import parse_listen, parse_task_env, run_tasks_as_users
 from reference.borglet.processes import check_strings, sanitize, spawn_error
 from reference.borglet.protocol import SyncRequest, TaskSpec
 from reference.borglet.task import Task
@@ -177,3 +177,20 @@ def test_store_a_torn_spare_leaves_the_table_and_a_system_without_the_exchange_r
     store.save(path, {"epoch": 4})
     assert store.load(path)["epoch"] == 4
     assert os.listdir(tmp_path) == ["tasks.json"]
+
+
+def test_a_root_borglet_runs_tasks_as_their_users_unless_told_otherwise():
+    # Never root by accident: no fallback, whatever Python the borglet runs (it used to fall
+    # back to root when its own Python was under a private /root).
+    assert run_tasks_as_users("auto", 0) == (True, "")
+    assert run_tasks_as_users("job-user", 0) == (True, "")
+    assert run_tasks_as_users("borglet", 0) == (False, "--run-tasks-as borglet")  # the admin's explicit choice
+    as_users, why = run_tasks_as_users("auto", 1000)
+    assert not as_users and "uid 1000, not root" in why
+
+
+def test_parse_task_env():
+    assert parse_task_env(["PYTHONPATH=/a:/b", "EMPTY=", "K=a=b"]) == (("PYTHONPATH", "/a:/b"), ("EMPTY", ""), ("K", "a=b"))
+    for bad in ("NOVALUE", "=x", "K=a\0b"):
+        with pytest.raises(ValueError, match="NAME=VALUE"):
+            parse_task_env([bad])
