@@ -31,7 +31,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 KIB = 1024
 MIB = 1024 * KIB
-LINGER_BYTES = 4 * MIB  # drained after a refusal at most; past it the connection closes at once
+LINGER_BYTES = 1 * MIB  # drained after a refusal at most; past it the connection closes at once
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,7 @@ class LimitedProtocol(HttpToolsProtocol):
     limits: ClassVar[WireLimits] = MASTER
     per_client: ClassVar[dict[str, int]] = {}
     refused: ClassVar[dict[int, int]] = {}  # connections refused, by status
+    busy: ClassVar[bytes] = b""  # the answer past the cap, made once: a flood of them costs little
     sweeping: ClassVar[bool] = False
 
     def __init__(
@@ -133,8 +134,7 @@ class LimitedProtocol(HttpToolsProtocol):
         open_now = self.per_client.get(host, 0)
         if open_now >= self.limits.max_connections_per_client:
             self._count(503)
-            error = f"{open_now} connections from {host or 'this client'} are open already (the limit); retry later"
-            transport.write(error_response(503, "", error, b"retry-after: 1\r\n"))
+            transport.write(self.busy)
             transport.close()
             return
         self.per_client[host] = open_now + 1
@@ -290,4 +290,7 @@ def _sweep(cls: type[LimitedProtocol], connections: set[Any], loop: asyncio.Abst
 
 def limited(limits: WireLimits) -> type[LimitedProtocol]:
     """The protocol class of one server with `limits`: pass it to uvicorn as `http=`."""
-    return type("LimitedProtocol", (LimitedProtocol,), {"limits": limits, "per_client": {}, "refused": {}})
+    error = (f"this address has {limits.max_connections_per_client} connections open, the most one client "
+             "may hold; retry later")  # fmt: skip
+    busy = error_response(503, "", error, b"retry-after: 1\r\n")
+    return type("LimitedProtocol", (LimitedProtocol,), {"limits": limits, "per_client": {}, "refused": {}, "busy": busy})
