@@ -151,3 +151,23 @@ def test_initial_cluster_flag_lists_every_peer() -> None:
     assert initial_cluster_flag(members, "127.0.0.1") == (
         "etcd0=http://127.0.0.1:2,etcd1=http://127.0.0.1:4"
     )
+
+
+@pytest.mark.skipif(
+    etcd_version(str(etcd_cluster.PROJECT / "tools" / "bin" / "etcd")) is None,
+    reason="no tools/bin/etcd: this would build it (minutes); bash reference/store/install_etcd.sh",
+)
+def test_with_no_current_etcd_found_the_pinned_one_is_installed_with_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tools/bin/etcd is there, so the install script only checks its version and returns.
+    monkeypatch.setattr(etcd_cluster, "_etcd_candidates", lambda: [])
+    said: list[str] = []
+    found = etcd_cluster.find_etcd_binary(say=said.append)
+    assert found == str(etcd_cluster.PROJECT / "tools" / "bin" / "etcd")
+    assert etcd_version(found) == tuple(map(int, etcd_cluster.PINNED_ETCD.split(".")))
+    assert "building etcd 3.6.6" in said[0] and len(said) == 2
+
+
+def test_the_go_module_pins_the_etcd_the_code_names() -> None:
+    go_mod = (etcd_cluster.PROJECT / "reference" / "store" / "etcdbuild" / "go.mod").read_text()
+    assert f"go.etcd.io/etcd/server/v3 v{etcd_cluster.PINNED_ETCD}\n" in go_mod
+    assert tuple(map(int, etcd_cluster.PINNED_ETCD.split("."))) >= MIN_ETCD_VERSION
