@@ -98,13 +98,14 @@ def measure(
 
 
 def start_cell(job: str, env: dict[str, str]) -> object:
+    from reference.borglet.taskusers import task_python
     from reference.launcher.testcell import LocalCell, wait_for
 
     cell = LocalCell(Path(tempfile.mkdtemp(prefix="bench-cli-")), masters=1, borglets=1).start()
     user, name = job.split("/", 1)
     cell.submit({"name": name, "user": user, "priority": 100, "task_count": 2,
                  "request": {"cpu": "10m", "ram": "8MiB"},
-                 "command": [sys.executable, "-c", "import time; time.sleep(3600)"]})  # fmt: skip
+                 "command": [task_python(), "-c", "import time; time.sleep(3600)"]})  # fmt: skip
     wait_for(lambda: cell.running(user, name, 2), 30, "the bench job to run")
     env["MINBORG_MASTER"] = cell.masters[0].url
     env["MINBORG_TOKEN"] = cell.admin_token
