@@ -372,3 +372,18 @@ def test_a_task_its_user_cannot_run_fails_to_spawn_saying_what_to_change(
     last = task["events"][-1]
     assert last["kind"] == "spawn_failed", task["events"]
     assert str(program) in last["detail"] and "other users" in last["detail"], last
+
+
+def test_a_task_enters_its_working_directory_as_its_user(cell: LocalCell, api: CellClient, sandbox: Path) -> None:
+    # Inside a directory its user may not pass, one it could use if it were already there:
+    # a child that entered it as root (before dropping its ids) would run in it.
+    inner = sandbox / "private-cwd" / "open"
+    inner.mkdir(parents=True)
+    inner.parent.chmod(0o700)
+    inner.chmod(0o777)
+    spec = job("cwd", "alice", ["/bin/sh", "-c", "pwd; ls"], cwd=str(inner))
+    assert cell.submit(spec).status_code == 201
+    task = ended(api, "alice/cwd")
+    last = task["events"][-1]
+    assert last["kind"] == "spawn_failed", task["events"]
+    assert f"may not enter its working directory '{inner}'" in last["detail"], last
