@@ -30,7 +30,11 @@ from reference.store.client import StoreClient, StoreError
 from reference.store.etcd_cluster import EtcdCluster
 from reference.store.tls import StoreTLS
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    # The attacker does not check the store's certificate (verify=False): that is the point.
+    pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning"),
+]
 
 CELL = "sec"
 EVIL_TOKEN = "mbt_" + "e" * 43
