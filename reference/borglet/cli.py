@@ -55,9 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "job-user", "borglet"),
         default="auto",
         help="job-user: each task as its job user's own unprivileged uid (the borglet must be root); "
-        "borglet: as the borglet's own user, which tasks can then signal; run as root, an admin's "
-        "explicit choice to run every task as root (docs/security.md); auto (default): job-user "
-        "when the borglet is root, else borglet (a borglet that is not root cannot change ids)",
+        "borglet: as the borglet's own user, which tasks can then signal (on a root borglet: every "
+        "task as root, an admin's explicit choice, docs/security.md); auto (default): job-user when "
+        "the borglet is root, else borglet (a borglet that is not root cannot change ids)",
     )
     parser.add_argument(
         "--task-env",
