@@ -133,15 +133,26 @@ def check_headers(
     if not math.isfinite(signed_at):
         return TIME_HEADER, f"must be the signing time in seconds since the epoch, not {raw[:40]!r}"
     if abs(now - signed_at) > window_s:
-        return TIME_HEADER, (
-            f"signed {now - signed_at:.0f} s from the borglet's clock, more than the {window_s:.0f} s allowed"
-        )
+        return TIME_HEADER, skew_error(signed_at, now, window_s)
     if headers.get(MACHINE_HEADER, "") != machine:
         return (
             MACHINE_HEADER,
             f"the request is for machine {headers.get(MACHINE_HEADER, '')[:80]!r}, this is {machine!r}",
         )
     return None
+
+
+def skew_error(signed_at: float, now: float, window_s: float = WINDOW_S) -> str:
+    """Why a request signed at `signed_at` is refused by a borglet whose clock reads `now`:
+    both times, so whoever reads it (the master's log, the machine's reason in the API) sees
+    which clock is off and by how much."""
+    ahead = now - signed_at
+    side = "ahead of" if ahead > 0 else "behind"
+    return (
+        f"clock skew: request signed at {signed_at:.3f}, borglet clock {now:.3f} "
+        f"({abs(ahead):.0f} s {side} the master's), more than the {window_s:.0f} s allowed: "
+        "synchronize the clocks (NTP)"
+    )
 
 
 def verify(

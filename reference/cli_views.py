@@ -158,6 +158,10 @@ def machine_rows(machines: list[dict[str, Any]], *, color: bool = False) -> tupl
         columns.append("other capacity")  # GPUs, disks, ports
     else:
         rows = [row[:-1] for row in rows]
+    reasons = [str(m.get("reason") or "") for m in sorted(machines, key=lambda m: m.get("name", ""))]
+    if any(reasons):  # why a machine is down, or why its borglet refuses the cell
+        columns.append("reason")
+        rows = [[*row, reason or "-"] for row, reason in zip(rows, reasons, strict=True)]
     return columns, rows
 
 

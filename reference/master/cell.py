@@ -23,6 +23,7 @@ class MachineInfo:
     isolation: str = ""
     usage: tuple[tuple[str, int], ...] = ()
     images: tuple[str, ...] = ()  # the container images its engine holds (--runtime docker)
+    reason: str = ""  # why it is down, or why its borglet refuses the cell ("" when neither)
 
 
 def machine_images(machines: Mapping[str, MachineInfo]) -> dict[str, tuple[str, ...]]:

@@ -138,6 +138,7 @@ def encode_machine(m: Machine, info: MachineInfo) -> bytes:
             "isolation": info.isolation,
             "usage": dict(info.usage),
             **({"images": list(info.images)} if info.images else {}),
+            **({"reason": info.reason} if info.reason else {}),
         }
     )
 
@@ -156,6 +157,7 @@ def decode_machine(raw: bytes) -> tuple[Machine, MachineInfo]:
         isolation=d.get("isolation", ""),
         usage=tuple(sorted(d.get("usage", {}).items())),
         images=tuple(d.get("images", ())),
+        reason=str(d.get("reason", "")),
     )
     return m, info
 

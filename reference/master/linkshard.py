@@ -55,6 +55,15 @@ class _Polled:
     polled_at: float | None = None
     latest: dict[str, Any] | None = None  # the last answer, not sent yet when `dirty`
     dirty: bool = False  # something to send: a new answer, or a miss
+    refused: str = ""  # why the borglet refused the last poll (an answer: it is alive)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A borglet's refusal of a signed read (401/403), with the reason its answer gives."""
+
+    status: int
+    reason: str
 
 
 Batch = dict[str, Any]
@@ -94,6 +103,10 @@ class LinkShard:
         self._thread = threading.Thread(target=self._run, name="link-shard", daemon=True)
         self._sender = threading.Thread(target=self._send_loop, name="link-shard-send", daemon=True)
         self._news = threading.Event()
+        # Machines the leader handed this shard beyond its own share, because their owner
+        # cannot reach them (reach.py): name -> borglet address, as of the leader's last answer.
+        self._extra: dict[str, str] = {}
+        self._sent_at = -math.inf  # when the leader last took a batch (a heartbeat, if empty)
         self._leader = ""
         self._term = 0  # the leader key's revision when _leader was read (Cell.leader_revision)
         self.gaps: deque[float] = deque(maxlen=GAPS_KEPT)
@@ -141,6 +154,11 @@ class LinkShard:
             address = cell.machines[m].address if m in cell.machines else ""
             if address and shards.owner(m, members) == self.name:
                 out[m] = address
+        with self._lock:
+            extra = dict(self._extra)
+        for m, address in extra.items():
+            if m in cell.state.machines and address:
+                out.setdefault(m, address)
         return out
 
     # --- the loop ----------------------------------------------------------------------------------
@@ -180,14 +198,14 @@ class LinkShard:
             self._news.set()
         self.rounds += 1
 
-    def _read(self, machine: str, address: str) -> dict[str, Any] | None:
+    def _read(self, machine: str, address: str) -> dict[str, Any] | Refused | None:
         url = f"{address.rstrip('/')}/v1/state"
         headers = None
         if self.key is not None:
             headers = channel.sign(self.key, "GET", urlsplit(url).path.encode(), b"", machine, time.time())
         return self._reads.get_json(url, headers)
 
-    def _record(self, replies: list[tuple[str, dict[str, Any] | None]]) -> None:
+    def _record(self, replies: list[tuple[str, dict[str, Any] | Refused | None]]) -> None:
         now = self.clock()
         with self._lock:
             self.polls += len(replies)
@@ -201,8 +219,17 @@ class LinkShard:
                 if reply is None:
                     p.misses += 1
                     p.report = p.latest = None  # the answer after a silence goes whole
+                    p.refused = ""
                     p.dirty = True
+                elif isinstance(reply, Refused):
+                    # Alive, but refusing this cell's requests: not a miss. Its reason is news
+                    # when it changes (and after misses); the leader keeps it meanwhile.
+                    p.dirty = p.dirty or p.misses > 0 or p.refused != reply.reason
+                    p.misses = 0
+                    p.refused = reply.reason
+                    p.report = p.latest = None
                 else:
+                    p.refused = ""
                     # An answer after misses is news even if it reads the same: the leader
                     # must hear that the machine is back.
                     p.dirty = p.dirty or p.misses > 0 or p.report is None or (reply is not p.latest and reply != p.latest)
@@ -211,12 +238,20 @@ class LinkShard:
 
     def _send_loop(self) -> None:
         while not self._stop.is_set():
-            self._news.wait(1.0)
+            self._news.wait(min(1.0, self.interval))
             self._news.clear()
             try:
                 self.flush()
+                if self.clock() - self._sent_at >= self.interval:
+                    self.heartbeat()
             except Exception:  # one bad batch must not end the sending
                 log.exception("link shard batch failed")
+
+    def heartbeat(self) -> bool:
+        """Tell the leader this shard is there even with nothing new: a shard it hears from
+        vouches for the machines it last said answered (reach.py), and the answer names the
+        machines handed to it. Whether the leader took it."""
+        return self._deliver(self._batch(), heartbeat=True)
 
     def flush(self) -> int:
         """Send the leader everything that changed, batch by batch, until nothing is left or a
@@ -230,9 +265,10 @@ class LinkShard:
         """What changed since the last batch, for at most `limit` machines."""
         reports: dict[str, Any] = {}
         missed: dict[str, int] = {}
+        refused: dict[str, str] = {}
         with self._lock:
             for m, p in self._machines.items():
-                if len(reports) + len(missed) >= limit:
+                if len(reports) + len(missed) + len(refused) >= limit:
                     break
                 if not p.dirty:
                     continue
@@ -240,6 +276,8 @@ class LinkShard:
                 if p.latest is None:
                     if p.misses:
                         missed[m] = p.misses
+                    elif p.refused:
+                        refused[m] = p.refused
                     continue
                 if p.report is None:
                     p.version += 1
@@ -255,11 +293,14 @@ class LinkShard:
                     self.sent["changes"] += 1
                     self.sent["entries"] += shards.size(change)
                 p.report = p.latest
-        return {"shard": self.name, "leader": self._leader, "reports": reports, "missed": missed}
+        batch: Batch = {"shard": self.name, "leader": self._leader, "reports": reports, "missed": missed}
+        if refused:
+            batch["refused"] = refused
+        return batch
 
-    def _deliver(self, batch: Batch) -> bool:
-        """Send one batch; whether there was anything to send."""
-        if not batch["reports"] and not batch["missed"]:
+    def _deliver(self, batch: Batch, heartbeat: bool = False) -> bool:
+        """Send one batch; whether there was anything to send (a heartbeat: whether it arrived)."""
+        if not batch["reports"] and not batch["missed"] and not batch.get("refused") and not heartbeat:
             return False
         answer = self.send(batch)
         with self._lock:
@@ -267,11 +308,14 @@ class LinkShard:
             if answer is None:
                 # Whether the leader applied it is unknown: start these machines again whole.
                 self.sent["failed"] += 1
-                for m in (*batch["reports"], *batch["missed"]):
+                for m in (*batch["reports"], *batch["missed"], *(batch.get("refused") or ())):
                     if m in self._machines:
                         self._machines[m].report = None
                         self._machines[m].dirty = True
                 return False  # the next news (or a second) tries again
+            self._sent_at = self.clock()
+            if isinstance(answer.get("poll"), dict):
+                self._extra = {str(m): str(a) for m, a in answer["poll"].items()}
             for m in answer.get("need_full") or []:
                 if m in self._machines:
                     self._machines[m].report = None
@@ -341,8 +385,10 @@ class KeptAlive:
         self._tagged: dict[str, tuple[str, dict[str, Any]]] = {}
         self.not_modified = 0  # answers of 304
 
-    def get_json(self, url: str, headers: dict[str, str] | None = None) -> dict[str, Any] | None:
-        """The JSON object at `url`, or None (no answer in time, not 200, not an object).
+    def get_json(self, url: str, headers: dict[str, str] | None = None) -> dict[str, Any] | Refused | None:
+        """The JSON object at `url`, `Refused` (401 or 403: the server answered but will not
+        serve this client, with its reason), or None (no answer in time, another status, not
+        an object).
         While the server's answer keeps the ETag of the last one read, the object read then
         is returned again (the same object)."""
         tagged = self._tagged.get(url)
@@ -372,6 +418,8 @@ class KeptAlive:
             if response.status == 304 and tagged is not None:
                 self.not_modified += 1
                 return tagged[1]
+            if response.status in (401, 403):
+                return Refused(response.status, refusal_reason(body))
             if response.status != 200:
                 return None
             try:
@@ -400,6 +448,17 @@ class KeptAlive:
     def _give_back(self, key: tuple[str, int], conn: http.client.HTTPConnection) -> None:
         with self._idle_lock:
             self._idle.setdefault(key, []).append(conn)
+
+
+def refusal_reason(body: bytes) -> str:
+    """What a refusal's body says is wrong (`{"detail": [{"field", "error"}]}`), in one line."""
+    try:
+        doc = fastjson.loads(body)
+        detail = doc["detail"][0]
+        text = f"{detail.get('field')}: {detail.get('error')}" if detail.get("field") else str(detail.get("error"))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        text = body[:200].decode("utf-8", "replace").strip() or "no reason given"
+    return text[:300]
 
 
 def _percentiles(values: list[float]) -> dict[str, float | int]:

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import httpx
 
 from reference import channel, fastjson
-from reference.master import pollclock, reports, shards
+from reference.master import pollclock, reach, reports, shards
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, MachineInfo, borglet_task_id
 from reference.master.writer import NotLeader, WriteFailed, Writer
@@ -140,8 +140,20 @@ class Poller:
         ] = (None, {}, set(), {})
         self._rebuild_after = -math.inf  # no rebuild of the desired sets before this (pollclock.next_rebuild)
         self.refusals: dict[str, int] = {}  # refusal reason -> count
-        # machine -> (shard, version, report): the base of the next change a shard sends.
-        self._copies: dict[str, tuple[str, int, dict[str, Any]]] = {}
+        # (machine, shard) -> (version, report): the base of the next change that shard sends
+        # (a machine handed over is polled by several shards at once: one base each).
+        self._copies: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+        # Who reaches each machine (reach.py): machine -> shard -> its last word on it, the
+        # shards heard from and when, and the machines handed over since when.
+        self._sightings: dict[str, dict[str, reach.Sighting]] = {}
+        self._heard: dict[str, float] = {}
+        self._handed: dict[str, float] = {}
+        self._refusing: dict[str, str] = {}  # machine -> why its borglet refuses the cell, as recorded
+        # A shard heard from within this vouches for what it last said; it sends a heartbeat
+        # every poll interval.
+        self.vouch_s = 3 * interval + 2.0
+        # A replica handed a machine has this long to say anything of it before it is not waited for.
+        self.grace_s = (down_after + 3) * interval + 2.0
         self.shard_batches = 0
         self.holds: dict[str, reports.Hold] = {}  # task id -> why it is held, as of the last turn
 
@@ -570,13 +582,15 @@ class Poller:
                 if isinstance(entry.get("report"), dict):
                     report = entry["report"]
                 else:
-                    copy = self._copies.get(name)
-                    if copy is None or copy[0] != shard or copy[1] != int(entry.get("base") or -1):
+                    copy = self._copies.get((name, shard))
+                    self._sightings.setdefault(name, {})[shard] = reach.Sighting(True)  # it answered
+                    if copy is None or copy[0] != int(entry.get("base") or -1):
                         need_full.append(name)
-                        self._copies.pop(name, None)
+                        self._copies.pop((name, shard), None)
                         continue
-                    report = shards.apply(copy[2], entry.get("change") or {})
-                self._copies[name] = (shard, version, report)
+                    report = shards.apply(copy[1], entry.get("change") or {})
+                self._copies[(name, shard)] = (version, report)
+                self._sightings.setdefault(name, {})[shard] = reach.Sighting(True)
                 if name in cell.state.machines:
                     known.append((name, report))
         # One write for the whole batch: a round of a thousand machines is one group commit.
@@ -589,7 +603,7 @@ class Poller:
                     # shard sends that machine whole next time, read after the sync.
                     need_full.append(name)
                     with self._lock:
-                        self._copies.pop(name, None)
+                        self._copies.pop((name, shard), None)
                     continue
                 change = self._shard_report(name, report)
             except Exception:
@@ -612,14 +626,87 @@ class Poller:
                     self._usage_written(name, change)
             except (NotLeader, WriteFailed) as err:
                 log.info("reports of %d machine(s) not recorded: %s", len(changes), err)
-        for name, misses in (batch.get("missed") or {}).items():
-            if name in cell.state.machines:
-                try:
-                    self._missed(str(name), int(misses))
-                except (NotLeader, WriteFailed) as err:
-                    log.info("miss of %s not recorded: %s", name, err)
+        missed = {str(n): int(k) for n, k in (batch.get("missed") or {}).items() if n in cell.state.machines}
+        refused = {str(n): str(r) for n, r in (batch.get("refused") or {}).items() if n in cell.state.machines}
+        try:
+            poll = self._reach(shard, missed, refused, cell)
+        except (NotLeader, WriteFailed) as err:
+            log.info("misses not recorded: %s", err)
+            poll = {}
         self._wake.set()
-        return {"need_full": need_full}
+        return {"need_full": need_full, "poll": poll}
+
+    def _reach(
+        self, shard: str, missed: dict[str, int], refused: dict[str, str], cell: Cell
+    ) -> dict[str, str]:
+        """Take a shard's misses and refusals, judge the machines nobody may reach
+        (`reach.judge`: down only when no replica that can vouch reaches it) and return the
+        machines handed to this shard beyond its share: name -> borglet address."""
+        now = self.clock()
+        with self._lock:
+            if shard:
+                self._heard[shard] = now
+            for name, misses in missed.items():
+                self._sightings.setdefault(name, {})[shard] = reach.Sighting(False, misses)
+            for name in refused:
+                self._sightings.setdefault(name, {})[shard] = reach.Sighting(True)  # an answer: alive
+            vouching = [r for r, at in self._heard.items() if now - at <= self.vouch_s and r in cell.replicas]
+            if shard and shard not in vouching:
+                vouching.append(shard)  # this replica, before its registration shows
+            judged = {n for n in (*missed, *self._handed) if n in cell.state.machines}
+            verdicts: dict[str, reach.Verdict] = {}
+            for name in judged:
+                verdict = reach.judge(
+                    name, vouching, self._sightings.get(name, {}), self.down_after,
+                    handed_at=self._handed.get(name), now=now, grace_s=self.grace_s,
+                )  # fmt: skip
+                verdicts[name] = verdict
+                if len(verdict.pollers) > 1:
+                    self._handed.setdefault(name, now)
+                else:
+                    self._handed.pop(name, None)
+            for name in list(self._handed):
+                if name not in cell.state.machines:
+                    self._handed.pop(name, None)
+        for name, reason in refused.items():
+            self._note_refusal(name, reason)
+        for name, verdict in verdicts.items():
+            if verdict.down:
+                self._mark_down(name, verdict.reason)
+        return {
+            n: cell.machines[n].address
+            for n, v in verdicts.items()
+            if shard in v.pollers[1:] and n in cell.machines and cell.machines[n].address
+        }
+
+    def _note_refusal(self, name: str, reason: str) -> None:
+        """Show on the machine why its borglet refuses the cell (once per reason). The machine
+        answered: it is not down, and its tasks are not started elsewhere (docs/decisions.md)."""
+        with self._lock:
+            if self._refusing.get(name) == reason:
+                return
+            self._refusing[name] = reason
+        text = f"the borglet refuses this cell's requests: {reason}"
+        log.warning("machine %s: %s", name, text)
+
+        def change(d: Draft) -> None:
+            if name in d.state.machines:
+                d.machines[name] = replace(d.machine_info(name), reason=text)
+
+        self.writer.mutate(change)
+
+    def _mark_down(self, name: str, reason: str) -> None:
+        m = self.cache.cell().state.machines.get(name)
+        if m is None or not m.up:
+            return
+        log.warning("machine %s down: %s", name, reason)
+
+        def change(d: Draft) -> None:
+            if name in d.state.machines and d.state.machines[name].up:
+                d.step("machine_down", name, reason=reason)
+                d.machines[name] = replace(d.machine_info(name), reason=reason)
+
+        self.writer.mutate(change)
 
     def _stale(self, name: str, report: dict[str, Any]) -> bool:
         """A report of this leader's term read before the borglet applied a sync whose reply
@@ -703,12 +790,17 @@ class Poller:
         machine_usage = tuple(sorted((k, int(v)) for k, v in (reply.get("usage") or {}).items()))
         isolation = str(reply.get("isolation") or "")
         images = tuple(sorted(str(i) for i in reply.get("images") or ()))
-        if not (outcome.steps or outcome.infos or not m.up or write_usage):
+        with self._lock:
+            was_refusing = self._refusing.pop(name, None) is not None
+        stale_reason = was_refusing or bool(self.cache.cell().machines.get(name, MachineInfo()).reason)
+        if not (outcome.steps or outcome.infos or not m.up or write_usage or stale_reason):
             return None
 
         def change(d: Draft) -> None:
             if not d.state.machines[name].up:
                 d.step("machine_up", name, reason=f"machine {name} answers again")
+            if d.machine_info(name).reason:
+                d.machines[name] = replace(d.machine_info(name), reason="")
             for action, args, reason in outcome.steps:
                 d.step(action, *args, reason=reason)
             for tid, info in outcome.infos.items():

@@ -175,6 +175,8 @@ def machine_view(cell: Cell, name: str) -> dict[str, Any]:
         "requested": requested_on(cell, name).as_dict(),
         "usage": dict(info.usage) if info else {},
         "isolation": info.isolation if info else "",
+        # Why it is down, or why its borglet refuses the cell; "" when neither.
+        "reason": info.reason if info else "",
         "tasks": sorted(str(t.id) for t in running),
     }
 

@@ -176,3 +176,23 @@ def test_a_refused_request_is_a_401_naming_the_header_and_never_reaches_the_hand
 def test_healthz_stays_open() -> None:
     client, _ = verified_app()
     assert client.get("/healthz").status_code == 200
+
+
+def test_a_borglet_60_s_ahead_says_clock_skew_with_both_times() -> None:
+    # The master signs at NOW; the borglet's clock reads NOW + 60.
+    problem = check(signed(now=NOW + 60))
+    assert problem is not None and problem[0] == channel.TIME_HEADER
+    assert problem[1].startswith(f"clock skew: request signed at {NOW:.3f}, borglet clock {NOW + 60:.3f}")
+    assert "60 s ahead of the master's" in problem[1]
+
+
+def test_a_borglet_behind_says_so() -> None:
+    problem = check(signed(now=NOW - 45))
+    assert problem is not None and "45 s behind the master's" in problem[1]
+
+
+def test_the_skew_refusal_reaches_the_client_in_the_401_body() -> None:
+    client, _ = verified_app(clock=NOW + 60)
+    answer = client.post("/v1/sync", content=BODY, headers=channel.to_machine("m1"), auth=channel.ClientAuth(KEY, clock=lambda: NOW))
+    assert answer.status_code == 401
+    assert answer.json()["detail"][0]["error"].startswith("clock skew: request signed at")
