@@ -5,6 +5,15 @@ waits (at most `CATCH_UP_S`) until its own watch cache holds the revision the le
 names in `X-Minborg-Revision`, so a client that reads from the same replica next sees its
 write. If the cache does not get there in time the answer goes out anyway (the write was
 made); the client can still ask for that revision with `X-Minborg-Min-Revision`.
+
+A forward that fails on a kept-alive connection the leader had closed is sent once more on a
+fresh one (`retry_safe`), and only that failure: the request went out on a reused connection
+(no connect for it) and the connection closed with no byte of an answer. The leader's server
+(uvicorn) closes an idle kept-alive connection only when no request is in progress on it, and
+finishes the answer to every request it has read before it shuts down; so a request met by
+that close was never read, and sending it again cannot apply it twice. (A leader that died
+while handling it refuses the fresh connection, and the client gets the 503 as before.) Any
+other failure, a timeout above all, may follow a write the leader made: it is not retried.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ class Forwarder:
             # The caller's token goes along: the leader checks who asks, as this replica did.
             if (auth := request.headers.get("authorization")) is not None:
                 headers["Authorization"] = auth
-            answer = self.http.request(request.method, url, content=body, headers=headers)
+            answer = send_once_more_if_unread(self.http, request.method, url, body, headers)
         except httpx.HTTPError as err:
             log.info("forward to %s failed: %s", leader.name, err)
             return _unavailable(f"the leader {leader.name} did not answer; retry")
@@ -79,6 +88,48 @@ class Forwarder:
             return True
         log.info("cache did not reach the forwarded write's revision %d in %.1f s", revision, CATCH_UP_S)
         return False
+
+
+class ConnectTrace:
+    """httpcore's `trace` extension, kept: whether the request opened a connection of its own,
+    and whether any byte of the answer came."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def __call__(self, name: str, info: dict[str, Any]) -> None:
+        self.events.append(name)
+
+    @property
+    def connected(self) -> bool:
+        return any(e.startswith("connection.connect_tcp") for e in self.events)
+
+    @property
+    def answered(self) -> bool:
+        return "http11.receive_response_headers.complete" in self.events
+
+
+def retry_safe(err: Exception, connected: bool, answered: bool) -> bool:
+    """Whether a forward that failed with `err` may be sent again: only when the leader closed a
+    reused kept-alive connection before any answer (see the module's docstring)."""
+    return isinstance(err, httpx.RemoteProtocolError) and not connected and not answered
+
+
+def send_once_more_if_unread(
+    http: httpx.Client, method: str, url: str, body: str | None, headers: dict[str, str]
+) -> httpx.Response:
+    """The leader's answer to the request, sent a second time on a fresh connection when the
+    first went out on a kept-alive one the leader had just closed (`retry_safe`)."""
+    trace = ConnectTrace()
+    try:
+        return http.request(method, url, content=body, headers=headers, extensions={"trace": trace})
+    except httpx.HTTPError as err:
+        if not retry_safe(err, trace.connected, trace.answered):
+            raise
+        log.info("forward to %s met a closed kept-alive connection (%s): sent once more", url, err)
+    # The pool's other idle connections to the leader may be as stale: a fresh one for sure.
+    with httpx.Client(timeout=http.timeout) as fresh:
+        return fresh.request(method, url, content=body, headers=headers)
 
 
 def _unavailable(error: str) -> JSONResponse:
