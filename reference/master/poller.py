@@ -238,7 +238,7 @@ class Poller:
             if self._stop.is_set():
                 return
             if self.link is not None and work[0] == self._poll:
-                relayed.setdefault(self.link.owner(name), []).append(work[1:])
+                relayed.setdefault(self._carrier(name), []).append(work[1:])
                 continue
             self._pool.submit(*work)
         for owner, items in relayed.items():
@@ -678,6 +678,22 @@ class Poller:
             for n, v in verdicts.items()
             if shard in v.pollers[1:] and n in cell.machines and cell.machines[n].address
         }
+
+    def _carrier(self, name: str) -> str:
+        """The replica whose shard carries syncs to `name`: its owner, unless the owner cannot
+        reach it and another replica heard from lately can (a machine handed over)."""
+        owner = self.link.owner(name)  # type: ignore[union-attr]
+        with self._lock:
+            if name not in self._handed:
+                return owner
+            said = self._sightings.get(name, {})
+            if (own := said.get(owner)) is None or own.answered:
+                return owner
+            now = self.clock()
+            for r in reach.ranked(name, [r for r, at in self._heard.items() if now - at <= self.vouch_s]):
+                if (s := said.get(r)) is not None and s.answered:
+                    return r
+        return owner
 
     def _note_refusal(self, name: str, reason: str) -> None:
         """Show on the machine why its borglet refuses the cell (once per reason). The machine

@@ -147,3 +147,44 @@ def test_a_new_term_of_the_same_leader_gets_every_report_whole_even_unchanged_on
     assert shard.flush() == 1
     assert {m: "report" in e for m, e in leader.batches[-1]["reports"].items()} == {"m1": True, "m2": True}
     shard.stop()
+
+
+def test_a_refusal_is_an_answer_sent_once_with_its_reason_not_a_miss() -> None:
+    from reference.master.linkshard import Refused
+
+    shard, leader, answers = _shard(["m1"])
+    refusal = Refused(401, "X-Minborg-Channel-Time: clock skew: request signed at 1.000, borglet clock 61.000")
+    answers["m1"] = refusal  # type: ignore[assignment]
+    shard.round()
+    shard.flush()
+    assert leader.batches[-1]["refused"] == {"m1": refusal.reason} and leader.batches[-1]["missed"] == {}
+    shard.round()  # the same refusal again: nothing new to send
+    assert shard.flush() == 0
+    shard.stop()
+
+
+def test_a_heartbeat_arrives_with_nothing_new_and_the_answer_hands_machines_over() -> None:
+    shard, _, answers = _shard(["m1", "m2"])
+    answers.update(m1=_report(), m2=_report())
+    owner_of = {m: shards.owner(m, ["r1", "r2"]) for m in ("m1", "m2")}
+    shard.cache.view.replicas = {"r1": "http://r1", "r2": "http://r2"}  # type: ignore[attr-defined]
+    theirs = sorted(m for m, o in owner_of.items() if o == "r2")
+    mine = sorted(m for m, o in owner_of.items() if o == "r1")
+    sent: list[dict[str, Any]] = []
+    handed: dict[str, str] = {m: f"http://b/{m}" for m in theirs}
+
+    def leader(batch: dict[str, Any]) -> dict[str, Any]:
+        sent.append(batch)
+        return {"need_full": [], "poll": dict(handed)}
+
+    shard.send = leader
+    shard.round()
+    assert sorted(shard._machines) == mine  # its own share only
+    assert shard.heartbeat() and sent[-1]["shard"] == "r1"
+    shard.round()  # the leader handed it r2's machines: it polls them too
+    assert sorted(shard._machines) == sorted(mine + theirs)
+    handed.clear()
+    shard.heartbeat()
+    shard.round()  # handed back: its own share again
+    assert sorted(shard._machines) == mine
+    shard.stop()

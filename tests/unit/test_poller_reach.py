@@ -1,0 +1,125 @@
+"""The leader's side of reach.judge, through Poller.accept: a shard cut from a machine hands it
+to the others and takes nothing down while one of them reaches it; a stale miss after a heal
+takes nothing down (the flap of issue 42); a machine no replica reaches goes down, with its reason."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from reference.master import reach
+from reference.master.cell import MachineInfo
+from reference.master.poller import Poller
+
+R = ("r1", "r2", "r3")
+M = "m1"
+OWNER, SECOND, THIRD = reach.ranked(M, R)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _poller() -> tuple[Poller, list[str], _Clock, dict[str, Any]]:
+    machine = SimpleNamespace(up=True)
+    cell = SimpleNamespace(
+        state=SimpleNamespace(machines={M: machine}),
+        machines={M: MachineInfo(address="http://b/m1")},
+        replicas={r: f"http://{r}" for r in R},
+    )
+    cache = SimpleNamespace(cell=lambda: cell)
+    clock = _Clock()
+    poller = Poller(cache, None, cell_name="c", master_name="r1", epoch=1, down_after=3, clock=clock, link=SimpleNamespace(owner=lambda m: OWNER))  # type: ignore[arg-type]
+    downs: list[str] = []
+
+    def mark_down(name: str, reason: str) -> None:
+        downs.append(reason)
+        machine.up = False
+
+    poller._mark_down = mark_down  # type: ignore[method-assign]
+    poller._shard_report = lambda name, report: None  # type: ignore[method-assign]
+    poller._stale = lambda name, report: False  # type: ignore[method-assign]
+    return poller, downs, clock, {"machine": machine}
+
+
+def _batch(shard: str, *, missed: int = 0, answered: bool = False) -> dict[str, Any]:
+    return {
+        "shard": shard,
+        "reports": {M: {"version": 1, "report": {"tasks": []}}} if answered else {},
+        "missed": {M: missed} if missed else {},
+    }
+
+
+def test_an_owner_cut_from_its_borglet_for_40_polls_takes_nothing_down() -> None:
+    poller, downs, clock, _ = _poller()
+    try:
+        for r in R:
+            poller.accept(_batch(r, answered=(r == OWNER)))
+        handed_to: set[str] = set()
+        for misses in range(1, 41):  # 40 s of an owner that cannot reach the machine
+            clock.now += 1
+            poller.accept(_batch(OWNER, missed=misses))
+            for r in (SECOND, THIRD):  # the others poll it once handed over, and reach it
+                answer = poller.accept(_batch(r, answered=M in handed_to or misses > 1))
+                if M in answer["poll"]:
+                    handed_to.add(r)
+        assert downs == []
+        assert handed_to == {SECOND, THIRD}
+        assert poller._carrier(M) in (SECOND, THIRD)  # syncs go through a replica that reaches it
+        clock.now += 1
+        poller.accept(_batch(OWNER, answered=True))  # healed
+        assert poller.accept(_batch(SECOND))["poll"] == {}  # handed back
+        assert poller._carrier(M) == OWNER
+    finally:
+        poller._pool.shutdown(wait=False)
+        poller._http.close()
+
+
+def test_a_stale_miss_after_a_heal_takes_nothing_down() -> None:
+    poller, downs, clock, _ = _poller()
+    try:
+        for r in R:
+            poller.accept(_batch(r, answered=True))
+        clock.now += 1
+        # A shard that was cut sends the miss count it held when its link came back, after the
+        # owner's answer: "missed 40 polls" must not mark the machine down.
+        poller.accept(_batch(THIRD, missed=40))
+        assert downs == []
+    finally:
+        poller._pool.shutdown(wait=False)
+        poller._http.close()
+
+
+def test_a_machine_no_replica_reaches_goes_down_with_its_reason() -> None:
+    poller, downs, clock, state = _poller()
+    try:
+        for r in R:
+            poller.accept(_batch(r, answered=True))
+        for misses in range(1, 4):
+            clock.now += 1
+            for r in R:
+                poller.accept(_batch(r, missed=misses))
+        assert len(downs) == 1 and "no replica reached machine m1" in downs[0]
+        assert not state["machine"].up
+    finally:
+        poller._pool.shutdown(wait=False)
+        poller._http.close()
+
+
+def test_a_replica_the_leader_no_longer_hears_cannot_hold_a_machine_up() -> None:
+    poller, downs, clock, _ = _poller()
+    try:
+        for r in R:
+            poller.accept(_batch(r, answered=True))
+        clock.now += 30  # SECOND and THIRD fall silent (cut from the leader): they cannot vouch
+        for misses in range(1, 4):
+            clock.now += 1
+            poller.accept(_batch(OWNER, missed=misses))
+        assert len(downs) == 1
+    finally:
+        poller._pool.shutdown(wait=False)
+        poller._http.close()
