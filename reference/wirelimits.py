@@ -149,7 +149,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self._linger: asyncio.TimerHandle | None = None
         self._drained = 0
         self._refusal: Refused | None = None  # raised in a parser callback, answered by data_received
-        super().connection_made(transport)
+        HttpToolsProtocol.connection_made(self, transport)
         if not type(self).sweeping:
             type(self).sweeping = True
             self.loop.call_later(1.0, _sweep, type(self), self.connections, self.loop)
@@ -166,7 +166,7 @@ class LimitedProtocol(HttpToolsProtocol):
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
-        super().connection_lost(exc)
+        HttpToolsProtocol.connection_lost(self, exc)
 
     def data_received(self, data: bytes) -> None:
         if self._linger is not None:  # answered and refused: drain, up to a bound
@@ -205,7 +205,8 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._headers_since = None
-        limit = self.limits.body_limit(self.url)
+        limits = self.limits
+        limit = limits.max_signed_body_bytes if self.url.startswith(limits.signed_prefixes) else limits.max_body_bytes
         length = b""
         for name, value in self.headers:
             if name == b"content-length":
@@ -220,7 +221,7 @@ class LimitedProtocol(HttpToolsProtocol):
             raise self._refusal
         self._header_bytes = -1  # reading the body
         self._body_bytes, self._body_limit = 0, limit
-        super().on_headers_complete()
+        HttpToolsProtocol.on_headers_complete(self)
 
     def _exact_header_bytes(self) -> int:
         return len(self.url) + 16 + sum(len(name) + len(value) + 4 for name, value in self.headers)
@@ -230,10 +231,10 @@ class LimitedProtocol(HttpToolsProtocol):
         if self._body_bytes > self._body_limit:
             self._refusal = Refused(413, "body", f"the body is larger than {self._body_limit} bytes")
             raise self._refusal
-        super().on_body(body)
+        HttpToolsProtocol.on_body(self, body)
 
     def on_message_complete(self) -> None:
-        super().on_message_complete()
+        HttpToolsProtocol.on_message_complete(self)
         self._header_bytes = 0  # the next request's headers come next
 
     # --- refusals -------------------------------------------------------------------------------
