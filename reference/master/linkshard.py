@@ -491,14 +491,15 @@ class KeptAlive:
             self._idle.setdefault(key, []).append(conn)
 
 
-def refusal_reason(body: bytes) -> str:
+def refusal_reason(body: bytes | dict[str, Any]) -> str:
     """What a refusal's body says is wrong (`{"detail": [{"field", "error"}]}`), in one line."""
     try:
-        doc = fastjson.loads(body)
+        doc = body if isinstance(body, dict) else fastjson.loads(body)
         detail = doc["detail"][0]
         text = f"{detail.get('field')}: {detail.get('error')}" if detail.get("field") else str(detail.get("error"))
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        text = body[:200].decode("utf-8", "replace").strip() or "no reason given"
+        raw = body if isinstance(body, bytes) else str(body).encode()
+        text = raw[:200].decode("utf-8", "replace").strip() or "no reason given"
     return text[:300]
 
 

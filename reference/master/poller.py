@@ -46,6 +46,7 @@ from reference import channel, fastjson
 from reference.master import pollclock, reach, reports, shards
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, MachineInfo, borglet_task_id
+from reference.master.linkshard import refusal_reason
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from spec.model import TaskId, TaskState
 
@@ -555,8 +556,16 @@ class Poller:
                 return None
             log.info("sync %d to %s refused (%s): %s", seq, name, reason, text)
             return {"refused": reason}
+        if status in (401, 403):
+            # Alive but refusing this cell's signature (its clock, another key): the reason goes
+            # on the machine record once, not a warning a second without it.
+            try:
+                self._note_refusal(name, refusal_reason(body if isinstance(body, dict) else text.encode()))
+            except (NotLeader, WriteFailed) as err:
+                log.info("refusal of %s not recorded: %s", name, err)
+            return None
         if status != 200 or not isinstance(body, dict):
-            log.warning("borglet at %s answered %d", address, status)
+            log.warning("borglet at %s answered %d: %s", address, status, text[:200])
             return None
         with self._lock:
             st = self._machines[name]

@@ -123,3 +123,28 @@ def test_a_replica_the_leader_no_longer_hears_cannot_hold_a_machine_up() -> None
     finally:
         poller._pool.shutdown(wait=False)
         poller._http.close()
+
+
+def test_a_borglet_refusing_every_request_is_never_down_and_its_reason_is_recorded() -> None:
+    # The borglet's clock is 60 s ahead: every shard's read is refused (401). It answers: no
+    # machine_down, so its tasks are neither lost nor started elsewhere (nothing runs twice),
+    # and the reason is written on the machine record once.
+    poller, downs, clock, _ = _poller()
+    written: list[Any] = []
+    poller.writer = SimpleNamespace(mutate=written.append)  # type: ignore[assignment]
+    reason = "X-Minborg-Channel-Time: clock skew: request signed at 1000.000, borglet clock 1060.000"
+    try:
+        for _ in range(60):  # a minute of refusals from every replica
+            clock.now += 1
+            for r in R:
+                poller.accept({"shard": r, "reports": {}, "missed": {}, "refused": {M: reason}})
+        assert downs == []
+        assert len(written) == 1  # the reason, once
+        assert poller._refusing[M] == reason
+        # A relayed sync refused the same way adds nothing; its body names the cause.
+        body = {"detail": [{"field": "X-Minborg-Channel-Time", "error": reason.split(": ", 1)[1]}]}
+        assert poller._settle(M, "http://b/m1", 1, frozenset(), 401, body, "") is None
+        assert len(written) == 1
+    finally:
+        poller._pool.shutdown(wait=False)
+        poller._http.close()
