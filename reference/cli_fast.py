@@ -282,6 +282,11 @@ def task_logs(a: Args) -> int:
     with a.cell() as cell:
         key = a.job(cell)
         body = cell.raw("GET", f"/v1/jobs/{key}/tasks/{index}/logs", params)
+        if not body and incarnation is None:
+            why = cli_views.never_started(cell.request("GET", f"/v1/jobs/{key}/tasks/{index}")["task"])
+            if why:
+                print(f"minborg: {why}", file=sys.stderr)
+                return 1
     sys.stdout.buffer.write(body)
     sys.stdout.buffer.flush()
     return 0

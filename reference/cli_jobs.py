@@ -353,7 +353,14 @@ def task_logs(
     with client(master, state_dir) as cell:
         key = job_key(job, cell)
         if not follow:
-            sys.stdout.buffer.write(cell.logs(key, index, stream=stream, tail=tail, incarnation=incarnation))
+            body = cell.logs(key, index, stream=stream, tail=tail, incarnation=incarnation)
+            if not body and incarnation is None:
+                from reference.cli_views import never_started
+
+                why = never_started(cell.task(key, index))
+                if why:
+                    raise fail(why)
+            sys.stdout.buffer.write(body)
             return
         deadline = time.monotonic() + follow_for
         # The incarnation followed is named in every request, so that a restart by the job's

@@ -17,7 +17,10 @@ from typing import Any
 from reference.resources import format_resources
 
 COLORS = {"bold": "1", "green": "32", "yellow": "33", "red": "31", "cyan": "36", "dim": "2"}
-STATE_COLOR = {"RUNNING": "green", "PENDING": "yellow", "STARTING": "yellow", "DEAD": "red", "up": "green", "down": "red"}
+STATE_COLOR = {
+    "RUNNING": "green", "PENDING": "yellow", "STARTING": "yellow", "DEAD": "red", "BACKOFF": "red",
+    "up": "green", "down": "red",
+}  # fmt: skip
 OUTPUTS = ("table", "wide", "json", "yaml")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -70,6 +73,8 @@ def ago(timestamp: Any) -> str:
 
 def started(task: Mapping[str, Any]) -> str:
     """A RUNNING task's start as its borglet reports it: yes, queued there, or not yet seen."""
+    if task.get("crash_loop"):
+        return "crash loop"
     if task.get("state") != "RUNNING":
         return "-"
     if task.get("confirmed"):
@@ -190,8 +195,9 @@ def task_rows(
     rows = []
     for t in sorted(tasks, key=lambda t: (t.get("index", 0), t.get("incarnation", 0))):
         address = f"{t['host']}:{t['port']}" if t.get("host") and t.get("port") else "-"
-        state = str(t.get("state") or "")
+        state = str(t.get("status") or t.get("state") or "")  # BACKOFF: a crash loop
         health, tint = health_text(t.get("healthy"))
+        loop = t.get("crash_loop") or {}
         row = [
             str(t.get("index", "")),
             str(t.get("incarnation", "")),
@@ -201,7 +207,7 @@ def task_rows(
             address,
             str(t.get("restarts", 0)),
             paint(health, tint, color),
-            str(t.get("cause") or ""),
+            str(loop.get("text") or t.get("cause") or ""),
         ]
         if wide:
             last = (t.get("events") or [{}])[-1]
@@ -213,9 +219,9 @@ def task_rows(
             ]
         rows.append(row)
     if wide:
-        columns += ["cause", "pid", "bns", "last event", "pending reason"]
+        columns += ["cause / crash loop", "pid", "bns", "last event", "pending reason"]
     elif any(row[8] for row in rows):
-        columns.append("cause")
+        columns.append("cause / crash loop")
     else:
         rows = [row[:8] for row in rows]  # no task has died: no cause to show
     return columns, rows

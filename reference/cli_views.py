@@ -17,7 +17,7 @@ from reference.resources import USAGE_NAMES, format_quantity, format_resources
 EVENT_COLOR = {
     "scheduled": "cyan", "started": "green", "healthy": "green", "finished": "green",
     "restarted": "yellow", "unhealthy": "red", "exited": "red", "signaled": "red", "oom": "red",
-    "spawn_failed": "red", "evicted": "yellow", "lost": "red", "killed": "red",
+    "spawn_failed": "red", "backoff": "red", "evicted": "yellow", "lost": "red", "killed": "red",
 }  # fmt: skip
 
 
@@ -87,7 +87,25 @@ def job_text(answer: Mapping[str, Any], key: str, *, color: bool = False) -> str
     if spec.get("constraints"):
         pairs.append(("constraints", json.dumps(spec["constraints"])))
     pairs += [("pending", pending_line(entry, color=color)) for entry in answer.get("pending") or []]
+    pairs += [
+        ("crash loop", paint(f"task {entry.get('index')}: {entry.get('text')}", "red", color))
+        for entry in answer.get("crash_loops") or []
+    ]
     return key_values(None, pairs, color=color)
+
+
+def never_started(task: Mapping[str, Any]) -> str | None:
+    """Why a task incarnation has no logs, when no process of it ever started (no `started`
+    event; its spawn failed, or it waits for a machine): what `task logs` says instead."""
+    if any(e.get("kind") == "started" for e in task.get("events") or []):
+        return None
+    name = f"{task.get('job')}/{task.get('index')}#{task.get('incarnation')}"
+    loop = task.get("crash_loop") or {}
+    why = loop.get("text") or task.get("last_exit") or task.get("pending_reason")
+    if not why:
+        ends = [e for e in task.get("events") or [] if e.get("kind") in ("spawn_failed", "exited", "lost", "killed")]
+        why = ends[-1].get("detail") if ends else f"it is {task.get('status') or task.get('state')}"
+    return f"task {name} never started, so it has no logs: {why}"
 
 
 def task_text(task: Mapping[str, Any], *, color: bool = False) -> str:
@@ -97,7 +115,7 @@ def task_text(task: Mapping[str, Any], *, color: bool = False) -> str:
     machine = task.get("machine") or (f"- (last: {task['last_machine']})" if task.get("last_machine") else "-")
     pairs = [
         ("task", f"{task.get('job')}/{task.get('index')}#{task.get('incarnation')}"),
-        ("state", state(task.get("state"), color)),
+        ("state", state(task.get("status") or task.get("state"), color)),
         ("started", started(task)),
         ("machine", str(machine)),
         ("host:port", address),
@@ -112,6 +130,11 @@ def task_text(task: Mapping[str, Any], *, color: bool = False) -> str:
     ]
     if task.get("pending_reason"):
         pairs.insert(2, ("pending", paint(str(task["pending_reason"]), "yellow", color)))
+    loop = task.get("crash_loop")
+    if loop:
+        pairs.insert(2, ("crash loop", paint(str(loop.get("text")), "red", color)))
+    if task.get("last_exit"):
+        pairs.append(("last exit", str(task["last_exit"])))
     rows = [
         [when(e.get("at")), paint(str(e.get("kind", "")), EVENT_COLOR.get(str(e.get("kind", ""))), color),
          str(e.get("detail", ""))]

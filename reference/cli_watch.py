@@ -19,7 +19,9 @@ class StartWatch:
     by its borglet, or pending (and why), and decides when the wait is over.
 
     Done when every index below `task_count` runs with its start confirmed, or finished;
-    failed as soon as one index's latest incarnation died for another reason than a kill.
+    failed as soon as one index's latest incarnation died for another reason than a kill, or
+    is in a crash loop (its process ended and waits out a restart back-off), or was restarted
+    in place before the wait saw it run.
     (A plain class: the fast path's `events` imports this module, and dataclasses costs it.)"""
 
     def __init__(self, task_count: int, say: Callable[[str], None]) -> None:
@@ -44,6 +46,18 @@ class StartWatch:
             return  # an older incarnation's change, replayed
         self.tasks[index] = task
         state, name = task.get("state"), f"task {index}"
+        whose = f"task {index} of {task['job']}" if task.get("job") else name
+        loop = task.get("crash_loop")
+        if isinstance(loop, dict):  # its process ended and waits out a restart back-off
+            self._once(task, "crash_loop", f"{name} {loop.get('kind') or 'exited'}: {loop.get('text')}")
+            self.failed = f"{whose} (incarnation {inc}) is in a crash loop: {loop.get('text')}"
+            return
+        if state == "RUNNING" and task.get("restarts") and task.get("last_exit"):
+            # Restarted in place before the wait saw it run: it failed at least once.
+            what = f"last exit {task['last_exit']}, restarted in place {task['restarts']} time(s)"
+            self._once(task, "restarted", f"{name} failed: {what}")
+            self.failed = f"{whose} (incarnation {inc}) failed: {what}"
+            return
         if state == "PENDING" and task.get("pending_reason"):
             self._once(task, "pending:" + task["pending_reason"], f"{name} pending: {task['pending_reason']}")
         elif state == "RUNNING":
@@ -59,7 +73,7 @@ class StartWatch:
                 self._once(task, "finished", f"{name} finished")
             elif cause != "killed":
                 self._once(task, "dead", f"{name} {last.get('kind') or cause}: {detail}")
-                self.failed = f"task {index} (incarnation {inc}) {cause}: {detail}"
+                self.failed = f"{whose} (incarnation {inc}) {cause}: {detail}"
 
     @property
     def done(self) -> bool:

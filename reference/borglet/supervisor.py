@@ -651,6 +651,8 @@ class Borglet:
             task.spec.restart_policy, returncode, oom, task.kill_reason, task.attempt, ran_for, now
         )
         task.state, task.reason, task.restart_at, task.attempt = after.state, after.reason, after.restart_at, after.attempt
+        if task.kill_reason is None:
+            task.last_exit = decisions.ended_state(returncode, oom, None)[1] or "exit 0"
         if after.restart_at is not None:
             log.info("%s exited (%s); restart in %.1fs", task.spec.task_id, task.reason, after.restart_at - now)
             return
@@ -785,6 +787,7 @@ class Borglet:
     def _failed_to_start(self, task: Task, reason: str) -> None:
         task.launching = False
         task.state, task.reason, task.pid = "FAILED", reason, None
+        task.last_exit = reason
         self._release(task)
 
     def _task_env(self, task: Task) -> dict[str, str]:

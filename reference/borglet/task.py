@@ -11,7 +11,7 @@ from reference.borglet.protocol import ENDED_STATES, TaskSpec
 # Fields written to tasks.json; everything else is rebuilt after a borglet restart.
 _PERSISTED = (
     "key", "state", "pid", "port", "exit_code", "restarts", "healthy", "started_at", "reason",
-    "group", "create_time", "kill_reason", "restart_at", "attempt", "oom_base", "ever_healthy",
+    "group", "create_time", "kill_reason", "restart_at", "attempt", "oom_base", "ever_healthy", "last_exit",
     "launching", "container",
 )  # fmt: skip
 
@@ -38,6 +38,7 @@ class Task:
     kill_reason: str | None = None  # set once the borglet decided to kill it
     kill_deadline: float | None = None  # when SIGTERM escalates to SIGKILL
     restart_at: float | None = None  # set while waiting out the restart backoff
+    last_exit: str | None = None  # how its last process ended ('exit 3', 'spawn: ...'), kept across restarts
     attempt: int = 0  # backoff attempt of the next restart
     oom_base: int = 0  # the group's OOM-kill count when the current process started
     ever_healthy: bool = False
@@ -73,6 +74,8 @@ class Task:
             "started_at": self.started_at,
             "usage": {"cpu_milli": self.cpu_milli, "ram_bytes": self.ram_bytes},
             "reason": self.reason,
+            "last_exit": self.last_exit,
+            "restart_at": self.restart_at,
         }
 
     def to_record(self) -> dict[str, Any]:

@@ -407,6 +407,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
                 "job": views.job_view(cell, job),
                 "tasks": views.task_counts(cell, job.key),
                 "pending": views.pending_reasons(cell, job.key),
+                "crash_loops": views.crash_loops(cell, job.key),
             },
             cell.revision,
         )

@@ -63,6 +63,13 @@ class TaskInfo:
     machine: str = ""  # the machine of its latest placement, kept after it left (for its logs)
     events: tuple[tuple[int, float, str, str], ...] = ()  # master/events.py, oldest first
     pending: str = ""  # while PENDING: why the last scheduling pass found it no place
+    # The crash loop (master/backoff.py): consecutive short-lived incarnations of its index
+    # before and including this one, when its next try is due (the master's new incarnation
+    # while DEAD, its borglet's restart in place while RUNNING; 0: none due), and how its
+    # last process ended ('exit 3', 'signal 9', 'oom', 'spawn: ...'; kept across restarts).
+    failures: int = 0
+    retry_at: float = 0.0
+    last_exit: str = ""
 
     def with_history(self, state: str, at: float, reason: str) -> TaskInfo:
         entries = (*self.history, (state, at, reason))[-HISTORY_LIMIT:]
@@ -267,7 +274,7 @@ class Draft:
                     info = replace(
                         info, port=0, healthy=None, borglet_state="", seen=False, usage=(),
                         started_at=0.0, placement=info.placement + (task.machine is not None),
-                        pid=0, machine=task.machine or info.machine,
+                        pid=0, machine=task.machine or info.machine, retry_at=0.0,
                     )
                 info = self._with_event(info, action, reason, prev, task)
                 self.tasks[tid] = info.with_history(task.state.value, self.now, reason)

@@ -224,7 +224,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "machine": None, "priority": 0, "request": {}, "cause": None, "reservation": None, "port": 0,
     "healthy": None, "restarts": 0, "borglet_state": "", "started_at": 0.0, "seen": False,
     "placement": 0, "reason": "", "usage": {}, "history": [], "draining_since": 0.0, "pid": 0,
-    "last_machine": "", "events": [], "pending": "",
+    "last_machine": "", "events": [], "pending": "", "failures": 0, "retry_at": 0.0, "last_exit": "",
 }  # fmt: skip
 
 
@@ -266,6 +266,9 @@ def _task_doc(t: Task, info: TaskInfo) -> dict[str, Any]:
         "last_machine": info.machine,
         "events": [list(e) for e in info.events],
         "pending": info.pending,
+        "failures": info.failures,
+        "retry_at": info.retry_at,
+        "last_exit": info.last_exit,
     }
 
 
@@ -317,6 +320,9 @@ def decode_task(raw: bytes) -> tuple[Task, TaskInfo]:
         machine=d["last_machine"] or "",
         events=tuple((int(e[0]), float(e[1]), str(e[2]), str(e[3])) for e in d["events"]),
         pending=d["pending"],
+        failures=int(d["failures"] or 0),
+        retry_at=float(d["retry_at"] or 0.0),
+        last_exit=str(d["last_exit"] or ""),
     )
     return task, info
 

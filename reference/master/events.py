@@ -16,10 +16,15 @@ master's wall clock when it learned of it, `kind` one of KINDS, `detail` a sente
     fail, reason "spawn: ..." / "setup: .."-> spawn_failed
     lost (machine down, borglet forgot it) -> lost
     kill                                   -> killed
+    leader: a death seen, restart delayed  -> backoff     "next incarnation in 4s (failure 3 in a row)"
     borglet: a new process                 -> started     "pid 4711 on m3, port 30001"
-    borglet: exited, to restart in place   -> exited / signaled / oom
+    borglet: exited, to restart in place   -> exited / signaled / oom / spawn_failed, every time
     borglet: restarts went up              -> restarted   "in place by its borglet"
     borglet: health changed                -> healthy / unhealthy
+
+Every exit carries how the process ended ("exit code 3"): the borglet reports the last one
+(`last_exit`) beside its restart count, so exits between two polls are not lost, and a
+process that started and ended between two polls is not reported as `started`.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ Event = tuple[int, float, str, str]
 
 KINDS = (
     "submitted", "scheduled", "started", "healthy", "unhealthy", "exited", "signaled", "oom",
-    "spawn_failed", "restarted", "evicted", "lost", "finished", "killed",
+    "spawn_failed", "restarted", "backoff", "evicted", "lost", "finished", "killed",
 )  # fmt: skip
 # The kinds that mean something went wrong: the dashboard and `task show` mark them.
-WARNINGS = frozenset({"unhealthy", "exited", "signaled", "oom", "spawn_failed", "evicted", "lost", "killed"})
+WARNINGS = frozenset(
+    {"unhealthy", "exited", "signaled", "oom", "spawn_failed", "backoff", "evicted", "lost", "killed"}
+)
 EVENTS_LIMIT = 40  # kept per task incarnation, newest last
 
 
@@ -79,18 +86,67 @@ def from_step(
     return "killed", reason
 
 
+def backing_off(info: Any) -> bool:
+    """Whether a task's borglet reports its process gone and its restart in place to come."""
+    return info.borglet_state == "STARTING" and not info.pid and bool(info.reason)
+
+
+def crash_loop(state: str, info: Any, now: float) -> dict[str, Any] | None:
+    """A task's crash loop as `task list`, `job show` and Sigma show it, or None: the task
+    waits out a restart back-off, of its borglet (RUNNING, its process gone) or of the master
+    (DEAD, a new incarnation to come). `state` is the spec's (RUNNING, DEAD, ...)."""
+    if state == "DEAD" and info.retry_at > 0:
+        by, failures = "master", info.failures
+    elif state == "RUNNING" and backing_off(info):
+        by, failures = "borglet", info.restarts + 1
+    else:
+        return None
+    last = info.last_exit or info.reason
+    if last:
+        kind, detail = exit_kind(last)
+    else:  # a death the borglet's facts did not name: its event did
+        ends = [e for e in info.events if e[2] in ("exited", "signaled", "oom", "spawn_failed", "lost", "finished")]
+        kind, detail = (ends[-1][2], ends[-1][3]) if ends else ("exited", "failed")
+    loop = {
+        "by": by,
+        "last_exit": last or None,
+        "reason": detail,
+        "kind": kind,
+        "failures": failures,
+        "retry_at": info.retry_at or None,
+        "retry_in": round(max(info.retry_at - now, 0.0), 1) if info.retry_at else None,
+    }
+    loop["text"] = crash_loop_text(loop)
+    return loop
+
+
+def crash_loop_text(loop: dict[str, Any]) -> str:
+    """'exit code 3; failure 4, next try in 8s (by its borglet)' for `task list` and `job show`."""
+    when = f", next try in {loop['retry_in']:.0f}s" if loop.get("retry_in") is not None else ""
+    how = "restart in place" if loop.get("by") == "borglet" else "new incarnation"
+    return f"{loop['reason']}; failure {loop['failures']}{when} ({how})"
+
+
 def from_report(old: Any, new: Any, machine: str | None) -> list[tuple[str, str]]:
     """Events in the borglet's facts of a running task (`old`/`new`: TaskInfo)."""
     out: list[tuple[str, str]] = []
-    if new.borglet_state == "STARTING" and not new.pid and new.reason and new.reason != old.reason:
-        kind, detail = exit_kind(new.reason)
-        out.append((kind, f"{detail}; its borglet restarts it in place"))
+    # Each restart in place follows an exit; a task backing off now has one more than its
+    # restarts say, already counted if it was backing off at the last report.
+    ended = new.restarts - old.restarts + backing_off(new) - backing_off(old)
+    last = new.last_exit or (new.reason if backing_off(new) else "")
+    if last and ended > 0:
+        kind, detail = exit_kind(last)
+        times = f" ({ended} times since the last report)" if ended > 1 else ""
+        out.append((kind, f"{detail}{times}; its borglet restarts it in place"))
     if new.restarts > old.restarts:
         out.append(("restarted", f"in place by its borglet (restart {new.restarts})"))
     if new.started_at and new.started_at != old.started_at:
         where = f" on {machine}" if machine else ""
         port = f", port {new.port}" if new.port else ""
-        out.append(("started", f"pid {new.pid or '?'}{where}{port}"))
+        if new.pid:
+            out.append(("started", f"pid {new.pid}{where}{port}"))
+        else:  # it ended before any report named its process
+            out.append(("started", f"a process{where}{port}, ended before its borglet reported it"))
     if new.healthy is True and old.healthy is not True:
         out.append(("healthy", "its health check passes"))
     elif new.healthy is False and old.healthy is True:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from reference import channel
 from reference.elastic.jobscaler import JobAutoscaler
 from reference.elastic.reclaimer import Reclaimer
-from reference.master import events
+from reference.master import backoff, events
 from reference.master.cache import WatchCache
-from reference.master.cell import Cell, Draft, is_pass_work, machine_images
+from reference.master.cell import Cell, Draft, TaskInfo, is_pass_work, machine_images
 from reference.master.poller import Link, Poller
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
@@ -212,9 +212,27 @@ def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
     return placed, conflicts
 
 
+def ran_since(info: TaskInfo) -> float:
+    """When a task's latest placement began (its history's last RUNNING entry; 0: never placed)."""
+    for state, at, _ in reversed(info.history):
+        if state == TaskState.RUNNING.value:
+            return at
+    return 0.0
+
+
+def died_at(info: TaskInfo, now: float) -> float:
+    """When a DEAD task died, as its history says (`now` if it does not)."""
+    if info.history and info.history[-1][0] == TaskState.DEAD.value:
+        return info.history[-1][1]
+    return now
+
+
 def restart_dead(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) -> int:
-    """Restart the DEAD tasks among `candidates` that their job's policy restarts, as many as
-    `take(wanted)` allows (the leader's rate limit), in task id order; returns how many."""
+    """Restart the DEAD tasks among `candidates` that their job's policy restarts and whose
+    back-off is over, as many as `take(wanted)` allows (the leader's rate limit), in task id
+    order; returns how many. A death seen for the first time gets its back-off written
+    (master/backoff.py): the index's failures in a row and when it may be tried again, which
+    `task list`, `job show` and Sigma show as BACKOFF until then."""
     state = d.state
     restartable = []
     for tid in candidates:
@@ -223,14 +241,27 @@ def restart_dead(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) 
             continue
         newer = TaskId(tid.job, tid.index, tid.incarnation + 1)  # what restart and roll add
         if newer not in state.tasks and is_pass_work(t, state.jobs.get(tid.job), True):
-            restartable.append(tid)
+            info = d.task_info(tid)
+            if info.retry_at <= 0:
+                failures, at = backoff.retry_at(info.failures, ran_since(info), died_at(info, d.now))
+                wait = f"next incarnation in {max(at - d.now, 0):.0f}s"
+                event = ("backoff", f"{wait} (failure {failures} in a row)")
+                d.tasks[tid] = info = replace(
+                    info, failures=failures, retry_at=at, events=events.append(info.events, d.now, [event])
+                )
+            if d.now >= info.retry_at:
+                restartable.append(tid)
     if not restartable:
         return 0
     done = 0
     for tid in sorted(restartable, key=str)[: take(len(restartable))]:
         cause = d.state.tasks[tid].cause
+        failures = d.task_info(tid).failures  # the restart drops the dead one's record
         # The spec's guard checks that tid is still the latest incarnation of its index.
-        done += d.step("restart", tid, reason=f"restart after {cause.value if cause else '?'}")
+        if d.step("restart", tid, reason=f"restart after {cause.value if cause else '?'}"):
+            done += 1
+            newer = TaskId(tid.job, tid.index, tid.incarnation + 1)  # the count goes on with it
+            d.tasks[newer] = replace(d.task_info(newer), failures=failures)
     return done
 
 

@@ -134,7 +134,11 @@ STARTED_STATES = frozenset({"STARTING", "RUNNING"})
 
 def confirmed(info: TaskInfo) -> bool:
     """Whether a RUNNING task's borglet has reported it past its queue: its process exists, or
-    is restarting in place. RUNNING in the cell means placed; this is the start users see."""
+    is restarting in place. RUNNING in the cell means placed; this is the start users see.
+    A process that ended and waits out its borglet's back-off (STARTING, no pid, a reason)
+    is not started: a crash loop does not count as running."""
+    if info.borglet_state == "STARTING" and not info.pid and info.reason:
+        return False
     return info.seen and info.borglet_state in STARTED_STATES
 
 IndexKey = tuple[str, int]  # (job key, task index)
@@ -312,6 +316,8 @@ def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]
                 seen=True,
                 reason=reason,
                 usage=usage,
+                last_exit=str(r.get("last_exit") or ""),
+                retry_at=float(r.get("restart_at") or 0.0) if state == "STARTING" else 0.0,
             )
     return out
 

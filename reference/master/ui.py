@@ -24,7 +24,7 @@ from reference.master.logs import LogProxy, find_task
 from reference.resources import format_quantity, format_resources
 from spec.model import band_of
 
-STATE_CLASS = {"RUNNING": "ok", "PENDING": "warn", "DEAD": "bad", "up": "ok", "down": "bad"}
+STATE_CLASS = {"RUNNING": "ok", "PENDING": "warn", "DEAD": "bad", "BACKOFF": "bad", "up": "ok", "down": "bad"}
 LOG_TAIL = 40
 
 STYLE = """
@@ -39,6 +39,7 @@ th,td{text-align:left;padding:5px 10px;border-bottom:1px solid #e3e7ee;vertical-
 th{background:#eef1f6;font-weight:600}
 a{color:#1f5fbf}
 .ok{color:#17803d;font-weight:600}.warn{color:#a86400;font-weight:600}.bad{color:#c3221f;font-weight:600}
+.done{color:#5b6475;font-weight:600}
 tr.down td{background:#fde8e8}
 .kv td:first-child{font-weight:600;width:160px}
 .bar{position:relative;height:14px;width:220px;background:#e3e7ee;border-radius:3px;overflow:hidden}
@@ -129,6 +130,30 @@ def state(value: Any) -> str:
     return f'<span class="{STATE_CLASS.get(str(value), "")}">{e(value)}</span>'
 
 
+def outcome(v: dict[str, Any]) -> tuple[str, str]:
+    """(label, css class) of a task view as Sigma paints it: by how it is doing, not by its
+    spec state alone. Red only for failure: a crash loop (BACKOFF) or a death by failure or
+    loss; a task that finished (exit 0) or was killed (by a user, or by scaling down) is done,
+    in grey; a crash loop is never green, nor a task placed but not yet started."""
+    if v.get("crash_loop"):
+        return "BACKOFF", "bad"
+    if v["state"] == "DEAD":
+        cause = v.get("cause")
+        if cause in ("finished", "killed"):
+            return f"DEAD ({cause})", "done"
+        return f"DEAD ({cause})" if cause else "DEAD", "bad"
+    if v["state"] == "RUNNING":
+        if not v.get("confirmed"):
+            return "RUNNING", "warn"
+        return "RUNNING", "warn" if v.get("healthy") is False else "ok"
+    return str(v["state"]), STATE_CLASS.get(str(v["state"]), "")
+
+
+def painted(v: dict[str, Any]) -> str:
+    label, css = outcome(v)
+    return f'<span class="{css}">{e(label)}</span>'
+
+
 def page(title: str, body: str, cell: Cell, replica_name: str) -> str:
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{e(title)} - Sigma</title>
@@ -212,13 +237,17 @@ def cell_page(cell: Cell, overview: dict[str, Any], replica_name: str) -> str:
         for job in sorted(jobs, key=lambda j: j.name):
             c = views.task_counts(cell, job.key)
             pending = c["PENDING"]
+            loops = len(views.crash_loops(cell, job.key)) if c["RUNNING"] or c["DEAD"] else 0
             job_rows.append(
                 [
                     e(user), e(band), f'<a href="/ui/jobs/{e(job.key)}">{e(job.name)}</a>', e(job.priority),
                     e(job.task_count),
-                    f'{state("RUNNING")} {c["RUNNING"]} ({c["running_confirmed"]} started)',
+                    # Green only for what runs: placed but not started, or crash-looping, is not.
+                    f'<span class="{"ok" if c["running_confirmed"] and not loops else "warn"}">RUNNING</span> '
+                    f'{c["RUNNING"]} ({c["running_confirmed"]} started)' if c["RUNNING"] else "0",
                     f'{state("PENDING")} {pending}' if pending else "0",
-                    f'{state("DEAD")} {c["DEAD"]}' if c["DEAD"] else "0",
+                    f'<span class="bad">BACKOFF</span> {loops}' if loops else "0",
+                    f'<span class="done">DEAD</span> {c["DEAD"]}' if c["DEAD"] else "0",
                 ]
             )  # fmt: skip
     up, down = overview["machines"]["up"], overview["machines"]["down"]
@@ -239,7 +268,7 @@ def cell_page(cell: Cell, overview: dict[str, Any], replica_name: str) -> str:
         f"<h2>Machines</h2>{legend}"
         + table(["machine", "state", "domain", "cpu", "ram", "tasks"], machine_rows, machine_classes)
         + "<h2>Jobs by user and band</h2>"
-        + table(["user", "band", "job", "priority", "wanted", "running", "pending", "dead"], job_rows)
+        + table(["user", "band", "job", "priority", "wanted", "running", "pending", "crash loop", "dead"], job_rows)
     )
     return page(f"cell {overview['cell']}", body, cell, replica_name)
 
@@ -256,13 +285,13 @@ def job_page(cell: Cell, key: str, cell_name: str, replica_name: str) -> str | N
         rows.append(
             [
                 f'<a href="/ui/jobs/{e(key)}/tasks/{v["index"]}">{v["index"]}</a>', e(v["incarnation"]),
-                state(v["state"]), "yes" if v["confirmed"] else "-", e(v["machine"] or "-"),
-                e(v["restarts"]), e(v["cause"] or ""),
+                painted(v), "yes" if v["confirmed"] else "-", e(v["machine"] or "-"),
+                e(v["restarts"]), e((v["crash_loop"] or {}).get("text") or v["cause"] or ""),
                 f'{e(last.get("kind"))}: {e(last.get("detail"))}' if last.get("kind") else "-",
                 f'<span class="pending">{e(v["pending_reason"])}</span>' if v["pending_reason"] else "",
             ]
         )  # fmt: skip
-        classes.append("down" if v["state"] == "DEAD" and v["cause"] not in ("finished", "killed") else "")
+        classes.append("down" if outcome(v)[1] == "bad" else "")
     pairs: list[tuple[str, str]] = [("job", e(key))]
     if job is not None:
         view = views.job_view(cell, job)
@@ -277,12 +306,15 @@ def job_page(cell: Cell, key: str, cell_name: str, replica_name: str) -> str | N
         for entry in views.pending_reasons(cell, key):
             reason = entry["reason"] or "no reason yet: the scheduler has not looked at them"
             pairs.append(("pending", f'{entry["tasks"]} task(s): <span class="pending">{e(reason)}</span>'))
+        for loop in views.crash_loops(cell, key):
+            pairs.append(("crash loop", f'task {loop["index"]}: <span class="bad">{e(loop["text"])}</span>'))
     else:
         pairs.append(("state", '<span class="bad">killed</span>'))
     body = (
         f'<p><a href="/ui">cell</a> / {e(key)}</p><h2>Job {e(key)}</h2>{key_values(pairs)}<h2>Tasks</h2>'
         + table(
-            ["index", "incarnation", "state", "started", "machine", "restarts", "cause", "last event", "pending reason"],
+            ["index", "incarnation", "state", "started", "machine", "restarts", "cause / crash loop", "last event",
+             "pending reason"],
             rows,
             classes,
         )
@@ -299,7 +331,7 @@ def task_page(
     v = views.task_view(cell, found, cell_name)  # type: ignore[arg-type]
     pairs = [
         ("task", e(f"{key}/{index}#{v['incarnation']}")),
-        ("state", state(v["state"])),
+        ("state", painted(v)),
         ("started", "yes" if v["confirmed"] else "-"),
         ("machine", e(v["machine"] or (f"- (last: {v['last_machine']})" if v["last_machine"] else "-"))),
         ("pid", e(v["pid"] or "-")),
@@ -310,6 +342,10 @@ def task_page(
     ]
     if v["pending_reason"]:
         pairs.insert(2, ("pending", f'<span class="pending">{e(v["pending_reason"])}</span>'))
+    if v["crash_loop"]:
+        pairs.insert(2, ("crash loop", f'<span class="bad">{e(v["crash_loop"]["text"])}</span>'))
+    if v["last_exit"]:
+        pairs.append(("last exit", e(v["last_exit"])))
     event_rows = []
     for ev in reversed(v["events"]):
         kind = ev["kind"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -120,6 +121,12 @@ def task_view(cell: Cell, task: Task, cell_name: str, info: TaskInfo | None = No
         "last_machine": info.machine or None,
         "pending_reason": info.pending or None if task.state is TaskState.PENDING else None,
         "events": events.as_json(info.events),
+        # A crash loop: the task waits out a restart back-off (its borglet's or the master's),
+        # with how its last process ended, its failures in a row and when it is tried again.
+        "crash_loop": (loop := events.crash_loop(task.state.value, info, time.time())),
+        "status": "BACKOFF" if loop else task.state.value,
+        "failures": info.failures,
+        "last_exit": info.last_exit or None,
     }
 
 
@@ -139,6 +146,18 @@ def pending_reasons(cell: Cell, job_key: str) -> list[dict[str, Any]]:
         {"reason": reason or None, "tasks": len(indices), "indices": indices[:20]}
         for reason, indices in sorted(by_reason.items(), key=lambda kv: (not kv[0], -len(kv[1])))
     ]
+
+
+def crash_loops(cell: Cell, job_key: str, now: float | None = None) -> list[dict[str, Any]]:
+    """The job's task indices in a crash loop (events.crash_loop), by index: what `job show`
+    and Sigma's job page list under the task counts."""
+    at = time.time() if now is None else now
+    out = []
+    for index, task in sorted(live_indices(cell, job_key).items()):
+        loop = events.crash_loop(task.state.value, cell.task_info(task.id), at)
+        if loop is not None:
+            out.append({"index": index, "incarnation": task.id.incarnation, **loop})
+    return out
 
 
 def quota_views(cell: Cell) -> list[dict[str, Any]]:
