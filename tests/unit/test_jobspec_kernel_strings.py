@@ -53,3 +53,32 @@ def test_the_schema_states_each_rule() -> None:
     assert re.search(program["allOf"][0]["pattern"], "/bin/\x00") is None
     assert re.search(props["command"]["items"]["pattern"], "x\x00") is None
     assert re.search(props["cwd"]["anyOf"][0]["pattern"], "/\x00") is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "valid"),
+    [
+        ({}, True),
+        ({"env": {"OPTS": "a=b"}, "cwd": "/tmp"}, True),
+        ({"env": {"FOO": "a\x00b"}}, False),
+        ({"env": {"A=B": "x"}}, False),
+        ({"env": {"": "x"}}, False),
+        ({"command": ["/bin/sl\x00eep"]}, False),
+        ({"command": ["/bin/sleep", "\x00"]}, False),
+        ({"command": ["  "]}, False),
+        ({"cwd": "/\x00"}, False),
+    ],
+)
+def test_a_json_schema_validator_agrees_with_the_model(extra: dict[str, Any], valid: bool) -> None:
+    """The schema as an editor or schemathesis reads it (2020-12: `items` skips the first item,
+    which `prefixItems` covers), against what the model takes."""
+    jsonschema = pytest.importorskip("jsonschema")
+    document = {**BASE, **extra}
+    errors = list(jsonschema.Draft202012Validator(json_schema()).iter_errors(document))
+    assert (not errors) is valid, errors
+    try:
+        parse_job(document)
+        taken = True
+    except JobFileError:
+        taken = False
+    assert taken is valid
