@@ -43,6 +43,9 @@ MAX_BODY_BYTES = 256 * 1024 * 1024  # a signed body is read whole before it is c
 TIME_HEADER = "X-Minborg-Channel-Time"
 MACHINE_HEADER = "X-Minborg-Channel-Machine"
 SIGNATURE_HEADER = "X-Minborg-Channel-Signature"
+# On a borglet's answer: how many seconds its clock is off the request's signing time, when
+# more than the window (it obeyed by `skew_floor`). The master shows it on the machine.
+SKEW_HEADER = "X-Minborg-Channel-Skew"
 SCHEME = "v1="
 
 
@@ -116,10 +119,12 @@ def sign(
 
 
 def check_headers(
-    headers: Mapping[str, str], machine: str, now: float, window_s: float = WINDOW_S
-) -> tuple[str, str] | None:
+    headers: Mapping[str, str], machine: str, now: float, window_s: float = WINDOW_S,
+    newer_than: float | None = None,
+) -> tuple[str, str] | None:  # fmt: skip
     """(header, what is wrong) when the headers alone refuse the request, else None: checked
-    before its body is read, so an unsigned request costs the borglet nothing."""
+    before its body is read, so an unsigned request costs the borglet nothing. With
+    `newer_than`, a signing time after it passes however far from `now` (`Verifier`)."""
     if not headers.get(SIGNATURE_HEADER):
         return (
             SIGNATURE_HEADER,
@@ -132,7 +137,7 @@ def check_headers(
         signed_at = math.nan
     if not math.isfinite(signed_at):
         return TIME_HEADER, f"must be the signing time in seconds since the epoch, not {raw[:40]!r}"
-    if abs(now - signed_at) > window_s:
+    if abs(now - signed_at) > window_s and not (newer_than is not None and signed_at > newer_than):
         return TIME_HEADER, skew_error(signed_at, now, window_s)
     if headers.get(MACHINE_HEADER, "") != machine:
         return (
@@ -157,11 +162,12 @@ def skew_error(signed_at: float, now: float, window_s: float = WINDOW_S) -> str:
 
 def verify(
     key: bytes, method: str, target: bytes, headers: Mapping[str, str], body: bytes, machine: str,
-    now: float, window_s: float = WINDOW_S,
+    now: float, window_s: float = WINDOW_S, newer_than: float | None = None,
 ) -> tuple[str, str] | None:  # fmt: skip
     """(header, what is wrong) for a request that is not from a holder of `key`, meant for
-    `machine`, signed within `window_s` of `now` and unaltered; None for one that is."""
-    problem = check_headers(headers, machine, now, window_s)
+    `machine`, signed within `window_s` of `now` (or after `newer_than`) and unaltered; None
+    for one that is."""
+    problem = check_headers(headers, machine, now, window_s, newer_than)
     if problem is not None:
         return problem
     expected = signature(key, signed_text(method, target, headers[TIME_HEADER], machine, body))
@@ -222,9 +228,27 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
+def skew_floor(latest: float | None, window_s: float = WINDOW_S) -> float | None:
+    """The signing time after which a request passes whatever the borglet's clock says, given
+    the latest signing time `latest` it accepted (None: none yet, so any time passes once).
+
+    A borglet with a wrong clock (60 s ahead, say) would otherwise refuse its masters forever:
+    its tasks then run on unmanaged while the cell, hearing nothing, starts them elsewhere. So
+    the window is also measured on the masters' own clock, as the signing times the borglet has
+    accepted: a request signed less than `window_s` before the newest one accepted passes. A
+    request replayed later than that is refused as before; a sync replayed at all is refused by
+    its (epoch, seq) fence, which the borglet keeps on disk."""
+    if latest is None:
+        return -math.inf
+    return latest - window_s
+
+
 class Verifier:
     """ASGI middleware: every HTTP request but those to `open_paths` must be signed for
-    `machine` with `key`, or it is answered 401 before the app sees it."""
+    `machine` with `key`, or it is answered 401 before the app sees it. The signing time must
+    be within the window of the borglet's clock, or of the newest signing time it accepted
+    (`skew_floor`): a borglet whose clock is off keeps obeying its masters, and shows the skew
+    it measured (`skew_s`, and the `X-Minborg-Channel-Skew` header of its answers)."""
 
     def __init__(
         self, app: Callable[[Scope, Receive, Send], Awaitable[None]], key: bytes, machine: str, *,
@@ -240,29 +264,55 @@ class Verifier:
         )
         self.open_paths = frozenset(open_paths)
         self.refused = 0  # requests answered 401
+        self.latest: float | None = None  # the newest signing time accepted (the masters' clock)
+        self.skew_s = 0.0  # this clock minus the last accepted signing time, when past the window
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
-        problem, body = await check_request(self.key, self.machine, scope, receive, self.clock(), self.window_s)
+        now = self.clock()
+        problem, body = await check_request(
+            self.key, self.machine, scope, receive, now, self.window_s, newer_than=skew_floor(self.latest, self.window_s)
+        )
         if problem is not None:
             self.refused += 1
             await refuse(send, *problem)
             return
-        await self.app(scope, _replay(body, receive), send)
+        signed_at = _signed_at(scope)
+        self.latest = signed_at if self.latest is None else max(self.latest, signed_at)
+        self.skew_s = now - signed_at if abs(now - signed_at) > self.window_s else 0.0
+        if not self.skew_s:
+            await self.app(scope, _replay(body, receive), send)
+            return
+        skew = f"{self.skew_s:.0f}".encode()
+
+        async def send_with_skew(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (SKEW_HEADER.lower().encode(), skew)]}
+            await send(message)
+
+        await self.app(scope, _replay(body, receive), send_with_skew)
+
+
+def _signed_at(scope: Scope) -> float:
+    wanted = TIME_HEADER.lower().encode()
+    for k, v in scope["headers"]:
+        if k.lower() == wanted:
+            return float(v.decode("latin-1"))
+    return math.nan
 
 
 async def check_request(
     key: bytes, machine: str, scope: Scope, receive: Receive, now: float, window_s: float = WINDOW_S,
-    max_body: int = MAX_BODY_BYTES,
+    max_body: int = MAX_BODY_BYTES, newer_than: float | None = None,
 ) -> tuple[tuple[str, str] | None, bytes]:  # fmt: skip
     """(what is wrong or None, the body) for the ASGI HTTP request `scope`, as `verify` judges
     it for `machine`: the check every server of the channel makes (`Verifier`, the hollow
     borglets). The body is read only once the headers pass, and at most `max_body` bytes."""
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     lowered = {name: headers.get(name.lower(), "") for name in (TIME_HEADER, MACHINE_HEADER, SIGNATURE_HEADER)}
-    problem = check_headers(lowered, machine, now, window_s)
+    problem = check_headers(lowered, machine, now, window_s, newer_than)
     if problem is not None:
         return problem, b""
     body, more = await _read_body(receive, max_body)
@@ -271,7 +321,7 @@ async def check_request(
     target = scope.get("raw_path") or scope["path"].encode()
     if scope.get("query_string"):
         target += b"?" + scope["query_string"]
-    return verify(key, scope["method"], target, lowered, body, machine, now, window_s), body
+    return verify(key, scope["method"], target, lowered, body, machine, now, window_s, newer_than), body
 
 
 async def _read_body(receive: Receive, max_body: int) -> tuple[bytes, bool]:

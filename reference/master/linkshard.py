@@ -469,6 +469,12 @@ class KeptAlive:
                 return None
             if not isinstance(doc, dict):
                 return None
+            if (skew := response.getheader(channel.SKEW_HEADER)) is not None:
+                # The borglet obeyed though its clock is off: the leader shows it on the machine.
+                try:
+                    doc["channel_skew_s"] = float(skew)
+                except ValueError:
+                    pass
             tag = response.getheader("ETag")
             if tag:
                 self._tagged[url] = (tag, doc)

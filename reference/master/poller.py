@@ -816,16 +816,17 @@ class Poller:
         isolation = str(reply.get("isolation") or "")
         images = tuple(sorted(str(i) for i in reply.get("images") or ()))
         with self._lock:
-            was_refusing = self._refusing.pop(name, None) is not None
-        stale_reason = was_refusing or bool(self.cache.cell().machines.get(name, MachineInfo()).reason)
-        if not (outcome.steps or outcome.infos or not m.up or write_usage or stale_reason):
+            self._refusing.pop(name, None)
+        machine_reason = skew_reason(reply.get("channel_skew_s"))
+        new_reason = self.cache.cell().machines.get(name, MachineInfo()).reason != machine_reason
+        if not (outcome.steps or outcome.infos or not m.up or write_usage or new_reason):
             return None
 
         def change(d: Draft) -> None:
             if not d.state.machines[name].up:
                 d.step("machine_up", name, reason=f"machine {name} answers again")
-            if d.machine_info(name).reason:
-                d.machines[name] = replace(d.machine_info(name), reason="")
+            if d.machine_info(name).reason != machine_reason:
+                d.machines[name] = replace(d.machine_info(name), reason=machine_reason)
             for action, args, reason in outcome.steps:
                 d.step(action, *args, reason=reason)
             for tid, info in outcome.infos.items():
@@ -855,6 +856,15 @@ class Poller:
 
         change.writes_usage = write_usage  # type: ignore[attr-defined]
         return change
+
+
+def skew_reason(skew_s: Any) -> str:
+    """The machine's reason when its borglet obeys though its clock is off (channel.SKEW_HEADER):
+    '' when it is not."""
+    if not isinstance(skew_s, int | float) or not skew_s:
+        return ""
+    side = "ahead of" if skew_s > 0 else "behind"
+    return f"clock skew: the borglet's clock is {abs(skew_s):.0f} s {side} the master's; synchronize the clocks (NTP)"
 
 
 def _refusal_reason(body: Any) -> str:

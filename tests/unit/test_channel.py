@@ -166,6 +166,11 @@ def test_a_refused_request_is_a_401_naming_the_header_and_never_reaches_the_hand
         "stale": channel.ClientAuth(KEY, clock=lambda: NOW - 60),
     }[how]
     machine = "m2" if how == "other-machine" else "m1"
+    if how == "stale":
+        # Stale means older than the window before the newest request accepted (skew_floor).
+        fresh = channel.ClientAuth(KEY, clock=lambda: NOW)
+        assert client.post("/v1/sync", content=BODY, headers=channel.to_machine("m1"), auth=fresh).status_code == 200
+        seen.clear()
     answer = client.post("/v1/sync", content=BODY, headers=channel.to_machine(machine), auth=auth)
     assert answer.status_code == 401
     detail = answer.json()["detail"][0]
@@ -193,6 +198,49 @@ def test_a_borglet_behind_says_so() -> None:
 
 def test_the_skew_refusal_reaches_the_client_in_the_401_body() -> None:
     client, _ = verified_app(clock=NOW + 60)
+    ahead = channel.ClientAuth(KEY, clock=lambda: NOW + 60)
+    assert client.post("/v1/sync", content=BODY, headers=channel.to_machine("m1"), auth=ahead).status_code == 200
+    # Now a request signed 60 s before the newest one accepted, and 60 s off the borglet's clock.
     answer = client.post("/v1/sync", content=BODY, headers=channel.to_machine("m1"), auth=channel.ClientAuth(KEY, clock=lambda: NOW))
     assert answer.status_code == 401
     assert answer.json()["detail"][0]["error"].startswith("clock skew: request signed at")
+
+
+def test_skew_floor() -> None:
+    assert channel.skew_floor(None) == float("-inf")  # nothing accepted yet: any time passes once
+    assert channel.skew_floor(NOW) == NOW - channel.WINDOW_S
+
+
+def test_a_borglet_60_s_ahead_obeys_its_masters_and_says_how_far_off_it_is() -> None:
+    client, seen = verified_app(clock=NOW + 60)
+    auth = channel.ClientAuth(KEY, clock=lambda: NOW)
+    for _ in range(3):
+        answer = client.post("/v1/sync", content=BODY, headers=channel.to_machine("m1"), auth=auth)
+        assert answer.status_code == 200
+        assert answer.headers[channel.SKEW_HEADER] == "60"
+    assert len(seen) == 3
+
+
+def test_a_replay_older_than_the_window_behind_the_newest_is_refused_on_a_skewed_borglet() -> None:
+    client, seen = verified_app(clock=NOW + 60)
+    newest = channel.ClientAuth(KEY, clock=lambda: NOW)
+    assert client.post("/v1/sync", content=BODY, headers=channel.to_machine("m1"), auth=newest).status_code == 200
+    old = channel.ClientAuth(KEY, clock=lambda: NOW - 31)  # 31 s before the newest accepted
+    answer = client.post("/v1/sync", content=BODY, headers=channel.to_machine("m1"), auth=old)
+    assert answer.status_code == 401 and answer.json()["detail"][0]["error"].startswith("clock skew")
+    assert len(seen) == 1
+
+
+def test_a_master_a_day_ahead_does_not_lock_out_the_others_of_a_borglet_on_time() -> None:
+    client, seen = verified_app(clock=NOW)
+    ahead = channel.ClientAuth(KEY, clock=lambda: NOW + 86_400)
+    on_time = channel.ClientAuth(KEY, clock=lambda: NOW)
+    for auth in (ahead, on_time, on_time):
+        assert client.post("/v1/sync", content=BODY, headers=channel.to_machine("m1"), auth=auth).status_code == 200
+    assert len(seen) == 3
+
+
+def test_an_answer_within_the_window_carries_no_skew_header() -> None:
+    client, _ = verified_app(clock=NOW + 5)
+    answer = client.post("/v1/sync", content=BODY, headers=channel.to_machine("m1"), auth=channel.ClientAuth(KEY, clock=lambda: NOW))
+    assert answer.status_code == 200 and channel.SKEW_HEADER not in answer.headers
