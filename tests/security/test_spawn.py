@@ -296,6 +296,8 @@ def test_a_task_cannot_read_the_cells_keys_nor_another_users_logs(cell: LocalCel
     bobs = list((state / "tasks").glob("bob_diary*/stdout"))
     assert bobs and b"diary" in bobs[0].read_bytes()
     secrets = [cell.channel_key_file, cell.admin_token_file, bobs[0], state / "tasks.json"]
+    secrets += sorted(cell.workdir.glob("**/pki/*.key"))  # the store's CA and client keys
+    assert len(secrets) > 5, "the cell's store has no TLS keys to try"
     seen = output(cell, api, python_job("reach", "mallory", REACH, *map(str, secrets)))
     assert seen == {str(p): "PermissionError" for p in secrets}
 
