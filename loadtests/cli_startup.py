@@ -80,21 +80,34 @@ def argv_in(tree: Path, args: list[str]) -> list[str]:
 def measure(
     runs: int, trees: dict[str, Path], named: dict[str, list[str]], env: dict[str, str]
 ) -> dict[tuple[str, str], list[float]]:
-    """Seconds of each (tree, command) in fresh processes, interleaved run by run."""
+    """Seconds of each (tree, command) in fresh processes, interleaved run by run. Stopped
+    (Ctrl-C, SIGTERM), it returns the runs it completed."""
     times: dict[tuple[str, str], list[float]] = {}
-    for _ in range(runs):
-        for tree_name, tree in trees.items():
-            for name, args in [(BASELINE, None), *named.items()]:
-                argv = [sys.executable, "-c", "pass"] if args is None else argv_in(tree, args)
-                started = time.perf_counter()
-                done = subprocess.run(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
-                times.setdefault((tree_name, name), []).append(time.perf_counter() - started)
-                if done.returncode != 0 and tree_name == "before":
-                    times[(tree_name, name)][-1] = float("nan")  # e.g. --version, which it lacked
-                elif done.returncode != 0:
-                    raise SystemExit(f"{tree_name}: minborg {' '.join(args or [])} failed ({done.returncode}): "
-                                     f"{done.stderr.decode()[-500:]}")  # fmt: skip
+    try:
+        for _ in range(runs):
+            measure_round(trees, named, env, times)
+    except KeyboardInterrupt:
+        done = min(len(ts) for ts in times.values()) if times else 0
+        times = {k: ts[:done] for k, ts in times.items()}
+        if not done:
+            raise
     return times
+
+
+def measure_round(
+    trees: dict[str, Path], named: dict[str, list[str]], env: dict[str, str], times: dict[tuple[str, str], list[float]]
+) -> None:
+    for tree_name, tree in trees.items():
+        for name, args in [(BASELINE, None), *named.items()]:
+            argv = [sys.executable, "-c", "pass"] if args is None else argv_in(tree, args)
+            started = time.perf_counter()
+            done = subprocess.run(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+            times.setdefault((tree_name, name), []).append(time.perf_counter() - started)
+            if done.returncode != 0 and tree_name == "before":
+                times[(tree_name, name)][-1] = float("nan")  # e.g. --version, which it lacked
+            elif done.returncode != 0:
+                raise SystemExit(f"{tree_name}: minborg {' '.join(args or [])} failed ({done.returncode}): "
+                                 f"{done.stderr.decode()[-500:]}")  # fmt: skip
 
 
 def start_cell(job: str, env: dict[str, str]) -> object:
@@ -113,6 +126,9 @@ def start_cell(job: str, env: dict[str, str]) -> object:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a timeout's SIGTERM: report the runs done
     p = argparse.ArgumentParser(prog="minborg bench cli", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=10, help="runs of each command (default 10)")
     p.add_argument("--master", default=None, help="a live cell's master URL(s)")
@@ -143,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             cell = start_cell(args.job, env)
         elif args.master:
             env["MINBORG_MASTER"] = args.master
-        from reference.cellfile import find_token, master_urls
+        from reference.cellfile import ClientError, find_token, master_urls
         from reference.cli_http import PlainCell
 
         state_dir = env.get("MINBORG_STATE_DIR")
@@ -153,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
                            find_token(env.get("MINBORG_TOKEN"), env.get("MINBORG_STATE_DIR")))  # fmt: skip
         cell_name = reader.request("GET", "/v1/cell").get("cell", "local")
         task_count = reader.request("GET", f"/v1/jobs/{args.job}")["job"]["task_count"]
+        try:  # the second job, left by a run that was stopped between its submit and its kill
+            reader.request("DELETE", f"/v1/jobs/{args.job}-k")
+        except ClientError:
+            pass
         with tempfile.TemporaryDirectory(prefix="bench-cli-files-") as files:
             named = commands(args.job, cell_name, task_count, Path(files))
             measure(2, trees, named, env)  # compile the bytecode, warm the file cache; not counted
@@ -194,7 +214,8 @@ def report(times: dict[tuple[str, str], list[float]], trees: dict[str, Path], ar
             line = f"  {name:<30}  {f['median_s']:>6.3f}s  {f['p90_s']:>6.3f}s  {f['ratio']:>5.1f}x"
             if "before" in figures:
                 b = figures["before"][name]
-                line += f"  {b['median_s']:>6.3f}s  {b['ratio']:>5.1f}x"
+                line += (f"  {b['median_s']:>6.3f}s  {b['ratio']:>5.1f}x" if b["median_s"] == b["median_s"]
+                         else f"  {'fails':>7}  {'-':>6}")  # nan: the command failed there  # fmt: skip
             verdict = "" if name == BASELINE else ("  ok" if f["ok"] else "  MISSED") if f["everyday"] else "  (full command line)"
             print(line + verdict)
     return 0 if all(f["ok"] for f in figures["now"].values()) else 1

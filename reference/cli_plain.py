@@ -109,8 +109,9 @@ def job_by_name(name: str, list_jobs: Callable[[], list[dict[str, Any]]]) -> str
 
 
 def job_status(task_count: int, counts: Mapping[str, int] | None) -> tuple[str, str]:
-    """A job's status and ready count from its tasks by state (GET /v1/jobs/U/N's `tasks`):
-    PENDING while any task waits for a machine; RUNNING when every wanted task runs with its
+    """A job's status and ready count from its tasks by state (GET /v1/jobs/U/N's `tasks`, and
+    `backoff`: how many of its crash_loops): BACKOFF while a task crash-loops (the master waits
+    before its next incarnation); PENDING while any task waits for a machine; RUNNING when every wanted task runs with its
     start confirmed by its borglet; STARTING while some are placed but not yet confirmed; DEAD
     when every task ended; DEGRADED when some ended and the others run. Ready is the confirmed
     running tasks over the wanted ones: `3/3`."""
@@ -118,6 +119,8 @@ def job_status(task_count: int, counts: Mapping[str, int] | None) -> tuple[str, 
         return "-", "-"
     running, confirmed = counts.get("RUNNING", 0), counts.get("running_confirmed", 0)
     ready = f"{confirmed}/{task_count}"
+    if counts.get("backoff", 0):
+        return "BACKOFF", ready
     if counts.get("PENDING", 0):
         return "PENDING", ready
     if running and running > confirmed:
@@ -147,7 +150,8 @@ def job_counts(jobs: list[dict[str, Any]], fetch: Callable[[str], Mapping[str, A
             except IndexError:
                 return
             try:
-                found[key] = fetch(key).get("tasks") or {}
+                answer = fetch(key)
+                found[key] = {**(answer.get("tasks") or {}), "backoff": len(answer.get("crash_loops") or [])}
             except Exception:  # noqa: BLE001 - gone since the listing, or refused: no status, not a failure
                 pass
 

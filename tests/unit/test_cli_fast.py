@@ -240,6 +240,7 @@ def test_errors_are_worded_as_the_full_command_line_words_them(
         (3, {"RUNNING": 2, "DEAD": 1, "running_confirmed": 2}, ("DEGRADED", "2/3")),
         (0, {"running_confirmed": 0}, ("RUNNING", "0/0")),  # scaled to zero: nothing waits
         (3, None, ("-", "-")),  # not asked (past the listing's limit)
+        (3, {"RUNNING": 2, "DEAD": 1, "running_confirmed": 2, "backoff": 1}, ("BACKOFF", "2/3")),  # a crash loop
     ],
 )
 def test_job_status_from_its_tasks_by_state(task_count: int, counts: dict | None, expected: tuple[str, str]) -> None:
