@@ -70,9 +70,9 @@ campaign_app = typer.Typer(help="Load, chaos and elasticity campaigns that write
 app.add_typer(campaign_app, name="campaign", rich_help_panel=MEASUREMENT)
 image_app = typer.Typer(help="Container images for cells of the docker runtime.", no_args_is_help=True)
 app.add_typer(image_app, name="image", rich_help_panel=LIFECYCLE)
-app.command("demo", rich_help_panel=LIFECYCLE)(demo)
-cell_app.command("checkpoint")(cli_faux.checkpoint)
-cell_app.command("whatif")(cli_faux.whatif)
+app.command("demo", rich_help_panel=LIFECYCLE, epilog=examples("minborg demo", "minborg demo --replicas 5"))(demo)
+cell_app.command("checkpoint", epilog=examples("minborg cell checkpoint --out cell.json"))(cli_faux.checkpoint)
+cell_app.command("whatif", epilog=examples("minborg cell whatif --remove-machine machine1"))(cli_faux.whatif)
 
 
 def _print_version(asked: bool) -> None:
@@ -122,7 +122,10 @@ PASS_THROUGH: dict[str, Any] = {
 # --- image -----------------------------------------------------------------------------------
 
 
-@image_app.command("build")
+@image_app.command("build", epilog=examples(
+    'minborg image build',
+    'minborg cell up --runtime docker',
+))
 @handles_errors
 def image_build() -> None:
     """Build the base image (Debian with python3, by debootstrap; skipped when present) and the
@@ -509,7 +512,7 @@ def bench_overload(ctx: typer.Context) -> None:
 
 @bench_app.command("cli", **PASS_THROUGH)
 def bench_cli(ctx: typer.Context) -> None:
-    """Start-up time of `minborg --help`, `job list` and `task list` in fresh processes (try --help)."""
+    """Wall time of every everyday command in fresh processes, beside `python -c pass` (try --help)."""
     _run_main("loadtests.cli_startup", "the command-line start-up benchmark", ctx.args)
 
 
@@ -573,7 +576,10 @@ def spec_explore(ctx: typer.Context) -> None:
     _run_main("spec.explore", "the spec explorer", ctx.args)
 
 
-app.command("fauxmaster", rich_help_panel=DAEMONS)(cli_faux.fauxmaster)
+app.command("fauxmaster", rich_help_panel=DAEMONS, epilog=examples(
+    "minborg fauxmaster --checkpoint cell.json --apply examples/batch.yaml --schedule",
+    "minborg fauxmaster --checkpoint cell.json --fail-rack r1 --schedule --json",
+))(cli_faux.fauxmaster)
 
 
 def main() -> None:

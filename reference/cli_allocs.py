@@ -15,6 +15,7 @@ from reference.cli_common import (
     StateDirOpt,
     client,
     emitted,
+    examples,
     fail,
     handles_errors,
     job_key,
@@ -41,7 +42,9 @@ def set_lines(view: dict[str, Any]) -> list[str]:
     return lines
 
 
-@alloc_app.command("submit")
+@alloc_app.command("submit", epilog=examples(
+    'minborg alloc submit examples/logsaver/alloc.yaml',
+))
 @handles_errors
 def submit(
     file: Annotated[Path, typer.Argument(help="An alloc set file (YAML), e.g. examples/logsaver/alloc.yaml.")],
@@ -69,7 +72,10 @@ def submit(
         console.print(line, soft_wrap=True, highlight=False)
 
 
-@alloc_app.command("list")
+@alloc_app.command("list", epilog=examples(
+    'minborg alloc list',
+    'minborg alloc list --user demo -o json',
+))
 @handles_errors
 def list_sets(
     user: Annotated[str | None, typer.Option("--user", help="Only this user's alloc sets.")] = None,
@@ -91,7 +97,9 @@ def list_sets(
             console.print(line, soft_wrap=True, highlight=False)
 
 
-@alloc_app.command("show")
+@alloc_app.command("show", epilog=examples(
+    'minborg alloc show demo/logs',
+))
 @handles_errors
 def show(
     key: SetArg, master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None,
@@ -107,7 +115,9 @@ def show(
         console.print(line, soft_wrap=True, highlight=False)
 
 
-@alloc_app.command("kill")
+@alloc_app.command("kill", epilog=examples(
+    'minborg alloc kill demo/logs',
+))
 @handles_errors
 def kill(key: SetArg, master: MasterOpt = None, state_dir: StateDirOpt = None, as_json: JsonOpt = False) -> None:
     """Delete an alloc set: the jobs that run in it are killed first, then its reservations released."""

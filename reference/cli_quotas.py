@@ -15,6 +15,7 @@ from reference.cli_common import (
     StateDirOpt,
     client,
     emitted,
+    examples,
     fail,
     handles_errors,
     output_of,
@@ -28,7 +29,10 @@ UserArg = Annotated[str, typer.Argument(metavar="USER", help='The user, or "*" f
 BandArg = Annotated[str, typer.Argument(metavar="BAND", help="batch, production or monitoring (best effort is never limited).")]
 
 
-@quota_app.command("set")
+@quota_app.command("set", epilog=examples(
+    'minborg quota set alice batch cpu=100,ram=512GiB',
+    "minborg quota set '*' production cpu=8,ram=32GiB",
+))
 @handles_errors
 def set_quota(
     user: UserArg,
@@ -61,7 +65,9 @@ def set_quota(
     )
 
 
-@quota_app.command("list")
+@quota_app.command("list", epilog=examples(
+    'minborg quota list',
+))
 @handles_errors
 def list_quotas(
     master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None, as_json: JsonOpt = False
@@ -76,7 +82,9 @@ def list_quotas(
         console.print(f"{escape(q['user']):<24} {q['band']:<12} {format_resources(q.get('limit'))}")
 
 
-@quota_app.command("delete")
+@quota_app.command("delete", epilog=examples(
+    'minborg quota delete alice batch',
+))
 @handles_errors
 def delete_quota(user: UserArg, band: BandArg, master: MasterOpt = None, state_dir: StateDirOpt = None) -> None:
     """Delete USER's own quota in BAND: the user falls back to user "*"'s."""

@@ -14,6 +14,7 @@ from reference.cli_common import (
     StateDirOpt,
     client,
     emitted,
+    examples,
     handles_errors,
     output_of,
 )
@@ -24,7 +25,10 @@ user_app = typer.Typer(help="Add, list and revoke the cell's users and their tok
 NameArg = Annotated[str, typer.Argument(metavar="NAME", help="The user: the owner part of its jobs' names (NAME/job).")]
 
 
-@user_app.command("add")
+@user_app.command("add", epilog=examples(
+    'minborg user add alice',
+    'MINBORG_TOKEN=<the token printed> minborg job list',
+))
 @handles_errors
 def add(name: NameArg, master: MasterOpt = None, state_dir: StateDirOpt = None, as_json: JsonOpt = False) -> None:
     """Add a user and print its token, once: only its hash is kept. Hand it to the user, who
@@ -42,7 +46,9 @@ def add(name: NameArg, master: MasterOpt = None, state_dir: StateDirOpt = None, 
     )
 
 
-@user_app.command("list")
+@user_app.command("list", epilog=examples(
+    'minborg user list',
+))
 @handles_errors
 def list_users(
     master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None, as_json: JsonOpt = False
@@ -58,7 +64,9 @@ def list_users(
         console.print(f"{u['name']:<24} {'admin' if u.get('admin') else 'user':<6} added {added}")
 
 
-@user_app.command("revoke")
+@user_app.command("revoke", epilog=examples(
+    'minborg user revoke alice',
+))
 @handles_errors
 def revoke(name: NameArg, master: MasterOpt = None, state_dir: StateDirOpt = None) -> None:
     """Revoke a user's token: every master refuses it within a second or two."""

@@ -459,3 +459,19 @@ def test_a_cell_that_does_not_answer_is_one_line_that_says_what_to_do(
         cli_fast.main()
     assert exit_.value.code == 1
     assert capsys.readouterr().err.strip().splitlines() == [expected]
+
+
+def test_every_command_with_its_own_help_ends_it_with_examples() -> None:
+    import typer.main
+
+    def leaves(command, path):  # type: ignore[no-untyped-def]
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                yield from leaves(sub, [*path, name])
+        elif command.add_help_option:  # the pass-through ones show their program's own help
+            yield " ".join(path), command
+
+    missing = [name for name, command in leaves(typer.main.get_command(app), []) if "Examples:" not in (command.epilog or "")]
+    assert missing == []
+    result = runner.invoke(app, ["job", "update", "--help"])
+    assert "Examples:\n    minborg job update demo/hello_world --tasks 5\n" in result.output  # kept as written
