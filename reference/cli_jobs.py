@@ -125,11 +125,16 @@ def submit(
         _wait_for_start(cell, spec.key, spec.task_count, answer["revision"], wait_timeout, quiet=as_json)
 
 
+# How long every task must stay started before `job submit` says so: two default poll
+# intervals, so that a process that exits at once is seen failing (docs/decisions.md).
+STEADY_S = 2.0
+
+
 def _wait_for_start(cell: Any, key: str, count: int, revision: int, wait: float, quiet: bool) -> None:
     from reference.cli_watch import StartWatch, wait_for_start
 
     say = (lambda text: errors.print(text, soft_wrap=True)) if quiet else (lambda text: console.print(text, soft_wrap=True))
-    watcher = StartWatch(count, say)
+    watcher = StartWatch(count, say, steady_s=STEADY_S)
     # The submission's own revision created the tasks: replay from just before it.
     outcome = wait_for_start(cell, key, revision - 1, watcher, wait)
     if outcome == "done":

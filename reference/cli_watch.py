@@ -24,8 +24,15 @@ class StartWatch:
     in place before the wait saw it run.
     (A plain class: the fast path's `events` imports this module, and dataclasses costs it.)"""
 
-    def __init__(self, task_count: int, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, task_count: int, say: Callable[[str], None], steady_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:  # fmt: skip
         self.task_count, self.say = task_count, say
+        # A started task counts once it has stayed started this long: a process that exits at
+        # once is reported started by a borglet that polled it alive, then in a crash loop.
+        self.steady_s, self.clock = steady_s, clock
+        self.started: dict[tuple[int, int], float] = {}  # (index, incarnation) -> first seen started
         self.tasks: dict[int, dict[str, Any]] = {}
         self._said: set[tuple[int, int, str]] = set()
         self.failed: str | None = None
@@ -63,6 +70,7 @@ class StartWatch:
         elif state == "RUNNING":
             self._once(task, "placed", f"{name} placed on {task.get('machine')}")
             if task.get("confirmed"):
+                self.started.setdefault((index, inc), self.clock())
                 pid = f" (pid {task['pid']})" if task.get("pid") else ""
                 self._once(task, "started", f"{name} started on {task.get('machine')}{pid}")
         elif state == "DEAD":
@@ -75,19 +83,27 @@ class StartWatch:
                 self._once(task, "dead", f"{name} {last.get('kind') or cause}: {detail}")
                 self.failed = f"{whose} (incarnation {inc}) {cause}: {detail}"
 
+    def steady_at(self) -> float | None:
+        """When every task will have been started `steady_s` (or finished), if nothing else
+        changes; None while some task has not started."""
+        at = -float("inf")
+        for index in range(self.task_count):
+            t = self.tasks.get(index)
+            if t is None:
+                return None
+            if t.get("state") == "DEAD" and t.get("cause") == "finished":
+                continue
+            if t.get("state") != "RUNNING" or not t.get("confirmed"):
+                return None
+            at = max(at, self.started.get((index, int(t.get("incarnation", 0))), self.clock()) + self.steady_s)
+        return at
+
     @property
     def done(self) -> bool:
         if self.failed is not None:
             return True
-        for index in range(self.task_count):
-            t = self.tasks.get(index)
-            ok = t is not None and (
-                (t.get("state") == "RUNNING" and t.get("confirmed"))
-                or (t.get("state") == "DEAD" and t.get("cause") == "finished")
-            )
-            if not ok:
-                return False
-        return True
+        at = self.steady_at()
+        return at is not None and self.clock() >= at
 
 
 def wait_for_start(
@@ -100,12 +116,17 @@ def wait_for_start(
     cursor = since
     while clock() < deadline:
         got = False
-        for message in cell.watch(f"/v1/jobs/{key}/tasks", since=cursor, timeout_s=max(1.0, deadline - clock())):
+        # Once every task started, the stream is asked again when they will have stayed up.
+        steady = watcher.steady_at()
+        wait = deadline - clock() if steady is None else min(deadline - clock(), steady - clock())
+        for message in cell.watch(f"/v1/jobs/{key}/tasks", since=cursor, timeout_s=max(1.0, wait)):
             got = True
             cursor = max(cursor, message.revision)
             watcher.take(message)
             if watcher.done:
                 return "failed" if watcher.failed else "done"
+        if watcher.done:
+            return "failed" if watcher.failed else "done"
         if not got:
             return "unsupported"
     return "timeout"

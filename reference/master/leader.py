@@ -26,7 +26,7 @@ from reference.master.poller import Link, Poller
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
 from spec.actions import Step, apply, restart_allowed
-from spec.model import Band, CellState, QuotaKey, Resources, TaskId, TaskState
+from spec.model import Band, CellState, DeathCause, QuotaKey, Resources, TaskId, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -246,9 +246,14 @@ def restart_dead(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) 
                 failures, at = backoff.retry_at(info.failures, ran_since(info), died_at(info, d.now))
                 wait = f"next incarnation in {max(at - d.now, 0):.0f}s"
                 event = ("backoff", f"{wait} (failure {failures} in a row)")
+                # How it ended, where its borglet's facts did not say: the reason of its fail step.
+                last_exit = info.last_exit
+                if t.cause is DeathCause.FAILED and info.history and info.history[-1][0] == TaskState.DEAD.value:
+                    last_exit = info.history[-1][2] or last_exit
                 d.tasks[tid] = info = replace(
-                    info, failures=failures, retry_at=at, events=events.append(info.events, d.now, [event])
-                )
+                    info, failures=failures, retry_at=at, last_exit=last_exit,
+                    events=events.append(info.events, d.now, [event]),
+                )  # fmt: skip
             if d.now >= info.retry_at:
                 restartable.append(tid)
     if not restartable:
