@@ -133,3 +133,20 @@ def test_a_replica_cut_from_its_borglets_takes_no_machine_down(
         assert all(t["incarnation"] == 0 for t in cell.tasks("bob", "steady"))
         log = (cell.workdir / f"master-{leader.name}.log").read_text()
         assert "marking it down" not in log and "down: no replica reached" not in log
+
+
+def test_a_dead_borglet_is_still_declared_down_by_the_three_replicas(tmp_path: Path) -> None:
+    # The other side of the rule: a machine no replica reaches goes down, after the owner's
+    # first miss, the hand-over and down_after misses of the others (0.5 s polls, down_after 3).
+    with LocalCell(tmp_path / "cell", masters=3, borglets=3) as cell:
+        cell.wait_leader()
+        wait_for(lambda: _covered(cell), 20, "three shares covering three machines")
+        victim = cell.borglets[0]
+        victim.kill()
+        killed = time.monotonic()
+        wait_for(lambda: cell.get("/v1/cell")["machines"] == {"up": 2, "down": 1} or None, 15, "the dead machine down")
+        took = time.monotonic() - killed
+        machine = next(m for m in cell.get("/v1/machines")["machines"] if m["name"] == victim.name)
+        assert "no replica reached machine" in machine["reason"]
+        print(f"declared down {took:.1f} s after the kill")
+        assert took < 10.0
