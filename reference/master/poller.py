@@ -724,7 +724,7 @@ class Poller:
         m = self.cache.cell().state.machines.get(name)
         if m is None or not m.up:
             return
-        log.warning("machine %s down: %s", name, reason)
+        log.warning("machine %s: %s: marking it down", name, reason)  # loadtests count this line
 
         def change(d: Draft) -> None:
             if name in d.state.machines and d.state.machines[name].up:

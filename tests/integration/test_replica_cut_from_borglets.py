@@ -132,7 +132,7 @@ def test_a_replica_cut_from_its_borglets_takes_no_machine_down(
         wait_for(lambda: sum(_shares(cell).values()) == 3 or None, 10, "the hand-over ended")
         assert all(t["incarnation"] == 0 for t in cell.tasks("bob", "steady"))
         log = (cell.workdir / f"master-{leader.name}.log").read_text()
-        assert "marking it down" not in log and "down: no replica reached" not in log
+        assert "marking it down" not in log
 
 
 def test_a_dead_borglet_is_still_declared_down_by_the_three_replicas(tmp_path: Path) -> None:
