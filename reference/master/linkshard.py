@@ -13,6 +13,12 @@ when it holds the report it is based on; otherwise it asks for the whole report,
 next round sends. A new leader, a machine new to the share, a machine that missed a poll and
 a batch that did not arrive all start again from a whole report.
 
+A shard that cannot reach a machine does not decide it is down: it tells the leader its misses
+(and a borglet's refusal, with its reason: an answer all the same), the leader hands the machine
+to every replica (the `poll` of its answer: machines to poll beyond the share) and declares it
+down only when none of them reaches it (reach.py). The shard sends a heartbeat every interval
+even with nothing new, so the leader knows which replicas still vouch for what they last said.
+
 A shard decides nothing: what a borglet runs comes from the leader's syncs, fenced by the
 leader's epoch and ordered by its sequence numbers; the shard owning a machine carries them
 (`relay`) and hands back the borglet's answer untouched.

@@ -22,7 +22,8 @@ answer, not a missed poll: the machine is alive.
 With link shards (`link`, the default of a replica; see linkshard.py) the poller sends no
 reads of its own: every replica's shard polls its share of the machines and sends the
 leader what changed (`accept`), including the machines that stopped answering and for how
-many polls. The leader still decides every sync, numbers it and sends it through the shard
+many polls; a machine is down only when no replica that can vouch for it reaches it
+(`reach.judge`: the owner's miss hands it to the other replicas' shards first). The leader still decides every sync, numbers it and sends it through the shard
 that owns the machine (`Link.relay`), one request per shard and chunk; a sync that is not
 answered is sent again, whole, at the next turn, and does not count against the machine,
 whose liveness is the shard's polls' to tell. Syncs then go out when a desired set changed,
