@@ -61,7 +61,7 @@ class StartWatch:
             return
         if state == "RUNNING" and task.get("restarts") and task.get("last_exit"):
             # Restarted in place before the wait saw it run: it failed at least once.
-            what = f"last exit {task['last_exit']}, restarted in place {task['restarts']} time(s)"
+            what = f"its process ended ({task['last_exit']}), restarted in place {task['restarts']} time(s)"
             self._once(task, "restarted", f"{name} failed: {what}")
             self.failed = f"{whose} (incarnation {inc}) failed: {what}"
             return

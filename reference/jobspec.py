@@ -329,7 +329,12 @@ class JobSpec(BaseModel):
     env: Annotated[dict[EnvName, KernelString], WithJsonSchema(ENV_SCHEMA)] = Field(default_factory=dict)
     cwd: KernelString | None = None
     constraints: list[ConstraintSpec] = Field(default_factory=list)
-    restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
+    restart_policy: RestartPolicy = Field(default=RestartPolicy.ON_FAILURE, description=(
+        "never; on_failure: after a non-zero exit, a signal, an OOM kill, a spawn failure or a loss; always: after a"
+        " finish as well. Restarts back off: the borglet restarts a process in place after 0.1 s doubling to 10 s"
+        " (reset after a 10 s run), the master makes a new incarnation after 1 s doubling to 60 s (reset after a 60 s"
+        " run); meanwhile the task shows BACKOFF with its last exit and when it is tried next"
+    ))  # fmt: skip
     appclass: AppClass = AppClass.BATCH
     health_check: HealthCheckSpec | None = None
     package: str = ""

@@ -109,7 +109,7 @@ def test_a_task_that_exits_3_backs_off_in_place_and_fails_the_submission(
     began = time.monotonic()
     submitted = minborg(cell, "job", "submit", job_file(tmp_path, job), "--wait-timeout", "30")
     assert submitted.returncode == 1, (submitted.stdout, submitted.stderr)
-    assert "task 0 of ivy/exit3" in submitted.stderr and "exit 3" in submitted.stderr.replace("exit code 3", "exit 3")
+    assert "task 0 of ivy/exit3" in submitted.stderr and "exit 3" in submitted.stderr.replace("exit code 3", "exit 3"), submitted.stderr
     assert "started" not in submitted.stdout.splitlines()[-1], submitted.stdout
 
     task = wait_for(lambda: (t := api.task("ivy/exit3", 0))["status"] == "BACKOFF" and t, 15, "a BACKOFF")
