@@ -57,6 +57,7 @@ DELTA_MIN_TASKS = 64  # a machine with at least this many desired tasks gets del
 TURN_MIN_GAP_S = 0.05  # turns start at least this far apart, however many replies wake them
 RELAY_CHUNK = 64  # syncs carried by one request to a shard
 SYNC_EVERY_POLLS = 10  # with link shards: a machine whose set is unchanged is synced this rarely
+SWEEP_EVERY_S = 30.0  # how often the leader forgets the sightings of removed machines and gone replicas
 
 
 class Link(Protocol):
@@ -151,6 +152,7 @@ class Poller:
         self._heard: dict[str, float] = {}
         self._handed: dict[str, float] = {}
         self._refusing: dict[str, str] = {}  # machine -> why its borglet refuses the cell, as recorded
+        self._swept_at = -math.inf
         # A shard heard from within this vouches for what it last said; it sends a heartbeat
         # every poll interval.
         self.vouch_s = 3 * interval + 2.0
@@ -678,6 +680,15 @@ class Poller:
             for name in list(self._handed):
                 if name not in cell.state.machines:
                     self._handed.pop(name, None)
+            if now - self._swept_at >= SWEEP_EVERY_S:
+                # What removed machines and gone replicas said is no one's word any more.
+                self._swept_at = now
+                for name in [n for n in self._sightings if n not in cell.state.machines]:
+                    del self._sightings[name]
+                for r in [r for r in self._heard if r not in cell.replicas and now - self._heard[r] > self.vouch_s]:
+                    del self._heard[r]
+                    for said in self._sightings.values():
+                        said.pop(r, None)
         for name, reason in refused.items():
             self._note_refusal(name, reason)
         for name, verdict in verdicts.items():
