@@ -369,9 +369,11 @@ class LinkShard:
             share = len(self._machines)
             sent = dict(self.sent)
             polls = self.polls
+            handed = sorted(self._extra)
         return {
             "replica": self.name,
             "machines": share,
+            "handed_over": handed,  # machines polled for a replica that cannot reach them (reach.py)
             "rounds": self.rounds,
             "polls": polls,
             "poll_interval_s": _percentiles(gaps),
