@@ -4,12 +4,17 @@ Run as root on a host with writable cgroup v1 hierarchies. A process of `--balla
 resident memory (a borglet's size; a fork copies the page tables of all of it) starts
 `--spawns` short processes as uid 2,000,000,123, each in a task cgroup of its own, by each
 path in turn, `--rounds` times, and prints the median per spawn of its own CPU time (all its
-threads; the children's not counted) and of wall time:
+threads; the children's not counted), of wall time, and of its children's CPU time (the
+helper or setpriv, then /bin/true):
 
 - setpriv: the spawn path before issue 38 (vfork, exec `setpriv --reuid` as root with the
   job's environment, then the new pid written to each group's cgroup.procs);
-- fork: today's (borglet/processes.py): the spawning thread joins the task's groups and takes
-  the user's file ids, the child sets its ids in C between fork and exec.
+- fork: the borglet's path where the spawn helper cannot be built (processes.fork_spawn): the
+  spawning thread joins the task's groups and takes the user's file ids, the child sets its
+  ids in C between fork and exec;
+- helper: the borglet's path (processes.spawn through borglet/spawner.py): vfork and exec of
+  minborg-spawn with an empty environment, which joins the groups, drops its ids, enters the
+  working directory, reads the job's environment from a memfd and execs the task.
 
     python -m loadtests.spawncost --ballast-mib 60 --spawns 100 --rounds 5
 
@@ -21,13 +26,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import time
 from collections.abc import Callable
 
-from reference.borglet import cgroups, processes
+from reference.borglet import cgroups, logs, processes, spawner
 
 UID = 2_000_000_123
 ENV = {"PATH": processes.TASK_PATH}
@@ -44,22 +50,45 @@ def setpriv_spawn(group: dict[str, str], log_dir: str) -> subprocess.Popen:
 
 
 def fork_spawn(group: dict[str, str], log_dir: str) -> subprocess.Popen:
-    return processes.spawn(["/bin/true"], ENV, "/", log_dir, UID, cgroups.spawning_in(group, 16))
+    out, err = logs.open_streams(log_dir)
+    try:
+        return processes.fork_spawn(["/bin/true"], ENV, "/", out, err, UID, confined(group))
+    finally:
+        os.close(out)
+        os.close(err)
 
 
-PATHS: dict[str, Callable[[dict[str, str], str], subprocess.Popen]] = {"setpriv": setpriv_spawn, "fork": fork_spawn}
+def helper_spawn(group: dict[str, str], log_dir: str) -> subprocess.Popen:
+    assert spawner.helper() is not None, "the spawn helper cannot be built here (the borglet's log says why)"
+    return processes.spawn(["/bin/true"], ENV, "/", log_dir, UID, confined(group))
 
 
-def round_of(spawn: Callable[[dict[str, str], str], subprocess.Popen], groups: list[dict[str, str]], log_dir: str) -> tuple[float, float]:
-    """(CPU ms, wall ms) per spawn over one round."""
+def confined(group: dict[str, str]) -> processes.Confinement:
+    return processes.Confinement(cgroups=group, pids_max=16)
+
+
+PATHS: dict[str, Callable[[dict[str, str], str], subprocess.Popen]] = {
+    "setpriv": setpriv_spawn, "fork": fork_spawn, "helper": helper_spawn,
+}  # fmt: skip
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def round_of(spawn: Callable[[dict[str, str], str], subprocess.Popen], groups: list[dict[str, str]], log_dir: str) -> tuple[float, float, float]:
+    """(CPU ms, wall ms, the children's CPU ms) per spawn over one round."""
     procs = []
+    before = children_cpu()
     cpu, wall = time.process_time(), time.perf_counter()
     for group in groups:
         procs.append(spawn(group, log_dir))
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     for proc in procs:
         proc.wait()
-    return cpu * 1000 / len(groups), wall * 1000 / len(groups)
+    children = children_cpu() - before
+    return cpu * 1000 / len(groups), wall * 1000 / len(groups), children * 1000 / len(groups)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
     if os.geteuid() != 0:
-        p.error("run as root: both paths change a child's uid and write cgroups")
+        p.error("run as root: every path changes a child's uid and writes cgroups")
     ballast = bytearray(args.ballast_mib << 20)
     for i in range(0, len(ballast), 4096):
         ballast[i] = 1  # resident, as a borglet's heap is
@@ -78,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         p.error(problem)
     log_dir = f"/tmp/spawncost-{os.getpid()}"
+    spawner.helper()  # built (once) before any round is timed
     groups = [tree.create(f"t{i}", 100, 64 << 20) for i in range(args.spawns)]
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in PATHS}
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in PATHS}
     try:
         for _ in range(args.rounds):
             for name, spawn in PATHS.items():
@@ -94,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, rows in results.items():
         cpu = statistics.median(r[0] for r in rows)
         wall = statistics.median(r[1] for r in rows)
-        print(f"  {name:8s} {cpu:6.2f} ms CPU, {wall:6.2f} ms wall per spawn (median of rounds)")
+        children = statistics.median(r[2] for r in rows)
+        print(f"  {name:8s} {cpu:6.2f} ms CPU, {wall:6.2f} ms wall per spawn (median of rounds); "
+              f"the children's CPU {children:5.2f} ms")  # fmt: skip
     return 0
 
 

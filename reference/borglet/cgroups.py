@@ -4,10 +4,11 @@ A task of a job in an alloc gets its group beneath the alloc's group, which hold
 limits (Borg: an alloc is a container the tasks in it share); the alloc's group is made with
 its first task and removed with its last.
 
-A task is in its groups from its first instruction: the thread that spawns it moves itself
-into them (`spawning_in`), forks, and moves back, so the child is born there (cgroup v1 moves
-single threads through a group's `tasks` file; the borglet's memory stays charged to its own
-group, which its process leader is in).
+A task is in its groups from its first instruction: the spawn helper (borglet/spawner.py)
+writes its own pid into each group's `cgroup.procs` before it execs the task. Where the helper
+cannot be built, the thread that spawns the task moves itself into them (`spawning_in`), forks,
+and moves back, so the child is born there (cgroup v1 moves single threads through a group's
+`tasks` file; the borglet's memory stays charged to its own group, which its process leader is in).
 """
 
 from __future__ import annotations
@@ -227,7 +228,7 @@ def thread_groups(root: str = "/sys/fs/cgroup") -> dict[str, str]:
 def spawning_in(group: dict[str, str], pids_max: int | None = None) -> Iterator[None]:
     """Run the block with the calling thread in the task's groups, so a process it forks there
     starts in them, under their limits, before its first instruction; then put the thread
-    back where it was. Spawns in one thread are one at a time by nature; two threads may each
+    back where it was (the fork path of processes.spawn, where the spawn helper is missing). Spawns in one thread are one at a time by nature; two threads may each
     spawn into their own task's groups at once.
 
     The thread counts in the pids group while it is there: the limit is raised by one for it

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import resource
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import psutil
 
 from reference.borglet import cgroups
+from reference.borglet.processes import Confinement
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +31,12 @@ class Isolation:
         pids_max: int = cgroups.DEFAULT_PIDS_MAX,
     ) -> dict[str, str]:  # fmt: skip
         """Set up the task's container (inside its alloc's, if it runs in one); returns what
-        `spawning`/`sample`/`release` need later."""
+        `confinement`/`sample`/`release` need later."""
         return {}
 
-    @contextlib.contextmanager
-    def spawning(self, group: dict[str, str], pids_max: int) -> Iterator[None]:
-        """Wraps the spawn of a task's process: one made in the block is under its limits
-        from its first instruction where the strategy can do that."""
-        yield
+    def confinement(self, group: dict[str, str], pids_max: int, ram_bytes: int) -> Confinement:
+        """What the task's process is put under before its first instruction (processes.spawn)."""
+        return Confinement()
 
     #: Whether an alloc gets a group of its own here, for a container in it to go beneath.
     alloc_groups = False
@@ -50,10 +46,6 @@ class Isolation:
 
     def release_idle_allocs(self, busy: set[str]) -> None:
         """Remove the empty alloc groups not named in `busy` (their directory names)."""
-
-    def attach(self, group: dict[str, str], pid: int, ram_bytes: int) -> None:
-        """Put a just-spawned task process under the limits `spawning` could not set before it
-        ran (rlimit mode: a process's rlimits are its own, set from outside once it exists)."""
 
     def sample(self, group: dict[str, str], pid: int | None) -> Sample:
         return tree_sample(pid)
@@ -75,12 +67,10 @@ class RlimitIsolation(Isolation):
 
     name = "rlimit"
 
-    def attach(self, group: dict[str, str], pid: int, ram_bytes: int) -> None:
-        if ram_bytes > 0:
-            try:
-                resource.prlimit(pid, resource.RLIMIT_AS, (ram_bytes, ram_bytes))
-            except (ProcessLookupError, PermissionError, ValueError) as err:
-                log.warning("no address-space limit on pid %d: %s", pid, err)
+    def confinement(self, group: dict[str, str], pids_max: int, ram_bytes: int) -> Confinement:
+        # The spawn helper sets it on itself as root before it drops its ids (no capability
+        # needed to lower one's own limit); the fork path sets it once the process exists.
+        return Confinement(rlimit_as=ram_bytes if ram_bytes > 0 else None)
 
 
 class CgroupIsolation(Isolation):
@@ -104,9 +94,10 @@ class CgroupIsolation(Isolation):
     ) -> dict[str, str]:  # fmt: skip
         return self.tree.create(key, cpu_milli, ram_bytes, alloc, pids_max)
 
-    def spawning(self, group: dict[str, str], pids_max: int) -> contextlib.AbstractContextManager[None]:
-        # The spawning thread joins the task's groups and the child is born in them.
-        return cgroups.spawning_in(group, pids_max)
+    def confinement(self, group: dict[str, str], pids_max: int, ram_bytes: int) -> Confinement:
+        # Born in the task's groups: the helper writes its own pid into each before it execs
+        # the task (the fork path: the spawning thread joins them for the fork).
+        return Confinement(cgroups=dict(group), pids_max=pids_max)
 
     def sample(self, group: dict[str, str], pid: int | None) -> Sample:
         cpu = cgroups.cpu_ns(group)

@@ -5,19 +5,24 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import logging
 import os
 import platform
 import re
+import resource
 import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from hashlib import sha1
 from typing import Any
 
 import psutil
 
 from reference import procscan
-from reference.borglet import logs
+from reference.borglet import cgroups, logs, spawner
+
+log = logging.getLogger(__name__)
 
 # Process start times agree to within this many seconds between two psutil reads.
 CREATE_TIME_TOLERANCE_S = 0.05
@@ -88,45 +93,79 @@ def check_strings(command: list[str], env: Mapping[str, str], cwd: str | None) -
         raise ValueError("cwd holds a NUL byte")
 
 
+@dataclass(frozen=True)
+class Confinement:
+    """What a task's process is under from its first instruction (its isolation's choice):
+    the cgroup v1 groups it is born in ({controller: directory}), the pids limit of its pids
+    group, and an address-space rlimit in bytes."""
+
+    cgroups: Mapping[str, str] = field(default_factory=dict)
+    pids_max: int | None = None
+    rlimit_as: int | None = None
+
+
 def spawn(
     command: list[str],
     env: Mapping[str, str],
     cwd: str | None,
     log_dir: str,
     user: int | None = None,
-    spawning: contextlib.AbstractContextManager[None] | None = None,
+    confinement: Confinement | None = None,
 ) -> subprocess.Popen:
     """Start a task in its own session with stdout and stderr appended to their files in
     `log_dir` (borglet/logs.py); with `user`, as that uid, gid the same number, and no
-    supplementary groups (borglet/taskusers.py). `spawning` wraps the fork (the isolation's:
-    the child is born in the task's cgroups).
+    supplementary groups (borglet/taskusers.py); under `confinement` before it runs.
 
-    No step that the job's input reaches runs as root. The child sets its ids in C between
-    fork and exec (CPython's `user=`/`group=`/`extra_groups=`), after entering its working
-    directory with the user's file ids (`file_identity`); the loader first reads the job's
-    environment (LD_PRELOAD and the like) in the program it execs, already unprivileged, and
-    looks the program up on the job's PATH as the user. CPython forks, not vforks, a child that
-    sets ids, which costs the borglet more CPU per start (docs/decisions.md, "The spawn path").
+    No step that the job's input reaches runs as root. Through the spawn helper
+    (borglet/spawner.py), exec'd on vfork with an empty environment: it joins the task's groups
+    and sets its limits as root, drops every id, then enters `cwd`, reads the job's environment
+    and looks the program up on the job's PATH as the user. Where the helper cannot be built,
+    CPython's fork path does the same (`fork_spawn`), at 4-8 ms of the borglet's CPU a start
+    instead of about 0.7 (docs/decisions.md, "The spawn helper").
     """
     check_strings(command, env, cwd)
-    ids: dict[str, Any] = {} if user is None else {"user": user, "group": user, "extra_groups": []}
+    confinement = confinement or Confinement()
+    helper = spawner.helper()
     out, err = logs.open_streams(log_dir)
     try:
-        with spawning or contextlib.nullcontext(), file_identity(user):
-            return subprocess.Popen(
-                command,
-                env=dict(env),
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-                **ids,
-            )
+        if helper is not None:
+            dirs = list(dict.fromkeys(confinement.cgroups.values()))
+            return spawner.start(helper, command, env, cwd, out, err, user, dirs, confinement.rlimit_as)
+        return fork_spawn(command, env, cwd, out, err, user, confinement)
     finally:
         os.close(out)
         os.close(err)
+
+
+def fork_spawn(
+    command: list[str], env: Mapping[str, str], cwd: str | None, out: int, err: int,
+    user: int | None, confinement: Confinement,
+) -> subprocess.Popen:  # fmt: skip
+    """CPython's fork path, for a host where the helper cannot be built. The child sets its ids
+    in C between fork and exec (`user=`/`group=`/`extra_groups=`), after entering its working
+    directory with the user's file ids (`file_identity`); the spawning thread joins the task's
+    groups for the fork (`cgroups.spawning_in`), so the child is born there. CPython forks,
+    not vforks, a child that sets ids. The address-space limit is set once the process exists."""
+    ids: dict[str, Any] = {} if user is None else {"user": user, "group": user, "extra_groups": []}
+    with cgroups.spawning_in(dict(confinement.cgroups), confinement.pids_max), file_identity(user):
+        proc = subprocess.Popen(
+            command,
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            close_fds=True,
+            **ids,
+        )
+    if confinement.rlimit_as:
+        limit = confinement.rlimit_as
+        try:
+            resource.prlimit(proc.pid, resource.RLIMIT_AS, (limit, limit))
+        except (ProcessLookupError, PermissionError, ValueError) as error:
+            log.warning("no address-space limit on pid %d: %s", proc.pid, error)
+    return proc
 
 
 def spawn_error(err: Exception, command: list[str], cwd: str | None, uid: int | None, path: str) -> str:

@@ -860,10 +860,8 @@ class Borglet:
             # Its HOME, and its working directory unless its job names one: only its uid enters.
             home = processes.make_workdir(self.workdir(task), uid)
             cwd = cwd or home
-        spawning = self.isolation.spawning(group, task.spec.pids_max)
-        proc = processes.spawn(task.spec.command, env, cwd, log_dir, uid, spawning)
-        self.isolation.attach(group, proc.pid, task.spec.request.ram)
-        return proc
+        confinement = self.isolation.confinement(group, task.spec.pids_max, task.spec.request.ram)
+        return processes.spawn(task.spec.command, env, cwd, log_dir, uid, confinement)
 
     def _spawn_error(self, task: Task, err: Exception, env: dict[str, str], uid: int | None) -> str:
         """What a task's failed spawn is reported as: 'spawn: ...' saying what to change."""
