@@ -12,6 +12,8 @@ rebuilt (issue 38) and fails if it succeeds again.
 
 The cell's directory is made passable by other users (0711) so that only each file's own
 protection stands between a task and it, as on a host where the state dir is /var/lib/minborg.
+Every attack runs against both spawn paths: the spawn helper (minborg-spawn, the default) and
+CPython's fork path (where no C compiler could build the helper; MINBORG_SPAWN=fork).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from reference.borglet import cgroups, taskusers
+from reference.borglet import cgroups, spawner, taskusers
 from reference.client import CellClient
 from tests.integration.cellkit import TASK_PYTHON, LocalCell, sleeper_job, wait_for
 
@@ -49,18 +51,25 @@ pytestmark = [
 OPERATOR_VARIABLE = "MINBORG_OPERATOR_SECRET_FOR_TEST"
 
 
+@pytest.fixture(scope="module", params=["helper", "fork"])
+def spawn_path(request: pytest.FixtureRequest) -> str:
+    """How the cell's borglet starts its tasks (its MINBORG_SPAWN)."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def sandbox() -> Iterator[Path]:
+def sandbox(spawn_path: str) -> Iterator[Path]:
     """A directory every user may pass but not list (0711), for the cell and the attack files."""
-    path = Path(tempfile.mkdtemp(prefix="minborg-sandbox-", dir="/tmp"))
+    path = Path(tempfile.mkdtemp(prefix=f"minborg-sandbox-{spawn_path}-", dir="/tmp"))
     path.chmod(0o711)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def cell(sandbox: Path) -> Iterator[LocalCell]:
+def cell(sandbox: Path, spawn_path: str) -> Iterator[LocalCell]:
     os.environ[OPERATOR_VARIABLE] = "the operator's secret"
+    os.environ[spawner.SPAWN_ENV] = spawn_path
     try:
         c = LocalCell(
             sandbox / "cell", masters=1, borglets=1, poll_interval=0.3, isolation="cgroup",
@@ -69,6 +78,7 @@ def cell(sandbox: Path) -> Iterator[LocalCell]:
         c.start()  # the borglet inherits the operator's environment, variable included
     finally:
         del os.environ[OPERATOR_VARIABLE]
+        del os.environ[spawner.SPAWN_ENV]
     (sandbox / "cell").chmod(0o711)
     try:
         yield c
@@ -116,6 +126,12 @@ def compile_c(directory: Path, name: str, source: str, shared: bool = False) -> 
     subprocess.run([str(GCC), *flags, "-O1", "-o", str(out), str(src)], check=True, capture_output=True)
     out.chmod(0o755)
     return out
+
+
+def test_the_borglet_starts_tasks_by_the_path_under_test(cell: LocalCell, api: CellClient, spawn_path: str) -> None:
+    output(cell, api, python_job("path", "alice", "print('{}')"))
+    said = {"helper": "tasks start through ", "fork": "tasks start by CPython's fork path"}[spawn_path]
+    assert said in (cell.workdir / "borglet-b0.log").read_text()
 
 
 # --- who a task is --------------------------------------------------------------------------------
