@@ -275,3 +275,31 @@ def test_a_reading_command_takes_the_jobs_name_alone(
     monkeypatch.delenv(cli_plain.USER_ENV)
     with pytest.raises(ValueError, match=r"2 jobs are named 'web' \(bob/web, demo/web\)"):
         cli_plain.job_by_name("web", lambda: jobs)
+
+
+def test_the_version_is_the_installed_packages() -> None:
+    from importlib.metadata import version
+
+    assert cli_fast.version() == f"minborg {version('minborg')}"
+
+
+def test_local_status_reads_the_processes_as_the_launcher_does(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    import psutil
+
+    from reference import launcher
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    me = psutil.Process(os.getpid())
+    records = (
+        launcher.ProcessRecord(launcher.Role.MASTER, "master0", os.getpid(), me.create_time(), "http://x", "/log"),
+        launcher.ProcessRecord(launcher.Role.BORGLET, "b0", int(gone.stdout), me.create_time(), "http://y", "/log"),
+        launcher.ProcessRecord(launcher.Role.ETCD, "etcd0", os.getpid(), me.create_time() - 5, "http://z", "/log"),
+    )  # alive; exited; a pid reused by another process (another start time)
+    launcher.CellInfo("local", str(tmp_path), str(tmp_path), 0.0, (), (), {}, records).save()
+    fast, full = cli_fast.local_status(str(tmp_path)), launcher.status(tmp_path)
+    assert [p["alive"] for p in fast["processes"]] == [p["alive"] for p in full["processes"]] == [True, False, False]
+    assert abs(fast["processes"][0]["cpu_s"] - full["processes"][0]["cpu_s"]) < 0.5
+    assert fast["processes"][1]["cpu_s"] is None and fast["running"] is full["running"] is True
