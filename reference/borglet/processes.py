@@ -130,7 +130,11 @@ def spawn(
     try:
         if helper is not None:
             dirs = list(dict.fromkeys(confinement.cgroups.values()))
-            return spawner.start(helper, command, env, cwd, out, err, user, dirs, confinement.rlimit_as)
+            try:
+                return spawner.start(helper, command, env, cwd, out, err, user, dirs, confinement.rlimit_as)
+            except spawner.HelperUnusable as gone:  # removed under the borglet, say
+                log.warning("%s: this task starts by the fork path", gone)
+                spawner.helper.cache_clear()  # found, or built, again at the next start
         return fork_spawn(command, env, cwd, out, err, user, confinement)
     finally:
         os.close(out)

@@ -121,7 +121,8 @@ def start(
     """Start `command` through the helper in a session of its own, stdin from /dev/null; returns
     once it runs the task's program. A failure raises what CPython's fork path raises for it:
     OSError with `cwd` as its filename for the working directory, with the program's for the
-    exec (so processes.spawn_error says the same), SpawnStepError for any other step."""
+    exec (so processes.spawn_error says the same), SpawnStepError for any other step;
+    HelperUnusable if the helper itself could not be exec'd (the task did not start)."""
     env_fd = os.memfd_create("minborg-task-env", os.MFD_CLOEXEC)
     try:
         _write_all(
@@ -149,7 +150,7 @@ def start(
                 start_new_session=True, close_fds=True, pass_fds=(env_fd, status_w),
             )  # fmt: skip
         except OSError as err:
-            raise SpawnStepError(f"the spawn helper {helper_path} did not start: {err}") from None
+            raise HelperUnusable(f"{helper_path} did not start: {err}") from None
         finally:
             os.close(env_fd)
             os.close(status_w)

@@ -261,3 +261,15 @@ def test_a_build_is_named_by_its_source_and_static_where_the_c_library_allows(tm
     probe.write_text("int main(void) { return 0; }\n")
     static_works = subprocess.run([CC, "-static", "-o", str(tmp_path / "probe"), str(probe)]).returncode == 0
     assert has_interpreter(built) != static_works
+
+
+def test_a_helper_gone_under_the_borglet_costs_its_task_nothing(tmp_path, monkeypatch, caplog):
+    # The helper was found at start, then removed: this task starts by the fork path, and the
+    # next start looks for (or builds) the helper again.
+    monkeypatch.setattr(spawner, "helper", lambda: str(tmp_path / "gone"))
+    monkeypatch.setattr(spawner.helper, "cache_clear", lambda: cleared.append(1), raising=False)
+    cleared: list[int] = []
+    proc = spawn(["/bin/echo", "ran"], {"PATH": PATH}, None, str(tmp_path / "logs"))
+    assert proc.wait() == 0
+    assert (tmp_path / "logs" / "stdout").read_text() == "ran\n"
+    assert "did not start" in caplog.text and cleared == [1]
