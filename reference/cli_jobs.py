@@ -380,8 +380,12 @@ def task_logs(
                     sys.stdout.buffer.write(chunk)
                     sys.stdout.buffer.flush()
             except ClientError as err:
-                # Replaced by a newer incarnation before its stream began: move on to it.
-                if err.status != 404 or incarnation is not None or "incarnation" not in str(err):
+                # Replaced by a newer incarnation before its stream began: move on to it. Or its
+                # machine no longer answers (it went down, the task is DEAD and waits out its
+                # restart back-off): this incarnation's stream is over, the next one may come.
+                replaced = err.status == 404 and "incarnation" in str(err)
+                gone = err.status == 502 and cell.task(key, index).get("state") == "DEAD"
+                if incarnation is not None or not (replaced or gone):
                     raise
             if incarnation is not None or time.monotonic() >= deadline:
                 return
@@ -404,9 +408,12 @@ def _wait_newer(cell: Any, key: str, index: int, current: int, deadline: float) 
         if int(task.get("incarnation", 0)) > current and (task.get("started_at") or task.get("state") == "DEAD"):
             return task  # its process started (or it died trying): it has logs to follow
         if int(task.get("incarnation", 0)) == current and task.get("state") == "DEAD":
+            if task.get("crash_loop"):  # its next incarnation waits out the restart back-off
+                time.sleep(0.5)
+                continue
             time.sleep(1.0)  # a restart may come: the master restarts DEAD tasks by policy
             again = cell.task(key, index)
-            if int(again.get("incarnation", 0)) == current:
+            if int(again.get("incarnation", 0)) == current and not again.get("crash_loop"):
                 return None
             continue
         time.sleep(0.5)
