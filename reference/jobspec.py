@@ -332,8 +332,9 @@ class JobSpec(BaseModel):
     restart_policy: RestartPolicy = Field(default=RestartPolicy.ON_FAILURE, description=(
         "never; on_failure: after a non-zero exit, a signal, an OOM kill, a spawn failure or a loss; always: after a"
         " finish as well. Restarts back off: the borglet restarts a process in place after 0.1 s doubling to 10 s"
-        " (reset after a 10 s run), the master makes a new incarnation after 1 s doubling to 60 s (reset after a 60 s"
-        " run); meanwhile the task shows BACKOFF with its last exit and when it is tried next"
+        " (reset after a 10 s run); the master makes a new incarnation at once after a first failure, then after 1 s"
+        " doubling to 60 s (reset after a 60 s run); meanwhile the task shows BACKOFF with its last exit and when it"
+        " is tried next"
     ))  # fmt: skip
     appclass: AppClass = AppClass.BATCH
     health_check: HealthCheckSpec | None = None

@@ -3,8 +3,9 @@
 A DEAD task that its job's policy restarts (after a non-zero exit, a spawn failure, an OOM
 kill, a failed health check that ended it, a loss, or a finish under `always`) gets its new
 incarnation only once its index has waited out a delay that doubles with each consecutive
-short-lived incarnation: 1 s, 2 s, 4 s ... capped at 60 s. An incarnation that ran at least
-RESET_AFTER_S counts as healthy and starts the count again. The borglet's own in-place
+short-lived incarnation: none after the first failure (a task lost with its machine comes back
+at once), then 1 s, 2 s, 4 s ... capped at 60 s. An incarnation that ran at least RESET_AFTER_S
+counts as healthy and starts the count again. The borglet's own in-place
 restarts back off the same way on a shorter scale (reference/borglet/decisions.py: 0.1 s
 doubling to 10 s); this one is for the restarts that cost the cell a new incarnation, a
 scheduling pass and a placement. See docs/decisions.md, "Restarts back off".
@@ -19,10 +20,10 @@ RESET_AFTER_S = 60.0  # a run this long was healthy: the next failure counts as 
 
 def delay(failures: int) -> float:
     """Seconds to wait before the restart that follows the `failures`-th consecutive failure
-    (1-based): 1 s after the first, doubling, at most CAP_S. No failure: no wait."""
-    if failures <= 0:
+    (1-based): none after the first, 1 s after the second, doubling, at most CAP_S."""
+    if failures <= 1:
         return 0.0
-    return min(INITIAL_S * 2.0 ** min(failures - 1, 30), CAP_S)
+    return min(INITIAL_S * 2.0 ** min(failures - 2, 30), CAP_S)
 
 
 def failures_after(previous: int, ran_for_s: float) -> int:

@@ -285,7 +285,8 @@ class Draft:
         if prev is None and action == "restart" and task.id.incarnation > 0:
             # Say why: the end of the incarnation it replaces, whose record the cell drops.
             before = TaskId(task.id.job, task.id.index, task.id.incarnation - 1)
-            ended = self.base.task_info(before).events
+            # Its end, not the restart back-off that followed it.
+            ended = [e for e in self.base.task_info(before).events if e[2] != "backoff"]
             if ended:
                 reason = f"{reason}; incarnation {before.incarnation} {ended[-1][2]}: {ended[-1][3]}"
         event = events.from_step(action, reason, prev, task, policy)

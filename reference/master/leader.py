@@ -227,6 +227,9 @@ def died_at(info: TaskInfo, now: float) -> float:
     return now
 
 
+MARKED = 1e-9  # the least retry_at written: > 0 marks a death as counted (a cell clock may start at 0)
+
+
 def restart_dead(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) -> int:
     """Restart the DEAD tasks among `candidates` that their job's policy restarts and whose
     back-off is over, as many as `take(wanted)` allows (the leader's rate limit), in task id
@@ -242,19 +245,22 @@ def restart_dead(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) 
         newer = TaskId(tid.job, tid.index, tid.incarnation + 1)  # what restart and roll add
         if newer not in state.tasks and is_pass_work(t, state.jobs.get(tid.job), True):
             info = d.task_info(tid)
-            if info.retry_at <= 0:
+            due = info.retry_at
+            if due <= 0:
                 failures, at = backoff.retry_at(info.failures, ran_since(info), died_at(info, d.now))
                 wait = f"next incarnation in {max(at - d.now, 0):.0f}s"
-                event = ("backoff", f"{wait} (failure {failures} in a row)")
+                # No event for a restart made at once (a first failure), only for a wait.
+                said = [("backoff", f"{wait} (failure {failures} in a row)")] if at > d.now else []
                 # How it ended, where its borglet's facts did not say: the reason of its fail step.
                 last_exit = info.last_exit
                 if t.cause is DeathCause.FAILED and info.history and info.history[-1][0] == TaskState.DEAD.value:
                     last_exit = info.history[-1][2] or last_exit
                 d.tasks[tid] = info = replace(
-                    info, failures=failures, retry_at=at, last_exit=last_exit,
-                    events=events.append(info.events, d.now, [event]),
+                    info, failures=failures, retry_at=max(at, MARKED), last_exit=last_exit,
+                    events=events.append(info.events, d.now, said),
                 )  # fmt: skip
-            if d.now >= info.retry_at:
+                due = at
+            if d.now >= due or due <= MARKED:
                 restartable.append(tid)
     if not restartable:
         return 0
