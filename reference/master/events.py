@@ -86,6 +86,9 @@ def from_step(
     return "killed", reason
 
 
+ENDS = frozenset({"exited", "signaled", "oom", "spawn_failed", "lost", "finished"})  # how a task died
+
+
 def backing_off(info: Any) -> bool:
     """Whether a task's borglet reports its process gone and its restart in place to come."""
     return info.borglet_state == "STARTING" and not info.pid and bool(info.reason)
@@ -102,11 +105,13 @@ def crash_loop(state: str, info: Any, now: float) -> dict[str, Any] | None:
     else:
         return None
     last = info.last_exit or info.reason
-    if last:
-        kind, detail = exit_kind(last)
-    else:  # a death the borglet's facts did not name: its event did
-        ends = [e for e in info.events if e[2] in ("exited", "signaled", "oom", "spawn_failed", "lost", "finished")]
-        kind, detail = (ends[-1][2], ends[-1][3]) if ends else ("exited", "failed")
+    # A death is told by its own event (a loss is no exit); a process restarting in place, and
+    # a death no event names, by how its last process ended.
+    ends = [e for e in info.events if e[2] in ENDS] if by == "master" else []
+    if ends:
+        kind, detail = ends[-1][2], ends[-1][3]
+    else:
+        kind, detail = exit_kind(last) if last else ("exited", "failed")
     loop = {
         "by": by,
         "last_exit": last or None,
@@ -121,7 +126,7 @@ def crash_loop(state: str, info: Any, now: float) -> dict[str, Any] | None:
 
 
 def crash_loop_text(loop: dict[str, Any]) -> str:
-    """'exit code 3; failure 4, next try in 8s (by its borglet)' for `task list` and `job show`."""
+    """'exit code 3; failure 4, next try in 8s (restart in place)' for `task list` and `job show`."""
     when = f", next try in {loop['retry_in']:.0f}s" if loop.get("retry_in") is not None else ""
     how = "restart in place" if loop.get("by") == "borglet" else "new incarnation"
     return f"{loop['reason']}; failure {loop['failures']}{when} ({how})"

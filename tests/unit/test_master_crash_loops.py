@@ -130,3 +130,10 @@ def test_task_logs_says_when_a_task_never_started() -> None:
     assert never_started(never) == f"task u/j/0#3 never started, so it has no logs: {loop['text']}"
     ran = task("DEAD", events=[{"kind": "started", "detail": "pid 7 on m1"}, {"kind": "exited", "detail": "exit code 3"}])
     assert never_started(ran) is None
+
+
+def test_a_loop_of_losses_is_told_by_its_loss_not_an_older_exit() -> None:
+    lost = (1, 100.0, "lost", "machine m1 down (was on m1)")
+    info = TaskInfo(failures=2, retry_at=101.0, last_exit="exit 3", events=(lost,))
+    loop = events.crash_loop("DEAD", info, now=100.0)
+    assert loop is not None and (loop["kind"], loop["reason"]) == ("lost", "machine m1 down (was on m1)")
