@@ -8,7 +8,8 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from reference.cellfile import client_error_message
+from reference.cellfile import client_error_message, find_token
+from reference.cli_http import cell_urls
 from reference.cli_plain import OUTPUTS, dump, error_text, job_by_name
 from reference.cli_render import errors
 from reference.client import CellClient, ClientError, split_key
@@ -109,7 +110,8 @@ class Credentials:
 
 
 def client(master: str | None, state_dir: str | None, **kw: Any) -> CellClient:
-    return CellClient.discover(master, state_dir, token=Credentials.token, **kw)
+    """The cell's client, as CellClient.discover finds it; a stopped local cell fails at once."""
+    return CellClient(cell_urls(master, state_dir), token=find_token(Credentials.token, state_dir), **kw)
 
 
 def job_key(key: str, cell: CellClient | None = None) -> str:

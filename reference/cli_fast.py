@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from reference import cellfile, cli_plain, cli_views
-from reference.cli_http import PlainCell
+from reference.cli_http import PlainCell, cell_urls
 
 HELP = "Minborg: a reference implementation of Google's Borg cluster manager."
 VERSION = "0.1.0"  # pyproject.toml's
@@ -142,7 +142,7 @@ class Args:
         return output
 
     def cell(self) -> PlainCell:
-        urls = cellfile.master_urls(self.options.get("--master"), self.options.get("--state-dir"))
+        urls = cell_urls(self.options.get("--master"), self.options.get("--state-dir"))
         return PlainCell(urls, cellfile.find_token(self.token, self.options.get("--state-dir")))
 
     def job(self, cell: PlainCell | None = None) -> str:

@@ -16,7 +16,14 @@ from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from reference.cellfile import NO_ANSWER, ClientError, format_detail
+from reference.cellfile import (
+    MASTER_ENV,
+    NO_ANSWER,
+    ClientError,
+    format_detail,
+    master_urls,
+    read_cell_file,
+)
 
 RETRY_S = 12.0  # as the full client: 503s (no leader yet) are retried this long
 
@@ -130,6 +137,19 @@ def open_request(
     except BaseException:
         sock.close()
         raise
+
+
+def cell_urls(master: str | None, state_dir: str | None) -> list[str]:
+    """The masters to ask, as master_urls finds them; for a local cell that `minborg cell down`
+    stopped (its cell file says when), a ClientError at once instead of connections refused
+    for the client's whole retry time."""
+    import os
+
+    urls = master_urls(master, state_dir)
+    if not (master or os.environ.get(MASTER_ENV)) and read_cell_file(state_dir).get("stopped_at"):
+        raise ClientError(NO_ANSWER, "no master replica could serve the request: the cell was stopped "
+                          "(minborg cell down)", ", ".join(urls))  # fmt: skip
+    return urls
 
 
 def detail_of(body: bytes) -> Any:

@@ -475,3 +475,23 @@ def test_every_command_with_its_own_help_ends_it_with_examples() -> None:
     assert missing == []
     result = runner.invoke(app, ["job", "update", "--help"])
     assert "Examples:\n    minborg job update demo/hello_world --tasks 5\n" in result.output  # kept as written
+
+
+def test_a_stopped_cell_is_said_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from reference import cli_fast
+
+    state_dir = tmp_path / ".minborg"
+    state_dir.mkdir()
+    launcher.CellInfo("local", str(state_dir), str(state_dir), 0.0, ("http://127.0.0.1:9",), (), {},
+                      stopped_at=time.time()).save()  # as `minborg cell down` leaves it  # fmt: skip
+    expected = ["minborg: no cell answers at http://127.0.0.1:9: start one with 'minborg cell up' or pass --master"]
+    started = time.monotonic()
+    result = runner.invoke(app, ["job", "list", "-w"])  # the full command line
+    assert result.exit_code == 1 and result.output.strip().splitlines() == expected
+    monkeypatch.setattr(sys, "argv", ["minborg", "machine", "list"])  # the fast path
+    with pytest.raises(SystemExit) as exit_:
+        cli_fast.main()
+    assert exit_.value.code == 1 and capsys.readouterr().err.strip().splitlines() == expected
+    assert time.monotonic() - started < 5  # not the client's 12 s of retries
