@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from reference.master.cell import Cell, Draft, TaskInfo
+from reference.master.cell import Cell, Draft
 from reference.master.leader import Term, TokenBucket, pass_has_work, pass_work
 from spec.actions import restart_allowed
 from spec.fmap import FMap
@@ -127,10 +127,8 @@ def test_the_work_set_equals_the_scan(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(100))
 def test_restarts_and_rolls_from_the_work_set_are_the_scans(seed: int, rate: float) -> None:
     state = random_cell(random.Random(seed))
-    # Every DEAD task's back-off is over (the scan it is compared with knows none).
-    over = {tid: TaskInfo(failures=1, retry_at=0.5) for tid, t in state.tasks.items() if t.state is TaskState.DEAD}
-    base = Cell(state, tasks=over, work=frozenset(pass_work(state)))
-    old, new = Draft(base, 1.0), Draft(base, 1.0)
+    base = Cell(state, work=frozenset(pass_work(state)))
+    old, new = Draft(base, 0.0), Draft(base, 0.0)
     scanning, term = Scanning(rate), FromWork(rate)
     scanning.restart_dead(old)
     scanning.roll(old)
