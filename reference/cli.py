@@ -28,7 +28,7 @@ from reference.cli_common import (
     output_of,
 )
 from reference.cli_demo import demo
-from reference.cli_fast import GROUPS, SHELLS
+from reference.cli_help import GROUPS, SHELLS
 from reference.cli_jobs import bns_app, job_app, machine_app, task_app
 from reference.cli_plain import color_on
 from reference.cli_quotas import quota_app
@@ -77,7 +77,7 @@ cell_app.command("whatif", epilog=examples("minborg cell whatif --remove-machine
 
 def _print_version(asked: bool) -> None:
     if asked:
-        from reference.cli_fast import version
+        from reference.cli_help import version
 
         print(version())
         raise typer.Exit(0)
