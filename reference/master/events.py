@@ -89,6 +89,12 @@ def from_step(
 ENDS = frozenset({"exited", "signaled", "oom", "spawn_failed", "lost", "finished"})  # how a task died
 
 
+def started(info: Any) -> bool:
+    """Whether a task's process runs as its borglet last said (reports.confirmed, which this
+    module cannot import)."""
+    return info.seen and info.borglet_state in ("STARTING", "RUNNING") and not backing_off(info)
+
+
 def backing_off(info: Any) -> bool:
     """Whether a task's borglet reports its process gone and its restart in place to come."""
     return info.borglet_state == "STARTING" and not info.pid and bool(info.reason)
@@ -97,11 +103,16 @@ def backing_off(info: Any) -> bool:
 def crash_loop(state: str, info: Any, now: float) -> dict[str, Any] | None:
     """A task's crash loop as `task list`, `job show` and Sigma show it, or None: the task
     waits out a restart back-off, of its borglet (RUNNING, its process gone) or of the master
-    (DEAD, a new incarnation to come). `state` is the spec's (RUNNING, DEAD, ...)."""
+    (DEAD, a new incarnation to come), or is the not yet started next try of an index that
+    failed twice or more in a row. `state` is the spec's (RUNNING, DEAD, ...)."""
     if state == "DEAD" and info.retry_at > 0:
         by, failures = "master", info.failures
     elif state == "RUNNING" and backing_off(info):
         by, failures = "borglet", info.restarts + 1
+    elif state in ("PENDING", "RUNNING") and info.failures >= 2 and not started(info):
+        # The next try of an index that failed twice or more in a row, not started yet: still
+        # the loop, though not waiting now (its record carries the count and the last exit).
+        by, failures = "retry", info.failures
     else:
         return None
     last = info.last_exit or info.reason
@@ -118,8 +129,8 @@ def crash_loop(state: str, info: Any, now: float) -> dict[str, Any] | None:
         "reason": detail,
         "kind": kind,
         "failures": failures,
-        "retry_at": info.retry_at or None,
-        "retry_in": round(max(info.retry_at - now, 0.0), 1) if info.retry_at else None,
+        "retry_at": (info.retry_at or None) if by != "retry" else None,
+        "retry_in": round(max(info.retry_at - now, 0.0), 1) if info.retry_at and by != "retry" else None,
     }
     loop["text"] = crash_loop_text(loop)
     return loop
@@ -128,6 +139,8 @@ def crash_loop(state: str, info: Any, now: float) -> dict[str, Any] | None:
 def crash_loop_text(loop: dict[str, Any]) -> str:
     """'exit code 3; failure 4, next try in 8s (restart in place)' for `task list` and `job show`."""
     when = f", next try in {loop['retry_in']:.0f}s" if loop.get("retry_in") is not None else ""
+    if loop.get("by") == "retry":
+        when = ", trying again now"
     how = "restart in place" if loop.get("by") == "borglet" else "new incarnation"
     return f"{loop['reason']}; failure {loop['failures']}{when} ({how})"
 

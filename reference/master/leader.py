@@ -267,12 +267,12 @@ def restart_dead(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) 
     done = 0
     for tid in sorted(restartable, key=str)[: take(len(restartable))]:
         cause = d.state.tasks[tid].cause
-        failures = d.task_info(tid).failures  # the restart drops the dead one's record
+        dead = d.task_info(tid)  # the restart drops the dead one's record
         # The spec's guard checks that tid is still the latest incarnation of its index.
         if d.step("restart", tid, reason=f"restart after {cause.value if cause else '?'}"):
             done += 1
             newer = TaskId(tid.job, tid.index, tid.incarnation + 1)  # the count goes on with it
-            d.tasks[newer] = replace(d.task_info(newer), failures=failures)
+            d.tasks[newer] = replace(d.task_info(newer), failures=dead.failures, last_exit=dead.last_exit)
     return done
 
 

@@ -316,7 +316,7 @@ def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]
                 seen=True,
                 reason=reason,
                 usage=usage,
-                last_exit=str(r.get("last_exit") or ""),
+                last_exit=str(r.get("last_exit") or info.last_exit),  # kept from an earlier incarnation
                 retry_at=float(r.get("restart_at") or 0.0) if state == "STARTING" else 0.0,
             )
     return out

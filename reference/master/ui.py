@@ -136,7 +136,7 @@ def outcome(v: dict[str, Any]) -> tuple[str, str]:
     loss; a task that finished (exit 0) or was killed (by a user, or by scaling down) is done,
     in grey; a crash loop is never green, nor a task placed but not yet started."""
     if v.get("crash_loop"):
-        return "BACKOFF", "bad"
+        return str(v.get("status") or "BACKOFF"), "bad"
     if v["state"] == "DEAD":
         cause = v.get("cause")
         if cause in ("finished", "killed"):

@@ -124,7 +124,7 @@ def task_view(cell: Cell, task: Task, cell_name: str, info: TaskInfo | None = No
         # A crash loop: the task waits out a restart back-off (its borglet's or the master's),
         # with how its last process ended, its failures in a row and when it is tried again.
         "crash_loop": (loop := events.crash_loop(task.state.value, info, time.time())),
-        "status": "BACKOFF" if loop else task.state.value,
+        "status": "BACKOFF" if loop and loop["by"] != "retry" else task.state.value,
         "failures": info.failures,
         "last_exit": info.last_exit or None,
     }

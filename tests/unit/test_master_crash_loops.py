@@ -137,3 +137,16 @@ def test_a_loop_of_losses_is_told_by_its_loss_not_an_older_exit() -> None:
     info = TaskInfo(failures=2, retry_at=101.0, last_exit="exit 3", events=(lost,))
     loop = events.crash_loop("DEAD", info, now=100.0)
     assert loop is not None and (loop["kind"], loop["reason"]) == ("lost", "machine m1 down (was on m1)")
+
+
+def test_the_next_try_of_a_looping_index_is_still_the_loop_until_it_runs() -> None:
+    trying = TaskInfo(failures=3, last_exit="exit 3", seen=True, borglet_state="QUEUED")
+    loop = events.crash_loop("RUNNING", trying, now=100.0)
+    assert loop is not None and loop["by"] == "retry" and loop["retry_in"] is None
+    assert loop["text"] == "exit code 3; failure 3, trying again now (new incarnation)"
+    assert ui.outcome(view("RUNNING", confirmed=False, crash_loop=loop, status="RUNNING")) == ("RUNNING", "bad")
+    # Once its process runs, it is out of the loop (the count resets when it dies after 60 s).
+    running = TaskInfo(failures=3, last_exit="exit 3", seen=True, borglet_state="RUNNING", pid=9)
+    assert events.crash_loop("RUNNING", running, now=100.0) is None
+    # A first failure's retry is no loop.
+    assert events.crash_loop("PENDING", TaskInfo(failures=1, last_exit="exit 3"), now=100.0) is None
