@@ -147,7 +147,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--report-only", action="store_true", help="run nothing: write the report from results.json")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--note", default="", help="a paragraph for the report: how its passes were run, if in parts")
+    p.add_argument(
+        "--semantics", choices=("minborg", "fgd"), default="minborg",
+        help="minborg (default): this experiment through Minborg's scheduler; fgd: the FGD paper's simulator's "
+        "experiment (bench/scheduler/packing_fgd.py: its six baselines, seeds 42.., each policy's own GPU choice, "
+        "merge_alloc_discrete's metric); writes <out>/packing/fgd_results.json and prints the table, not the report",
+    )
     return p
+
+
+def main_fgd(args: argparse.Namespace, pods: list[str]) -> int:
+    from . import packing_fgd
+
+    policies = args.policy or list(packing_fgd.POLICIES)
+    wrong = [n for n in policies if n not in packing_fgd.POLICIES]
+    if wrong:
+        print(f"minborg bench packing: --semantics fgd runs only {', '.join(packing_fgd.POLICIES)} (not {', '.join(wrong)})", file=sys.stderr)
+        return 2
+    store = Path(args.out) / "packing" / "fgd_results.json"
+    rows = packing_fgd.run(pods, args.nodes, policies, args.seeds, store, args.resume or args.report_only, not args.report_only)
+    print(packing_fgd.table(rows))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as e:
         print(f"minborg bench packing: {e}", file=sys.stderr)
         return 2
+    if args.semantics == "fgd":
+        return main_fgd(args, pods)
     out = Path(args.out)
     store = out / "packing" / "results.json"
     done: dict[tuple, dict[str, Any]] = {}
