@@ -5,8 +5,12 @@ module reproduces that simulator's semantics, pure and self-contained, beside Mi
 experiment (`packing.py`, `--semantics minborg`). Where the two differ:
 
 - Each policy scores machines with its own integer score (0..100, truncated as the simulator
-  truncates), and the machine is drawn uniformly among those with the highest score.
-  `best_fit` is min-max normalised per task first (which keeps the set of best machines).
+  truncates); `best_fit` is min-max normalised per task first (which keeps the set of best
+  machines). Among the machines of the highest score the simulator takes the one of the
+  smallest name, and it names machines by a random permutation per seed: here, the first in
+  a machine order shuffled per seed. So ties are not drawn per task: tasks that every machine
+  scores alike (tasks without GPUs under `gpu_packing` and `gpu_clustering`) fill machines in
+  that one order, first fit. `random_fit` draws one feasible machine uniformly per task.
 - The GPU inside the machine is chosen as the paper's run scripts configure it: `random_fit`
   any GPU with room, uniformly; `fgd` the GPU whose use raises the machine's fragmentation
   least (the first GPU among equal integer scores); the others (`dot_prod` runs with
@@ -74,10 +78,10 @@ class Pod:
 
 
 class Node:
-    __slots__ = ("cpu", "mem", "gfree", "model", "tags")
+    __slots__ = ("cpu", "mem", "gfree", "model", "tags", "name")
 
-    def __init__(self, cpu: int, mem: int, gpus: int, model: str = "") -> None:
-        self.cpu, self.mem, self.model = cpu, mem, model
+    def __init__(self, cpu: int, mem: int, gpus: int, model: str = "", name: str = "") -> None:
+        self.cpu, self.mem, self.model, self.name = cpu, mem, model, name
         self.gfree = [MILLI] * gpus
         self.tags: dict[str, int] = {}
 
@@ -94,7 +98,7 @@ def pod_of(p: TracePod) -> Pod:
 
 
 def node_of(m: Machine) -> Node:
-    return Node(m.capacity.get(CPU), m.capacity.get(RAM), m.capacity.get(GPU) // MILLI, dict(m.attrs).get("gpu_model", ""))
+    return Node(m.capacity.get(CPU), m.capacity.get(RAM), m.capacity.get(GPU) // MILLI, dict(m.attrs).get("gpu_model", ""), m.name)
 
 
 # -- arrivals ---------------------------------------------------------------------------------
@@ -288,15 +292,17 @@ SCORES = {"best_fit": best_fit_score, "dot_prod": dot_prod_score, "gpu_packing":
 
 
 def simulate(
-    policy: str, machines: Sequence[Machine], tasks: Sequence[Pod], mix: FragMix | None, seed: int, stop_pct: float = 101.5
+    policy: str, machines: Sequence[Machine], tasks: Sequence[Pod], mix: FragMix | None, seed: int, stop_pct: float = 101.5,
+    where: list[str] | None = None,
 ) -> list[tuple[int, int]]:
     """Schedules `tasks` in order; the rows (arrived GPU milli, allocated GPU milli) after each
-    arrival, until the arrived requests pass `stop_pct` % of capacity."""
+    arrival, until the arrived requests pass `stop_pct` % of capacity. `where`, if given,
+    collects each task's machine name ("" when skipped)."""
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
     rng = random.Random(seed)
     nodes = [node_of(m) for m in machines]
-    rng.shuffle(nodes)  # the simulator names machines in a random order per seed
+    rng.shuffle(nodes)  # the simulator names machines by a random permutation per seed, ties go to the first name
     capacity = sum(len(n.gfree) for n in nodes) * MILLI
     arrived = allocated = 0
     rows: list[tuple[int, int]] = []
@@ -310,21 +316,18 @@ def simulate(
                 chosen = rng.choice(feasible)
                 gpus = gpus_for(policy, chosen, p, rng)
             else:
-                best, top, picks = -1, [], []
-                for n in feasible:
+                best = -1
+                for n in feasible:  # in the seed's machine order: the first of the best wins
                     if policy == "fgd":
                         assert mix is not None
                         s, g = mix.place(n, p)
                     else:
                         s, g = SCORES[policy](n, p), []
                     if s > best:
-                        best, top, picks = s, [n], [g]
-                    elif s == best:
-                        top.append(n)
-                        picks.append(g)
-                k = rng.randrange(len(top))
-                chosen = top[k]
-                gpus = picks[k] if policy == "fgd" else gpus_for(policy, chosen, p, rng)
+                        best, chosen, gpus = s, n, g
+                assert chosen is not None
+                if policy != "fgd":
+                    gpus = gpus_for(policy, chosen, p, rng)
         if chosen is not None:
             chosen.cpu -= p.cpu
             chosen.mem -= p.mem
@@ -334,6 +337,8 @@ def simulate(
                 chosen.tags[p.tag] = chosen.tags.get(p.tag, 0) + 1
             allocated += p.gpu
         rows.append((arrived, allocated))
+        if where is not None:
+            where.append(chosen.name if chosen is not None else "")
         if capacity and 100.0 * arrived / capacity > stop_pct:
             break
     return rows

@@ -182,3 +182,24 @@ def test_a_small_cell_is_packed_and_never_overcommitted(policy):
 def test_the_cli_refuses_a_policy_the_fgd_semantics_lacks(capsys):
     assert packing_bench.main(["--semantics", "fgd", "--policy", "borg_hybrid", "--seeds", "1"]) == 2
     assert "runs only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("policy", ["gpu_packing", "gpu_clustering", "best_fit"])
+def test_ties_go_to_the_first_machine_of_the_seeds_order_not_a_fresh_draw(policy):
+    # Four idle, identical machines; CPU-only tasks of 4 cores score alike everywhere under
+    # gpu_packing and gpu_clustering (0) and under best_fit for the first task: 16 tasks of 4 cores
+    # fill one 32-core machine (8 tasks), then the next one of the same order: 2 machines, not 4.
+    machines = [Machine(f"m{i}", Resources.of(cpu=32_000, ram=64 * GiB, gpu=2000)) for i in range(4)]
+    where: list[str] = []
+    simulate(policy, machines, [Pod(4000, GiB, 0, 0)] * 16, None, seed=5, stop_pct=1000, where=where)
+    assert len(set(where)) == 2 and where[:8] == [where[0]] * 8
+    again: list[str] = []
+    simulate(policy, machines, [Pod(4000, GiB, 0, 0)] * 16, None, seed=5, stop_pct=1000, where=again)
+    assert again == where  # the seed fixes the order
+
+
+def test_random_fit_draws_a_machine_per_task():
+    machines = [Machine(f"m{i}", Resources.of(cpu=32_000, ram=64 * GiB, gpu=2000)) for i in range(4)]
+    where: list[str] = []
+    simulate("random_fit", machines, [Pod(1000, GiB, 0, 0)] * 16, None, seed=5, stop_pct=1000, where=where)
+    assert len(set(where)) == 4  # 16 draws spread over all 4 machines (seed 5; a fixed order would use 1)
