@@ -22,8 +22,9 @@ def test_counts_reads_committed_txns_and_jobs_only() -> None:
 
 
 def test_ratio_and_line() -> None:
-    run = Run(1600.0, 640.0, 12.0, 300, 660, 61.0, 27.0, 55.0)
+    run = Run("tls", 1600.0, 640.0, 12.0, 300, 660, 61.0, 27.0, 55.0, 4.2, 9.5)
     assert run.ratio == 0.4
     line = run.line()
-    assert "40%" in line and "2.2 per group" in line and "master 61%" in line
-    assert Run(0.0, 640.0, 12.0, 0, 0, 0.0, 0.0, 0.0).ratio == 0.0
+    assert line.startswith("tls ") and "40%" in line and "2.2 per group" in line and "master 61%" in line
+    assert "watch p50 4.20 ms, p99 9.50 ms" in line
+    assert Run("plain", 0.0, 640.0, 12.0, 0, 0, 0.0, 0.0, 0.0).ratio == 0.0
