@@ -20,7 +20,6 @@ skip, except in CI (`CI` set), where a missing engine fails them.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -38,6 +37,7 @@ from reference import images
 from reference.borglet import taskusers
 from reference.client import CellClient
 from tests.integration.cellkit import LocalCell, wait_for
+from tests.security.taskio import ended, output
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -106,21 +106,6 @@ def python_job(name: str, user: str, code: str, *args: str, **extra: Any) -> dic
     }  # fmt: skip
     job.update(extra)
     return job
-
-
-def ended(api: CellClient, key: str) -> dict[str, Any]:
-    """The task's record once it is DEAD."""
-    return wait_for(lambda: (t := api.task(key, 0))["state"] == "DEAD" and t, 60, f"{key} to end")
-
-
-def output(cell: LocalCell, api: CellClient, spec: dict[str, Any]) -> dict[str, Any]:
-    """Submit a job whose container prints one JSON line, wait for it to end, return the line."""
-    assert cell.submit(spec).status_code == 201
-    key = f"{spec['user']}/{spec['name']}"
-    task = ended(api, key)
-    out = api.logs(key, 0).decode()
-    assert out.strip(), (task, api.logs(key, 0, stream="stderr"))
-    return json.loads(out.strip().splitlines()[-1])
 
 
 # --- the store -------------------------------------------------------------------------------------

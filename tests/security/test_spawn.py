@@ -18,7 +18,6 @@ CPython's fork path (where no C compiler could build the helper; MINBORG_SPAWN=f
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -33,6 +32,7 @@ import pytest
 from reference.borglet import cgroups, spawner, taskusers
 from reference.client import CellClient
 from tests.integration.cellkit import TASK_PYTHON, LocalCell, sleeper_job, wait_for
+from tests.security.taskio import ended, output
 
 ROOT = os.geteuid() == 0
 CGROUPS = ROOT and cgroups.CgroupTree("probe-security").usable() is None
@@ -101,21 +101,6 @@ def job(name: str, user: str, command: list[str], **extra: Any) -> dict[str, Any
 
 def python_job(name: str, user: str, code: str, *args: str, **extra: Any) -> dict[str, Any]:
     return job(name, user, [TASK_PYTHON, "-c", textwrap.dedent(code), *args], **extra)
-
-
-def ended(api: CellClient, key: str) -> dict[str, Any]:
-    """The task's record once it is DEAD."""
-    return wait_for(lambda: (t := api.task(key, 0))["state"] == "DEAD" and t, 60, f"{key} to end")
-
-
-def output(cell: LocalCell, api: CellClient, spec: dict[str, Any]) -> dict[str, Any]:
-    """Submit a job whose one task prints one JSON line, wait for it to end, return the line."""
-    assert cell.submit(spec).status_code == 201
-    key = f"{spec['user']}/{spec['name']}"
-    task = ended(api, key)
-    out = api.logs(key, 0).decode()
-    assert out.strip(), (task, api.logs(key, 0, stream="stderr"))
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def compile_c(directory: Path, name: str, source: str, shared: bool = False) -> Path:
