@@ -377,6 +377,10 @@ def test_a_flood_from_one_client_leaves_another_users_reads_fast(cell: LocalCell
         f"{max(rss) / 2**20:.0f} MiB, {cpu_used / 12:.0%} of a core; attacker connections {seen}"
     )
     print(line)
-    assert seen["headers"] > 20 and seen["bodies"] > 10 and seen["unfinished"] > 1500, line
+    # The attack really ran: every oversized stream at least once a connection, and more unfinished
+    # connections opened than the per-address cap lets stay (the attacker aims at 1,500 held at once;
+    # on a calm host its connects past the cap wait in a full accept queue, 750-900 in 14 s here).
+    cap = LIMITS.max_connections_per_client
+    assert seen["headers"] > 20 and seen["bodies"] > 10 and seen["unfinished"] > cap, line
     assert p99(flooded) < P99_TARGET_S, line
     assert max(rss) - rss_before < 64 * 2**20, line
