@@ -11,7 +11,7 @@ machine hits all alike), each in a new process, and prints each one's median and
 median over the baseline's. The target of every everyday command: a median under 0.3 s and
 within 3 times the baseline's, measured in the same run.
 
-Every command runs as `python -c "from reference.cli_fast import main; main()" ARGS` (what
+Every command runs as `python -c "from reference.cli.fast import main; main()" ARGS` (what
 the `minborg` script runs) in the source tree it measures: this one, and with `--before DIR`
 also the tree in DIR (e.g. `git worktree add /tmp/before HEAD~3`), interleaved with it, so
 before and after are measured in one run under the same load. `--start-cell` starts a
@@ -74,7 +74,8 @@ def commands(job: str, cell: str, task_count: int, files: Path) -> dict[str, lis
 
 
 def argv_in(tree: Path, args: list[str]) -> list[str]:
-    return [sys.executable, "-c", "from reference.cli_fast import main; main()", *args]
+    module = "reference.cli.fast" if (tree / "reference" / "cli" / "fast.py").exists() else "reference.cli_fast"
+    return [sys.executable, "-c", f"from {module} import main; main()", *args]
 
 
 def measure(
@@ -151,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     cell = None
     trees = {"now": REPO}
     if args.before is not None:
-        if not (args.before / "reference" / "cli_fast.py").exists():
-            p.error(f"--before: {args.before} holds no reference/cli_fast.py")
+        if not any((args.before / "reference" / f).exists() for f in ("cli/fast.py", "cli_fast.py")):
+            p.error(f"--before: {args.before} holds no reference/cli/fast.py (nor the older reference/cli_fast.py)")
         trees["before"] = args.before.resolve()
     try:
         if args.start_cell:
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.master:
             env["MINBORG_MASTER"] = args.master
         from reference.cellfile import ClientError, find_token, master_urls
-        from reference.cli_http import PlainCell
+        from reference.cli.http import PlainCell
 
         state_dir = env.get("MINBORG_STATE_DIR")
         if "MINBORG_STATE_DIR" in env:

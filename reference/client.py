@@ -26,7 +26,7 @@ from reference.cellfile import (  # re-exported: the client's public names
     split_urls,
     state_dir_path,
 )
-from reference.cli_http import Message, parse_sse  # the fast path's too: one parser
+from reference.cli.http import Message, parse_sse  # the fast path's too: one parser
 from reference.endpoints import Endpoints
 
 __all__ = [

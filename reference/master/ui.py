@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 
-from reference.cli_plain import ago
+from reference.cli.plain import ago
 from reference.master import events as task_events
 from reference.master import views
 from reference.master.cell import Cell

@@ -20,7 +20,7 @@ import pytest
 
 from harness.history import parse_task_id
 from reference import procscan
-from reference.cli_views import machine_rows
+from reference.cli.views import machine_rows
 from tests.integration.cellkit import LocalCell, sleeper_job, wait_for
 
 pytestmark = pytest.mark.integration

@@ -145,7 +145,7 @@ def test_follow_streams_across_restarts_in_place(cell: LocalCell, api: CellClien
 def test_logs_and_events_through_the_cli(cell: LocalCell, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from reference.cli import app
+    from reference.cli.app import app
 
     master = cell.masters[0].url
     token = ["--token", cell.admin_token]

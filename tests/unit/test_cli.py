@@ -11,9 +11,10 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from reference import cli_jobs, launcher
-from reference.cli import app
-from reference.cli_common import client_error_message
+from reference import launcher
+from reference.cli import jobs as cli_jobs
+from reference.cli.app import app
+from reference.cli.common import client_error_message
 from reference.client import (
     MASTER_ENV,
     STATE_DIR_ENV,
@@ -441,7 +442,8 @@ def test_a_cell_that_does_not_answer_is_one_line_that_says_what_to_do(
 ) -> None:
     import socket
 
-    from reference import cli_fast, cli_http
+    from reference.cli import fast as cli_fast
+    from reference.cli import http as cli_http
 
     with socket.socket() as s:  # a port that nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -480,7 +482,7 @@ def test_every_command_with_its_own_help_ends_it_with_examples() -> None:
 def test_a_stopped_cell_is_said_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from reference import cli_fast
+    from reference.cli import fast as cli_fast
 
     state_dir = tmp_path / ".minborg"
     state_dir.mkdir()

@@ -9,8 +9,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from reference import cli_allocs
-from reference.cli import app
+from reference.cli import allocs as cli_allocs
+from reference.cli.app import app
 from reference.client import CellClient
 
 REPO = Path(__file__).resolve().parents[2]

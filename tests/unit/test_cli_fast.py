@@ -14,8 +14,11 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from reference import cellfile, cli_complete, cli_fast, cli_plain
-from reference.cli import app
+from reference import cellfile
+from reference.cli import complete as cli_complete
+from reference.cli import fast as cli_fast
+from reference.cli import plain as cli_plain
+from reference.cli.app import app
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = [{"key": "demo/web", "name": "web", "user": "demo", "priority": 200, "task_count": 2, "request": {"cpu": "100m", "ram": 67108864},
@@ -45,13 +48,13 @@ def test_top_level_help_lists_every_command_of_the_full_command_line_in_its_grou
 
 
 def test_completion_knows_every_command_and_option_of_the_full_command_line() -> None:
-    from reference.cli_complete import TREE, command_tree
+    from reference.cli.complete import TREE, command_tree
 
     assert command_tree(typer.main.get_command(app)) == TREE
 
 
 def test_completion_candidates(capsys: pytest.CaptureFixture[str]) -> None:
-    from reference.cli_complete import complete
+    from reference.cli.complete import complete
 
     def no_cell() -> list[str]:
         raise cellfile.ClientError(0, "no cell")
@@ -73,7 +76,7 @@ def test_the_bash_script_completes_through_the_fast_path(tmp_path: Path) -> None
     script = tmp_path / "minborg.bash"
     script.write_text(cli_complete.script("bash"))
     shim = tmp_path / "minborg"  # `minborg` as the script calls it: this tree's fast path
-    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from reference.cli_fast import main; main()' \"$@\"\n")
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from reference.cli.fast import main; main()' \"$@\"\n")
     shim.chmod(0o755)
     done = subprocess.run(
         ["bash", "-c", f"source {script}; COMP_WORDS=(minborg job sh); COMP_CWORD=2; _minborg_completion; "

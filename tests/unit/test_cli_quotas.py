@@ -9,8 +9,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from reference import cli_quotas
-from reference.cli import app
+from reference.cli import quotas as cli_quotas
+from reference.cli.app import app
 from reference.client import CellClient
 
 runner = CliRunner()

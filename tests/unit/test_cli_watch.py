@@ -10,9 +10,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from reference import cli_jobs
-from reference.cli import app
-from reference.cli_watch import StartWatch
+from reference.cli import jobs as cli_jobs
+from reference.cli.app import app
+from reference.cli.watch import StartWatch
 from reference.client import CellClient, Message, parse_sse
 
 REPO = Path(__file__).resolve().parents[2]

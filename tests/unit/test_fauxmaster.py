@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from reference.cli import app
+from reference.cli.app import app
 from reference.fauxmaster import CheckpointError, Fauxmaster, pack, whatif
 from reference.fauxmaster import checkpoint as ckpt
 from reference.master.leader import commit_plan

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reference.cli_render import cpu_cell
+from reference.cli.render import cpu_cell
 from reference.launcher import cpubudget
 from reference.launcher.cellfile import CellInfo
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from reference.cli_views import never_started
-from reference.cli_watch import StartWatch
+from reference.cli.views import never_started
+from reference.cli.watch import StartWatch
 from reference.client import Message
 from reference.master import events, ui
 from reference.master.cell import TaskInfo

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from reference.cli_common import (
+from reference.cli.common import (
     EXIT_USAGE,
     JsonOpt,
     MasterOpt,
@@ -16,7 +16,7 @@ from reference.cli_common import (
     fail,
     handles_errors,
 )
-from reference.cli_render import console, print_json
+from reference.cli.render import console, print_json
 
 
 def checkpoint(

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from reference.cli_common import (
+from reference.cli.common import (
     EXIT_USAGE,
     JsonOpt,
     MasterOpt,
@@ -21,7 +21,7 @@ from reference.cli_common import (
     job_key,
     output_of,
 )
-from reference.cli_render import console, errors
+from reference.cli.render import console, errors
 from reference.resources import format_resources
 
 alloc_app = typer.Typer(
@@ -54,7 +54,7 @@ def submit(
 ) -> None:
     """Validate an alloc set file locally and reserve it: each alloc on its own machine, all or none."""
     from reference import allocspec  # pydantic: imported by the commands that read files
-    from reference.cli_jobs import print_field_errors
+    from reference.cli.jobs import print_field_errors
 
     try:
         spec = allocspec.load_alloc_file(file)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from reference.cellfile import ClientError
-from reference.cli_http import Message
+from reference.cli.http import Message
 
 if TYPE_CHECKING:  # the fast path follows events through cli_http.PlainCell, without httpx
     from reference.client import CellClient

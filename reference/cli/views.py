@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reference.cli_plain import STATE_COLOR, ago, health_text, paint, render, started
+from reference.cli.plain import STATE_COLOR, ago, health_text, paint, render, started
 from reference.resources import USAGE_NAMES, format_quantity, format_resources
 
 EVENT_COLOR = {

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from reference.cli_common import (
+from reference.cli.common import (
     EXIT_USAGE,
     JobArg,
     JsonOpt,
@@ -25,9 +25,9 @@ from reference.cli_common import (
     job_key,
     output_of,
 )
-from reference.cli_plain import color_on, job_counts, job_rows, render, task_rows
-from reference.cli_render import console, errors, print_json
-from reference.cli_views import (
+from reference.cli.plain import color_on, job_counts, job_rows, render, task_rows
+from reference.cli.render import console, errors, print_json
+from reference.cli.views import (
     job_text,
     killed_line,
     machine_rows,
@@ -99,7 +99,7 @@ def submit(
         print_field_errors(f"invalid job file {file}", err.errors)
         raise typer.Exit(EXIT_USAGE) from None
     if dry_run:
-        from reference.cli_faux import print_answer
+        from reference.cli.faux import print_answer
 
         with client(master, state_dir) as cell:
             answer = cell.request("POST", "/v1/jobs", json=spec.canonical(), params={"dry_run": "true"})
@@ -131,7 +131,7 @@ STEADY_S = 2.0
 
 
 def _wait_for_start(cell: Any, key: str, count: int, revision: int, wait: float, quiet: bool) -> None:
-    from reference.cli_watch import StartWatch, wait_for_start
+    from reference.cli.watch import StartWatch, wait_for_start
 
     say = (lambda text: errors.print(text, soft_wrap=True)) if quiet else (lambda text: console.print(text, soft_wrap=True))
     watcher = StartWatch(count, say, steady_s=STEADY_S)
@@ -166,7 +166,7 @@ def list_jobs(
     fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
         if watch:
-            from reference.cli_watch import follow, job_line
+            from reference.cli.watch import follow, job_line
 
             answer = cell.request("GET", "/v1/jobs", params={"user": user} if user else None)
             if not emitted(answer["jobs"], fmt):
@@ -360,7 +360,7 @@ def task_logs(
         if not follow:
             body = cell.logs(key, index, stream=stream, tail=tail, incarnation=incarnation)
             if not body and incarnation is None:
-                from reference.cli_views import never_started
+                from reference.cli.views import never_started
 
                 why = never_started(cell.task(key, index))
                 if why:

@@ -9,9 +9,9 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 
 from reference.cellfile import client_error_message, find_token
-from reference.cli_http import cell_urls
-from reference.cli_plain import OUTPUTS, dump, error_text, job_by_name
-from reference.cli_render import errors
+from reference.cli.http import cell_urls
+from reference.cli.plain import OUTPUTS, dump, error_text, job_by_name
+from reference.cli.render import errors
 from reference.client import CellClient, ClientError, split_key
 from reference.launcher import LauncherError
 

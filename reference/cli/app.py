@@ -11,9 +11,10 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from reference import cli_faux, launcher
-from reference.cli_allocs import alloc_app
-from reference.cli_common import (
+from reference import launcher
+from reference.cli import faux as cli_faux
+from reference.cli.allocs import alloc_app
+from reference.cli.common import (
     EXIT_USAGE,
     Credentials,
     JsonOpt,
@@ -27,14 +28,14 @@ from reference.cli_common import (
     handles_errors,
     output_of,
 )
-from reference.cli_demo import demo
-from reference.cli_help import GROUPS, SHELLS
-from reference.cli_jobs import bns_app, job_app, machine_app, task_app
-from reference.cli_plain import color_on
-from reference.cli_quotas import quota_app
-from reference.cli_render import console, errors, print_json
-from reference.cli_users import user_app
-from reference.cli_views import cell_text, key_values
+from reference.cli.demo import demo
+from reference.cli.help import GROUPS, SHELLS
+from reference.cli.jobs import bns_app, job_app, machine_app, task_app
+from reference.cli.plain import color_on
+from reference.cli.quotas import quota_app
+from reference.cli.render import console, errors, print_json
+from reference.cli.users import user_app
+from reference.cli.views import cell_text, key_values
 from reference.client import CELL_FILE, MASTER_ENV, TOKEN_ENV, ClientError, state_dir_path
 
 app = typer.Typer(
@@ -77,7 +78,7 @@ cell_app.command("whatif", epilog=examples("minborg cell whatif --remove-machine
 
 def _print_version(asked: bool) -> None:
     if asked:
-        from reference.cli_help import version
+        from reference.cli.help import version
 
         print(version())
         raise typer.Exit(0)
@@ -106,7 +107,7 @@ def _credentials(
 ))  # fmt: skip
 def completion(shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.")]) -> None:
     """Print the shell completion script for bash, zsh or fish."""
-    from reference.cli_complete import script
+    from reference.cli.complete import script
 
     if shell not in SHELLS:
         raise typer.BadParameter(f"{shell!r}: choose one of {', '.join(SHELLS)}", param_hint="SHELL")
@@ -429,7 +430,7 @@ def events(
     submitted and removed; machines down and up.
 
     With -o json (or yaml), one JSON object a line."""
-    from reference.cli_watch import event_lines, follow
+    from reference.cli.watch import event_lines, follow
 
     line = event_lines(output_of(output, as_json))
     with client(master, state_dir) as cell:

@@ -11,8 +11,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from reference.cli_plain import ago, started, task_rows
-from reference.cli_views import cpu_cell
+from reference.cli.plain import ago, started, task_rows
+from reference.cli.views import cpu_cell
 
 __all__ = ["ago", "cpu_cell", "started"]
 

@@ -16,7 +16,7 @@ import typer
 
 from reference import jobspec, launcher
 from reference.cellfile import read_admin_token
-from reference.cli_render import console, errors, table, tasks_table
+from reference.cli.render import console, errors, table, tasks_table
 from reference.client import CellClient, ClientError, Endpoint, RoundRobin
 from reference.waiting import wait_until
 

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from reference.cli_common import (
+from reference.cli.common import (
     EXIT_USAGE,
     JsonOpt,
     MasterOpt,
@@ -20,7 +20,7 @@ from reference.cli_common import (
     handles_errors,
     output_of,
 )
-from reference.cli_render import console
+from reference.cli.render import console
 from reference.resources import format_resources, parse_pairs
 
 quota_app = typer.Typer(help="Set, list and delete the users' quotas per priority band (admin).", no_args_is_help=True)

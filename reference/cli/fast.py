@@ -18,8 +18,10 @@ from collections import namedtuple
 from collections.abc import Callable
 from typing import Any
 
-from reference import cellfile, cli_plain, cli_views
-from reference.cli_help import (  # noqa: F401  (the fast path's names, as before)
+from reference import cellfile
+from reference.cli import plain as cli_plain
+from reference.cli import views as cli_views
+from reference.cli.help import (  # noqa: F401  (the fast path's names, as before)
     COMMANDS,
     EXAMPLES,
     GROUPS,
@@ -30,7 +32,7 @@ from reference.cli_help import (  # noqa: F401  (the fast path's names, as befor
     top_help,
     version,
 )
-from reference.cli_http import PlainCell, cell_urls
+from reference.cli.http import PlainCell, cell_urls
 
 
 class Fallback(Exception):
@@ -235,7 +237,7 @@ def machine_list(a: Args) -> int:
 
 
 def events(a: Args) -> int:
-    from reference.cli_watch import event_lines, follow
+    from reference.cli.watch import event_lines, follow
 
     output = a.output()
     since = a.int_option("--since", 0)
@@ -359,7 +361,7 @@ def run(args: list[str]) -> int:
     elif args[:1] and args[0].startswith("--token="):
         token, args = args[0].partition("=")[2], args[1:]
     if len(args) == 2 and args[0] == "completion" and args[1] in SHELLS:
-        from reference.cli_complete import script
+        from reference.cli.complete import script
 
         print(script(args[1]), end="")
         return 0
@@ -377,7 +379,7 @@ def run(args: list[str]) -> int:
 def complete(words: list[str], token: str | None) -> int:
     """The candidates a completion script asks for (cli_complete.py), one a line; the jobs
     of the cell found as every command finds it, asked for at most one second."""
-    from reference.cli_complete import complete as candidates
+    from reference.cli.complete import complete as candidates
 
     state_dir = next((w.partition("=")[2] or None for w in words if w.startswith("--state-dir=")), None)
 
@@ -395,7 +397,7 @@ def main() -> None:
     try:
         code = run(sys.argv[1:])
     except Fallback:
-        from reference.cli import main as full
+        from reference.cli.app import main as full
 
         full()
         return

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from reference.cli_common import (
+from reference.cli.common import (
     JsonOpt,
     MasterOpt,
     OutputOpt,
@@ -18,7 +18,7 @@ from reference.cli_common import (
     handles_errors,
     output_of,
 )
-from reference.cli_render import console, errors
+from reference.cli.render import console, errors
 
 user_app = typer.Typer(help="Add, list and revoke the cell's users and their tokens (admin).", no_args_is_help=True)
 
