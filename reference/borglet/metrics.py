@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -118,6 +124,9 @@ class BorgletCollector(Collector):
 def make_registry(borglet: Borglet) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BorgletCollector(borglet))
+    # The standard process_* and python_* families, as on the masters (master/metrics.py).
+    for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(standard)
     return registry
 
 

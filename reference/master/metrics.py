@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -41,6 +50,10 @@ class MasterMetrics:
     def __init__(self, cell: Callable[[], Cell]) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        # The standard process_* and python_* families (CPU seconds, memory, open fds, GC,
+        # version), as prometheus_client's default registry carries them: read at scrape time.
+        for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            r.register(standard)
         self.requests = Counter(
             "minborg_api_requests", "API requests by route, method and status.",
             ["route", "method", "status"], registry=r,

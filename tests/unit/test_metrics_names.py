@@ -9,7 +9,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from reference.borglet.metrics import BorgletCollector
+from reference.borglet.metrics import make_registry
 from reference.master.cell import Cell
 from reference.master.metrics import MasterMetrics
 
@@ -29,7 +29,7 @@ class FakeBorglet:
 
 def exposed() -> dict[str, str]:
     """Every sample name either exposes -> its metric type."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import generate_latest
 
     master = MasterMetrics(lambda: Cell())
     master.requests.labels("/v1/jobs", "GET", "200").inc()
@@ -40,8 +40,7 @@ def exposed() -> dict[str, str]:
     master.on_poll("hold")
     master.on_poll("refused_stale_seq")
     master.streams.labels("events").inc()
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(BorgletCollector(FakeBorglet()))  # type: ignore[arg-type]
+    registry = make_registry(FakeBorglet())  # type: ignore[arg-type]
     names: dict[str, str] = {}
     for text in (master.render().decode(), generate_latest(registry).decode()):
         for family in text_string_to_metric_families(text):
@@ -53,6 +52,8 @@ def exposed() -> dict[str, str]:
 def test_counters_end_in_total_and_units_are_base_units_in_the_name() -> None:
     names = exposed()
     for name, kind in names.items():
+        if name.startswith(STANDARD):
+            continue  # prometheus_client's own families, named by its conventions
         assert name.startswith("minborg_"), name
         if kind == "counter" and not name.endswith("_created"):
             assert name.endswith("_total"), name
@@ -60,6 +61,20 @@ def test_counters_end_in_total_and_units_are_base_units_in_the_name() -> None:
             assert re.search(r"_seconds(_bucket|_count|_sum)$", name), name
         assert "_milli" not in name and "_ram_" not in name, f"{name}: base units (cores, bytes) only"
     assert "minborg_borglet_cpu_usage_cores" in names and "minborg_api_request_duration_seconds_bucket" in names
+
+
+STANDARD = ("process_", "python_")
+
+
+def test_masters_and_borglets_expose_the_standard_process_and_python_families() -> None:
+    from prometheus_client import generate_latest
+
+    master = {f.name for f in text_string_to_metric_families(MasterMetrics(lambda: Cell()).render().decode())}
+    borglet = {f.name for f in text_string_to_metric_families(generate_latest(make_registry(FakeBorglet())).decode())}  # type: ignore[arg-type]
+    for names in (master, borglet):
+        # process_* from /proc (this test runs on Linux, as the cell does), python_* everywhere.
+        assert {"process_cpu_seconds", "process_resident_memory_bytes", "process_open_fds",
+                "python_info", "python_gc_collections"} <= names, sorted(names)  # fmt: skip
 
 
 def test_the_grafana_dashboard_queries_only_exposed_metrics() -> None:
