@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from reference.borglet.protocol import SyncRequest
+    from reference.borglet.protocol import Phase, SyncRequest
 
 T = TypeVar("T")
 
@@ -169,10 +169,18 @@ def restart_attempt(attempt: int, ran_for_s: float) -> int:
     return 0 if ran_for_s >= BACKOFF_RESET_AFTER_S else attempt
 
 
+def started(health_checked: bool) -> tuple[Phase, bool | None]:
+    """(phase, healthy) of a task whose process was just started, or found running after a
+    borglet restart: STARTING and not yet healthy until its first good probe when its job
+    has a health check (core.TaskTable.probed then makes it RUNNING), else RUNNING at once.
+    The one place that says which phase a started task enters."""
+    return ("STARTING", False) if health_checked else ("RUNNING", None)
+
+
 def ended_state(
     exit_code: int | None, oom: bool, kill_reason: str | None
-) -> tuple[str, str | None]:
-    """(state, reason) of a task whose process is gone and will not be restarted."""
+) -> tuple[Phase, str | None]:
+    """(phase, reason) of a task whose process is gone and will not be restarted."""
     if kill_reason is not None:
         return "KILLED", kill_reason
     if oom:
@@ -189,9 +197,9 @@ def ended_state(
 @dataclass(frozen=True)
 class Exit:
     """What becomes of a task whose process is gone: restarted in place once `restart_at` is
-    reached (state STARTING), or ended for good (`restart_at` None)."""
+    reached (phase STARTING), or ended for good (`restart_at` None)."""
 
-    state: str
+    phase: Phase
     reason: str | None
     restart_at: float | None
     attempt: int  # the backoff attempt of the task's next restart
@@ -215,8 +223,8 @@ def after_exit(
         used = restart_attempt(attempt, ran_for_s)
         reason = ended_state(exit_code, oom, None)[1] or "exit 0"
         return Exit("STARTING", reason, now + backoff_delay(used), used + 1)
-    state, reason = ended_state(exit_code, oom, kill_reason)
-    return Exit(state, reason, None, attempt)
+    phase, reason = ended_state(exit_code, oom, kill_reason)
+    return Exit(phase, reason, None, attempt)
 
 
 Verdict = Literal["ended", "queue", "cancel", "adopt", "resume", "lost"]
@@ -226,7 +234,7 @@ Verdict = Literal["ended", "queue", "cancel", "adopt", "resume", "lost"]
 class Saved:
     """A task as a restarted borglet finds it: its saved record, and what is left of its process."""
 
-    state: str
+    phase: Phase
     reason: str | None
     ended: bool
     launching: bool  # saved just before its spawn
@@ -240,7 +248,7 @@ class Saved:
 
 @dataclass(frozen=True)
 class Readoption:
-    """What a restarted borglet does with one saved task, and the task's state and reason after.
+    """What a restarted borglet does with one saved task, and the task's phase and reason after.
 
     ended: nothing (it stays in the report); queue: back in the start queue; cancel: killed
     before it started; adopt: its process lives on, polled from now (a found one is taken as
@@ -248,7 +256,7 @@ class Readoption:
     """
 
     verdict: Verdict
-    state: str
+    phase: Phase
     reason: str | None
 
 
@@ -260,18 +268,18 @@ def readoption(saved: Saved) -> Readoption:
     restart stands: a queued task is cancelled, an adopted one keeps being killed.
     """
     if saved.ended:
-        return Readoption("ended", saved.state, saved.reason)
-    state, has_pid = saved.state, saved.has_pid
+        return Readoption("ended", saved.phase, saved.reason)
+    phase, has_pid = saved.phase, saved.has_pid
     if saved.launching and not has_pid and saved.found:
-        state, has_pid = ("STARTING" if saved.health_checked else "RUNNING"), True
-    if state == "QUEUED":
+        phase, has_pid = started(saved.health_checked)[0], True
+    if phase == "QUEUED":
         if saved.kill_reason is None:
-            return Readoption("queue", state, saved.reason)
+            return Readoption("queue", phase, saved.reason)
         return Readoption("cancel", "KILLED", saved.kill_reason)
     if has_pid and saved.alive:
-        return Readoption("adopt", state, saved.reason)
+        return Readoption("adopt", phase, saved.reason)
     if not has_pid and saved.backing_off and saved.kill_reason is None:
-        return Readoption("resume", state, saved.reason)
+        return Readoption("resume", phase, saved.reason)
     if saved.kill_reason is not None:
         return Readoption("lost", "KILLED", saved.kill_reason)
     return Readoption("lost", "FAILED", "lost_on_restart")

@@ -138,7 +138,7 @@ class HollowMachine:
     def _step(self, tid: str, task: Task, now: float) -> float:
         """Bring one task up to `now`; returns when it next changes by itself (inf: never)."""
         while not task.ended:
-            if task.state == "QUEUED":
+            if task.phase == "QUEUED":
                 at = self._queued_at[tid] + self.config.start_delay_s
                 if now < at:
                     return at
@@ -160,7 +160,7 @@ class HollowMachine:
         return math.inf
 
     def _run(self, task: Task, at: float) -> None:
-        task.state, task.reason, task.exit_code = "RUNNING", None, None
+        task.phase, task.reason, task.exit_code = "RUNNING", None, None
         task.restart_at, task.pid, task.started_at = None, 0, at
         task.healthy = None if task.spec.health_check is None else True
         task.cpu_milli, task.ram_bytes = simulated_usage(task.spec.request)
@@ -172,15 +172,15 @@ class HollowMachine:
         )
         task.pid, task.exit_code, task.cpu_milli, task.ram_bytes = None, 0, 0, 0
         task.healthy = None if task.spec.health_check is None else False
-        task.state, task.reason, task.restart_at, task.attempt = (
-            after.state, after.reason, after.restart_at, after.attempt
+        task.phase, task.reason, task.restart_at, task.attempt = (
+            after.phase, after.reason, after.restart_at, after.attempt
         )  # fmt: skip
 
     def _kill(self, task: Task, reason: str) -> None:
         """A kill ends a simulated task at once: there is no process to wait for, so no
         index ever has one still stopping here (decisions.start_blocked never holds)."""
         task.kill_reason = reason
-        task.state, task.reason = decisions.ended_state(None, False, reason)
+        task.phase, task.reason = decisions.ended_state(None, False, reason)
         task.pid, task.restart_at, task.cpu_milli, task.ram_bytes = None, None, 0, 0
         task.healthy = None if task.spec.health_check is None else False
 
@@ -214,7 +214,7 @@ class HollowMachine:
                 "seq": self.fence.seq,
                 "revision": self.fence.revision,
             },
-            "queued": sum(1 for t in self.tasks.values() if t.state == "QUEUED"),
+            "queued": sum(1 for t in self.tasks.values() if t.phase == "QUEUED"),
             "waiting": [],  # a kill ends at once: no queued task waits for its index to stop
         }
 

@@ -154,7 +154,7 @@ class HollowApp:
         for machine in self.machines.values():
             machine.advance(machine.clock())
             for task in machine.tasks.values():
-                if task.state != "RUNNING":
+                if task.phase != "RUNNING":
                     continue
                 j = out.setdefault(task.spec.job, {"running": 0, "first_started_at": None, "last_started_at": 0.0})
                 index = (task.spec.job, task.spec.index) if task.spec.job else (task.spec.task_id, -1)

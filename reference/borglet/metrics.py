@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from typing import get_args
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -15,9 +16,10 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from reference.borglet.protocol import Phase
 from reference.borglet.supervisor import Borglet
 
-STATES = ("QUEUED", "STARTING", "RUNNING", "FINISHED", "FAILED", "KILLED")
+STATES = get_args(Phase)  # a report gives each task's phase as its "state"
 
 
 class BorgletCollector(Collector):

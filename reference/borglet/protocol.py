@@ -12,9 +12,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TaskState = Literal["QUEUED", "STARTING", "RUNNING", "FINISHED", "FAILED", "KILLED"]
+# A task's phase on its machine. The cell knows a task by spec.model.TaskState (PENDING,
+# RUNNING, DEAD); a borglet sees the finer phases of one that is RUNNING there: waiting for its
+# process (QUEUED), started but not yet healthy or waiting out a restart backoff (STARTING),
+# RUNNING; and how a DEAD one ended (FINISHED, FAILED, KILLED). Reports carry it as "state".
+Phase = Literal["QUEUED", "STARTING", "RUNNING", "FINISHED", "FAILED", "KILLED"]
 RestartPolicy = Literal["never", "on_failure", "always"]
-ENDED_STATES: frozenset[str] = frozenset({"FINISHED", "FAILED", "KILLED"})
+ENDED_PHASES: frozenset[str] = frozenset({"FINISHED", "FAILED", "KILLED"})
 
 
 class HealthCheck(BaseModel):

@@ -240,7 +240,7 @@ class Borglet:
     def task_state(self, task_id: str) -> str | None:
         """'FAILED (spawn: ...)' for a known or forgotten task, None for one never seen here."""
         task = self.tasks.get(task_id)
-        state, reason = (task.state, task.reason) if task else (None, None)
+        state, reason = (task.phase, task.reason) if task else (None, None)
         stone = self.tombstones.get(task_id) if task is None else None
         if stone is not None:
             state, reason = stone.get("state"), stone.get("reason")
@@ -268,7 +268,7 @@ class Borglet:
                 task = Task.from_record(record)
                 self.tasks[tid] = task
                 saved = decisions.Saved(
-                    state=task.state,
+                    phase=task.phase,
                     reason=task.reason,
                     ended=task.ended,
                     launching=task.launching,
@@ -310,7 +310,7 @@ class Borglet:
 
     def _readopt(self, tid: str, task: Task, verdict: decisions.Readoption, now: float) -> None:
         """Carry out the verdict on a task of the saved table (decisions.readoption)."""
-        task.state, task.reason = verdict.state, verdict.reason
+        task.phase, task.reason = verdict.phase, verdict.reason
         if verdict.verdict == "queue":
             self.queue.append(tid)
         elif verdict.verdict == "adopt":
@@ -463,7 +463,7 @@ class Borglet:
             while self.queue and (limit is None or len(batch) < limit):
                 tid = self.queue.popleft()
                 task = self.tasks.get(tid)
-                if task is None or task.state != "QUEUED" or task.kill_reason is not None:
+                if task is None or task.phase != "QUEUED" or task.kill_reason is not None:
                     continue
                 if decisions.start_blocked(task.spec.job, task.spec.index, stopping):
                     log.debug("%s waits for its index to stop", tid)
@@ -501,7 +501,7 @@ class Borglet:
         with self._lock:
             for tid in reversed(batch):  # any the loop did not reach go back to the front
                 task = self.tasks.get(tid)
-                if task is not None and task.state == "QUEUED" and task.launching:
+                if task is not None and task.phase == "QUEUED" and task.launching:
                     task.launching = False
                     self.queue.appendleft(tid)
             self._dirty = True
@@ -650,13 +650,13 @@ class Borglet:
         after = decisions.after_exit(
             task.spec.restart_policy, returncode, oom, task.kill_reason, task.attempt, ran_for, now
         )
-        task.state, task.reason, task.restart_at, task.attempt = after.state, after.reason, after.restart_at, after.attempt
+        task.phase, task.reason, task.restart_at, task.attempt = after.phase, after.reason, after.restart_at, after.attempt
         if task.kill_reason is None:
             task.last_exit = decisions.ended_state(returncode, oom, None)[1] or "exit 0"
         if after.restart_at is not None:
             log.info("%s exited (%s); restart in %.1fs", task.spec.task_id, task.reason, after.restart_at - now)
             return
-        log.info("%s ended: %s %s", task.spec.task_id, task.state, task.reason or "")
+        log.info("%s ended: %s %s", task.spec.task_id, task.phase, task.reason or "")
         self._release(task)
 
     def _sample(self, task: Task, now: float) -> None:
@@ -706,8 +706,8 @@ class Borglet:
                 task.healthy = ok
                 if ok:
                     task.ever_healthy = True
-                    if task.state == "STARTING":
-                        task.state = "RUNNING"
+                    if task.phase == "STARTING":
+                        task.phase = "RUNNING"
                         task.reason = None
                 interval = (
                     check.interval_s
@@ -729,7 +729,7 @@ class Borglet:
         answered between starts; a task killed meanwhile has its new process killed at once."""
         with self._lock:
             task = self.tasks.get(tid)
-            if task is None or task.state != "QUEUED" or not task.launching:
+            if task is None or task.phase != "QUEUED" or not task.launching:
                 return False
             if task.kill_reason is not None:
                 task.launching = False
@@ -780,13 +780,13 @@ class Borglet:
             log.exception("starting %s failed", tid)
             with self._lock:
                 task = self.tasks.get(tid)
-                if task is not None and task.state == "QUEUED" and task.launching:
+                if task is not None and task.phase == "QUEUED" and task.launching:
                     self._failed_to_start(task, f"spawn: {err}")
             return False
 
     def _failed_to_start(self, task: Task, reason: str) -> None:
         task.launching = False
-        task.state, task.reason, task.pid = "FAILED", reason, None
+        task.phase, task.reason, task.pid = "FAILED", reason, None
         task.last_exit = reason
         self._release(task)
 
@@ -901,9 +901,9 @@ class Borglet:
         task.cpu_sample = None
         task.ever_healthy = False
         if spec.health_check is None:
-            task.state, task.healthy = "RUNNING", None
+            task.phase, task.healthy = "RUNNING", None
         else:
-            task.state, task.healthy = "STARTING", False
+            task.phase, task.healthy = "STARTING", False
             task.next_probe_at = now + FIRST_PROBE_DELAY_S
         log.info("started %s as pid %d on port %d", spec.task_id, proc.pid, task.port)
 
@@ -914,7 +914,7 @@ class Borglet:
         self._dirty = True
         if task.pid is None:  # between restarts: nothing to signal
             task.restart_at = None
-            task.state, task.reason = "KILLED", reason
+            task.phase, task.reason = "KILLED", reason
             self._release(task)
             return
         task.reason = reason
@@ -966,12 +966,12 @@ class Borglet:
             },
             "tasks": tasks,
             "fence": {"epoch": self.fence.epoch, "seq": self.fence.seq, "revision": self.fence.revision},
-            "queued": sum(1 for t in self.tasks.values() if t.state == "QUEUED"),
+            "queued": sum(1 for t in self.tasks.values() if t.phase == "QUEUED"),
             # Queued tasks whose index still has a process stopping here.
             "waiting": sorted(
                 tid
                 for tid, t in self.tasks.items()
-                if t.state == "QUEUED" and decisions.start_blocked(t.spec.job, t.spec.index, stopping)
+                if t.phase == "QUEUED" and decisions.start_blocked(t.spec.job, t.spec.index, stopping)
             ),
         }
 

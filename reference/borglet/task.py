@@ -6,17 +6,19 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference.borglet.protocol import ENDED_STATES, TaskSpec
+from reference.borglet.protocol import ENDED_PHASES, Phase, TaskSpec
 
-# Fields written to tasks.json; everything else is rebuilt after a borglet restart.
+# Fields written to tasks.json; everything else is rebuilt after a borglet restart. The phase
+# is written, and reported, as "state".
 _PERSISTED = (
-    "key", "state", "pid", "port", "exit_code", "restarts", "healthy", "started_at", "reason",
+    "key", "phase", "pid", "port", "exit_code", "restarts", "healthy", "started_at", "reason",
     "group", "create_time", "kill_reason", "restart_at", "attempt", "oom_base", "ever_healthy", "last_exit",
     "launching", "container",
 )  # fmt: skip
 
-# The phase a report gives each task: where it is between the master's sync and its process.
-PHASES = {"QUEUED": "queued", "STARTING": "starting", "RUNNING": "running"}
+# A report's "phase" of each task, its phase coarsened: where it is between the master's sync
+# and its process (every ended phase is "exited").
+COARSE_PHASE = {"QUEUED": "queued", "STARTING": "starting", "RUNNING": "running"}
 
 
 @dataclass
@@ -25,7 +27,7 @@ class Task:
 
     spec: TaskSpec
     key: str  # file-system-safe name for its log directory and cgroups
-    state: str = "QUEUED"
+    phase: Phase = "QUEUED"
     pid: int | None = None
     port: int = 0
     exit_code: int | None = None
@@ -58,14 +60,14 @@ class Task:
 
     @property
     def ended(self) -> bool:
-        return self.state in ENDED_STATES
+        return self.phase in ENDED_PHASES
 
     def report(self) -> dict[str, Any]:
         """The task's entry in the sync reply."""
         return {
             "task_id": self.spec.task_id,
-            "state": self.state,
-            "phase": PHASES.get(self.state, "exited"),
+            "state": self.phase,
+            "phase": COARSE_PHASE.get(self.phase, "exited"),
             "pid": self.pid,
             "port": self.port,
             "exit_code": self.exit_code,
@@ -80,6 +82,7 @@ class Task:
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in _PERSISTED}
+        record["state"] = record.pop("phase")
         if self.spec_record is None:
             self.spec_record = self.spec.model_dump(mode="json")
         record["spec"] = self.spec_record
@@ -88,6 +91,8 @@ class Task:
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Task:
         values = {name: record[name] for name in _PERSISTED if name in record}
+        if "state" in record:
+            values["phase"] = record["state"]
         return cls(spec=TaskSpec.model_validate(record["spec"]), **values)
 
     def tombstone(self, revision: int) -> dict[str, Any]:
@@ -95,7 +100,7 @@ class Task:
         `revision` is the one of the sync that forgot it (decisions.expired_tombstones)."""
         return {
             "revision": revision,
-            "state": self.state,
+            "state": self.phase,
             "exit_code": self.exit_code,
             "reason": self.reason,
             "restarts": self.restarts,
@@ -105,5 +110,6 @@ class Task:
 
     @classmethod
     def from_tombstone(cls, spec: TaskSpec, key: str, stone: dict[str, Any]) -> Task:
-        values = {k: v for k, v in stone.items() if k != "revision"}
+        values = {k: v for k, v in stone.items() if k not in ("revision", "state")}
+        values["phase"] = stone["state"]
         return cls(spec=spec, key=key, **values)

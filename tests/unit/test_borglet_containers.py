@@ -241,7 +241,7 @@ def test_an_oom_killed_container_is_reported_as_oom_and_removed(tmp_path):
         engine.boxes["c1"][1].kill()
         settle(borglet, lambda: borglet.tasks["a#0"].ended, "the container's end seen")
         task = borglet.tasks["a#0"]
-        assert (task.state, task.reason, task.container) == ("FAILED", "oom", "")
+        assert (task.phase, task.reason, task.container) == ("FAILED", "oom", "")
         borglet.release_groups()
         assert engine.removed == ["c1"]
     finally:
@@ -262,7 +262,7 @@ def test_a_restarted_borglet_readopts_by_labels_and_removes_what_it_no_longer_wa
     try:
         second.load()
         assert second.tasks["a#0"].pid == pid and second.tasks["a#0"].container == kept
-        assert second.tasks["a#0"].state == "RUNNING"
+        assert second.tasks["a#0"].phase == "RUNNING"
         sync(second, 2, boxed("a#0"))  # b is no longer wanted
         second.tick()
         settle(second, lambda: second.tasks["b#0"].ended, "b killed")

@@ -115,13 +115,13 @@ def test_a_long_run_resets_the_backoff(attempt, ran_for, used):
 )
 def test_after_exit(policy, exit_code, oom, kill_reason, attempt, ran_for, after):
     got = after_exit(policy, exit_code, oom, kill_reason, attempt, ran_for, now=100.0)
-    assert got == Exit(after.state, after.reason, pytest.approx(after.restart_at), after.attempt)
+    assert got == Exit(after.phase, after.reason, pytest.approx(after.restart_at), after.attempt)
 
 
-def saved(state="RUNNING", reason=None, *, launching=False, pid=True, kill=None, backoff=False,
+def saved(phase="RUNNING", reason=None, *, launching=False, pid=True, kill=None, backoff=False,
           checked=False, found=False, alive=False) -> Saved:  # fmt: skip
-    ended = state in ("FINISHED", "FAILED", "KILLED")
-    return Saved(state, reason, ended, launching, pid, kill, backoff, checked, found, alive)
+    ended = phase in ("FINISHED", "FAILED", "KILLED")
+    return Saved(phase, reason, ended, launching, pid, kill, backoff, checked, found, alive)
 
 
 @pytest.mark.parametrize(

@@ -70,7 +70,7 @@ def test_new_incarnation_waits_for_the_old_one_then_starts_without_a_sync(tmp_pa
             borglet.tick()
             borglet.start_queued()
             time.sleep(0.02)
-        assert borglet.tasks["a/j/0#0@0"].state == "KILLED"
+        assert borglet.tasks["a/j/0#0@0"].phase == "KILLED"
         assert borglet.tasks["a/j/0#1@0"].pid is not None
         assert borglet.report()["waiting"] == []
     finally:
@@ -96,6 +96,6 @@ def test_a_waiting_task_the_master_drops_never_starts(tmp_path) -> None:
         borglet.tick()
         assert borglet.start_queued() == 0
         dropped = borglet.tasks["a/j/0#1@0"]
-        assert (dropped.pid, dropped.state, dropped.reason) == (None, "KILLED", "not_desired")
+        assert (dropped.pid, dropped.phase, dropped.reason) == (None, "KILLED", "not_desired")
     finally:
         borglet.stop(kill_tasks=True, timeout_s=2)

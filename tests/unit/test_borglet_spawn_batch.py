@@ -52,7 +52,7 @@ def test_every_other_task_of_a_batch_starts_when_some_cannot_spawn(tmp_path, mon
         borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 1, "tasks": specs}))
         started = borglet.start_queued()  # one batch: all sixteen
         tasks = {t.spec.index: t for t in borglet.tasks.values()}
-        failed = {i for i, t in tasks.items() if t.state == "FAILED"}
+        failed = {i for i, t in tasks.items() if t.phase == "FAILED"}
         assert failed == {*BAD, INJECTED}
         assert started == 16 - len(failed)
         for i, task in tasks.items():
@@ -60,7 +60,7 @@ def test_every_other_task_of_a_batch_starts_when_some_cannot_spawn(tmp_path, mon
                 assert task.pid is None and task.reason is not None and task.reason.startswith("spawn: "), task
                 assert not task.launching
             else:
-                assert task.state == "RUNNING" and processes.is_same_process(task.pid, task.create_time), task
+                assert task.phase == "RUNNING" and processes.is_same_process(task.pid, task.create_time), task
         for i, (_, named) in BAD.items():
             assert named in (tasks[i].reason or ""), tasks[i].reason
         assert "injected" in (tasks[INJECTED].reason or "")
@@ -111,8 +111,8 @@ def test_a_restart_in_place_that_cannot_spawn_fails_that_task(tmp_path):
         (tmp_path / "gone").rmdir()  # its working directory goes before its restart
         task = borglet.tasks["alice/batch/0#0"]
         deadline = time.monotonic() + 10
-        while task.state != "FAILED":
-            assert time.monotonic() < deadline, (task.state, task.reason)
+        while task.phase != "FAILED":
+            assert time.monotonic() < deadline, (task.phase, task.reason)
             time.sleep(0.05)
             borglet.tick()
         assert task.reason is not None and "working directory" in task.reason and "does not exist" in task.reason

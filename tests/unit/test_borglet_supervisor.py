@@ -39,12 +39,12 @@ def test_restart_backoff_follows_the_injected_clock(tmp_path):
     spec = {"task_id": "t#0", "command": [FALSE], "restart_policy": "on_failure"}
     try:
         borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 1, "tasks": [spec]}))
-        assert borglet.tasks["t#0"].state == "QUEUED" and borglet.tasks["t#0"].pid is None
+        assert borglet.tasks["t#0"].phase == "QUEUED" and borglet.tasks["t#0"].pid is None
         assert borglet.start_queued() == 1
         for restarts, delay in [(0, 0.1), (1, 0.2), (2, 0.4)]:
             wait_for_exit(borglet, "t#0")
             task = borglet.tasks["t#0"]
-            assert (task.state, task.exit_code, task.restarts) == ("STARTING", 1, restarts)
+            assert (task.phase, task.exit_code, task.restarts) == ("STARTING", 1, restarts)
             assert task.restart_at == pytest.approx(clock.now + delay)
             clock.now += delay * 0.9  # not yet
             borglet.tick()
@@ -57,7 +57,7 @@ def test_restart_backoff_follows_the_injected_clock(tmp_path):
         wait_for_exit(borglet, "t#0")
         clock.now += 60
         borglet.tick()
-        assert borglet.tasks["t#0"].state == "KILLED"
+        assert borglet.tasks["t#0"].phase == "KILLED"
         assert borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 3, "tasks": []}))["tasks"] == []
     finally:
         borglet.stop(kill_tasks=True, timeout_s=2)

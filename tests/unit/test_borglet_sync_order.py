@@ -104,7 +104,7 @@ def test_fence_and_tombstones_survive_a_borglet_restart(tmp_path) -> None:
             second.sync(request(1, spec("a/j/0#0@0"), revision=10))
         second.sync(request(1, spec("a/j/0#0@0"), epoch=2, revision=11))  # a new leader, old view
         assert second.start_queued() == 0
-        assert second.tasks["a/j/0#0@0"].state == "KILLED"
+        assert second.tasks["a/j/0#0@0"].phase == "KILLED"
     finally:
         second.stop(kill_tasks=True, timeout_s=2)
 
@@ -142,7 +142,7 @@ def test_a_process_spawned_before_a_crash_is_adopted_not_started_again(tmp_path)
     restarted.load()
     try:
         adopted = restarted.tasks["a/j/0#0@0"]
-        assert (adopted.pid, adopted.state, adopted.launching) == (pid, "RUNNING", False)
+        assert (adopted.pid, adopted.phase, adopted.launching) == (pid, "RUNNING", False)
         # The port was chosen before the write-ahead, so the adopted task keeps the one its
         # process listens on; its start time is the process's.
         assert adopted.port == task.port and adopted.port > 0
@@ -164,8 +164,8 @@ def test_a_large_sync_only_queues_and_deltas_apply_on_their_base(tmp_path) -> No
         assert {t["phase"] for t in report["tasks"]} == {"queued"}
         delta = {"base_seq": 1, "add": [spec("a/j/3000#0@0", index=3000)], "remove": ["a/j/0#0@0"]}
         borglet.sync(request(2, revision=6, delta=delta))
-        assert borglet.tasks["a/j/0#0@0"].state == "KILLED"  # dropped before it ever started
-        assert borglet.tasks["a/j/3000#0@0"].state == "QUEUED"
+        assert borglet.tasks["a/j/0#0@0"].phase == "KILLED"  # dropped before it ever started
+        assert borglet.tasks["a/j/3000#0@0"].phase == "QUEUED"
         assert len(borglet.desired or {}) == 3000
         # A delta on a base this borglet did not apply last is refused: the master sends all.
         stale = {"base_seq": 1, "add": [], "remove": []}
