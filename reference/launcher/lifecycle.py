@@ -311,8 +311,12 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
             cluster = EtcdCluster.load(root / "etcd")
             _clusters[str(root)] = cluster
             say(f"etcd: starting {sum(not is_alive(m) for m in info.of_role(Role.ETCD))} member(s) on their data")
-            cluster.resume(READY_TIMEOUT_S)
+            cluster.resume(READY_TIMEOUT_S, quorum=True)
             info = with_records(replace(info, etcd_version=cluster.version()), Role.ETCD, etcd_records(cluster))
+            for i, why in sorted(cluster.failed.items()):
+                up = len(cluster.members) - len(cluster.failed)
+                say(f"etcd: member {cluster.members[i].name} did not start ({why}; log {cluster.log_path(i)}); "
+                    f"the cell runs on {up} of {len(cluster.members)} members, a quorum")
         toxiproxy = [p for p in info.of_role(Role.TOXIPROXY) if not is_alive(p)]
         if toxiproxy:
             say("toxiproxy: starting the server and its proxies again")

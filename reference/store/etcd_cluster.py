@@ -205,6 +205,7 @@ class EtcdCluster:
             for i in range(members)
         ]
         self._popens: dict[int, subprocess.Popen[bytes]] = {}
+        self.failed: dict[int, str] = {}  # members left down by resume(quorum=True), and why
 
     # -- addresses ---------------------------------------------------------------------
 
@@ -335,16 +336,22 @@ class EtcdCluster:
         self._save()
         self.wait_healthy(timeout, members=[i])
 
-    def resume(self, timeout: float = 20.0) -> EtcdCluster:
+    def resume(self, timeout: float = 20.0, *, quorum: bool = False) -> EtcdCluster:
         """Start every member that is not running on its data dir, all at once (one member
         alone has no quorum, so none would turn healthy before the others start); wait until
-        all are healthy."""
+        all are healthy.
+
+        With `quorum`, members that exit instead of starting (a data dir it cannot open, a full
+        disk) are left down as long as the others are a majority: the cluster runs on them, and
+        `failed` names each member left down with the last lines of its log. A majority that
+        cannot start still raises."""
         self.ensure_certificates()
+        self.failed = {}
         for i in range(len(self.members)):
             if self._process(i) is None:
                 self._spawn(i, initial_state="existing")
         self._save()
-        self.wait_healthy(timeout)
+        self.wait_healthy(timeout, quorum=quorum)
         return self
 
     def pids(self) -> list[int | None]:
@@ -382,16 +389,21 @@ class EtcdCluster:
             return None
         return answer if isinstance(answer, dict) else None
 
-    def wait_healthy(self, timeout: float, members: list[int] | None = None) -> None:
-        """Wait until the given members (default all) are healthy, or raise with their logs."""
+    def wait_healthy(self, timeout: float, members: list[int] | None = None, *, quorum: bool = False) -> None:
+        """Wait until the given members (default all) are healthy, or raise with their logs.
+        With `quorum`, a member that exits is recorded in `failed` and no longer waited for,
+        until the exits would leave fewer than a majority of the cluster."""
         indices = list(range(len(self.members))) if members is None else members
         deadline = time.monotonic() + timeout
         pending = set(indices)
         while pending and time.monotonic() < deadline:
             for i in sorted(pending):
                 if self._process(i) is None:
-                    raise EtcdClusterError(f"member {i} exited:\n{self._log_tail(i)}")
-                if self.is_healthy(i):
+                    if not quorum or len(self.failed) + 1 > (len(self.members) - 1) // 2:
+                        raise EtcdClusterError(f"member {i} exited: {self.why_exited(i)} (log: {self.log_path(i)})")
+                    self._left_down(i)
+                    pending.discard(i)
+                elif self.is_healthy(i):
                     pending.discard(i)
             if pending:
                 time.sleep(0.1)
@@ -421,6 +433,7 @@ class EtcdCluster:
         cluster.pki_dir = Path(data.get("pki_dir") or cluster.state_dir / "pki")
         cluster.members = [Member(**m) for m in data["members"]]
         cluster._popens = {}
+        cluster.failed = {}
         return cluster
 
     def _save(self) -> None:
@@ -538,6 +551,25 @@ class EtcdCluster:
             return proc
         except psutil.NoSuchProcess:
             return None
+
+    def _left_down(self, i: int) -> None:
+        """Member `i` exited while starting: note why (its log's last lines). Its pid stays on
+        record, dead, so the cell file shows the member down and the next resume tries it again."""
+        self._reap(i)
+        self.failed[i] = self.why_exited(i)
+
+    def why_exited(self, i: int) -> str:
+        """The cause member `i`'s log gives last: etcd logs JSON lines, and its last fatal or
+        error line holds the message and the error; else the log's last line."""
+        lines = self._log_tail(i, lines=40).splitlines()
+        for line in reversed(lines):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("level") in ("fatal", "panic", "error"):
+                return ": ".join(str(entry[k]) for k in ("msg", "error") if entry.get(k))
+        return lines[-1] if lines else "(no log)"
 
     def _reap(self, i: int) -> None:
         popen = self._popens.pop(i, None)

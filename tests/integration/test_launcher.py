@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,50 @@ def test_demo_runs_to_completion() -> None:
     assert "FAILED" not in demo.stdout
     leftovers = [p for p in processes_mentioning("minborg-demo-") if p.pid not in before]
     assert leftovers == []
+
+
+def break_data_dir(data: Path) -> None:
+    """Leave the data dir in place but unusable: its `member` directory a file, which etcd
+    cannot open (as after a disk fault), so the member exits at once."""
+    shutil.rmtree(data / "member")
+    (data / "member").write_text("not a directory\n")
+
+
+@needs_master
+def test_a_stopped_cell_comes_back_on_a_quorum_when_one_etcd_member_cannot_start(state_dir: Path) -> None:
+    """One member of three whose data dir is unusable (a full or broken disk) does not keep the
+    cell down: `cell up` and `cell restart --control-plane` bring it back on the other two, say
+    which member is down and why, and keep that member on record for the next try. Two broken
+    members are no quorum: refused, naming the member."""
+    from reference.store.etcd_cluster import EtcdCluster
+
+    launcher.up(state_dir, replicas=1, machines=1, etcd_members=3)
+    try:
+        launcher.down(state_dir)
+        break_data_dir(EtcdCluster.load(state_dir / "etcd").data_dir(2))
+
+        said: list[str] = []
+        info = launcher.resume(state_dir, progress=said.append)
+        down = [m for m in said if "did not start" in m]
+        assert len(down) == 1 and "etcd2" in down[0] and "2 of 3 members" in down[0], said
+        assert "cannot access member directory" in down[0], "the cause, from etcd's own log"
+        members = info.of_role(launcher.Role.ETCD)
+        assert sorted(launcher.is_alive(m) for m in members) == [False, True, True], members
+        assert launcher.CellInfo.load(state_dir).of_role(launcher.Role.MASTER), "masters on record"
+        assert all(launcher.is_alive(m) for m in info.of_role(launcher.Role.MASTER))
+
+        said.clear()
+        info = launcher.restart(state_dir, control_plane=True, progress=said.append)
+        assert any("etcd2" in m and "did not start" in m for m in said), said
+        assert all(launcher.is_alive(m) for m in info.of_role(launcher.Role.MASTER)), "a master runs"
+        status = minborg("cell", "status", "--state-dir", str(state_dir), "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert json.loads(status.stdout)["cell"]["leader"], status.stdout
+
+        launcher.down(state_dir)  # a second member broken: no quorum, and the refusal says why
+        break_data_dir(EtcdCluster.load(state_dir / "etcd").data_dir(1))
+        with pytest.raises(launcher.LauncherError, match=r"etcd did not come back on its data: member [12] exited: .*not a directory"):
+            launcher.resume(state_dir)
+    finally:
+        launcher.down(state_dir)
+
