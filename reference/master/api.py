@@ -304,8 +304,6 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
     @read("/v1/shard", responses=contract.answers(503))
     async def shard_status() -> JSONResponse:
         """This replica's link shard: its machines, polling intervals and what it sent."""
-        if replica.shard is None:
-            return JSONResponse(content={"replica": replica.name, "link_shards": False})
         return JSONResponse(content={"link_shards": True, **replica.shard.stats()})
 
     # --- link shards (between replicas; not part of API v1) ------------------------------------
@@ -324,8 +322,6 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
         items = payload.get("items") if isinstance(payload, dict) else None
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             return JSONResponse(status_code=422, content={"detail": [detail("items", "expected a list of syncs")]})
-        if replica.shard is None:
-            return JSONResponse(status_code=409, content={"detail": [detail("", "link shards are off here")]})
         return JSONResponse(content={"replies": replica.shard.relay(items)})
 
     @app.post(PLANS_PATH, include_in_schema=False)

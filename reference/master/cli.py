@@ -84,10 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-quota", default=None, help="quota of user '*' per band, e.g. cpu=100,ram=1TiB")
     p.add_argument("--restart-rate", type=float, default=20.0, help="task restarts per second")
     p.add_argument("--roll-rate", type=float, default=2.0, help="tasks rolled per second in an update")
-    p.add_argument(
-        "--link-shards", choices=("on", "off"), default="on",
-        help="on: every replica polls a share of the borglets and relays the leader's syncs; off: the leader polls all",
-    )  # fmt: skip
+    # Gone (issue 40): kept only to say so, rather than argparse's bare "unrecognized arguments".
+    p.add_argument("--link-shards", default=None, help=argparse.SUPPRESS)
     p.add_argument(
         "--channel-key-file",
         default=None,
@@ -136,6 +134,12 @@ def access_config(args: argparse.Namespace) -> access.AccessConfig:
     )  # fmt: skip
 
 
+LINK_SHARDS_GONE = (
+    "--link-shards is gone: every replica's link shard polls its share of the borglets and carries "
+    "the leader's syncs, always; remove the option"
+)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse arguments and serve until SIGTERM/SIGINT."""
     from reference import serve
@@ -144,6 +148,8 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.link_shards is not None:
+        parser.error(LINK_SHARDS_GONE)
     try:
         host, port = parse_listen(args.listen)
         peers = parse_peers(args.peers)
@@ -178,7 +184,6 @@ def main(argv: list[str] | None = None) -> None:
         cell_name=args.cell,
         master_name=args.name,
         poll_interval=args.poll_interval,
-        link_shards=args.link_shards == "on",
         down_after=args.down_after,
         restart_rate=args.restart_rate,
         roll_rate=args.roll_rate,

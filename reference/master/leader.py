@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from reference import channel
 from reference.elastic.jobscaler import JobAutoscaler
 from reference.elastic.reclaimer import Reclaimer
 from reference.master import backoff, events
@@ -41,7 +40,6 @@ class LeaderConfig:
     roll_rate: float = 2.0  # tasks rolled per second during a rolling update
     default_quota: Resources | None = None  # for user "*" in every band but best effort
     pass_interval: float = 0.5  # the longest the scheduler sleeps without a change
-    link_shards: bool = True  # every replica polls a share of the machines (linkshard.py)
     channel_key: bytes | None = None  # signs every request to a borglet (reference/channel.py)
 
 
@@ -309,7 +307,8 @@ class Term:
         config: LeaderConfig,
         on_pass: Callable[[float, int], None] | None = None,
         on_poll: Callable[[str], None] | None = None,
-        link: Link | None = None,
+        *,
+        link: Link,
     ) -> None:
         self.token = token
         self.cache = cache
@@ -337,7 +336,6 @@ class Term:
             down_after=config.down_after,
             on_poll=on_poll,
             link=link,
-            auth=channel.client_auth(config.channel_key),
         )
         # Around the scheduler: horizontal autoscaling of jobs and Borg's reservation
         # estimates, both reading the usage the poller gathers and writing through `writer`.

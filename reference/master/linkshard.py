@@ -48,6 +48,7 @@ import httpx
 from reference import channel, fastjson
 from reference.master import shards
 from reference.master.cache import WatchCache
+from reference.master.intake import refusal_reason
 
 log = logging.getLogger(__name__)
 
@@ -503,18 +504,6 @@ class KeptAlive:
     def _give_back(self, key: tuple[str, int], conn: http.client.HTTPConnection) -> None:
         with self._idle_lock:
             self._idle.setdefault(key, []).append(conn)
-
-
-def refusal_reason(body: bytes | dict[str, Any]) -> str:
-    """What a refusal's body says is wrong (`{"detail": [{"field", "error"}]}`), in one line."""
-    try:
-        doc = body if isinstance(body, dict) else fastjson.loads(body)
-        detail = doc["detail"][0]
-        text = f"{detail.get('field')}: {detail.get('error')}" if detail.get("field") else str(detail.get("error"))
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        raw = body if isinstance(body, bytes) else str(body).encode()
-        text = raw[:200].decode("utf-8", "replace").strip() or "no reason given"
-    return text[:300]
 
 
 def _percentiles(values: list[float]) -> dict[str, float | int]:

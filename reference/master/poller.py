@@ -1,33 +1,30 @@
-"""The leader's borglet poller: sends each machine its desired set, reads back task states, marks silent machines down.
+"""The leader's borglet poller: decides each machine's sync and sends it through the link shards; takes what the shards report.
 
-Each machine is synced every `interval` seconds, and at once when its desired set changes
-(a placement, a kill), so a task starts without waiting for the next poll. A machine that
-misses `down_after` polls in a row is marked down through the spec (`machine_down`: its tasks
-are lost and restarted elsewhere by policy); one that answers again is marked up.
+Every replica's link shard (linkshard.py) polls its share of the machines and sends the
+leader what changed (`accept`), including the machines that stopped answering and for how
+many polls; a machine is down only when no replica that can vouch for it reaches it
+(`reach.judge`: the owner's miss hands it to the other replicas' shards first). The leader
+sends no reads of its own: a machine is known from its shard's first report.
+
+The leader decides every sync, numbers it and sends it through the shard that carries the
+machine (`Link.relay`), one request per shard and chunk. Syncs go out when a desired set
+changed (a placement, a kill, so a task starts without waiting), while a machine blocks a
+held task, after a refusal, and every `sync_every` seconds. A sync that is not answered is
+sent again, whole, at the next turn, and does not count against the machine, whose liveness
+is the shard's polls' to tell. A refusal other than a newer epoch is an answer: the machine
+is alive.
 
 A new incarnation is held back (`reports.hold_back`) while an older process of its index is
-still live on an up machine; the machine running the old one is polled every
+still live on an up machine; the machine running the old one is synced every
 `pollclock.HOLD_POLL_S` meanwhile, so the new one starts about that long after the old one is
-gone. A machine this poller has no reply from yet is first read (GET /v1/state) rather than
-synced, so a new leader learns what runs there before it sends, or takes away, anything.
-When each machine is due, and when it is down, is `pollclock`'s to say.
+gone. When each machine is due is `pollclock`'s to say.
 
 Every sync carries this leader's epoch, a sequence number (one counter per leader, so a borglet
 applies only syncs newer than the last it applied: one given up on after a timeout and
-delivered late is refused) and the revision of the view it was computed at. A machine with
-many tasks is sent only what changed since the last sync it acknowledged; after a timeout or
-a refusal the next sync carries the whole set again. A refusal other than a newer epoch is an
-answer, not a missed poll: the machine is alive.
-
-With link shards (`link`, the default of a replica; see linkshard.py) the poller sends no
-reads of its own: every replica's shard polls its share of the machines and sends the
-leader what changed (`accept`), including the machines that stopped answering and for how
-many polls; a machine is down only when no replica that can vouch for it reaches it
-(`reach.judge`: the owner's miss hands it to the other replicas' shards first). The leader still decides every sync, numbers it and sends it through the shard
-that owns the machine (`Link.relay`), one request per shard and chunk; a sync that is not
-answered is sent again, whole, at the next turn, and does not count against the machine,
-whose liveness is the shard's polls' to tell. Syncs then go out when a desired set changed,
-while a machine blocks a held task, after a refusal, and every `sync_every` seconds.
+delivered late is refused) and the revision of the view it was computed at. What a sync's
+body is (a delta or the whole set), what its answer means, whether a report is taken, and
+how it merges into the cell are `intake`'s pure functions; this module holds the threads,
+the locks and the clock.
 """
 
 from __future__ import annotations
@@ -41,23 +38,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-import httpx
-
-from reference import channel, fastjson
-from reference.master import pollclock, reach, reports, shards
+from reference.master import intake, pollclock, reports
 from reference.master.cache import WatchCache
-from reference.master.cell import Cell, Draft, MachineInfo, borglet_task_id
-from reference.master.linkshard import refusal_reason
+from reference.master.cell import Cell, Draft, MachineInfo
+from reference.master.intake import Answer, Reading, Said
+from reference.master.sightings import Sightings
 from reference.master.writer import NotLeader, WriteFailed, Writer
-from spec.model import TaskId, TaskState
+from spec.model import TaskId
 
 log = logging.getLogger(__name__)
 
-DELTA_MIN_TASKS = 64  # a machine with at least this many desired tasks gets deltas
 TURN_MIN_GAP_S = 0.05  # turns start at least this far apart, however many replies wake them
 RELAY_CHUNK = 64  # syncs carried by one request to a shard
-SYNC_EVERY_POLLS = 10  # with link shards: a machine whose set is unchanged is synced this rarely
-SWEEP_EVERY_S = 30.0  # how often the leader forgets the sightings of removed machines and gone replicas
+SYNC_EVERY_POLLS = 10  # a machine whose set is unchanged is synced this rarely
 
 
 class Link(Protocol):
@@ -102,15 +95,12 @@ class Poller:
         down_after: int = 3,
         on_poll: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        link: Link | None = None,
+        link: Link,
         sync_every: float | None = None,
-        auth: httpx.Auth | None = None,  # signs each request (reference/channel.py)
     ) -> None:
         self.cache = cache
         self.link = link
-        self.sync_every = (
-            sync_every if sync_every is not None else (interval * SYNC_EVERY_POLLS if link is not None else interval)
-        )
+        self.sync_every = sync_every if sync_every is not None else interval * SYNC_EVERY_POLLS
         self.writer = writer
         self.cell_name = cell_name
         self.master_name = master_name
@@ -124,7 +114,6 @@ class Poller:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="poll")
-        self._http = httpx.Client(timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5), auth=auth)
         self._thread = threading.Thread(target=self._run, name="poller", daemon=True)
         self.usage: dict[TaskId, tuple[tuple[str, int], ...]] = {}
         # machine -> {borglet task id: state} from its last reply: what really runs there.
@@ -135,29 +124,17 @@ class Poller:
         self._seq = 0  # syncs sent by this leader, the last one's number
         self._memo: reports.Memo = {}  # desired-set entries reused across turns
         self._reported_version = 0  # moves whenever a machine's reported tasks change
-        self._plans: tuple[
-            Any,
-            dict[str, tuple[list[dict[str, Any]], set[TaskId]]],
-            set[str],
-            dict[str, frozenset[str]],
-        ] = (None, {}, set(), {})
+        self._plans: tuple[Any, reports.Plans, set[str], dict[str, frozenset[str]]] = (None, {}, set(), {})
         self._rebuild_after = -math.inf  # no rebuild of the desired sets before this (pollclock.next_rebuild)
         self.refusals: dict[str, int] = {}  # refusal reason -> count
         # (machine, shard) -> (version, report): the base of the next change that shard sends
         # (a machine handed over is polled by several shards at once: one base each).
         self._copies: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
-        # Who reaches each machine (reach.py): machine -> shard -> its last word on it, the
-        # shards heard from and when, and the machines handed over since when.
-        self._sightings: dict[str, dict[str, reach.Sighting]] = {}
-        self._heard: dict[str, float] = {}
-        self._handed: dict[str, float] = {}
+        # Who reaches each machine, as the shards say (a shard sends a heartbeat every interval).
+        self._sightings = Sightings(
+            down_after=down_after, vouch_s=3 * interval + 2.0, grace_s=(down_after + 3) * interval + 2.0
+        )
         self._refusing: dict[str, str] = {}  # machine -> why its borglet refuses the cell, as recorded
-        self._swept_at = -math.inf
-        # A shard heard from within this vouches for what it last said; it sends a heartbeat
-        # every poll interval.
-        self.vouch_s = 3 * interval + 2.0
-        # A replica handed a machine has this long to say anything of it before it is not waited for.
-        self.grace_s = (down_after + 3) * interval + 2.0
         self.shard_batches = 0
         self.holds: dict[str, reports.Hold] = {}  # task id -> why it is held, as of the last turn
 
@@ -170,7 +147,6 @@ class Poller:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(5)
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._http.close()
 
     def nudge(self) -> None:
         """Look at the desired sets now (the cell changed)."""
@@ -218,43 +194,27 @@ class Poller:
             signature = signatures[name]
             address = cell.machines.get(name, MachineInfo()).address or self._addresses.get(name, "")
             with self._lock:
-                st = self._machines.setdefault(name, _Machine())
                 if name not in self._reported:
-                    if self.link is not None:
-                        continue  # its shard's first report makes it known
-                    if st.inflight or not pollclock.read_due(st.schedule, now):
-                        continue
-                    st.inflight, st.schedule = (
-                        True,
-                        pollclock.read_sent(st.schedule, now, self.interval),
-                    )
-                    work: tuple[Any, ...] = (self._probe, name, address)
-                else:
-                    # The signatures compared last: equal sets cost a walk of each.
-                    if st.inflight or (
-                        not pollclock.sync_due(st.schedule, now, name in blocking) and signature == st.signature
-                    ):
-                        continue
-                    st.inflight, st.signature = True, signature
-                    st.schedule = pollclock.sync_sent(st.schedule, now, self.sync_every)
-                    self._released.update(signature)
-                    work = (self._poll, name, address, desired, signature, ids, cell.revision)
+                    continue  # its shard's first report makes it known
+                st = self._machines.setdefault(name, _Machine())
+                # The signatures compared last: equal sets cost a walk of each.
+                if st.inflight or (
+                    not pollclock.sync_due(st.schedule, now, name in blocking) and signature == st.signature
+                ):
+                    continue
+                st.inflight, st.signature = True, signature
+                st.schedule = pollclock.sync_sent(st.schedule, now, self.sync_every)
+                self._released.update(signature)
             if self._stop.is_set():
                 return
-            if self.link is not None and work[0] == self._poll:
-                relayed.setdefault(self._carrier(name), []).append(work[1:])
-                continue
-            self._pool.submit(*work)
+            relayed.setdefault(self._carrier(name), []).append((name, address, desired, signature, ids, cell.revision))
         for owner, items in relayed.items():
             for i in range(0, len(items), RELAY_CHUNK):
                 self._pool.submit(self._poll_through, owner, items[i : i + RELAY_CHUNK])
 
     def _hold_back(
-        self,
-        cell: Cell,
-        plans: dict[str, tuple[list[dict[str, Any]], set[TaskId]]],
-        departed: Mapping[str, Mapping[str, str]] | None = None,
-    ) -> tuple[dict[str, tuple[list[dict[str, Any]], set[TaskId]]], set[str]]:
+        self, cell: Cell, plans: reports.Plans, departed: Mapping[str, Mapping[str, str]] | None = None
+    ) -> tuple[reports.Plans, set[str]]:
         """Take held tasks out of the desired sets; returns the sets and the machines whose
         reports block a hold (they are polled faster until it is released)."""
         # Removed machines still synced (`_departed`) hold back as up machines do.
@@ -274,17 +234,7 @@ class Poller:
             released = set(self._released)
             for reported in self._reported.values():
                 released.update(reported)
-        # Tasks their borglets were seen running count as released; one set for every machine
-        # (a task id names one placement, so it is in one machine's desired set), not a copy of
-        # `released` per machine: that was most of a rebuild's CPU in a cell of 1,000 machines.
-        released.update(d["task_id"] for desired, _ in plans.values() for d in desired if cell.task_info(_task_id(d)).seen)
-        out: dict[str, tuple[list[dict[str, Any]], set[TaskId]]] = {}
-        holds: dict[str, reports.Hold] = {}
-        for name, (desired, ids) in plans.items():
-            keep, held = reports.hold_back(desired, live, released, unreported)
-            holds.update((h.task_id, h) for h in held)
-            held_ids = {h.task_id for h in held}
-            out[name] = (keep, {t for t in ids if not _held(t, cell, held_ids)})
+        out, holds = reports.hold_plans(cell, plans, live, released, unreported)
         self._note_holds(holds)
         return out, {h.machine for h in holds.values()}
 
@@ -315,15 +265,7 @@ class Poller:
 
     def _show_holds(self, holds: list[reports.Hold]) -> None:
         def change(d: Draft) -> None:
-            for h in holds:
-                tid = _task_id_of(h.task_id)
-                if tid is None:
-                    continue
-                task, info = d.state.tasks.get(tid), d.task_info(tid)
-                if task is None or task.state is not TaskState.RUNNING or info.seen:
-                    continue
-                if borglet_task_id(tid, info) == h.task_id:
-                    d.set_task_info(tid, replace(info, borglet_state=h.describe()))
+            reports.show_holds(d, holds)
 
         try:
             self.writer.mutate(change)
@@ -331,23 +273,6 @@ class Poller:
             log.info("holds not recorded: %s", err)
         except Exception:
             log.exception("recording holds failed")
-
-    def _poll(
-        self,
-        name: str,
-        address: str,
-        desired: list[dict[str, Any]],
-        signature: frozenset[str],
-        ids: set[TaskId],
-        revision: int,
-    ) -> None:
-        try:
-            reply = self._sync(name, address, desired, signature, revision)
-            self._handle(name, reply, signature, ids)
-        finally:
-            with self._lock:
-                self._machines[name].inflight = False
-            self._wake.set()
 
     def _poll_through(self, owner: str, items: list[tuple[Any, ...]]) -> None:
         """Sync several machines through the shard of `owner`, in one request.
@@ -365,19 +290,20 @@ class Poller:
                 seq, body = self._prepare(name, desired, signature, revision)
                 sent.append({"machine": name, "address": address, "body": body, "seq": seq})
             try:
-                answers = {str(a.get("machine")): a for a in self.link.relay(owner, sent)}  # type: ignore[union-attr]
+                answers = {str(a.get("machine")): a for a in self.link.relay(owner, sent)}
             except Exception:
                 log.exception("relay through %s failed", owner)
                 answers = {}
             writes: list[tuple[str, Callable[[Draft], None]]] = []
             for (name, address, _desired, signature, ids, _revision), item in zip(items, sent, strict=True):
-                answer = answers.get(name) or {}
-                reply = self._settle(name, address, item["seq"], signature, int(answer.get("status") or 0),
-                                     answer.get("body"), str(answer.get("body") or answer.get("error") or ""))  # fmt: skip
-                before = len(writes)
-                self._handle(name, reply, signature, ids, writes)
-                if len(writes) == before:
+                said = answers.get(name) or {}
+                answer = self._settle(name, address, item["seq"], signature, int(said.get("status") or 0),
+                                      said.get("body"), str(said.get("body") or said.get("error") or ""))  # fmt: skip
+                change = self._handle(name, answer, ids)
+                if change is None:
                     self._free(name)
+                else:
+                    writes.append((name, change))
             for name, change in writes:
                 self.writer.submit(change, self._written(name, change))
                 queued.add(name)
@@ -411,105 +337,45 @@ class Poller:
 
         return done
 
-    def _handle(
-        self,
-        name: str,
-        reply: dict[str, Any] | None,
-        signature: frozenset[str],
-        ids: set[TaskId],
-        writes: list[tuple[str, Callable[[Draft], None]]] | None = None,
-    ) -> None:
-        """Record a sync's answer; with `writes`, the change it makes is added there for the
-        caller to queue to the writer instead of written here."""
+    def _handle(self, name: str, answer: Answer, ids: set[TaskId]) -> Callable[[Draft], None] | None:
+        """Act on a sync's answer; returns the change it makes to the cell, for the caller to
+        queue to the writer (None: nothing to write)."""
         try:
-            if reply is None:
-                if self.link is None or name not in self.cache.cell().state.machines:
-                    self._missed(name)  # a removed machine is polled by no shard: its misses count here
-                else:
-                    # Not a missed poll: the shard's reads tell whether the machine lives.
-                    # The next turn sends the whole set again.
-                    with self._lock:
-                        st = self._machines[name]
-                        st.schedule = replace(
-                            st.schedule,
-                            next_at=min(st.schedule.next_at, self.clock() + self.interval),
-                        )
-            elif reply.get("refused"):
+            if answer.said is Said.REPLY:
+                with self._lock:
+                    self._machines[name].acked_ids = frozenset(ids)
+                return self._answer(name, answer.reply or {}, ids)
+            if answer.said is Said.REFUSED:
                 with self._lock:
                     st = self._machines[name]
                     st.schedule = pollclock.refused(st.schedule, self.clock())
+            elif name not in self.cache.cell().state.machines:
+                self._departed_missed(name)  # a removed machine is polled by no shard: its silence counts here
             else:
+                # Not a missed poll: the shard's reads tell whether the machine lives. The next
+                # turn sends the whole set again.
                 with self._lock:
-                    self._machines[name].acked_ids = frozenset(ids)
-                if writes is None:
-                    self._answered(name, reply, ids)
-                elif (change := self._answer(name, reply, ids)) is not None:
-                    writes.append((name, change))
+                    st = self._machines[name]
+                    st.schedule = replace(
+                        st.schedule, next_at=min(st.schedule.next_at, self.clock() + self.interval)
+                    )
         except (NotLeader, WriteFailed) as err:
             log.info("poll of %s not recorded: %s", name, err)
         except Exception:
             log.exception("poll of %s failed", name)
-
-    def _probe(self, name: str, address: str) -> None:
-        """Read what a machine runs without changing it: the first contact of this poller."""
-        try:
-            response = self._http.get(f"{address.rstrip('/')}/v1/state", headers=channel.to_machine(name))
-            reply = response.json() if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError) as err:
-            log.debug("state of %s not read: %s", name, err)
-            reply = None
-        try:
-            if reply is None:
-                self._missed(name)
-            else:
-                self._record_report(name, reply)
-                with self._lock:
-                    st = self._machines[name]
-                    st.schedule = pollclock.read_answered(st.schedule)
-        except (NotLeader, WriteFailed) as err:
-            log.info("probe of %s not recorded: %s", name, err)
-        except Exception:
-            log.exception("probe of %s failed", name)
-        finally:
-            with self._lock:
-                self._machines[name].inflight = False
-            self._wake.set()
+        return None
 
     def _record_report(self, name: str, reply: dict[str, Any]) -> None:
-        reported = {
-            str(t.get("task_id")): str(t.get("state", "")) for t in reply.get("tasks", []) if isinstance(t, dict)
-        }
+        reported = intake.reported_tasks(reply)
         with self._lock:
             if self._reported.get(name) != reported:
                 self._reported[name] = reported
                 self._reported_version += 1
 
-    def _sync(
-        self,
-        name: str,
-        address: str,
-        desired: list[dict[str, Any]],
-        ids: frozenset[str],
-        revision: int,
-    ) -> dict[str, Any] | None:
-        """Send one sync; the reply, {"refused": reason} for a refusal, None for no answer."""
-        seq, body = self._prepare(name, desired, ids, revision)
-        try:
-            response = self._http.post(f"{address.rstrip('/')}/v1/sync", json=body, headers=channel.to_machine(name))
-        except httpx.HTTPError as err:
-            log.debug("sync to %s failed: %s", address, err)
-            return None
-        try:
-            parsed: Any = fastjson.loads(response.content)
-        except ValueError:
-            parsed = None
-        return self._settle(name, address, seq, ids, response.status_code, parsed, response.text)
-
     def _prepare(
         self, name: str, desired: list[dict[str, Any]], ids: frozenset[str], revision: int
     ) -> tuple[int, dict[str, Any]]:
-        """The next sync of `name`: its sequence number and body (a delta on the last
-        acknowledged sync for a machine with many tasks)."""
+        """The next sync of `name`: its sequence number and body (`intake.sync_body`)."""
         if self._on_poll is not None:
             self._on_poll("sent")
         with self._lock:
@@ -518,62 +384,43 @@ class Poller:
             st = self._machines[name]
             base, base_seq = st.acked, st.acked_seq
             st.acked = None  # unknown until this one is answered
-        body: dict[str, Any] = {
-            "master": self.master_name,
-            "epoch": self.epoch,
-            "seq": seq,
-            "revision": revision,
-        }
-        if base is not None and len(desired) >= DELTA_MIN_TASKS:
-            body["delta"] = {
-                "base_seq": base_seq,
-                "add": [d for d in desired if d["task_id"] not in base],
-                "remove": sorted(base - ids),
-            }
-        else:
-            body["tasks"] = desired
+        body = intake.sync_body(
+            master=self.master_name, epoch=self.epoch, seq=seq, revision=revision,
+            desired=desired, ids=ids, base=base, base_seq=base_seq,
+        )  # fmt: skip
         return seq, body
 
     def _settle(
-        self,
-        name: str,
-        address: str,
-        seq: int,
-        ids: frozenset[str],
-        status: int,
-        body: Any,
-        text: str,
-    ) -> dict[str, Any] | None:
-        """What the borglet's answer to sync `seq` means: the reply, {"refused": reason}, or
-        None for no answer (status 0)."""
-        if status == 0:
-            log.debug("sync to %s failed: %s", address, text)
-            return None
-        if status == 409:
-            reason = _refusal_reason(body)
-            self.refusals[reason] = self.refusals.get(reason, 0) + 1
+        self, name: str, address: str, seq: int, ids: frozenset[str], status: int, body: Any, text: str
+    ) -> Answer:
+        """Read the borglet's answer to sync `seq` (`intake.read_answer`, status 0: none) and
+        record what it says of the borglet: a refusal counted, a distrust on the machine, an
+        acknowledged sync as the base of the next delta."""
+        answer = intake.read_answer(status, body, text)
+        if answer.said in (Said.REFUSED, Said.LATER_TERM):
+            self.refusals[answer.reason] = self.refusals.get(answer.reason, 0) + 1
             if self._on_poll is not None:
-                self._on_poll(f"refused_{reason}")
-            if reason == "stale_epoch":
-                log.warning("borglet at %s has seen a newer leader epoch: %s", address, text)
-                return None
-            log.info("sync %d to %s refused (%s): %s", seq, name, reason, text)
-            return {"refused": reason}
-        if status in (401, 403):
+                self._on_poll(f"refused_{answer.reason}")
+        if answer.said is Said.LATER_TERM:
+            log.warning("borglet at %s has seen a newer leader epoch: %s", address, text)
+        elif answer.said is Said.REFUSED:
+            log.info("sync %d to %s refused (%s): %s", seq, name, answer.reason, text)
+        elif answer.said is Said.DISTRUSTED:
             # Alive but refusing this cell's signature (its clock, another key): the reason goes
             # on the machine record once, not a warning a second without it.
             try:
-                self._note_refusal(name, refusal_reason(body if isinstance(body, dict) else text.encode()))
+                self._note_refusal(name, answer.reason)
             except (NotLeader, WriteFailed) as err:
                 log.info("refusal of %s not recorded: %s", name, err)
-            return None
-        if status != 200 or not isinstance(body, dict):
+        elif answer.said is Said.REPLY:
+            with self._lock:
+                st = self._machines[name]
+                st.acked, st.acked_seq = ids, seq
+        elif status == 0:
+            log.debug("sync to %s failed: %s", address, text)
+        else:
             log.warning("borglet at %s answered %d: %s", address, status, text[:200])
-            return None
-        with self._lock:
-            st = self._machines[name]
-            st.acked, st.acked_seq = ids, seq
-        return body
+        return answer
 
     # --- what the link shards send ---------------------------------------------------------------
 
@@ -584,40 +431,33 @@ class Poller:
         shard = str(batch.get("shard", ""))
         cell = self.cache.cell()
         need_full: list[str] = []
-        known: list[tuple[str, dict[str, Any]]] = []
+        known: list[tuple[str, dict[str, Any], set[TaskId]]] = []
         with self._lock:
             self.shard_batches += 1
             for name, entry in (batch.get("reports") or {}).items():
                 if not isinstance(entry, dict):
                     continue
-                version = int(entry.get("version") or 0)
-                if isinstance(entry.get("report"), dict):
-                    report = entry["report"]
-                else:
-                    copy = self._copies.get((name, shard))
-                    self._sightings.setdefault(name, {})[shard] = reach.Sighting(True)  # it answered
-                    if copy is None or copy[0] != int(entry.get("base") or -1):
-                        need_full.append(name)
-                        self._copies.pop((name, shard), None)
-                        continue
-                    report = shards.apply(copy[1], entry.get("change") or {})
-                self._copies[(name, shard)] = (version, report)
-                self._sightings.setdefault(name, {})[shard] = reach.Sighting(True)
-                if name in cell.state.machines:
-                    known.append((name, report))
+                self._sightings.answered(name, shard)
+                merged = intake.merge_entry(entry, self._copies.get((name, shard)))
+                reading, st = None, None
+                if merged is not None and name in cell.state.machines:
+                    st = self._machines.setdefault(name, _Machine())
+                    reading = intake.read_report(merged[1], epoch=self.epoch, acked_seq=st.acked_seq)
+                if merged is None or reading is Reading.STALE:
+                    # A change on a base this leader lacks, or a stale report, whose facts are
+                    # not applied (`intake.read_report`): the shard sends the machine whole
+                    # next time, read after the sync.
+                    need_full.append(name)
+                    self._copies.pop((name, shard), None)
+                    continue
+                self._copies[(name, shard)] = merged
+                if st is not None and reading in (Reading.TAKE, Reading.TAKE_UNFENCED):
+                    known.append((name, merged[1], set(st.acked_ids) if reading is Reading.TAKE else set()))
         # One write for the whole batch: a round of a thousand machines is one group commit.
         changes: list[tuple[str, Callable[[Draft], None]]] = []
-        for name, report in known:
+        for name, report, ids in known:
             try:
-                if self._stale(name, report):
-                    # Its facts are not applied, and the shard's next change would be made
-                    # against it: a process it shows started would never be confirmed. The
-                    # shard sends that machine whole next time, read after the sync.
-                    need_full.append(name)
-                    with self._lock:
-                        self._copies.pop((name, shard), None)
-                    continue
-                change = self._shard_report(name, report)
+                change = self._answer(name, report, ids)
             except Exception:
                 log.exception("report of %s failed", name)
                 continue
@@ -651,44 +491,13 @@ class Poller:
     def _reach(
         self, shard: str, missed: dict[str, int], refused: dict[str, str], cell: Cell
     ) -> dict[str, str]:
-        """Take a shard's misses and refusals, judge the machines nobody may reach
-        (`reach.judge`: down only when no replica that can vouch reaches it) and return the
-        machines handed to this shard beyond its share: name -> borglet address."""
-        now = self.clock()
+        """Take a shard's misses and refusals, mark down the machines nobody may reach
+        (`Sightings.judge`) and return the machines handed to this shard beyond its share:
+        name -> borglet address."""
         with self._lock:
-            if shard:
-                self._heard[shard] = now
-            for name, misses in missed.items():
-                self._sightings.setdefault(name, {})[shard] = reach.Sighting(False, misses)
-            for name in refused:
-                self._sightings.setdefault(name, {})[shard] = reach.Sighting(True)  # an answer: alive
-            vouching = [r for r, at in self._heard.items() if now - at <= self.vouch_s and r in cell.replicas]
-            if shard and shard not in vouching:
-                vouching.append(shard)  # this replica, before its registration shows
-            judged = {n for n in (*missed, *self._handed) if n in cell.state.machines}
-            verdicts: dict[str, reach.Verdict] = {}
-            for name in judged:
-                verdict = reach.judge(
-                    name, vouching, self._sightings.get(name, {}), self.down_after,
-                    handed_at=self._handed.get(name), now=now, grace_s=self.grace_s,
-                )  # fmt: skip
-                verdicts[name] = verdict
-                if len(verdict.pollers) > 1:
-                    self._handed.setdefault(name, now)
-                else:
-                    self._handed.pop(name, None)
-            for name in list(self._handed):
-                if name not in cell.state.machines:
-                    self._handed.pop(name, None)
-            if now - self._swept_at >= SWEEP_EVERY_S:
-                # What removed machines and gone replicas said is no one's word any more.
-                self._swept_at = now
-                for name in [n for n in self._sightings if n not in cell.state.machines]:
-                    del self._sightings[name]
-                for r in [r for r in self._heard if r not in cell.replicas and now - self._heard[r] > self.vouch_s]:
-                    del self._heard[r]
-                    for said in self._sightings.values():
-                        said.pop(r, None)
+            verdicts = self._sightings.judge(
+                shard, missed, refused, machines=cell.state.machines, replicas=cell.replicas, now=self.clock()
+            )
         for name, reason in refused.items():
             self._note_refusal(name, reason)
         for name, verdict in verdicts.items():
@@ -701,20 +510,9 @@ class Poller:
         }
 
     def _carrier(self, name: str) -> str:
-        """The replica whose shard carries syncs to `name`: its owner, unless the owner cannot
-        reach it and another replica heard from lately can (a machine handed over)."""
-        owner = self.link.owner(name)  # type: ignore[union-attr]
+        owner = self.link.owner(name)
         with self._lock:
-            if name not in self._handed:
-                return owner
-            said = self._sightings.get(name, {})
-            if (own := said.get(owner)) is None or own.answered:
-                return owner
-            now = self.clock()
-            for r in reach.ranked(name, [r for r, at in self._heard.items() if now - at <= self.vouch_s]):
-                if (s := said.get(r)) is not None and s.answered:
-                    return r
-        return owner
+            return self._sightings.carrier(name, owner, self.clock())
 
     def _note_refusal(self, name: str, reason: str) -> None:
         """Show on the machine why its borglet refuses the cell (once per reason). The machine
@@ -745,63 +543,21 @@ class Poller:
 
         self.writer.mutate(change)
 
-    def _stale(self, name: str, report: dict[str, Any]) -> bool:
-        """A report of this leader's term read before the borglet applied a sync whose reply
-        this leader already acted on (`_shard_report` would not take it)."""
-        fence = report.get("fence") if isinstance(report.get("fence"), dict) else {}
-        epoch, seq = int(fence.get("epoch") or report.get("epoch") or 0), int(fence.get("seq") or 0)
-        with self._lock:
-            st = self._machines.get(name)
-            return st is not None and epoch == self.epoch and seq < st.acked_seq
-
-    def _shard_report(self, name: str, report: dict[str, Any]) -> Callable[[Draft], None] | None:
-        """A machine's state as its shard read it: taken as an answer, unless it is older
-        than a sync reply this leader already acted on."""
-        fence = report.get("fence") if isinstance(report.get("fence"), dict) else {}
-        epoch, seq = int(fence.get("epoch") or report.get("epoch") or 0), int(fence.get("seq") or 0)
+    def _departed_missed(self, name: str) -> None:
+        """A relayed sync of removed machine `name` got no answer. Gone silent for longer than
+        any kill takes, it holds nothing back any more, as a down machine."""
         with self._lock:
             st = self._machines.setdefault(name, _Machine())
-            if epoch > self.epoch:
-                return None  # the borglet has seen a newer leader: this one's term is over
-            if epoch == self.epoch and seq < st.acked_seq:
-                return None  # read before the borglet applied a sync whose reply was already taken
-            ids = set(st.acked_ids) if epoch == self.epoch else set()
-        return self._answer(name, report, ids)
-
-    def _missed(self, name: str, misses: int | None = None) -> None:
-        """A poll of `name` got no answer; `misses` (from its shard) counts them in a row."""
-        with self._lock:
-            st = self._machines.setdefault(name, _Machine())
-            if misses is None:
-                st.schedule = schedule = pollclock.missed(st.schedule)
-            else:
-                st.schedule = schedule = replace(st.schedule, misses=misses)
-        if not pollclock.is_down(schedule, self.down_after):
-            return
-        cell = self.cache.cell()
-        m = cell.state.machines.get(name)
-        if m is None:
-            # A removed machine gone silent for longer than any kill takes: as a down one, it
-            # holds nothing back any more.
+            st.schedule = pollclock.missed(st.schedule)
+            if not pollclock.is_down(st.schedule, self.down_after):
+                return
             now = self.clock()
-            with self._lock:
-                since = self._silent_since.setdefault(name, now)
-                if now - since >= DEPARTED_SILENT_S:
-                    self._silent_since.pop(name, None)
-                    self._reported.pop(name, None)
-                    self._machines[name].signature = frozenset()
-                    self._reported_version += 1
-            return
-        if not m.up:
-            return
-        log.warning("machine %s missed %d polls: marking it down", name, schedule.misses)
-        self.writer.mutate(lambda d: d.step("machine_down", name, reason=f"machine {name} down"))
-
-    def _answered(self, name: str, reply: dict[str, Any], ids: set[TaskId]) -> None:
-        change = self._answer(name, reply, ids)
-        if change is not None:
-            self.writer.mutate(change)
-            self._usage_written(name, change)
+            since = self._silent_since.setdefault(name, now)
+            if now - since >= DEPARTED_SILENT_S:
+                self._silent_since.pop(name, None)
+                self._reported.pop(name, None)
+                st.signature = frozenset()
+                self._reported_version += 1
 
     def _usage_written(self, name: str, change: Callable[[Draft], None]) -> None:
         if getattr(change, "writes_usage", False):
@@ -819,79 +575,23 @@ class Poller:
         self._record_report(name, reply)
         with self._lock:
             self._silent_since.pop(name, None)
-        outcome = reports.map_reply(self.cache.cell(), name, reply, ids)
+            self._refusing.pop(name, None)
+        cell = self.cache.cell()
+        outcome = reports.map_reply(cell, name, reply, ids)
         self.usage.update(outcome.usage)
-        m = self.cache.cell().state.machines.get(name)
+        m = cell.state.machines.get(name)
         if m is None:
             return None
-        machine_usage = tuple(sorted((k, int(v)) for k, v in (reply.get("usage") or {}).items()))
-        isolation = str(reply.get("isolation") or "")
-        images = tuple(sorted(str(i) for i in reply.get("images") or ()))
-        with self._lock:
-            self._refusing.pop(name, None)
-        machine_reason = skew_reason(reply.get("channel_skew_s"))
-        new_reason = self.cache.cell().machines.get(name, MachineInfo()).reason != machine_reason
-        if not (outcome.steps or outcome.infos or not m.up or write_usage or new_reason):
+        facts = intake.machine_facts(reply)
+        reason_changed = cell.machines.get(name, MachineInfo()).reason != facts.reason
+        if not intake.changes_cell(outcome, up=m.up, write_usage=write_usage, reason_changed=reason_changed):
             return None
+        usage = self.usage if write_usage else None
 
         def change(d: Draft) -> None:
-            if not d.state.machines[name].up:
-                d.step("machine_up", name, reason=f"machine {name} answers again")
-            if d.machine_info(name).reason != machine_reason:
-                d.machines[name] = replace(d.machine_info(name), reason=machine_reason)
-            for action, args, reason in outcome.steps:
-                d.step(action, *args, reason=reason)
-            for tid, info in outcome.infos.items():
-                task = d.state.tasks.get(tid)
-                if task is not None and task.state is TaskState.RUNNING and task.machine == name:
-                    # Keep what the cell decided (history, placement, a drain begun since
-                    # the sync was sent); take the borglet's facts.
-                    cur = d.task_info(tid)
-                    if not reports.news(cur, info):
-                        continue  # an earlier reply's write said it already
-                    d.set_task_info(
-                        tid,
-                        replace(
-                            info,
-                            history=cur.history,
-                            placement=cur.placement,
-                            draining_since=cur.draining_since,
-                        ),
-                    )
-            if write_usage:
-                info = d.machine_info(name)
-                d.machines[name] = replace(info, usage=machine_usage, isolation=isolation, images=images)
-                for tid in ids:
-                    task = d.state.tasks.get(tid)
-                    if task is not None and task.state is TaskState.RUNNING and tid in self.usage:
-                        d.set_task_info(tid, replace(d.task_info(tid), usage=self.usage[tid]))
+            intake.merge(d, name, outcome, facts, sent=ids, usage=usage)
 
         change.writes_usage = write_usage  # type: ignore[attr-defined]
         return change
 
 
-def skew_reason(skew_s: Any) -> str:
-    """The machine's reason when its borglet obeys though its clock is off (channel.SKEW_HEADER):
-    '' when it is not."""
-    if not isinstance(skew_s, int | float) or not skew_s:
-        return ""
-    side = "ahead of" if skew_s > 0 else "behind"
-    return f"clock skew: the borglet's clock is {abs(skew_s):.0f} s {side} the master's; synchronize the clocks (NTP)"
-
-
-def _refusal_reason(body: Any) -> str:
-    # A borglet that does not name a reason predates sequence numbers: only epochs fence it.
-    return str(body.get("reason") or "stale_epoch") if isinstance(body, dict) else "stale_epoch"
-
-
-def _task_id(d: dict[str, Any]) -> TaskId:
-    return TaskId(str(d["job"]), int(d["index"]), int(d["incarnation"]))
-
-
-def _task_id_of(borglet_id: str) -> TaskId | None:
-    parsed = reports.parse_borglet_task_id(borglet_id)
-    return TaskId(*parsed) if parsed is not None else None
-
-
-def _held(tid: TaskId, cell: Cell, held_ids: set[str]) -> bool:
-    return borglet_task_id(tid, cell.task_info(tid)) in held_ids

@@ -96,17 +96,15 @@ class Replica:
         self._stop = threading.Event()
         self._campaigning = threading.Lock()
         self._registration = threading.Thread(target=self._register, name="register", daemon=True)
-        # Every replica's link shard polls its share of the borglets (none with shards off).
-        self.shard: LinkShard | None = None
-        self.relay: ShardRelay | None = None
         self._leader_http = httpx.Client(
             timeout=httpx.Timeout(30.0, connect=1.0), auth=channel.client_auth(config.channel_key)
         )
-        if config.link_shards:
-            self.shard = LinkShard(
-                self.cache, name=name, send=self._send_batch, interval=config.poll_interval, key=config.channel_key
-            )
-            self.relay = ShardRelay(self.shard)
+        # Every replica's link shard polls its share of the borglets; the leader's syncs go
+        # through them (`relay`).
+        self.shard = LinkShard(
+            self.cache, name=name, send=self._send_batch, interval=config.poll_interval, key=config.channel_key
+        )
+        self.relay = ShardRelay(self.shard)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -116,8 +114,7 @@ class Replica:
         self.cache.on_change(self._changed)
         self.election.start()
         self._registration.start()
-        if self.shard is not None:
-            self.shard.start()
+        self.shard.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -129,10 +126,8 @@ class Replica:
             if self._term is not None:
                 self._term.stop()
                 self._term = None
-        if self.shard is not None:
-            self.shard.stop()
-        if self.relay is not None:
-            self.relay.close()
+        self.shard.stop()
+        self.relay.close()
         self._leader_http.close()
         self.cache.stop()
         self.client.close()

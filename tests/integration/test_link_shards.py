@@ -70,14 +70,6 @@ def test_a_dead_replicas_machines_move_without_going_down(tmp_path: Path) -> Non
         assert cell.get("/v1/cell")["machines"] == {"up": 6, "down": 0}
 
 
-def test_shards_off_the_leader_polls_every_machine(tmp_path: Path) -> None:
-    with LocalCell(tmp_path, masters=1, borglets=2, master_args=("--link-shards", "off")) as cell:
-        cell.wait_leader()
-        assert cell.get("/v1/shard")["link_shards"] is False
-        assert cell.submit(sleeper_job("s", count=4)).status_code == 201
-        wait_for(lambda: cell.running("bob", "s", 4), 60, "4 tasks running")
-
-
 def test_the_replicas_internal_endpoints_obey_only_the_cell(tmp_path: Path) -> None:
     """A relay would sign whatever it is asked to send: an unsigned request to it (or a forged
     batch of reports to the leader, or a forged plan) is refused and changes nothing."""

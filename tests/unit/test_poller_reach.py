@@ -9,6 +9,7 @@ from typing import Any
 
 from reference.master import reach
 from reference.master.cell import MachineInfo
+from reference.master.intake import Said
 from reference.master.poller import Poller
 
 R = ("r1", "r2", "r3")
@@ -41,8 +42,7 @@ def _poller() -> tuple[Poller, list[str], _Clock, dict[str, Any]]:
         machine.up = False
 
     poller._mark_down = mark_down  # type: ignore[method-assign]
-    poller._shard_report = lambda name, report: None  # type: ignore[method-assign]
-    poller._stale = lambda name, report: False  # type: ignore[method-assign]
+    poller._answer = lambda name, report, ids: None  # type: ignore[method-assign]
     return poller, downs, clock, {"machine": machine}
 
 
@@ -76,7 +76,6 @@ def test_an_owner_cut_from_its_borglet_for_40_polls_takes_nothing_down() -> None
         assert poller._carrier(M) == OWNER
     finally:
         poller._pool.shutdown(wait=False)
-        poller._http.close()
 
 
 def test_a_stale_miss_after_a_heal_takes_nothing_down() -> None:
@@ -91,7 +90,6 @@ def test_a_stale_miss_after_a_heal_takes_nothing_down() -> None:
         assert downs == []
     finally:
         poller._pool.shutdown(wait=False)
-        poller._http.close()
 
 
 def test_a_machine_no_replica_reaches_goes_down_with_its_reason() -> None:
@@ -107,7 +105,6 @@ def test_a_machine_no_replica_reaches_goes_down_with_its_reason() -> None:
         assert not state["machine"].up
     finally:
         poller._pool.shutdown(wait=False)
-        poller._http.close()
 
 
 def test_a_replica_the_leader_no_longer_hears_cannot_hold_a_machine_up() -> None:
@@ -122,7 +119,6 @@ def test_a_replica_the_leader_no_longer_hears_cannot_hold_a_machine_up() -> None
         assert len(downs) == 1
     finally:
         poller._pool.shutdown(wait=False)
-        poller._http.close()
 
 
 def test_a_borglet_refusing_every_request_is_never_down_and_its_reason_is_recorded() -> None:
@@ -143,8 +139,7 @@ def test_a_borglet_refusing_every_request_is_never_down_and_its_reason_is_record
         assert poller._refusing[M] == reason
         # A relayed sync refused the same way adds nothing; its body names the cause.
         body = {"detail": [{"field": "X-Minborg-Channel-Time", "error": reason.split(": ", 1)[1]}]}
-        assert poller._settle(M, "http://b/m1", 1, frozenset(), 401, body, "") is None
+        assert poller._settle(M, "http://b/m1", 1, frozenset(), 401, body, "").said is Said.DISTRUSTED
         assert len(written) == 1
     finally:
         poller._pool.shutdown(wait=False)
-        poller._http.close()

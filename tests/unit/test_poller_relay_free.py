@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from reference.master.intake import Answer, Said
 from reference.master.poller import Poller
 from reference.master.writer import NotLeader
 
@@ -38,7 +39,7 @@ def _poller(writer: _QueuingWriter, names: tuple[str, ...]) -> tuple[Poller, dic
     machines = {name: SimpleNamespace(inflight=True) for name in names}
     poller._machines = machines  # type: ignore[assignment]
     poller._prepare = lambda name, desired, signature, revision: (1, {"tasks": []})  # type: ignore[method-assign]
-    poller._settle = lambda name, address, seq, signature, status, body, text: body  # type: ignore[method-assign]
+    poller._settle = lambda name, address, seq, signature, status, body, text: Answer(Said.REPLY, reply=body)  # type: ignore[method-assign]
     return poller, machines
 
 
@@ -61,4 +62,3 @@ def test_answers_that_change_the_cell_are_queued_together_and_free_their_machine
         assert not any(m.inflight for m in machines.values())
     finally:
         poller._pool.shutdown(wait=False)
-        poller._http.close()

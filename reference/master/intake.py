@@ -1,0 +1,229 @@
+"""The master's reading of what the borglets say, with no I/O: a sync's body (a delta or the
+whole set), what an answer's status means, whether a shard's report is taken, stale or from a
+later term (judged once, from its fence), a shard's change applied to its last report, and
+how an answer's facts merge into the cell.
+
+The poller (poller.py) is the shell: it holds the locks, the clock and the connections, and
+calls these. The borglet's side of the same protocol is `borglet/decisions.accept_sync`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from reference import fastjson
+from reference.master import shards
+from reference.master.cell import Draft
+from reference.master.reports import Outcome, news
+from spec.model import TaskId, TaskState
+
+DELTA_MIN_TASKS = 64  # a machine with at least this many desired tasks gets deltas
+
+
+# --- the sync -------------------------------------------------------------------------------------
+
+
+def sync_body(
+    *,
+    master: str,
+    epoch: int,
+    seq: int,
+    revision: int,
+    desired: list[dict[str, Any]],
+    ids: frozenset[str],
+    base: frozenset[str] | None,
+    base_seq: int,
+) -> dict[str, Any]:
+    """Sync `seq` of a machine: a delta on its last acknowledged sync (`base`, numbered
+    `base_seq`; None when none is known) when it has at least DELTA_MIN_TASKS tasks, else the
+    whole desired set."""
+    body: dict[str, Any] = {"master": master, "epoch": epoch, "seq": seq, "revision": revision}
+    if base is not None and len(desired) >= DELTA_MIN_TASKS:
+        body["delta"] = {
+            "base_seq": base_seq,
+            "add": [d for d in desired if d["task_id"] not in base],
+            "remove": sorted(base - ids),
+        }
+    else:
+        body["tasks"] = desired
+    return body
+
+
+# --- a sync's answer ------------------------------------------------------------------------------
+
+
+class Said(enum.Enum):
+    NOTHING = "nothing"  # no answer, or one not understood: the next turn sends the whole set
+    LATER_TERM = "later_term"  # 409 stale_epoch: the borglet has seen a newer leader
+    REFUSED = "refused"  # 409 for another reason (an old seq, a bad delta base): alive, send whole
+    DISTRUSTED = "distrusted"  # 401/403: alive, but it refuses this cell's signature
+    REPLY = "reply"  # 200 with its report: the sync is acknowledged
+
+
+@dataclass(frozen=True)
+class Answer:
+    said: Said
+    reason: str = ""  # why it refused (REFUSED, LATER_TERM, DISTRUSTED)
+    reply: dict[str, Any] | None = None  # the report (REPLY)
+
+
+def read_answer(status: int, body: Any, text: str) -> Answer:
+    """What a borglet's answer to a sync means; status 0 is no answer at all."""
+    if status == 409:
+        reason = sync_refusal(body)
+        return Answer(Said.LATER_TERM if reason == "stale_epoch" else Said.REFUSED, reason)
+    if status in (401, 403):
+        return Answer(Said.DISTRUSTED, refusal_reason(body if isinstance(body, dict) else text.encode()))
+    if status == 200 and isinstance(body, dict):
+        return Answer(Said.REPLY, reply=body)
+    return Answer(Said.NOTHING)
+
+
+def sync_refusal(body: Any) -> str:
+    """The reason a 409 names. A borglet that names none predates sequence numbers: only
+    epochs fence it."""
+    return str(body.get("reason") or "stale_epoch") if isinstance(body, dict) else "stale_epoch"
+
+
+def refusal_reason(body: bytes | dict[str, Any]) -> str:
+    """What a refusal's body says is wrong (`{"detail": [{"field", "error"}]}`), in one line."""
+    try:
+        doc = body if isinstance(body, dict) else fastjson.loads(body)
+        detail = doc["detail"][0]
+        text = f"{detail.get('field')}: {detail.get('error')}" if detail.get("field") else str(detail.get("error"))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raw = body if isinstance(body, bytes) else str(body).encode()
+        text = raw[:200].decode("utf-8", "replace").strip() or "no reason given"
+    return text[:300]
+
+
+# --- a shard's report ----------------------------------------------------------------------------
+
+
+def merge_entry(entry: Mapping[str, Any], copy: tuple[int, dict[str, Any]] | None) -> tuple[int, dict[str, Any]] | None:
+    """A shard's entry for one machine, a whole report or a change on the one it sent before,
+    as (version, report); None when it is a change and `copy` (the leader's (version, report)
+    of that shard's last) is not its base: the shard must send the machine whole."""
+    version = int(entry.get("version") or 0)
+    if isinstance(entry.get("report"), dict):
+        return version, entry["report"]
+    if copy is None or copy[0] != int(entry.get("base") or -1):
+        return None
+    return version, shards.apply(copy[1], entry.get("change") or {})
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The last sync the borglet applied when it made the report: the leader's epoch, its seq."""
+
+    epoch: int
+    seq: int
+
+
+def fence_of(report: Mapping[str, Any]) -> Fence:
+    fence = report.get("fence") if isinstance(report.get("fence"), dict) else {}
+    return Fence(int(fence.get("epoch") or report.get("epoch") or 0), int(fence.get("seq") or 0))
+
+
+class Reading(enum.Enum):
+    TAKE = "take"  # this term's, current: taken with the acknowledged sync's tasks
+    TAKE_UNFENCED = "take_unfenced"  # an earlier term's: taken, but it acknowledges no sync of this one
+    STALE = "stale"  # read before the borglet applied a sync whose reply this term acted on
+    LATER_TERM = "later_term"  # the borglet has seen a newer leader: this term's is over
+
+
+def read_report(report: Mapping[str, Any], *, epoch: int, acked_seq: int) -> Reading:
+    """Whether a leader of `epoch`, whose last acknowledged sync of the machine is `acked_seq`,
+    takes a shard's report of it. A stale one is not applied, and the shard's next change
+    would be made against it (a process it shows started would never be confirmed): the
+    caller asks for the machine whole, read after the sync."""
+    fence = fence_of(report)
+    if fence.epoch > epoch:
+        return Reading.LATER_TERM
+    if fence.epoch < epoch:
+        return Reading.TAKE_UNFENCED
+    return Reading.STALE if fence.seq < acked_seq else Reading.TAKE
+
+
+# --- an answer merged into the cell --------------------------------------------------------------
+
+
+def reported_tasks(reply: Mapping[str, Any]) -> dict[str, str]:
+    """borglet task id -> state: what the report says runs on the machine."""
+    return {str(t.get("task_id")): str(t.get("state", "")) for t in reply.get("tasks", []) if isinstance(t, dict)}
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What an answer says of its machine, besides its tasks."""
+
+    usage: tuple[tuple[str, int], ...]
+    isolation: str
+    images: tuple[str, ...]
+    reason: str  # the machine's reason ('' or its clock's skew)
+
+
+def machine_facts(reply: Mapping[str, Any]) -> MachineFacts:
+    return MachineFacts(
+        usage=tuple(sorted((k, int(v)) for k, v in (reply.get("usage") or {}).items())),
+        isolation=str(reply.get("isolation") or ""),
+        images=tuple(sorted(str(i) for i in reply.get("images") or ())),
+        reason=skew_reason(reply.get("channel_skew_s")),
+    )
+
+
+def skew_reason(skew_s: Any) -> str:
+    """The machine's reason when its borglet obeys though its clock is off (channel.SKEW_HEADER):
+    '' when it is not."""
+    if not isinstance(skew_s, int | float) or not skew_s:
+        return ""
+    side = "ahead of" if skew_s > 0 else "behind"
+    return f"clock skew: the borglet's clock is {abs(skew_s):.0f} s {side} the master's; synchronize the clocks (NTP)"
+
+
+def changes_cell(outcome: Outcome, *, up: bool, write_usage: bool, reason_changed: bool) -> bool:
+    """Whether an answer needs a write: a step, a task fact, a down machine that answers, the
+    usage due, or a new machine reason."""
+    return bool(outcome.steps or outcome.infos or not up or write_usage or reason_changed)
+
+
+def merge(
+    d: Draft,
+    machine: str,
+    outcome: Outcome,
+    facts: MachineFacts,
+    *,
+    sent: Collection[TaskId],
+    usage: Mapping[TaskId, tuple[tuple[str, int], ...]] | None,
+) -> None:
+    """Write an answer of `machine` into the draft: it is up, its reason, the steps its task
+    states map to, its tasks' facts, and with `usage` (when due) the machine's and the `sent`
+    tasks' usage."""
+    if not d.state.machines[machine].up:
+        d.step("machine_up", machine, reason=f"machine {machine} answers again")
+    if d.machine_info(machine).reason != facts.reason:
+        d.machines[machine] = replace(d.machine_info(machine), reason=facts.reason)
+    for action, args, reason in outcome.steps:
+        d.step(action, *args, reason=reason)
+    for tid, info in outcome.infos.items():
+        task = d.state.tasks.get(tid)
+        if task is not None and task.state is TaskState.RUNNING and task.machine == machine:
+            # Keep what the cell decided (history, placement, a drain begun since the sync
+            # was sent); take the borglet's facts.
+            cur = d.task_info(tid)
+            if not news(cur, info):
+                continue  # an earlier reply's write said it already
+            d.set_task_info(
+                tid,
+                replace(info, history=cur.history, placement=cur.placement, draining_since=cur.draining_since),
+            )
+    if usage is not None:
+        info = d.machine_info(machine)
+        d.machines[machine] = replace(info, usage=facts.usage, isolation=facts.isolation, images=facts.images)
+        for tid in sent:
+            task = d.state.tasks.get(tid)
+            if task is not None and task.state is TaskState.RUNNING and tid in usage:
+                d.set_task_info(tid, replace(d.task_info(tid), usage=usage[tid]))
