@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -43,3 +44,18 @@ def sleeper_job(name: str, user: str = "bob", count: int = 1, **extra: Any) -> d
     }  # fmt: skip
     job.update(extra)
     return job
+
+
+def docker_engine(needed_for: str) -> Any:
+    """The Docker SDK's client of a reachable engine. Without one: a skip, but a failure in CI
+    (`.ci/run` installs and starts one with `sh images/engine.sh`)."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=30)
+        client.ping()
+        return client
+    except Exception as err:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs a Docker engine for {needed_for}: {err}")
+        pytest.skip(f"no Docker engine (run `sh images/engine.sh`): {err}")

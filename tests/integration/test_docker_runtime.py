@@ -9,7 +9,6 @@ except in CI (`CI` set), where a missing engine fails them."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from reference import images, launcher
 from reference.borglet import cgroups
 from reference.client import CellClient
-from tests.integration.cellkit import wait_for
+from tests.integration.cellkit import docker_engine, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -29,23 +28,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker]
 CGROUPS = cgroups.CgroupTree("probe-docker").usable() is None
 
 
-def engine() -> Any:
-    """The Docker SDK's client of a reachable engine; a skip (a failure in CI) without one."""
-    try:
-        import docker
-
-        client = docker.from_env(timeout=30)
-        client.ping()
-        return client
-    except Exception as err:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI needs a Docker engine for the docker runtime's tests: {err}")
-        pytest.skip(f"no Docker engine: {err}")
-
-
 @pytest.fixture(scope="module")
 def docker_client() -> Any:
-    client = engine()
+    client = docker_engine("the docker runtime's tests")
     images.build_all(say=lambda _msg: None)  # skipped steps when they are built already
     return client
 

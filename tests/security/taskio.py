@@ -1,8 +1,12 @@
-"""What the attack suites read back from a task: its record once it ended, its one JSON line of findings."""
+"""What the attack suites share: the cell's secrets a task must not read, the probe a task runs to
+try them, and what they read back from a task (its record once it ended, its one JSON line of
+findings)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from reference.client import CellClient
@@ -23,3 +27,35 @@ def output(cell: LocalCell, api: CellClient, spec: dict[str, Any]) -> dict[str, 
     out = api.logs(key, 0).decode()
     assert out.strip(), (task, api.logs(key, 0, stream="stderr"))
     return json.loads(out.strip().splitlines()[-1])
+
+
+# A task's probe: which of the paths in argv it can open, the log directory of its container (when
+# it runs in one) and the root of every mount (a bind mount of a host directory names it).
+REACH = """
+import json, os, sys
+out = {"paths": {}}
+for path in sys.argv[1:]:
+    try:
+        open(path, "rb").read(1)
+        out["paths"][path] = "read"
+    except OSError as err:
+        out["paths"][path] = type(err).__name__
+out["logs"] = sorted(os.listdir("/minborg/logs")) if os.path.isdir("/minborg/logs") else None
+out["mount_roots"] = [line.split()[3] for line in open("/proc/self/mountinfo")]
+print(json.dumps(out))
+"""
+
+
+def cell_secrets(cell: LocalCell, api: CellClient, python_job: Callable[..., dict[str, Any]]) -> list[Path]:
+    """Run bob's diary job (`python_job` builds a process or a container job), then list what no
+    other user's task may read: the channel key, the admin token, bob's log, the borglet's task
+    table and every TLS key of the cell's store (CA, members, clients)."""
+    assert cell.submit(python_job("diary", "bob", "print('bob writes his diary')")).status_code == 201
+    ended(api, "bob/diary")
+    state = cell.workdir / "borglet-b0"
+    bobs = list((state / "tasks").glob("bob_diary*/stdout"))
+    assert bobs and b"diary" in bobs[0].read_bytes()
+    secrets = [cell.channel_key_file, cell.admin_token_file, bobs[0], state / "tasks.json"]
+    secrets += sorted(cell.workdir.glob("**/pki/*.key"))
+    assert len(secrets) > 5, "the cell's store has no TLS keys to try"
+    return secrets

@@ -36,8 +36,8 @@ import requests
 from reference import images
 from reference.borglet import taskusers
 from reference.client import CellClient
-from tests.integration.cellkit import LocalCell, wait_for
-from tests.security.taskio import ended, output
+from tests.integration.cellkit import LocalCell, docker_engine, wait_for
+from tests.security.taskio import REACH, cell_secrets, ended, output
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -46,25 +46,11 @@ OPERATOR_VARIABLE = "MINBORG_OPERATOR_SECRET_FOR_CONTAINER_TEST"
 IMAGE = "minborg/hello_world"  # Debian minbase with python3 (images/base.sh)
 
 
-def engine() -> Any:
-    """The Docker SDK's client of a reachable engine; a skip (a failure in CI) without one."""
-    try:
-        import docker
-
-        client = docker.from_env(timeout=30)
-        client.ping()
-        return client
-    except Exception as err:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI needs a Docker engine for the container attacks: {err}")
-        pytest.skip(f"no Docker engine (run `sh images/engine.sh`): {err}")
-
-
 @pytest.fixture(scope="module")
 def docker_client() -> Any:
     if os.geteuid() != 0:
         pytest.skip(f"a docker-runtime borglet runs its containers as job users' uids: it must be root, not uid {os.geteuid()}")
-    client = engine()
+    client = docker_engine("the container attacks")
     images.build_all(say=lambda _msg: None)  # skipped steps when they are built already
     return client
 
@@ -188,31 +174,8 @@ def test_a_container_cannot_read_nor_write_the_store_without_the_cells_certifica
 
 # --- what a container can reach --------------------------------------------------------------------
 
-REACH = """
-import json, os, sys
-out = {"paths": {}}
-for path in sys.argv[1:]:
-    try:
-        open(path, "rb").read(1)
-        out["paths"][path] = "read"
-    except OSError as err:
-        out["paths"][path] = type(err).__name__
-out["logs"] = sorted(os.listdir("/minborg/logs"))
-# The root, within its file system, of every mount: a bind mount of a host directory names it.
-out["mount_roots"] = [line.split()[3] for line in open("/proc/self/mountinfo")]
-print(json.dumps(out))
-"""
-
-
 def test_a_container_cannot_reach_the_cells_keys_nor_another_users_logs(cell: LocalCell, api: CellClient) -> None:
-    assert cell.submit(python_job("diary", "bob", "print('bob writes his diary')")).status_code == 201
-    ended(api, "bob/diary")
-    state = cell.workdir / "borglet-b0"
-    bobs = list((state / "tasks").glob("bob_diary*/stdout"))
-    assert bobs and b"diary" in bobs[0].read_bytes()
-    secrets = [cell.channel_key_file, cell.admin_token_file, bobs[0], state / "tasks.json"]
-    secrets += sorted(cell.workdir.glob("**/pki/*.key"))  # the store's CA, member and client keys
-    assert len(secrets) > 5, "the cell's store has no TLS keys to try"
+    secrets = cell_secrets(cell, api, python_job)
     seen = output(cell, api, python_job("reach", "mallory", REACH, *map(str, secrets)))
     assert seen["paths"] == {str(p): "FileNotFoundError" for p in secrets}
     assert seen["logs"] == ["stderr", "stdout"]

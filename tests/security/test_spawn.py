@@ -32,7 +32,7 @@ import pytest
 from reference.borglet import cgroups, spawner, taskusers
 from reference.client import CellClient
 from tests.integration.cellkit import TASK_PYTHON, LocalCell, sleeper_job, wait_for
-from tests.security.taskio import ended, output
+from tests.security.taskio import REACH, cell_secrets, ended, output
 
 ROOT = os.geteuid() == 0
 CGROUPS = ROOT and cgroups.CgroupTree("probe-security").usable() is None
@@ -277,30 +277,10 @@ def test_a_task_has_a_pids_limit_when_its_job_names_none(cell: LocalCell, api: C
 
 # --- what a task can reach -------------------------------------------------------------------------
 
-REACH = """
-import json, os, sys
-out = {}
-for path in sys.argv[1:]:
-    try:
-        open(path, "rb").read(1)
-        out[path] = "read"
-    except OSError as err:
-        out[path] = type(err).__name__
-print(json.dumps(out))
-"""
-
-
 def test_a_task_cannot_read_the_cells_keys_nor_another_users_logs(cell: LocalCell, api: CellClient) -> None:
-    assert cell.submit(python_job("diary", "bob", "print('bob writes his diary')")).status_code == 201
-    ended(api, "bob/diary")
-    state = cell.workdir / "borglet-b0"
-    bobs = list((state / "tasks").glob("bob_diary*/stdout"))
-    assert bobs and b"diary" in bobs[0].read_bytes()
-    secrets = [cell.channel_key_file, cell.admin_token_file, bobs[0], state / "tasks.json"]
-    secrets += sorted(cell.workdir.glob("**/pki/*.key"))  # the store's CA and client keys
-    assert len(secrets) > 5, "the cell's store has no TLS keys to try"
+    secrets = cell_secrets(cell, api, python_job)
     seen = output(cell, api, python_job("reach", "mallory", REACH, *map(str, secrets)))
-    assert seen == {str(p): "PermissionError" for p in secrets}
+    assert seen["paths"] == {str(p): "PermissionError" for p in secrets}
 
 
 SIGNALS = """
