@@ -234,14 +234,14 @@ def roll(state: CellState, task_id: TaskId) -> CellState | None:
 
 
 def schedule(state: CellState, task_id: TaskId, machine: str) -> CellState | None:
-    """Guard: the task is PENDING, its job exists, the machine is up, the constraints hold and the request fits what is free (for a prod task, beside other prod tasks' full requests; for others, beside reservations).
+    """Guard: the task is PENDING, its job exists, the machine is up and schedulable (not drained), the constraints hold and the request fits what is free (for a prod task, beside other prod tasks' full requests; for others, beside reservations).
     Effect: the task is RUNNING on the machine with its job's current request, reserved in full."""
     task = state.tasks.get(task_id)
     if task is None or task.state is not TaskState.PENDING:
         return None
     job = state.jobs.get(task_id.job)
     m = state.machines.get(machine)
-    if job is None or m is None or not m.up:
+    if job is None or m is None or not m.up or not m.schedulable:
         return None
     if not task_fits(state, task, job, m):
         return None
@@ -390,16 +390,72 @@ def machine_up(state: CellState, name: str) -> CellState | None:
     return state.with_(machines=state.machines.set(name, replace(m, up=True)))
 
 
+# --- drains: maintenance within each job's disruption budget --------------------------------
+
+#: A job's budget when it names none: one task down at a time, as a rolling update's default.
+DEFAULT_BUDGET = 1
+
+
+def budget(job: Job) -> int:
+    """How many of the job's tasks may be down at once because of a drain (its max_unavailable)."""
+    return getattr(job, "max_unavailable", DEFAULT_BUDGET)
+
+
+def tasks_down(state: CellState, job_key: str) -> int:
+    """The job's wanted indices whose newest incarnation is not RUNNING: a task moved off a
+    drained machine is down until its replacement runs elsewhere."""
+    job = state.jobs.get(job_key)
+    if job is None:
+        return 0
+    live = state.live_indices(job_key)
+    return sum(1 for i in range(job.task_count) if (t := live.get(i)) is None or t.state is not TaskState.RUNNING)
+
+
+def drain(state: CellState, name: str) -> CellState | None:
+    """Guard: the machine is in the cell and schedulable.
+    Effect: the machine is unschedulable (cordoned): nothing new is placed there; its tasks keep running until moved."""
+    m = state.machines.get(name)
+    if m is None or not m.schedulable:
+        return None
+    return state.with_(machines=state.machines.set(name, replace(m, schedulable=False)))
+
+
+def uncordon(state: CellState, name: str) -> CellState | None:
+    """Guard: the machine is in the cell and unschedulable.
+    Effect: the machine is schedulable again; no task moves back by itself."""
+    m = state.machines.get(name)
+    if m is None or m.schedulable:
+        return None
+    return state.with_(machines=state.machines.set(name, replace(m, schedulable=True)))
+
+
+def drain_move(state: CellState, task_id: TaskId) -> CellState | None:
+    """Guard: the task is RUNNING on an unschedulable machine and fewer of its job's tasks are down than the job's budget.
+    Effect: the task goes back to PENDING, same incarnation, with no machine, to be placed elsewhere (one step of a drain)."""
+    task = state.tasks.get(task_id)
+    if task is None or task.state is not TaskState.RUNNING or task.machine is None:
+        return None
+    m = state.machines.get(task.machine)
+    job = state.jobs.get(task_id.job)
+    if m is None or m.schedulable or job is None:
+        return None
+    if tasks_down(state, job.key) >= budget(job):
+        return None
+    return state.with_(
+        tasks=state.tasks.set(task_id, Task(task_id, TaskState.PENDING, None, task.priority, task.request))
+    )
+
+
 # --- allocs ------------------------------------------------------------------------------
 
 
 def alloc_create(state: CellState, alloc: Alloc) -> CellState | None:
-    """Guard: the set holds no alloc of that index, no other alloc of the set is on the machine, the machine is up, the alloc's resources fit what is free there and the user's quota in the alloc's band.
+    """Guard: the set holds no alloc of that index, no other alloc of the set is on the machine, the machine is up and schedulable, the alloc's resources fit what is free there and the user's quota in the alloc's band.
     Effect: the resources are reserved on the machine (alloc `index` of the set, where task `index` of the set's jobs will run)."""
     if alloc.name in state.allocs or alloc.index < 0 or not 0 <= alloc.priority <= MAX_PRIORITY:
         return None
     m = state.machines.get(alloc.machine)
-    if m is None or not m.up or not alloc.resources.is_nonnegative():
+    if m is None or not m.up or not m.schedulable or not alloc.resources.is_nonnegative():
         return None
     if any(a.set == alloc.set and a.machine == alloc.machine for a in state.allocs.values()):
         return None  # a set spreads over machines: two of its allocs on one would be one alloc
@@ -462,6 +518,9 @@ ACTIONS: dict[str, Callable[..., CellState | None]] = {
     "machine_remove": machine_remove,
     "machine_down": machine_down,
     "machine_up": machine_up,
+    "drain": drain,
+    "uncordon": uncordon,
+    "drain_move": drain_move,
     "alloc_create": alloc_create,
     "alloc_delete": alloc_delete,
 }

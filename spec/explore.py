@@ -53,6 +53,7 @@ class Scope:
     churn: bool = False  # machines may also be removed and added back
     prod_quota: int = 2000  # milli-CPU of production-band quota each user gets
     reclaim: bool = False  # running tasks' reservations may drop to half their request and back
+    drains: bool = False  # machines may be drained (their tasks moved off within budgets) and uncordoned
 
     def machine_catalog(self) -> list[Machine]:
         return [
@@ -151,6 +152,8 @@ def enabled_steps(scope: Scope, s: CellState) -> Iterator[Step]:
                 half = Resources.of({k: v // 2 for k, v in t.request.items})
                 yield Step("reserve", (t.id, t.request if t.reservation is not None else half))
             yield Step("evict", (t.id, EvictReason.MAINTENANCE, None))
+            if scope.drains:
+                yield Step("drain_move", (t.id,))
             for p in pending:
                 yield Step("evict", (t.id, EvictReason.PREEMPTION, p.id))
         elif t.id.incarnation < scope.max_incarnation:
@@ -159,6 +162,8 @@ def enabled_steps(scope: Scope, s: CellState) -> Iterator[Step]:
     for name, m in catalog.items():
         if name in s.machines:
             yield Step("machine_down" if s.machines[name].up else "machine_up", (name,))
+            if scope.drains:
+                yield Step("uncordon" if not s.machines[name].schedulable else "drain", (name,))
             if scope.churn:
                 yield Step("machine_remove", (name,))
         else:
@@ -337,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allocs", action="store_true", help="add an alloc set (an alloc on m0 and m1) and a job that runs in it")
     p.add_argument("--churn", action="store_true", help="machines may be removed and added")
     p.add_argument("--reclaim", action="store_true", help="reservations may drop below requests")
+    p.add_argument("--drains", action="store_true", help="machines may be drained and uncordoned")
     p.add_argument("--depth", type=int, default=None, help="stop expanding past this depth")
     p.add_argument("--max-states", type=int, default=None)
     p.add_argument("--walk", action="store_true", help="seeded random walk instead of BFS")
@@ -347,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= a.priorities <= len(PRIORITY_LEVELS):
         p.error(f"--priorities must be between 1 and {len(PRIORITY_LEVELS)}")
     scope = Scope(a.machines, a.tasks, a.priorities, a.max_incarnation, a.allocs, a.churn,
-                  reclaim=a.reclaim)
+                  reclaim=a.reclaim, drains=a.drains)
     if a.walk:
         res = walk(scope, a.steps, a.seed)
         mode = f"walk steps={a.steps} seed={a.seed}"

@@ -143,6 +143,9 @@ class Machine:
     attrs: tuple[tuple[str, str], ...] = ()
     failure_domain: str = ""
     up: bool = True
+    # False while drained (cordoned): no new task or alloc is placed on it; its tasks move off
+    # within their jobs' budgets (actions.drain_move) until `uncordon`.
+    schedulable: bool = True
 
     def attr(self, key: str) -> str | None:
         for k, v in self.attrs:
