@@ -21,6 +21,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from bench.memtransport import MemoryTransport
 from reference import wirelimits
 
 REQUEST = (
@@ -36,39 +37,6 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-class Transport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.closing = False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 40000), "sockname": ("127.0.0.1", 8000)}.get(name, default)
-
-    def write(self, data: Any) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def is_reading(self) -> bool:
-        return True
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-
 async def measure(rounds: int, requests: int) -> dict[str, dict[str, list[float]]]:
     config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
     config.load()
@@ -80,14 +48,14 @@ async def measure(rounds: int, requests: int) -> dict[str, dict[str, list[float]
             started = time.process_time()
             for _ in range(requests):
                 p = cls(config=config, server_state=state, app_state={}, _loop=loop)
-                p.connection_made(Transport())
+                p.connection_made(MemoryTransport(peer="127.0.0.1", keep=False))
                 p.data_received(REQUEST)
                 await asyncio.sleep(0)
                 await asyncio.sleep(0)
                 p.connection_lost(None)
             out[name]["new connection"].append((time.process_time() - started) / requests * 1e6)
             p = cls(config=config, server_state=state, app_state={}, _loop=loop)
-            p.connection_made(Transport())
+            p.connection_made(MemoryTransport(peer="127.0.0.1", keep=False))
             started = time.process_time()
             for _ in range(requests):
                 p.data_received(REQUEST)

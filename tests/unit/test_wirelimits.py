@@ -4,7 +4,6 @@ transport that records what is written: the refusals, their statuses and what th
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -12,58 +11,12 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
+from bench.memtransport import MemoryTransport as Transport
 from reference import wirelimits
 from reference.wirelimits import WireLimits
 
 SMALL = WireLimits(max_header_bytes=1024, max_body_bytes=100, max_signed_body_bytes=1000, header_timeout_s=5.0,
                    max_connections_per_client=2)  # fmt: skip
-
-
-class Transport(asyncio.Transport):
-    """What the protocol wrote, and whether it closed or half-closed the connection."""
-
-    def __init__(self, peer: str = "127.0.0.2") -> None:
-        super().__init__()
-        self.peer, self.written, self.closed, self.eof = peer, b"", False, False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": (self.peer, 40000), "sockname": ("127.0.0.1", 8000)}.get(name, default)
-
-    def write(self, data: Any) -> None:
-        self.written += bytes(data)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def can_write_eof(self) -> bool:
-        return True
-
-    def write_eof(self) -> None:
-        self.eof = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def is_reading(self) -> bool:
-        return True
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def status(self) -> int:
-        return int(self.written.split(b" ", 2)[1])
-
-    def error(self) -> dict[str, str]:
-        return json.loads(self.written.split(b"\r\n\r\n", 1)[1])["detail"][0]
 
 
 class Seen:
