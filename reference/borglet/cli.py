@@ -12,11 +12,12 @@ from pathlib import Path
 
 from reference import channel
 from reference.borglet import taskusers
+from reference.borglet.config import MachineConfig
 from reference.borglet.containers import Containers, default_cgroup_parent
 from reference.borglet.hollow import DEFAULT_START_DELAY_S
 from reference.borglet.isolation import choose
 from reference.borglet.processes import sanitize
-from reference.borglet.supervisor import Borglet, MachineConfig
+from reference.borglet.supervisor import Borglet
 from reference.borglet.taskusers import private_ancestor  # noqa: F401 (tests import it from here)
 from reference.resources import parse_capacity, parse_pairs
 

@@ -23,6 +23,7 @@ from reference.borglet import decisions
 from reference.borglet.protocol import SyncRequest, TaskSpec
 from reference.borglet.task import Task
 
+CPU_RATE_WINDOW_S = 1.0  # CPU usage is a rate over at least this long; shorter is noise
 FIRST_PROBE_DELAY_S = 0.1
 STARTUP_PROBE_INTERVAL_S = 0.25  # probe quickly until a task is first healthy
 
@@ -292,6 +293,20 @@ class TaskTable:
         if after.restart_at is None:
             self._ready.release.append(task)
         return after
+
+    def sampled(self, task: Task, now: float, cpu_ns: int, ram_bytes: int) -> None:
+        """A sample of what the task's process uses: its memory now, and its CPU time so far,
+        made a rate once CPU_RATE_WINDOW_S has passed since the last rate."""
+        task.sampled_at = now
+        task.ram_bytes = ram_bytes
+        if task.cpu_sample is None:
+            task.cpu_sample = (now, cpu_ns)
+            return
+        then, cpu_then = task.cpu_sample
+        if now - then >= CPU_RATE_WINDOW_S:
+            # ns of CPU per second of wall time / 1e6 = milli-CPU.
+            task.cpu_milli = max(0, round((cpu_ns - cpu_then) / 1e6 / (now - then)))
+            task.cpu_sample = (now, cpu_ns)
 
     def probes_due(self, now: float) -> list[Task]:
         """Tasks whose health probe is due, marked as being probed."""

@@ -105,9 +105,9 @@ class BorgletCollector(Collector):
             "Syncs applied, and refused by reason (stale_epoch, stale_seq, stale_revision, need_full)",
             labels=["machine", "result"],
         )
-        syncs.add_metric([machine, "applied"], self.borglet.syncs)
+        syncs.add_metric([machine, "applied"], self.borglet.table.syncs)
         for reason in ("stale_epoch", "stale_seq", "stale_revision", "need_full"):
-            syncs.add_metric([machine, reason], self.borglet.refused[reason])
+            syncs.add_metric([machine, reason], self.borglet.table.refused[reason])
         yield syncs
 
         queued = GaugeMetricFamily(

@@ -40,7 +40,7 @@ def task(inc: int) -> dict[str, Any]:
 
 
 def sync(borglet: Borglet, *tasks: dict[str, Any]) -> dict[str, Any]:
-    seq = borglet.fence.seq + 1
+    seq = borglet.table.fence.seq + 1
     report = borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": seq, "tasks": list(tasks)}))
     borglet.start_queued()
     return report

@@ -64,7 +64,7 @@ def test_every_other_task_of_a_batch_starts_when_some_cannot_spawn(tmp_path, mon
         for i, (_, named) in BAD.items():
             assert named in (tasks[i].reason or ""), tasks[i].reason
         assert "injected" in (tasks[INJECTED].reason or "")
-        assert borglet.queue == type(borglet.queue)()  # nothing left QUEUED
+        assert not borglet.table.queue  # nothing left QUEUED
     finally:
         borglet.stop(kill_tasks=True, timeout_s=2)
 
@@ -80,7 +80,7 @@ def test_a_task_env_is_built_from_nothing(tmp_path, monkeypatch):
     borglet.sync(SyncRequest.model_validate({"epoch": 1, "seq": 1, "tasks": [spec]}))
     task = borglet.tasks["alice/batch/0#0"]
     task.port = 4242
-    env = borglet._task_env(task)
+    env = borglet.launcher.env(task)
     assert env == {
         "PATH": "/opt/bin",  # the job's own wins over the default /usr/local/bin:/usr/bin:/bin
         "HOME": "/",
@@ -95,7 +95,7 @@ def test_a_task_env_is_built_from_nothing(tmp_path, monkeypatch):
         processes.BORGLET_MARKER: str(tmp_path),
     }
     del spec["env"]
-    other = borglet._task_env(type(task)(spec=type(task.spec).model_validate(spec), key="k"))
+    other = borglet.launcher.env(type(task)(spec=type(task.spec).model_validate(spec), key="k"))
     assert other["PATH"] == processes.TASK_PATH == "/usr/local/bin:/usr/bin:/bin"
     borglet.stop()
 

@@ -72,7 +72,7 @@ def test_a_delayed_sync_cannot_bring_back_a_killed_incarnation(tmp_path) -> None
         borglet.sync(request(2, revision=11))  # the master dropped it
         settle(borglet, lambda: borglet.tasks["a/j/0#0@0"].ended, "the kill")
         borglet.sync(request(3, revision=11))  # ended and not listed: forgotten, tombstoned
-        assert "a/j/0#0@0" not in borglet.tasks and "a/j/0#0@0" in borglet.tombstones
+        assert "a/j/0#0@0" not in borglet.tasks and "a/j/0#0@0" in borglet.table.tombstones
         # The first sync, given up on by its master, arrives now: refused, nothing changes.
         with pytest.raises(SyncRefused) as refused:
             borglet.sync(request(1, spec("a/j/0#0@0"), revision=10))
@@ -83,7 +83,7 @@ def test_a_delayed_sync_cannot_bring_back_a_killed_incarnation(tmp_path) -> None
         assert borglet.start_queued() == 0
         (entry,) = report["tasks"]
         assert (entry["state"], entry["pid"], entry["phase"]) == ("KILLED", None, "exited")
-        assert borglet.refused["stale_seq"] == 1
+        assert borglet.table.refused["stale_seq"] == 1
     finally:
         borglet.stop(kill_tasks=True, timeout_s=2)
 
@@ -99,7 +99,7 @@ def test_fence_and_tombstones_survive_a_borglet_restart(tmp_path) -> None:
     second = make(tmp_path)
     second.load()
     try:
-        assert second.fence == decisions.Fence(1, 3, 11)
+        assert second.table.fence == decisions.Fence(1, 3, 11)
         with pytest.raises(SyncRefused):
             second.sync(request(1, spec("a/j/0#0@0"), revision=10))
         second.sync(request(1, spec("a/j/0#0@0"), epoch=2, revision=11))  # a new leader, old view
@@ -118,9 +118,9 @@ def test_tombstones_go_once_a_newer_revision_is_applied(tmp_path) -> None:
         settle(borglet, lambda: borglet.tasks["a/j/0#0@0"].ended, "the kill")
         borglet.sync(request(3, revision=11))
         borglet.sync(request(4, revision=11))  # same revision: the tombstone still matters
-        assert "a/j/0#0@0" in borglet.tombstones
+        assert "a/j/0#0@0" in borglet.table.tombstones
         borglet.sync(request(5, revision=12))
-        assert borglet.tombstones == {}
+        assert borglet.table.tombstones == {}
     finally:
         borglet.stop(kill_tasks=True, timeout_s=2)
 
@@ -166,7 +166,7 @@ def test_a_large_sync_only_queues_and_deltas_apply_on_their_base(tmp_path) -> No
         borglet.sync(request(2, revision=6, delta=delta))
         assert borglet.tasks["a/j/0#0@0"].phase == "KILLED"  # dropped before it ever started
         assert borglet.tasks["a/j/3000#0@0"].phase == "QUEUED"
-        assert len(borglet.desired or {}) == 3000
+        assert len(borglet.table.desired or {}) == 3000
         # A delta on a base this borglet did not apply last is refused: the master sends all.
         stale = {"base_seq": 1, "add": [], "remove": []}
         with pytest.raises(SyncRefused) as refused:
