@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -31,9 +32,7 @@ STATE_STYLE = {
 
 def print_json(data: Any) -> None:
     """Machine-readable output: plain JSON on stdout, nothing else (no colours, no wrapping)."""
-    from reference.cli.plain import dump
-
-    print(dump(data, "json"))
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
 def styled(value: Any) -> str:

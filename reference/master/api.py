@@ -23,6 +23,7 @@ from reference.jobspec import validation_errors
 from reference.master import (
     access,
     contract,
+    drain,
     dryrun,
     freshness,
     guard,
@@ -31,7 +32,6 @@ from reference.master import (
     ui,
     users,
     views,
-    whoami,
 )
 from reference.master import allocs as alloc_sets
 from reference.master import watch as watches
@@ -344,9 +344,9 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
 
     ui.install(app, replica, task_logs, cell_overview)
     users.install(app, replica)
-    whoami.register(app)  # GET /v1/whoami: the token's user
     quotas.install(app, replica, write, read)
     alloc_sets.install(app, replica, write, read, stamped)
+    drain.register(app, replica, write, stamped, views.machine_view)
     contract.install(app)
 
     # --- jobs ----------------------------------------------------------------------------------

@@ -24,6 +24,10 @@ class MachineInfo:
     usage: tuple[tuple[str, int], ...] = ()
     images: tuple[str, ...] = ()  # the container images its engine holds (--runtime docker)
     reason: str = ""  # why it is down, or why its borglet refuses the cell ("" when neither)
+    # While drained (master/drain.py): when the drain began, and when the tasks still on it are
+    # evicted whatever their jobs' budgets (0: no deadline); both 0 when not drained.
+    drain_since: float = 0.0
+    drain_deadline: float = 0.0
 
 
 def machine_images(machines: Mapping[str, MachineInfo]) -> dict[str, tuple[str, ...]]:

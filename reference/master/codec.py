@@ -134,11 +134,13 @@ def encode_machine(m: Machine, info: MachineInfo) -> bytes:
             "attrs": dict(m.attrs),
             "failure_domain": m.failure_domain,
             "up": m.up,
+            **({} if m.schedulable else {"schedulable": False}),
             "address": info.address,
             "isolation": info.isolation,
             "usage": dict(info.usage),
             **({"images": list(info.images)} if info.images else {}),
             **({"reason": info.reason} if info.reason else {}),
+            **({"drain": {"since": info.drain_since, "deadline": info.drain_deadline}} if info.drain_since else {}),
         }
     )
 
@@ -151,13 +153,17 @@ def decode_machine(raw: bytes) -> tuple[Machine, MachineInfo]:
         attrs=tuple(sorted(d.get("attrs", {}).items())),
         failure_domain=d.get("failure_domain", ""),
         up=bool(d.get("up", True)),
+        schedulable=bool(d.get("schedulable", True)),
     )
+    drained = d.get("drain") or {}
     info = MachineInfo(
         address=d.get("address", ""),
         isolation=d.get("isolation", ""),
         usage=tuple(sorted(d.get("usage", {}).items())),
         images=tuple(d.get("images", ())),
         reason=str(d.get("reason", "")),
+        drain_since=float(drained.get("since", 0.0)),
+        drain_deadline=float(drained.get("deadline", 0.0)),
     )
     return m, info
 

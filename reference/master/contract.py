@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 from reference.allocspec import AllocSetSpec
 from reference.jobspec import JobSpec, request_schema
 from reference.master import access, logs, watch
-from reference.master.machines import MachineBody
+from reference.master.machines import DrainBody, MachineBody
 from reference.resources import CELL_MACHINES
 from spec.model import Band
 
@@ -151,6 +151,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/users"): UserBody,
     ("put", "/v1/quotas/{user}/{band}"): QuotaBody,
     ("post", "/v1/allocs"): AllocSetSpec,
+    ("post", "/v1/machines/{name}/drain"): DrainBody,
 }
 
 

@@ -18,12 +18,14 @@ from dataclasses import dataclass, replace
 
 from reference.elastic.jobscaler import JobAutoscaler
 from reference.elastic.reclaimer import Reclaimer
-from reference.master import backoff, events
+from reference.master import backoff, drain, events
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, TaskInfo, is_pass_work, machine_images
+from reference.master.crashes import record_failures
 from reference.master.poller import Link, Poller
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
+from reference.scheduler.pairing import CrashMemory
 from spec.actions import Step, apply, restart_allowed
 from spec.model import Band, CellState, DeathCause, QuotaKey, Resources, TaskId, TaskState
 
@@ -323,6 +325,7 @@ class Term:
         self.rolls = TokenBucket(config.roll_rate)
         self.passes = 0
         self.unschedulable = Unschedulable()
+        self.crashes = CrashMemory()  # task::machine pairings that crashed lately (scheduler/pairing.py)
         self._scheduler_heard = -float("inf")
         self.scheduler_name = ""  # the scheduler process whose plan came last
         self.proposals = {"plans": 0, "placed": 0, "conflicts": 0}
@@ -405,9 +408,10 @@ class Term:
 
     def _pass(self) -> None:
         cell = self.cache.cell()
-        if not cell_has_work(cell):
+        draining = drain.has_work(cell)  # a drained machine still runs a task: move what budgets allow
+        if not cell_has_work(cell) and not draining:
             return  # nothing pending, restartable or stale: the common quiet case
-        if self.unschedulable.covers(cell):
+        if self.unschedulable.covers(cell) and not draining:
             return  # only tasks already found unschedulable, and nothing has freed capacity
         started = time.perf_counter()
         placed = self.writer.mutate(self._change)[0]
@@ -449,7 +453,8 @@ class Term:
         # dead: none of them can be a restart or a roll this pass would miss.
         known = self.unschedulable.known(view.capacity_epoch) if view.running is not None else set()
         candidates = self._candidates(d) - known
-        acted = self._restart_dead(d, candidates) + self._roll(d, candidates)
+        record_failures(d, candidates, self.crashes)  # before restart_dead marks each death seen
+        acted = self._restart_dead(d, candidates) + self._roll(d, candidates) + drain.advance(d)
         state = d.state
         pending = {
             tid
@@ -459,7 +464,8 @@ class Term:
         if not pending or self.scheduler_active():
             return 0
         if view.running is None:  # no watch cache's sets: plan every pending task
-            plan = plan_for(state, self.scheduler, seed=self.passes, images=machine_images(d.machines))
+            plan = plan_for(state, self.scheduler, seed=self.passes, images=machine_images(d.machines),
+                            crashes=self.crashes.snapshot())
             return self._apply(d, plan)
         # A roll or restart of this pass frees capacity the cache has not seen yet.
         epoch = view.capacity_epoch if not acted else -1
@@ -473,7 +479,7 @@ class Term:
         }
         plan = plan_for(
             state, self.scheduler, seed=self.passes, pending_ids=to_plan, running_ids=running,
-            images=machine_images(d.machines),
+            images=machine_images(d.machines), crashes=self.crashes.snapshot(),
         )  # fmt: skip
         placed = self._apply(d, plan)
         self.unschedulable.found(to_plan - {p.task for p in plan.placements}, pending, epoch)

@@ -54,6 +54,18 @@ class MachineBody(BaseModel):
     failure_domain: str = ""
 
 
+MAX_DRAIN_DEADLINE_S = 7 * 24 * 3600.0  # a week: a longer maintenance is a removal
+
+
+class DrainBody(BaseModel):
+    """`POST /v1/machines/{name}/drain` (master/drain.py): optionally, seconds after which the
+    tasks still on the machine are evicted whatever their jobs' budgets; without it, the drain
+    waits for them. An empty body is a drain without a deadline."""
+
+    model_config = ConfigDict(extra="forbid")
+    deadline_s: float | None = Field(default=None, gt=0, le=MAX_DRAIN_DEADLINE_S)
+
+
 def parse_capacity(capacity: str | dict[str, Any]) -> dict[str, int]:
     """The body's capacity in canonical units (milli-CPU, bytes, counts)."""
     if isinstance(capacity, str):

@@ -189,6 +189,12 @@ def machine_view(cell: Cell, name: str) -> dict[str, Any]:
         "attrs": dict(m.attrs),
         "failure_domain": m.failure_domain,
         "state": "up" if m.up else "down",
+        # False while drained (master/drain.py); `drain` then says how far its tasks have moved off.
+        "schedulable": m.schedulable,
+        "drain": None if m.schedulable else {
+            "state": "draining" if running else "drained", "tasks_left": len(running),
+            "since": info.drain_since if info else 0.0, "deadline": (info.drain_deadline or None) if info else None,
+        },
         "reserved": cell.state.machine_reserved(name).as_dict(),
         # What running tasks asked for; `reserved` is lower by what reclamation freed for batch work.
         "requested": requested_on(cell, name).as_dict(),

@@ -27,6 +27,7 @@ def snapshot_from_state(
     pending_ids: Collection[TaskId] | None = None,
     running_ids: Collection[TaskId] | None = None,
     images: Mapping[str, Iterable[str]] | None = None,
+    crashes: Mapping[tuple[str, int], Mapping[str, int]] | None = None,
 ) -> Snapshot:
     """What the scheduler reads from a cell: up machines, running and pending tasks, allocs, packages
     (those of the jobs running on a machine, and the container images in `images`, by machine).
@@ -73,6 +74,7 @@ def snapshot_from_state(
         pending=tuple(pending),
         allocs=allocs,
         packages=package_holders(packages, images or {}),
+        crashes=crashes or {},
     )
 
 
@@ -85,10 +87,12 @@ def plan_for(
     pending_ids: Collection[TaskId] | None = None,
     running_ids: Collection[TaskId] | None = None,
     images: Mapping[str, Iterable[str]] | None = None,
+    crashes: Mapping[tuple[str, int], Mapping[str, int]] | None = None,
 ) -> Plan:
     """One scheduling pass over the cell's pending tasks (or those of `pending_ids`);
-    `images`: the container images each machine's engine holds, as its borglet reports them."""
-    snapshot = snapshot_from_state(state, pending_ids, running_ids, images)
+    `images`: the container images each machine's engine holds, as its borglet reports them;
+    `crashes`: recent crashes of task indices by machine (pairing.CrashMemory.snapshot)."""
+    snapshot = snapshot_from_state(state, pending_ids, running_ids, images, crashes)
     return plan_pass(snapshot, config, seed, recent_disruptions, clock)
 
 

@@ -101,7 +101,7 @@ class CellView:
         self.index = {n: i for i, n in enumerate(self.names)}
         self.cap: list[tuple[int, ...]] = [self.vec(m.capacity.as_dict()) for m in machines]
         self.free: list[list[int]] = [list(c) for c in self.cap]
-        self.up = [m.up for m in machines]
+        self.up = [m.up and m.schedulable for m in machines]  # a drained machine takes nothing new
         self.attrs = [dict(m.attrs) for m in machines]
         domains: dict[str, int] = {}
         # A machine without a failure domain is a domain of its own.

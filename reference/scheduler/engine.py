@@ -39,6 +39,7 @@ from .feasibility import (
     room,
 )
 from .fragmentation import ShapeMix, fgd_place
+from .pairing import avoided_reason, penalties
 from .plan import Placement, Plan, Preemption, Reason, Unschedulable
 from .policies import gpu_clustering, gpu_packing, policy_named
 from .queue import ordered
@@ -48,6 +49,8 @@ from .terms import locality_bonus, preemption_cost, skew_penalty, spread_penalty
 
 # Fewer machines than this are scored one call each: numpy's cost per call outweighs the loop.
 BATCH_MIN = 16
+# What `pick` answers when the only feasible machines sampled are ruled out by crashes there (pairing.py).
+AVOIDED: tuple[int, int, list, float] = (-1, -1, [], float("-inf"))
 
 
 class _Sample:
@@ -127,6 +130,10 @@ class Pass:
                 self.job_on.setdefault(t.id.job, []).append(mi)
         self.pkg_has: dict[str, np.ndarray] = {}
         self.pkg_machines: dict[str, list[int]] | None = None
+        # Recent crashes of a task index by machine row (pairing.py): its own score term.
+        self.crashes = {k: {self.cell.index[m]: n for m, n in c.items() if m in self.cell.index}
+                        for k, c in snapshot.crashes.items()}  # fmt: skip
+        self.crashed_on = snapshot.crashes
         self.plan = Plan()
         self.stats = self.plan.stats
 
@@ -372,6 +379,9 @@ class Pass:
                     total = total - skew_penalty(cfg.skew_weight, machines[s.machines[:size]], least)
         if cfg.locality_weight and task.package:
             total = total + locality_bonus(cfg.locality_weight, self._package_on(task.package)[s.machines[:size]])
+        crashes = self.crashes.get((task.id.job, task.id.index))
+        if crashes:
+            total = total - penalties(crashes, s.machines[:size])
         return total
 
     def _job_spread(self, job: str) -> tuple[np.ndarray, np.ndarray]:
@@ -428,6 +438,8 @@ class Pass:
             ties = (total == total[slot]).nonzero()[0]
             if len(ties) > 1:  # the first in the walk, as a pass that scores every machine takes it
                 slot = int(ties[s.ranks[ties].argmin()])
+            if total[slot] == -np.inf:
+                return AVOIDED  # every machine of the sample is one the task crashed on repeatedly
             mi = int(s.machines[slot])
             # A cached score may be stale within the threshold; feasibility is checked exactly.
             victims = room(cls, self.cell, mi, s.preempting, self.disrupted, self.cfg.max_disruptions_per_job)
@@ -550,7 +562,9 @@ class Pass:
                     if cfg.equivalence_classes:
                         samples[key] = s
                 got = self.pick(cls, s, task)
-                if got is None:
+                if got is AVOIDED:
+                    self._unschedulable(task, avoided_reason(self.crashed_on[task.id.job, task.id.index]))
+                elif got is None:
                     assert s.tally is not None, "a class fits nowhere only after its last walk"
                     reasons = explain(s.tally.settle(), cls, self.cell.dims, cfg.preemption)
                     if cfg.equivalence_classes:

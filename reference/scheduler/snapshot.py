@@ -57,3 +57,5 @@ class Snapshot:
     pending: tuple[PendingTask, ...] = ()
     allocs: tuple[AllocView, ...] = ()
     packages: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # (job, index) -> machine -> recent crashes of the index there (pairing.CrashMemory.snapshot)
+    crashes: Mapping[tuple[str, int], Mapping[str, int]] = field(default_factory=dict)
