@@ -28,6 +28,7 @@ from reference.cli.common import (
     handles_errors,
     output_of,
 )
+from reference.cli.config import config_app
 from reference.cli.demo import demo
 from reference.cli.help import GROUPS, SHELLS
 from reference.cli.jobs import bns_app, job_app, machine_app, task_app
@@ -64,6 +65,7 @@ app.add_typer(bns_app, name="bns", rich_help_panel=EVERYDAY)
 app.add_typer(user_app, name="user", rich_help_panel=ADMIN)
 app.add_typer(quota_app, name="quota", rich_help_panel=ADMIN)
 app.add_typer(alloc_app, name="alloc", rich_help_panel=ADMIN)
+app.add_typer(config_app, name="config", rich_help_panel=ADMIN)
 app.add_typer(bench_app, name="bench", rich_help_panel=MEASUREMENT)
 app.add_typer(report_app, name="report", rich_help_panel=MEASUREMENT)
 app.add_typer(spec_app, name="spec", rich_help_panel=MEASUREMENT)
@@ -584,7 +586,16 @@ app.command("fauxmaster", rich_help_panel=DAEMONS, epilog=examples(
 
 
 def main() -> None:
-    """Entry point of the `minborg` console script."""
+    """The full command line (`python -m reference.cli`; the `minborg` script is cli/fast.py's)."""
+    import sys
+
+    from reference.cli.contexts import ContextError, apply
+
+    try:
+        sys.argv[1:] = apply(sys.argv[1:])
+    except ContextError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
     app(prog_name="minborg")
 
 

@@ -10,6 +10,8 @@ import typer
 
 from reference.cellfile import client_error_message, find_token
 from reference.cli.http import cell_urls
+from reference.cli.output import TemplateError, is_data
+from reference.cli.output import valid as valid_output
 from reference.cli.plain import OUTPUTS, dump, error_text, job_by_name
 from reference.cli.render import errors
 from reference.client import CellClient, ClientError, split_key
@@ -36,8 +38,12 @@ StateDirOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table (as -o json).")]
 OutputOpt = Annotated[
     str | None,
-    typer.Option("--output", "-o", help="table (the default), wide (more columns), json or yaml."),
+    typer.Option("--output", "-o", help="table (the default), wide (more columns), json, yaml, name, or jsonpath=TEMPLATE (as {.items[*].name})."),
 ]
+WatchOpt = Annotated[
+    bool, typer.Option("--watch", "-w", help="After the list, print each change as it happens (Ctrl-C stops).")
+]
+WatchForOpt = Annotated[float, typer.Option("--for", min=1, help="With -w: stop after this many seconds.")]
 JobArg = Annotated[str, typer.Argument(metavar="USER/NAME", help="The job, e.g. demo/hello_world.")]
 # Reading commands also take the job's NAME alone: $MINBORG_USER's, else the cell's one job of that name.
 ReadJobArg = Annotated[
@@ -89,15 +95,19 @@ def output_of(output: str | None, as_json: bool) -> str:
         return "json"
     if output is None:
         return "table"
-    if output not in OUTPUTS:
+    if not valid_output(output):
         raise typer.BadParameter(f"{output!r}: choose one of {', '.join(OUTPUTS)}", param_hint="--output")
     return output
 
 
 def emitted(data: Any, output: str) -> bool:
-    """Print `data` as JSON or YAML when that is the output asked for; False for a table."""
-    if output in ("json", "yaml"):
-        print(dump(data, output))
+    """Print `data` as JSON, YAML, names or a jsonpath template when that is the output asked
+    for; False for a table. A template outside the subset understood is a usage error."""
+    if is_data(output):
+        try:
+            print(dump(data, output))
+        except TemplateError as err:
+            raise typer.BadParameter(str(err), param_hint="--output") from None
         return True
     return False
 
@@ -118,7 +128,7 @@ def job_key(key: str, cell: CellClient | None = None) -> str:
     """USER/NAME; a reading command (given the `cell`) also takes NAME alone (cli_plain.job_by_name)."""
     if cell is not None and "/" not in key.strip() and key.strip():
         try:
-            return job_by_name(key.strip(), cell.jobs)
+            return job_by_name(key.strip(), cell.jobs, lambda: cell.request("GET", "/v1/whoami"))
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="USER/NAME") from None
     try:

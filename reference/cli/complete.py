@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 JOB = "<job>"  # in a command's entry: its first argument is a job (USER/NAME)
-TOP_OPTIONS = ("--help", "--token", "--version")
-VALUES = {"--output": ("json", "table", "wide", "yaml"), "-o": ("json", "table", "wide", "yaml"),
+TOP_OPTIONS = ("--context", "--help", "--token", "--version")
+VALUES = {"--output": ("json", "jsonpath=", "name", "table", "wide", "yaml"),
+          "-o": ("json", "jsonpath=", "name", "table", "wide", "yaml"),
           "completion": ("bash", "fish", "zsh")}  # fmt: skip
 # Every command: a group maps its subcommands, a command lists its long options (and JOB).
 TREE: dict[str, Any] = {'alloc': {'kill': ('<job>', '--help', '--json', '--master', '--state-dir'),
@@ -50,6 +51,11 @@ TREE: dict[str, Any] = {'alloc': {'kill': ('<job>', '--help', '--json', '--maste
                  '--toxiproxy'),
           'whatif': ('--help', '--json', '--master', '--remove-machine', '--state-dir')},
  'completion': ('--help',),
+ 'config': {'current-context': ('--help',),
+            'delete-context': ('--help',),
+            'get-contexts': ('--help', '--output'),
+            'set-context': ('--ca', '--help', '--master', '--token', '--token-file', '--user'),
+            'use-context': ('--help',)},
  'conformance': (),
  'demo': ('--help', '--job-file', '--keep', '--machines', '--replicas'),
  'events': ('--follow',
@@ -72,7 +78,14 @@ TREE: dict[str, Any] = {'alloc': {'kill': ('<job>', '--help', '--json', '--maste
                 '--seed'),
  'image': {'build': ('--help',)},
  'job': {'kill': ('<job>', '--help', '--json', '--master', '--state-dir'),
-         'list': ('--for', '--help', '--json', '--master', '--output', '--state-dir', '--user', '--watch'),
+         'list': ('--for',
+                  '--help',
+                  '--json',
+                  '--master',
+                  '--output',
+                  '--state-dir',
+                  '--user',
+                  '--watch'),
          'schema': ('--help',),
          'show': ('<job>', '--help', '--json', '--master', '--output', '--state-dir'),
          'submit': ('--detach',
@@ -83,8 +96,21 @@ TREE: dict[str, Any] = {'alloc': {'kill': ('<job>', '--help', '--json', '--maste
                     '--state-dir',
                     '--wait',
                     '--wait-timeout'),
-         'update': ('<job>', '--cpu', '--help', '--json', '--master', '--ram', '--state-dir', '--tasks')},
- 'machine': {'list': ('--help', '--json', '--master', '--output', '--state-dir')},
+         'update': ('<job>',
+                    '--cpu',
+                    '--help',
+                    '--json',
+                    '--master',
+                    '--ram',
+                    '--state-dir',
+                    '--tasks')},
+ 'machine': {'list': ('--for',
+                      '--help',
+                      '--json',
+                      '--master',
+                      '--output',
+                      '--state-dir',
+                      '--watch')},
  'master': (),
  'quota': {'delete': ('--help', '--master', '--state-dir'),
            'list': ('--help', '--json', '--master', '--output', '--state-dir'),
@@ -93,7 +119,14 @@ TREE: dict[str, Any] = {'alloc': {'kill': ('<job>', '--help', '--json', '--maste
  'scheduler': (),
  'spec': {'explore': ()},
  'task': {'kill': ('<job>', '--help', '--json', '--master', '--state-dir'),
-          'list': ('<job>', '--help', '--json', '--master', '--output', '--state-dir'),
+          'list': ('<job>',
+                   '--for',
+                   '--help',
+                   '--json',
+                   '--master',
+                   '--output',
+                   '--state-dir',
+                   '--watch'),
           'logs': ('<job>',
                    '--follow',
                    '--for',
@@ -103,7 +136,13 @@ TREE: dict[str, Any] = {'alloc': {'kill': ('<job>', '--help', '--json', '--maste
                    '--state-dir',
                    '--stderr',
                    '--tail'),
-          'show': ('<job>', '--help', '--incarnation', '--json', '--master', '--output', '--state-dir')},
+          'show': ('<job>',
+                   '--help',
+                   '--incarnation',
+                   '--json',
+                   '--master',
+                   '--output',
+                   '--state-dir')},
  'user': {'add': ('--help', '--json', '--master', '--state-dir'),
           'list': ('--help', '--json', '--master', '--output', '--state-dir'),
           'revoke': ('--help', '--master', '--state-dir')}}  # fmt: skip
@@ -156,13 +195,20 @@ def complete(words: list[str], jobs: Callable[[], Iterable[str]]) -> list[str]:
     out): subcommands, options, an option's values, or the cell's jobs (`jobs()`)."""
     if words and words[-1] in VALUES:
         return list(VALUES[words[-1]])
+    if words[-1:] == ["--context"] or words[-2:] in (["config", "use-context"], ["config", "delete-context"]):
+        from reference.cli.contexts import ContextError, load
+
+        try:
+            return sorted(load()["contexts"])
+        except ContextError:
+            return []
     node: Any = TREE
     positional = 0
     skip = False
     for word in words:
         if skip:
             skip = False
-        elif word == "--token" and node is TREE:
+        elif word in ("--token", "--context") and node is TREE:
             skip = True
         elif isinstance(node, dict) and word in node:
             node = node[word]

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from reference import cellfile
+from reference.cli import output as cli_output
 from reference.cli import plain as cli_plain
 from reference.cli import views as cli_views
 from reference.cli.help import (  # noqa: F401  (the fast path's names, as before)
@@ -75,12 +76,14 @@ class Args:
 
     def output(self) -> str:
         output = "json" if "--json" in self.options else self.options.get("--output", "table")
-        if output not in cli_plain.OUTPUTS:
+        if not cli_output.valid(output):
             raise Fallback  # the full command line words the error
         return output
 
     def cell(self) -> PlainCell:
         urls = cell_urls(self.options.get("--master"), self.options.get("--state-dir"))
+        if any(not url.startswith("http://") for url in urls):
+            raise Fallback  # https (a context's CA): the full command line's client
         return PlainCell(urls, cellfile.find_token(self.token, self.options.get("--state-dir")))
 
     def job(self, cell: PlainCell | None = None) -> str:
@@ -88,7 +91,8 @@ class Args:
         text = self.positional[0].strip()
         if cell is not None and text and "/" not in text:
             try:
-                return cli_plain.job_by_name(text, lambda: cell.request("GET", "/v1/jobs")["jobs"])
+                return cli_plain.job_by_name(text, lambda: cell.request("GET", "/v1/jobs")["jobs"],
+                                             lambda: cell.request("GET", "/v1/whoami"))  # fmt: skip
             except ValueError:
                 raise Fallback from None  # the full command line words it
         user, sep, name = text.partition("/")
@@ -129,7 +133,13 @@ def parse(args: list[str], fast: Fast) -> Args:
 
 
 def show(data: Any, output: str, table: Callable[[], str]) -> int:
-    print(cli_plain.dump(data, output) if output in ("json", "yaml") else table())
+    if not cli_output.is_data(output):
+        print(table())
+        return 0
+    try:
+        print(cli_plain.dump(data, output))
+    except cli_output.TemplateError:
+        raise Fallback from None  # the full command line words it
     return 0
 
 
@@ -141,7 +151,7 @@ def job_list(a: Args) -> int:
     params = {"user": a.options["--user"]} if a.options.get("--user") else None
     with a.cell() as cell:
         jobs = cell.request("GET", "/v1/jobs", params=params)["jobs"]
-        if output in ("json", "yaml"):
+        if cli_output.is_data(output):
             return show(jobs, output, str)
         color = cli_plain.color_on()
         counts = cli_plain.job_counts(jobs, lambda key: cell.request("GET", f"/v1/jobs/{key}"))
@@ -156,6 +166,38 @@ def job_show(a: Args) -> int:
         key = a.job(cell)
         answer = cell.request("GET", f"/v1/jobs/{key}")
     return show(answer, output, lambda: cli_views.job_text(answer, key, color=cli_plain.color_on()))
+
+
+def job_submit(a: Args) -> int:
+    """`job submit --detach FILE`: the file as it is written, validated by the cell (the same
+    model, reference/jobspec.py, with the same field errors). Anything the cell refuses as
+    invalid (422), and a file that is not YAML, goes to the full command line, which
+    validates the file locally and names each bad field; without --detach it waits for the
+    tasks, which the full command line does."""
+    if not a.has("--detach") or a.has("--dry-run"):
+        raise Fallback
+    try:
+        import yaml
+
+        with open(a.positional[0], encoding="utf-8") as f:
+            document = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, ValueError, yaml.YAMLError):
+        raise Fallback from None  # unreadable, or not YAML: the full command line words it
+    if not isinstance(document, dict):
+        raise Fallback
+    try:
+        with a.cell() as cell:
+            answer = cell.request("POST", "/v1/jobs", json=document)
+    except cellfile.ClientError as err:
+        if err.status == 422:
+            raise Fallback from None  # the full command line names each bad field, locally
+        raise
+    except TypeError:  # a YAML value JSON has no word for (a date): the full command line refuses it
+        raise Fallback from None
+    if a.has("--json"):
+        return show(answer, "json", str)
+    print(cli_views.submitted_line(answer, color=cli_plain.color_on()))
+    return 0
 
 
 def job_update(a: Args) -> int:
@@ -257,8 +299,10 @@ def bns_resolve(a: Args) -> int:
 
 def cell_status(a: Args) -> int:
     output = a.output()
-    if output in ("json", "yaml") or a.has("--master") or os.environ.get(cellfile.MASTER_ENV):
-        raise Fallback  # the launcher's full record, or a remote cell: the full command line
+    if a.has("--master") or os.environ.get(cellfile.MASTER_ENV):
+        return remote_status(a, output)
+    if cli_output.is_data(output):
+        raise Fallback  # the launcher's full record: the full command line
     local = local_status(a.options.get("--state-dir"))
     if not local["running"]:
         raise Fallback  # the full command line says what to do
@@ -277,6 +321,18 @@ def cell_status(a: Args) -> int:
     if text:
         print(text)
     return 0
+
+
+def remote_status(a: Args, output: str) -> int:
+    """`cell status` of a cell found by its masters' URLs: what its API says, no processes."""
+    with a.cell() as cell:
+        cell.retry_s = 3.0
+        overview = cell.request("GET", "/v1/cell")
+        machines = cell.request("GET", "/v1/machines")["machines"]
+    counts = {"up": sum(m.get("state") == "up" for m in machines)}
+    counts["down"] = len(machines) - counts["up"]
+    data = {"local": None, "cell": overview, "machines": counts}
+    return show(data, output, lambda: cli_views.cell_text(None, overview, counts, color=cli_plain.color_on())[0])
 
 
 def local_status(state_dir: str | None) -> dict[str, Any]:
@@ -335,6 +391,7 @@ OUTPUT = ("--output",)
 FAST: dict[tuple[str, ...], Fast] = {
     ("job", "list"): Fast(0, job_list, ("--user", *OUTPUT), ("--json",)),
     ("job", "show"): Fast(1, job_show, OUTPUT, ("--json",)),
+    ("job", "submit"): Fast(1, job_submit, (), ("--detach", "--json")),
     ("job", "update"): Fast(1, job_update, ("--tasks",), ("--json",)),
     ("job", "kill"): Fast(1, job_kill, (), ("--json",)),
     ("task", "list"): Fast(1, task_list, OUTPUT, ("--json",)),
@@ -394,6 +451,13 @@ def complete(words: list[str], token: str | None) -> int:
 
 def main() -> None:
     """Entry point of the `minborg` console script."""
+    from reference.cli.contexts import ContextError, apply
+
+    try:
+        sys.argv[1:] = apply(sys.argv[1:])  # the context, for both command lines
+    except ContextError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     try:
         code = run(sys.argv[1:])
     except Fallback:

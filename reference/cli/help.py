@@ -28,6 +28,7 @@ GROUPS = (
         ("user", "Add, list and revoke the cell's users and their tokens (admin)."),
         ("quota", "Set, list and delete the users' quotas per priority band (admin)."),
         ("alloc", "Submit, list, show and kill alloc sets: resources reserved on several machines that jobs run in."),
+        ("config", "Contexts: several cells' masters, CA, token and default user, in ~/.config/minborg/config."),
         ("completion", "Print the shell completion script for bash, zsh or fish."),
     )),
     ("Daemons", (
@@ -56,6 +57,8 @@ EXAMPLES = (
 )
 OPTIONS = (
     ("--token TEXT", "Bearer token for the cell's API. Default: $MINBORG_TOKEN, else the local cell's admin token."),
+    ("--context NAME", "Talk to this context's cell (minborg config get-contexts). Default: $MINBORG_CONTEXT, "
+                       "else the current context, else the local cell."),
     ("--version", "Print the version and exit."),
     ("--help", "Show this message and exit."),
 )

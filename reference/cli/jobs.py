@@ -17,6 +17,8 @@ from reference.cli.common import (
     OutputOpt,
     ReadJobArg,
     StateDirOpt,
+    WatchForOpt,
+    WatchOpt,
     client,
     emitted,
     examples,
@@ -32,11 +34,13 @@ from reference.cli.views import (
     killed_line,
     machine_rows,
     resolved_line,
+    submitted_line,
     task_text,
     updated_line,
 )
+from reference.cli.watch import machine_line, task_line
 from reference.client import ClientError
-from reference.resources import format_cpu, format_resources
+from reference.resources import format_cpu
 
 job_app = typer.Typer(help="Submit, inspect, resize and kill jobs.", no_args_is_help=True)
 task_app = typer.Typer(help="Inspect tasks, their events and logs; kill them.", no_args_is_help=True)
@@ -116,10 +120,7 @@ def submit(
         if as_json:
             print_json(answer)
         else:
-            console.print(
-                f"submitted [bold]{spec.key}[/bold]: {spec.task_count} task(s) of {format_resources(spec.request)} "
-                f"at priority {spec.priority} (revision {answer.get('revision', '?')})"
-            )
+            print(submitted_line(answer, color=color_on()), flush=True)
         if not wait or not isinstance(answer.get("revision"), int) or spec.task_count == 0:
             return
         _wait_for_start(cell, spec.key, spec.task_count, answer["revision"], wait_timeout, quiet=as_json)
@@ -283,23 +284,27 @@ def schema() -> None:
 @task_app.command("list", epilog=examples(
     'minborg task list demo/hello_world',
     'minborg task list demo/hello_world -o wide',
+    'minborg task list demo/hello_world -w',
+    "minborg task list demo/hello_world -o jsonpath='{.items[*].machine}'",
 ))
 @handles_errors
 def list_tasks(
-    job: ReadJobArg, master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None,
-    as_json: JsonOpt = False,
+    job: ReadJobArg, watch: WatchOpt = False, watch_for: WatchForOpt = 3600, master: MasterOpt = None,
+    state_dir: StateDirOpt = None, output: OutputOpt = None, as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """List a job's tasks: index, incarnation, state, machine, address, restarts, health
-    (-o wide: pid, BNS name, last event, pending reason)."""
+    (-o wide: pid, BNS name, last event, pending reason; -w: then watch them)."""
     fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
         key = job_key(job, cell)
-        tasks = cell.tasks(key)
-    if emitted(tasks, fmt):
-        return
-    color = color_on()
-    columns, rows = task_rows(tasks, wide=fmt == "wide", color=color)
-    print(render(columns, rows, color=color, title=f"tasks of {key}"))
+        answer = cell.request("GET", f"/v1/jobs/{key}/tasks")
+        tasks = answer["tasks"]
+        if not emitted(tasks, fmt):
+            color = color_on()
+            columns, rows = task_rows(tasks, wide=fmt == "wide", color=color)
+            print(render(columns, rows, color=color, title=f"tasks of {key}"))
+        if watch:
+            _watch(cell, f"/v1/jobs/{key}/tasks", answer.get("revision"), watch_for, task_line)
 
 
 @task_app.command("show", epilog=examples(
@@ -440,19 +445,31 @@ def kill_task(
         console.print(f"killed task {index} of [bold]{key}[/bold]: now {task.get('state', '?')}")
 
 
-@machine_app.command("list", epilog=examples('minborg machine list', 'minborg machine list -o json'))
+@machine_app.command("list", epilog=examples(
+    'minborg machine list', 'minborg machine list -o json', 'minborg machine list -w', 'minborg machine list -o name'))
 @handles_errors
 def list_machines(
-    master: MasterOpt = None, state_dir: StateDirOpt = None, output: OutputOpt = None, as_json: JsonOpt = False
-) -> None:
-    """List machines: capacity, reserved, usage, state, isolation."""
+    watch: WatchOpt = False, watch_for: WatchForOpt = 3600, master: MasterOpt = None, state_dir: StateDirOpt = None,
+    output: OutputOpt = None, as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """List machines: capacity, reserved, usage, state, isolation (-w: then watch them)."""
     fmt = output_of(output, as_json)
     with client(master, state_dir) as cell:
-        machines = cell.machines()
-    if emitted(machines, fmt):
-        return
-    color = color_on()
-    print(render(*machine_rows(machines, color=color), color=color) if machines else "no machines")
+        answer = cell.request("GET", "/v1/machines")
+        machines = answer["machines"]
+        if not emitted(machines, fmt):
+            color = color_on()
+            print(render(*machine_rows(machines, color=color), color=color) if machines else "no machines")
+        if watch:
+            _watch(cell, "/v1/machines", answer.get("revision"), watch_for, machine_line)
+
+
+def _watch(cell: Any, path: str, revision: Any, for_s: float, line: Any) -> None:
+    """After a listing (-w): print each change from the listing's revision on, as kubectl get -w."""
+    from reference.cli.watch import follow
+
+    follow(cell, path, since=revision if isinstance(revision, int) else None, for_s=for_s, line=line,
+           say=lambda text: print(text, flush=True))  # fmt: skip
 
 
 @bns_app.command("resolve", epilog=examples('minborg bns resolve 0.hello_world.demo.local.minborg'))

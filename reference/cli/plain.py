@@ -21,7 +21,7 @@ STATE_COLOR = {
     "RUNNING": "green", "PENDING": "yellow", "STARTING": "yellow", "DEAD": "red", "BACKOFF": "red",
     "up": "green", "down": "red",
 }  # fmt: skip
-OUTPUTS = ("table", "wide", "json", "yaml")
+OUTPUTS = ("table", "wide", "json", "yaml", "name", "jsonpath=TEMPLATE")  # cli/output.py
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -92,12 +92,14 @@ def health_text(value: Any) -> tuple[str, str | None]:
 USER_ENV = "MINBORG_USER"
 
 
-def job_by_name(name: str, list_jobs: Callable[[], list[dict[str, Any]]]) -> str:
+def job_by_name(
+    name: str, list_jobs: Callable[[], list[dict[str, Any]]], whoami: Callable[[], Mapping[str, Any]] | None = None
+) -> str:
     """The key of the job a reading command names as NAME alone: $MINBORG_USER's job of that
-    name when it is set, else the cell's one job of that name (list_jobs: GET /v1/jobs). The
-    client cannot tell the token's user (the API has no such route), so several jobs of one
-    name are a ValueError that lists them."""
-    user = os.environ.get(USER_ENV)
+    name when it is set (a context's user sets it), else the token's user's (whoami: GET
+    /v1/whoami) unless that is the admin, else the cell's one job of that name (list_jobs: GET
+    /v1/jobs); several jobs of one name are a ValueError that lists them."""
+    user = os.environ.get(USER_ENV) or token_user(whoami)
     if user:
         return f"{user}/{name}"
     found = sorted(j.get("key") or f"{j.get('user')}/{j.get('name')}" for j in list_jobs() if j.get("name") == name)
@@ -106,6 +108,21 @@ def job_by_name(name: str, list_jobs: Callable[[], list[dict[str, Any]]]) -> str
     if not found:
         raise ValueError(f"no job named {name!r} in the cell: give USER/NAME such as demo/hello_world")
     raise ValueError(f"{len(found)} jobs are named {name!r} ({', '.join(found)}): give USER/NAME, or set ${USER_ENV}")
+
+
+def token_user(whoami: Callable[[], Mapping[str, Any]] | None) -> str | None:
+    """The user the token names (not the admin, who owns no jobs of its own); None when the
+    masters check no tokens or do not say (a master from before /v1/whoami)."""
+    if whoami is None:
+        return None
+    from reference.cellfile import ClientError
+
+    try:
+        answer = whoami()
+    except ClientError:
+        return None
+    user = answer.get("user")
+    return user if isinstance(user, str) and user and not answer.get("admin") else None
 
 
 def job_status(task_count: int, counts: Mapping[str, int] | None) -> tuple[str, str]:
@@ -232,12 +249,11 @@ def task_rows(
 
 
 def dump(data: Any, output: str) -> str:
-    """Machine-readable output: JSON (sorted, indented) or YAML."""
-    if output == "yaml":
-        import yaml
+    """Machine-readable output: JSON (sorted, indented), YAML, names or a jsonpath template,
+    each quantity in one unit and each time in ISO 8601 too (cli/output.py)."""
+    from reference.cli.output import render as render_data
 
-        return yaml.safe_dump(data, sort_keys=True, default_flow_style=False).rstrip()
-    return json.dumps(data, indent=2, sort_keys=True, default=str)
+    return render_data(data, output)
 
 
 def error_text(err: Any) -> str:

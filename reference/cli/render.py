@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -32,7 +31,9 @@ STATE_STYLE = {
 
 def print_json(data: Any) -> None:
     """Machine-readable output: plain JSON on stdout, nothing else (no colours, no wrapping)."""
-    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    from reference.cli.plain import dump
+
+    print(dump(data, "json"))
 
 
 def styled(value: Any) -> str:

@@ -258,6 +258,17 @@ def resolved_line(answer: Mapping[str, Any], name: str) -> str:
     return f"{answer.get('name', name)} -> {answer.get('host')}:{answer.get('port')} ({answer.get('task', '?')}, {healthy})"
 
 
+def submitted_line(answer: Mapping[str, Any], *, color: bool = False) -> str:
+    """`minborg job submit`: 'submitted demo/hello: 3 task(s) of cpu=100m ram=64MiB at priority 100 (revision 7)'."""
+    spec = answer.get("job", {})
+    key = spec.get("key") or f"{spec.get('user')}/{spec.get('name')}"
+    return (
+        f"submitted {paint(key, 'bold', color)}: {spec.get('task_count', '?')} task(s) of "
+        f"{format_resources(spec.get('request'))} at priority {spec.get('priority', '?')} "
+        f"(revision {answer.get('revision', '?')})"
+    )
+
+
 def updated_line(key: str, answer: Mapping[str, Any], *, color: bool = False) -> str:
     spec = answer.get("job", {})
     return (

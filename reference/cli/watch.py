@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from reference.cellfile import ClientError
 from reference.cli.http import Message
+from reference.cli.output import is_data, one_unit, render
 
 if TYPE_CHECKING:  # the fast path follows events through cli_http.PlainCell, without httpx
     from reference.client import CellClient
@@ -140,6 +141,23 @@ def job_line(message: Message) -> str:
     )
 
 
+def task_line(message: Message) -> str:
+    """One change of a job's tasks under `task list -w`: revision, change, index#incarnation, state, where."""
+    t = message.data.get("task") or {}
+    where = t.get("machine") or t.get("pending_reason") or "-"
+    state = t.get("status") or t.get("state") or "?"
+    return f"{message.revision:>8}  {message.event:<8}  {t.get('index', '?')}#{t.get('incarnation', '?'):<6}  {state:<9}  {where}"
+
+
+def machine_line(message: Message) -> str:
+    """One change of the machines under `machine list -w`: revision, change, name, state, tasks."""
+    m = message.data.get("machine") or {}
+    tasks = m.get("tasks")
+    count = len(tasks) if isinstance(tasks, list | dict) else tasks
+    reason = f"  {m['reason']}" if m.get("reason") else ""
+    return f"{message.revision:>8}  {message.event:<8}  {m.get('name', '?'):<20}  {m.get('state', '-'):<5}  tasks={count if count is not None else '-'}{reason}"
+
+
 EVENT_HEADER = f"{'time':<8}  {'revision':>8}  {'subject':<28}  {'event':<12}  detail"
 
 
@@ -159,7 +177,9 @@ def event_lines(output: str) -> Callable[[Message], str]:
     else rows under a header. Job and machine events carry no time of their own: one written
     in the same etcd revision as a task event is shown at that event's time, others as `-`."""
     if output in ("json", "yaml"):  # a stream: one compact JSON object a line either way
-        return lambda m: json.dumps({"event": m.event, "revision": m.revision, **m.data}, sort_keys=True)
+        return lambda m: json.dumps(one_unit({"event": m.event, "revision": m.revision, **m.data}), sort_keys=True)
+    if is_data(output):  # -o name (the subject) or a template, one line an event
+        return lambda m: render({"event": m.event, "revision": m.revision, **m.data}, output)
     times: dict[int, Any] = {}
     header = [EVENT_HEADER]  # said once, above the first row
 

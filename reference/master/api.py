@@ -32,6 +32,7 @@ from reference.master import (
     ui,
     users,
     views,
+    whoami,
 )
 from reference.master import allocs as alloc_sets
 from reference.master import watch as watches
@@ -344,6 +345,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
 
     ui.install(app, replica, task_logs, cell_overview)
     users.install(app, replica)
+    whoami.register(app)  # GET /v1/whoami: the token's user
     quotas.install(app, replica, write, read)
     alloc_sets.install(app, replica, write, read, stamped)
     drain.register(app, replica, write, stamped, views.machine_view)

@@ -64,7 +64,7 @@ def test_completion_candidates(capsys: pytest.CaptureFixture[str]) -> None:
     assert complete(["job", "show"], lambda: ["demo/web"])[:2] == ["demo/web", "--help"]  # the cell's jobs
     assert complete(["job", "show"], no_cell)[0] == "--help"  # no cell: the options alone
     assert complete(["job", "show", "demo/web"], lambda: ["demo/web"])[0] == "--help"  # the job is given
-    assert complete(["task", "list", "-o"], no_cell) == ["json", "table", "wide", "yaml"]
+    assert complete(["task", "list", "-o"], no_cell) == ["json", "jsonpath=", "name", "table", "wide", "yaml"]
 
 
 def test_the_bash_script_completes_through_the_fast_path(tmp_path: Path) -> None:
