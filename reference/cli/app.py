@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 
 from reference import launcher
+from reference.cli import drain as cli_drain
 from reference.cli import faux as cli_faux
 from reference.cli.allocs import alloc_app
 from reference.cli.common import (
@@ -61,6 +62,7 @@ app.add_typer(cell_app, name="cell", rich_help_panel=LIFECYCLE)
 app.add_typer(job_app, name="job", rich_help_panel=EVERYDAY)
 app.add_typer(task_app, name="task", rich_help_panel=EVERYDAY)
 app.add_typer(machine_app, name="machine", rich_help_panel=EVERYDAY)
+cli_drain.register(machine_app)  # machine drain, machine uncordon
 app.add_typer(bns_app, name="bns", rich_help_panel=EVERYDAY)
 app.add_typer(user_app, name="user", rich_help_panel=ADMIN)
 app.add_typer(quota_app, name="quota", rich_help_panel=ADMIN)

@@ -152,6 +152,16 @@ def share(name: str, used: Mapping[str, Any] | None, capacity: Mapping[str, Any]
     return f"{format_quantity(name, taken.get(name, 0))}/{format_quantity(name, (capacity or {}).get(name, 0))}"
 
 
+def machine_drain(m: Mapping[str, Any], color: bool) -> str:
+    """',SchedulingDisabled (draining, 3 left)' after a drained machine's state, as kubectl marks a cordoned node."""
+    if m.get("schedulable", True):
+        return ""
+    drain = m.get("drain") or {}
+    left = drain.get("tasks_left")
+    how = f" (draining, {left} left)" if left else " (drained)"
+    return paint(",SchedulingDisabled" + how, "yellow", color)
+
+
 def machine_rows(machines: list[dict[str, Any]], *, color: bool = False) -> tuple[list[str], list[list[str]]]:
     """`minborg machine list`: capacity, reserved, usage, state, isolation of each machine."""
     rows = []
@@ -165,7 +175,7 @@ def machine_rows(machines: list[dict[str, Any]], *, color: bool = False) -> tupl
         hollow = (m.get("attrs") or {}).get("hollow") == "true"
         rows.append([
             m.get("name", "") + (" " + paint("(hollow)", "dim", color) if hollow else ""),
-            state(m.get("state"), color),
+            state(m.get("state"), color) + machine_drain(m, color),
             m.get("failure_domain") or "-",
             share("cpu", requested, capacity),
             share("cpu", reserved, capacity),
