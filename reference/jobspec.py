@@ -476,8 +476,11 @@ def load_job_file(path: str | Path) -> JobSpec:
 
 
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of a job file (for editors and the CLI's `job schema`)."""
-    return JobSpec.model_json_schema()
+    """The JSON Schema of a job file (for editors and the CLI's `job schema`), with `$schema`,
+    `$id` and a description of every field (reference/jobschema.py)."""
+    from reference.jobschema import document
+
+    return document(JobSpec.model_json_schema())
 
 
 def is_valid_name(text: str) -> bool:

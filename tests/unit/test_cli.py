@@ -142,6 +142,29 @@ def test_job_schema_prints_the_json_schema() -> None:
     assert {"name", "user", "command", "request", "priority"} <= set(schema["properties"])
 
 
+def test_the_schema_describes_every_field_and_the_examples_name_its_copy() -> None:
+    import jsonschema
+    import yaml
+
+    from reference.jobschema import REPO_PATH, SCHEMA_DIALECT, SCHEMA_ID, fields
+
+    schema = json.loads(runner.invoke(app, ["job", "schema"]).stdout)
+    assert schema["$schema"] == SCHEMA_DIALECT and schema["$id"] == SCHEMA_ID
+    jsonschema.Draft202012Validator.check_schema(schema)
+    described = fields(schema)
+    assert len(described) > 25 and "autoscale.target" in described and "constraints.op" in described
+    assert [path for path, prop in described.items() if not prop.get("description")] == []
+    # The copy editors read is what the command prints (regenerate: minborg job schema > docs/job.schema.json).
+    repo = Path(__file__).resolve().parents[2]
+    assert json.loads((repo / REPO_PATH).read_text()) == schema
+    for path in [*repo.glob("examples/*.yaml"), repo / "examples/logsaver/web.yaml", repo / "examples/logsaver/logsaver.yaml"]:
+        first = path.read_text().splitlines()[0]
+        assert first.startswith("# yaml-language-server: $schema="), path
+        target = (path.parent / first.partition("$schema=")[2]).resolve()
+        assert target == (repo / REPO_PATH).resolve(), path
+        assert list(jsonschema.Draft202012Validator(schema).iter_errors(yaml.safe_load(path.read_text()))) == [], path
+
+
 def test_submit_of_an_invalid_file_exits_2_naming_each_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
