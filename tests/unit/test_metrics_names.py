@@ -16,9 +16,13 @@ from reference.master.metrics import MasterMetrics
 REPO = Path(__file__).resolve().parents[2]
 
 
-class FakeBorglet:
+class FakeTable:  # borglet/core.py's TaskTable: the sync counts the collector reads
     syncs = 1
     refused = {"stale_epoch": 0, "stale_seq": 0, "stale_revision": 0, "need_full": 0}
+
+
+class FakeBorglet:
+    table = FakeTable()
 
     def report(self) -> dict:
         usage = {"cpu_milli": 250, "ram_bytes": 4096}
