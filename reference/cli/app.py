@@ -569,6 +569,12 @@ def campaign_elastic(ctx: typer.Context) -> None:
     _run_main("loadtests.elastic.campaign", "the elastic campaign", ctx.args, extra="campaigns")
 
 
+@campaign_app.command("maintenance", **PASS_THROUGH)
+def campaign_maintenance(ctx: typer.Context) -> None:
+    """A rolling OS upgrade (drain, restart, uncordon) of a local cell's machines within every job's budget; writes reports/maintenance.md (try --help)."""
+    _run_main("loadtests.maintenance", "the maintenance campaign", ctx.args, extra="campaigns")
+
+
 @report_app.command("scheduler", **PASS_THROUGH)
 def report_scheduler(ctx: typer.Context) -> None:
     """Regenerate the scheduler report under reports/ (try --help)."""
