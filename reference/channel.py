@@ -187,6 +187,12 @@ def to_machine(name: str) -> dict[str, str]:
     return {MACHINE_HEADER: name}
 
 
+def replica_peer(name: str) -> str:
+    """The name a request between replicas (or from the scheduler process) is signed for: the
+    channel's machine header, so a request signed for one replica is refused by another."""
+    return f"replica:{name}"
+
+
 class ClientAuth(httpx.Auth):
     """Signs every request of an `httpx.Client` or `httpx.AsyncClient` with the cell's key,
     for the machine each request names (`to_machine`), or for `machine` when given."""

@@ -482,7 +482,7 @@ def master(ctx: typer.Context) -> None:
 @app.command("scheduler", rich_help_panel=DAEMONS, **PASS_THROUGH)
 def scheduler(ctx: typer.Context) -> None:
     """Run a scheduler process: plans on its own cached copy of the cell, proposes to the leader (try --help)."""
-    _run_main("reference.master.schedulerd", "the scheduler", ctx.args)
+    _run_main("reference.schedulerd.main", "the scheduler", ctx.args)
 
 
 @app.command("borglet", rich_help_panel=DAEMONS, **PASS_THROUGH)

@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from reference.elastic.reclaimer import apply_reservations, reservation_changes
 from reference.elastic.reservation import DEFAULT_HALF_LIFE_S, DEFAULT_MARGIN
 from reference.jobspec import JobSpec
 from reference.master.cell import Cell, Draft, JobInfo
@@ -33,6 +32,7 @@ from reference.master.leader import (
     roll_stale,
 )
 from reference.master.mutations import submit_job
+from reference.master.reclaimer import apply_reservations, reservation_changes
 from reference.scheduler import Plan, SchedulerConfig, plan_for
 from spec.model import CellState, Job, Machine, QuotaKey, Resources, TaskId, TaskState
 
@@ -203,7 +203,7 @@ class Fauxmaster:
         figures as a borglet reports them, e.g. {"cpu_milli": 120, "ram_bytes": 2**27}): each
         running task's reservation moves toward its usage plus `margin`, and non-prod work in
         reclaimed room a growing reservation needs back is evicted. Returns the reservations
-        written. The estimate is `elastic.reclaimer.reservation_changes`, the commit
+        written. The estimate is `master.reclaimer.reservation_changes`, the commit
         `apply_reservations`, both as the leader runs them; `now` is the clock they read (run
         the Fauxmaster's clock from past 0: a task started at 0 reads as never started)."""
         changes = reservation_changes(

@@ -103,10 +103,10 @@ def start_scheduler(
     root: Path, cell: str, name: str, etcd_urls: list[str], workdir: str, env: dict[str, str],
     signed: bool = True, etcd_tls: StoreTLS | None = None,
 ) -> ProcessRecord:  # fmt: skip
-    """Start scheduler process `name` of the cell (`reference.master.schedulerd`): it has no
+    """Start scheduler process `name` of the cell (`reference.schedulerd`): it has no
     address of its own; it reads etcd and posts its plans to the leader."""
     command = [
-        sys.executable, "-m", "reference.master.schedulerd", "--name", name, "--etcd", ",".join(etcd_urls),
+        sys.executable, "-m", "reference.schedulerd", "--name", name, "--etcd", ",".join(etcd_urls),
         *(etcd_tls.args() if etcd_tls else []), "--cell", cell, *channel_args(root, signed, borglet=False),
     ]  # fmt: skip
     return spawn(Role.SCHEDULER, name, command, "", root / "logs" / f"{name}.log", workdir, env)

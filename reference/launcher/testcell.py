@@ -174,7 +174,7 @@ class LocalCell:
                 m.start()
             for i in range(self._n_schedulers):
                 argv = [
-                    sys.executable, "-m", "reference.master.schedulerd", "--name", f"s{i}",
+                    sys.executable, "-m", "reference.schedulerd", "--name", f"s{i}",
                     "--etcd", ",".join(self.etcd.client_urls), *self.etcd_tls_args(), "--cell", self.cell,
                     "--channel-key-file", str(self.channel_key_file),
                 ]  # fmt: skip

@@ -51,9 +51,8 @@ from reference.master.mutations import (
 from reference.master.querycheck import freshness_query, known_query
 from reference.master.readgate import ReadGate
 from reference.master.replica import Replica
-from reference.master.schedulerd import PLANS_PATH
 from reference.master.writer import NotLeader, WriteFailed
-from reference.scheduler.wire import plan_from_json
+from reference.scheduler.wire import PLANS_PATH, plan_from_json
 
 RETRY_AFTER_S = "1"
 LARGE_LIST = 500  # a list read of this many tasks or more is rendered off the event loop

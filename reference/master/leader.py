@@ -16,16 +16,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from reference.elastic.jobscaler import JobAutoscaler
-from reference.elastic.reclaimer import Reclaimer
 from reference.master import backoff, drain, events
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, TaskInfo, is_pass_work, machine_images
 from reference.master.crashes import record_failures
+from reference.master.jobscaler import JobAutoscaler
 from reference.master.poller import Link, Poller
+from reference.master.reclaimer import Reclaimer
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
 from reference.scheduler.pairing import CrashMemory
+from reference.scheduler.setaside import SetAside
 from spec.actions import Step, apply, restart_allowed
 from spec.model import Band, CellState, DeathCause, QuotaKey, Resources, TaskId, TaskState
 
@@ -108,51 +109,6 @@ def cell_has_work(cell: Cell) -> bool:
     if cell.work is not None:
         return bool(cell.work)
     return pass_has_work(cell.state)
-
-
-class Unschedulable:
-    """Pending tasks a pass found no place for, skipped by later passes while nothing could
-    have made room: the cell's capacity epoch has not moved (no machine changed, no task left
-    a machine or changed what it holds, no job changed its request) and at most `retry_s` has
-    passed. Kubernetes keeps its unschedulable pods aside the same way, until a cluster event
-    or a periodic flush. Placement here is deterministic given the cell (relaxed
-    randomization samples machines but scans on until it has found enough feasible ones), so
-    a task that fitted nowhere still fits nowhere."""
-
-    def __init__(self, retry_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.retry_s, self.clock = retry_s, clock
-        self.tasks: set[TaskId] = set()
-        self.epoch = -1
-        self.since = 0.0
-
-    def _valid(self, epoch: int) -> bool:
-        return epoch >= 0 and epoch == self.epoch and self.clock() - self.since < self.retry_s
-
-    def covers(self, cell: Cell) -> bool:
-        """Whether a pass over `cell` has nothing to do but tasks already found unschedulable."""
-        if cell.work is None or cell.running is None or not self._valid(cell.capacity_epoch):
-            return False
-        return not (cell.work - self.tasks)
-
-    def known(self, epoch: int) -> set[TaskId]:
-        """The tasks known to be unschedulable at `epoch` (none once the set is stale)."""
-        return self.tasks if self._valid(epoch) else set()
-
-    def to_plan(self, pending: set[TaskId], epoch: int) -> set[TaskId]:
-        """Which of the pending tasks to plan: all of them when the set is no longer valid."""
-        if not self._valid(epoch):
-            self.tasks = set()
-            self.since = self.clock()
-            self.epoch = epoch
-            return pending
-        return pending - self.tasks
-
-    def found(self, unplaced: set[TaskId], pending: set[TaskId], epoch: int) -> None:
-        """After a pass at `epoch`: `unplaced` of its planned tasks found no place."""
-        if epoch < 0:
-            self.tasks, self.epoch = set(), -1
-            return
-        self.tasks = self.tasks | unplaced  # killed ones linger harmlessly until the next reset
 
 
 # Pending reasons written per pass at most: tasks of one job share a class and its reasons, so
@@ -324,7 +280,7 @@ class Term:
         self.restarts = TokenBucket(config.restart_rate)
         self.rolls = TokenBucket(config.roll_rate)
         self.passes = 0
-        self.unschedulable = Unschedulable()
+        self.unschedulable = SetAside()
         self.crashes = CrashMemory()  # task::machine pairings that crashed lately (scheduler/pairing.py)
         self._scheduler_heard = -float("inf")
         self.scheduler_name = ""  # the scheduler process whose plan came last

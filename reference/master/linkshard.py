@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from reference import channel, fastjson
+from reference.channel import replica_peer
 from reference.master import shards
 from reference.master.cache import WatchCache
 from reference.master.intake import refusal_reason
@@ -554,12 +555,6 @@ class ShardRelay:
                 log.info("relay through %s failed: %s", owner, err)
             self.fallbacks += 1
         return self.shard.relay(items)
-
-
-def replica_peer(name: str) -> str:
-    """The name a request between replicas (or from the scheduler) is signed for: the
-    channel's machine header, so a request signed for one replica is refused by another."""
-    return f"replica:{name}"
 
 
 REPORTS_PATH = "/internal/v1/shard/reports"  # a shard's batch, to the leader

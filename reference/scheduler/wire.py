@@ -7,6 +7,8 @@ from typing import Any
 from reference.scheduler.plan import Placement, Plan, Reason, Unschedulable
 from spec.model import TaskId
 
+PLANS_PATH = "/internal/v1/plans"  # a scheduler process's plan, to the leader (signed, like a sync)
+
 
 def task_ref(tid: TaskId) -> list[Any]:
     return [tid.job, tid.index, tid.incarnation]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from reference.elastic.jobscaler import JobAutoscaler
 from reference.jobspec import parse_job
 from reference.master import views
 from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo
+from reference.master.jobscaler import JobAutoscaler
 from spec.actions import schedule, submit
 from spec.fmap import FMap
 from spec.model import CellState, Machine, Resources, TaskId, TaskState

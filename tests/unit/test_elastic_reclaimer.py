@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reference.elastic.reclaimer import apply_reservations, reservation_changes
 from reference.master.cell import Cell, Draft, TaskInfo
+from reference.master.reclaimer import apply_reservations, reservation_changes
 from spec.actions import reserve, schedule, submit
 from spec.fmap import FMap
 from spec.model import CellState, Job, Machine, Resources, TaskId, TaskState
@@ -73,7 +73,7 @@ def test_a_tick_writes_at_most_its_limit_largest_changes_first() -> None:
 def test_tasks_still_to_be_started_take_the_ticks_budget_down_to_its_floor() -> None:
     from dataclasses import replace
 
-    from reference.elastic.reclaimer import MAX_WRITES_PER_TICK, MIN_WRITES_PER_TICK, write_budget
+    from reference.master.reclaimer import MAX_WRITES_PER_TICK, MIN_WRITES_PER_TICK, write_budget
 
     cell = running_cell(300)
     started = TaskInfo(started_at=1000.0, borglet_state="RUNNING", seen=True)

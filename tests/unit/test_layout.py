@@ -1,5 +1,9 @@
-"""The project's layout rules, read from the source: no import cycle, a product free of
-measurement libraries, and no private name used across modules."""
+"""The project's layout rules, read from the source: no import cycle between modules or between
+packages, a product free of measurement libraries, and no private name used across modules.
+
+An import counts however it is made: `import`, `from ... import`, at any depth, and by string
+(`importlib.import_module("m")`, `python -m m` in a command line, a command that loads its
+module by name): a string that names a project module is an import of it."""
 
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ class Import:
     target: str  # the imported module, resolved (a project module or an outside one)
     names: tuple[str, ...]  # names taken from it (`from target import a, b`); () for `import target`
     line: int
+    by_string: bool = False  # named in a string (`import_module("m")`, `-m m`), loaded when run
 
 
 def module_name(path: Path) -> str:
@@ -74,13 +79,53 @@ def imports_of(module: Module, modules: dict[str, Module]) -> Iterator[Import]:
                     plain.append(alias.name)
             if plain:
                 yield Import(module.name, base, tuple(plain), node.lineno)
+    yield from string_imports(module, modules)
+
+
+def string_imports(module: Module, modules: dict[str, Module]) -> Iterator[Import]:
+    """Modules named by a string: a dotted name anywhere but in a docstring (`"pkg.mod"`, or
+    `"pkg.mod:attr"` as an entry point), and an undotted one where a module is loaded by name:
+    a call's first argument (`import_module("harness")`, `run_main("harness", ...)`) or the
+    word after `"-m"` in a command line."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(module.tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    loaded_by_name: set[int] = set()
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Call) and node.args:
+            loaded_by_name.add(id(node.args[0]))
+        elif isinstance(node, ast.List | ast.Tuple):
+            for before, after in zip(node.elts, node.elts[1:], strict=False):
+                if isinstance(before, ast.Constant) and before.value == "-m":
+                    loaded_by_name.add(id(after))
+    for node in ast.walk(module.tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docstrings:
+            continue
+        name = node.value.partition(":")[0]
+        if name in modules and name != module.name and ("." in name or id(node) in loaded_by_name):
+            yield Import(module.name, name, (), node.lineno, by_string=True)
+
+
+#: The command line runs benchmarks and campaigns by module name when asked (`minborg bench
+#: cell`), loaded only then from the extras that install them: the one place the system names
+#: measurement code. Those edges are left out of the cycle checks (a benchmark of the command
+#: line imports it back); any other string import counts.
+MAY_RUN_MEASUREMENT = ("reference.cli.app",)
+
+
+def runs_measurement(imp: Import) -> bool:
+    return imp.by_string and imp.source in MAY_RUN_MEASUREMENT and imp.target.partition(".")[0] in MEASUREMENT_ONLY
 
 
 def project_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for module in modules.values():
         for imp in imports_of(module, modules):
-            if imp.target in modules and imp.target != module.name:
+            if imp.target in modules and imp.target != module.name and not runs_measurement(imp):
                 graph[module.name].add(imp.target)
     return graph
 
@@ -169,8 +214,47 @@ def modules() -> dict[str, Module]:
     return project_modules()
 
 
+def package_of(name: str) -> str:
+    """The package a module belongs to, as the layout is drawn: a package of `reference/`
+    (`reference.master`, `reference.schedulerd`; a module at its top level stands alone),
+    else the top-level package (`spec`, `harness`, `bench`, ...)."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "reference" and len(parts) > 1 else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        mine = packages.setdefault(package_of(source), set())
+        mine.update(p for t in targets if (p := package_of(t)) != package_of(source))
+    for targets in list(packages.values()):
+        for t in targets:
+            packages.setdefault(t, set())
+    return packages
+
+
 def test_no_import_cycle_inside_the_project(modules: dict[str, Module]) -> None:
     assert cycles(project_graph(modules)) == []
+
+
+#: The packages of the cell's core, which must stand in layers: the elastic policies and the
+#: scheduler library below the master, the scheduler process above the master (it reads the
+#: cell through `schedulerd.process.CellSource`), the Fauxmaster above the master.
+LAYERED = (
+    "reference.master", "reference.elastic", "reference.fauxmaster", "reference.schedulerd", "reference.scheduler",
+    "reference.borglet", "reference.store", "spec",
+)  # fmt: skip
+#: Circles still there, each to be taken out of this list when it is broken (a new one fails).
+#: master <-> fauxmaster: the dry run (master/dryrun.py) runs the Fauxmaster, which runs the
+#: master's code; breaking it means the master's pure core (cell, codec, mutations, the leader's
+#: pass functions) as a package below both.
+KNOWN_CIRCLES = [["reference.fauxmaster", "reference.master"]]
+
+
+def test_the_core_packages_import_each_other_in_no_circle(modules: dict[str, Module]) -> None:
+    graph = package_graph(project_graph(modules))
+    core = {p: {t for t in targets if t in LAYERED} for p, targets in graph.items() if p in LAYERED}
+    assert cycles(core) == KNOWN_CIRCLES, "core packages that import each other, directly or around a circle"
 
 
 def test_the_system_does_not_import_measurement_code(modules: dict[str, Module]) -> None:
@@ -179,7 +263,7 @@ def test_the_system_does_not_import_measurement_code(modules: dict[str, Module])
         for module in modules.values()
         if module.name.startswith("reference.") or module.name == "reference"
         for imp in imports_of(module, modules)
-        if imp.target.partition(".")[0] in MEASUREMENT_ONLY
+        if imp.target.partition(".")[0] in MEASUREMENT_ONLY and not runs_measurement(imp)
     ]
     assert offending == []
 
@@ -244,3 +328,32 @@ def test_private_names_across_modules_are_found_both_ways() -> None:
     })
     found = private_uses(mods)
     assert [f.rpartition(": ")[2] for f in found] == ["pkg.b._hidden", "pkg.b._start"]
+
+
+def test_a_cycle_closed_by_a_string_import_is_found() -> None:
+    # A command line that runs a module by name, and that module imports the command line back.
+    mods = _modules({
+        "pkg.cli": 'import importlib\ndef run(): importlib.import_module("pkg.bench").main()\n',
+        "pkg.bench": "from pkg import cli\n",
+        "pkg.other": 'def f(): run_main("tool", "the tool")\n',
+        "tool": "import pkg.other\n",
+        "pkg.spawn": 'CMD = [sys.executable, "-m", "solo"]\n"""A docstring naming pkg.cli is no import."""\n',
+        "solo": "from pkg import spawn\n",
+        "pkg.doc": '"""pkg.cli is named here, in a docstring only."""\n',
+    })
+    graph = project_graph(mods)
+    assert graph["pkg.doc"] == set() and graph["pkg.spawn"] == {"solo"}
+    assert cycles(graph) == [["pkg.bench", "pkg.cli"], ["pkg.other", "tool"], ["pkg.spawn", "solo"]]
+
+
+def test_a_package_circle_is_found_though_no_module_cycle_is() -> None:
+    # reference.a.x -> reference.b.y -> reference.a.z: no module imports itself back, yet the
+    # two packages import each other.
+    mods = _modules({
+        "reference.a.x": "from reference.b import y\n",
+        "reference.b.y": 'MODULE = "reference.a.z:main"\n',
+        "reference.a.z": "import os\n",
+    })
+    graph = project_graph(mods)
+    assert cycles(graph) == []
+    assert cycles(package_graph(graph)) == [["reference.a", "reference.b"]]

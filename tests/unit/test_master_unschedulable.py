@@ -7,7 +7,7 @@ from __future__ import annotations
 from reference.master import codec
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo
-from reference.master.leader import Unschedulable
+from reference.scheduler.setaside import SetAside
 from reference.store import ops
 from spec.model import (
     Constraint,
@@ -95,7 +95,7 @@ def ids(*n: int) -> set[TaskId]:
 
 def test_unschedulable_tasks_are_planned_again_only_after_capacity_moved_or_a_while() -> None:
     clock = Clock()
-    u = Unschedulable(retry_s=30.0, clock=clock)
+    u = SetAside(retry_s=30.0, clock=clock)
     assert u.to_plan(ids(0, 1), epoch=5) == ids(0, 1)  # nothing known yet: plan all
     u.found(ids(0, 1), ids(0, 1), epoch=5)
     cell = Cell(work=frozenset(ids(0, 1)), running=frozenset(), capacity_epoch=5)

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from reference.elastic.jobscaler import UsageSource
 from reference.elastic.reservation import (
     DEFAULT_HALF_LIFE_S,
     DEFAULT_MARGIN,
@@ -21,6 +20,7 @@ from reference.elastic.reservation import (
 )
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft
+from reference.master.jobscaler import UsageSource
 from reference.master.views import task_counts
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from spec.actions import ACTIONS, EvictReason

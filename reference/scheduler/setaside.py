@@ -1,0 +1,68 @@
+"""Pending tasks set aside as unschedulable until capacity may have changed: one record for
+the leader's own pass and the scheduler process (reference/schedulerd/)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from typing import Protocol
+
+from spec.model import TaskId
+
+
+class PassView(Protocol):
+    """What `covers` reads of a view of the cell (the watch cache's `Cell`)."""
+
+    @property
+    def work(self) -> Collection[TaskId] | None: ...
+
+    @property
+    def running(self) -> Collection[TaskId] | None: ...
+
+    @property
+    def capacity_epoch(self) -> int: ...
+
+
+class SetAside:
+    """Pending tasks a pass found no place for, skipped by later passes while nothing could
+    have made room: the cell's capacity epoch has not moved (no machine changed, no task left
+    a machine or changed what it holds, no job changed its request) and at most `retry_s` has
+    passed. Kubernetes keeps its unschedulable pods aside the same way, until a cluster event
+    or a periodic flush. Placement here is deterministic given the cell (relaxed
+    randomization samples machines but scans on until it has found enough feasible ones), so
+    a task that fitted nowhere still fits nowhere."""
+
+    def __init__(self, retry_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.retry_s, self.clock = retry_s, clock
+        self.tasks: set[TaskId] = set()
+        self.epoch = -1
+        self.since = 0.0
+
+    def _valid(self, epoch: int) -> bool:
+        return epoch >= 0 and epoch == self.epoch and self.clock() - self.since < self.retry_s
+
+    def covers(self, cell: PassView) -> bool:
+        """Whether a pass over `cell` has nothing to do but tasks already found unschedulable."""
+        if cell.work is None or cell.running is None or not self._valid(cell.capacity_epoch):
+            return False
+        return not (cell.work - self.tasks)
+
+    def known(self, epoch: int) -> set[TaskId]:
+        """The tasks known to be unschedulable at `epoch` (none once the set is stale)."""
+        return self.tasks if self._valid(epoch) else set()
+
+    def to_plan(self, pending: set[TaskId], epoch: int) -> set[TaskId]:
+        """Which of the pending tasks to plan: all of them when the set is no longer valid."""
+        if not self._valid(epoch):
+            self.tasks = set()
+            self.since = self.clock()
+            self.epoch = epoch
+            return pending
+        return pending - self.tasks
+
+    def found(self, unplaced: set[TaskId], pending: set[TaskId], epoch: int) -> None:
+        """After a pass at `epoch`: `unplaced` of its planned tasks found no place."""
+        if epoch < 0:
+            self.tasks, self.epoch = set(), -1
+            return
+        self.tasks = self.tasks | unplaced  # killed ones linger harmlessly until the next reset

@@ -1,0 +1,28 @@
+"""The scheduler as a process of its own (`minborg scheduler`, `python -m reference.schedulerd`).
+
+Borg (Verma et al. 2015, section 3.4) runs its scheduler apart from the Borgmaster: it works
+on a cached copy of the cell state, and the master accepts its assignments unless they are
+inappropriate (based on out-of-date state), in which case the tasks go back to the queue for
+the scheduler's next pass. Here:
+
+- `process.SchedulerProcess` runs while it holds the cell's scheduler lease (`Keys.scheduler`):
+  one process schedules at a time, the others wait on standby. It reaches the cell only
+  through two small interfaces: a `CellSource` (a `View` of the cell, a wait for a revision)
+  and a `Leader` (a plan proposed, the answer back).
+- Each pass plans the pending tasks with the scheduler library (`plan_for`, the same config,
+  the same set-aside of tasks found unschedulable while nothing freed capacity,
+  `scheduler.setaside`), and proposes the plan, with the revision it was computed at, to the
+  leader (`scheduler.wire.PLANS_PATH`). It then waits for its view to reach the revision the
+  leader committed at, so it never plans twice on the same state.
+- The leader (`Term.accept_plan`) commits each placement, with its preemptions, only if every
+  one of its spec steps is still allowed in the cell as it is now (the task still pending, the
+  machine up and with room, each victim still running there): optimistic concurrency. A
+  placement that fails that check is a conflict; its task stays PENDING and is planned again.
+- While the leader hears from a scheduler process (a plan, or an empty one as a heartbeat,
+  every `HEARTBEAT_S`), it leaves scheduling to it and keeps restarts, rolling updates and
+  polling; when it has heard nothing for `Term.SCHEDULER_GRACE_S`, it schedules again itself.
+
+`cached.CachedCell` is the `CellSource` of a real cell (a watch cache of etcd, the class every
+master replica keeps) and `cached.HttpLeader` the `Leader` (a signed POST); `main` wires them.
+So the leader's event loop and writer no longer share a GIL with scheduling passes.
+"""

@@ -1,0 +1,5 @@
+"""`python -m reference.schedulerd`: the scheduler process."""
+
+from reference.schedulerd.main import main
+
+main()

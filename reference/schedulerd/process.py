@@ -1,0 +1,180 @@
+"""The scheduler process's loop: one pass plans what is pending in a `View` of the cell and proposes it to the `Leader`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from reference.scheduler import SchedulerConfig, plan_for
+from reference.scheduler.setaside import SetAside
+from reference.scheduler.wire import plan_to_json
+from reference.store.client import StoreError
+from spec.model import CellState, TaskId, TaskState
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 0.5  # an idle scheduler tells the leader it is there this often
+
+
+@dataclass(frozen=True)
+class View:
+    """What a pass reads of the cell."""
+
+    revision: int
+    state: CellState
+    leader: tuple[str, str] | None  # (name, url) of the leader; None while the cell has none
+    capacity_epoch: int = -1  # moves whenever capacity may have been freed (-1: unknown)
+    work: Collection[TaskId] | None = None  # tasks a pass may have to look at; None: all
+    running: Collection[TaskId] | None = None  # RUNNING tasks; None: read them from `state`
+    images: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # machine -> images it holds
+
+
+class CellSource(Protocol):
+    """The cell as the scheduler process reads it."""
+
+    def view(self) -> View: ...
+
+    def wait_revision(self, revision: int, timeout: float) -> bool: ...
+
+    def on_change(self, fn: Callable[[int], None]) -> None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class Lease(Protocol):
+    """The cell's scheduler lease (`store.election.Election` on `Keys.scheduler`): one process
+    schedules at a time."""
+
+    def start(self) -> None: ...
+
+    def resign(self) -> None: ...
+
+
+class Leader(Protocol):
+    """Where plans go."""
+
+    def propose(self, leader: tuple[str, str], doc: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """POST the plan document to the leader; (status, answer), or None when not delivered."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def pending_of(view: View) -> set[TaskId]:
+    """The pending tasks a pass plans. A task whose job record has not arrived yet (a large
+    job is written in several txns, tasks first) is left for the pass that sees its job."""
+    state = view.state
+    work = view.work if view.work is not None else state.tasks
+    return {
+        tid
+        for tid in work
+        if (t := state.tasks.get(tid)) is not None and t.state is TaskState.PENDING and tid.job in state.jobs
+    }
+
+
+class SchedulerProcess:
+    def __init__(
+        self, *, name: str, cell: CellSource, leader: Leader,
+        lease: Callable[[Callable[[int], None], Callable[[str], None]], Lease], config: SchedulerConfig | None = None,
+    ) -> None:  # fmt: skip
+        """`lease(on_elected, on_deposed)` makes the scheduler lease this process campaigns for."""
+        self.name = name
+        self.cell = cell
+        self.leader = leader
+        self.config = config or SchedulerConfig()
+        self.election = lease(self._elected, self._deposed)
+        self._active = threading.Event()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        self.unschedulable = SetAside()
+        self.passes = 0
+        self.proposed = {"plans": 0, "placements": 0, "placed": 0, "conflicts": 0, "refused": 0}
+
+    def start(self) -> None:
+        self.cell.start()
+        self.cell.on_change(lambda _rev: self._wake.set())
+        self.election.start()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        try:
+            self.election.resign()
+        except StoreError as err:
+            log.info("resign failed: %s", err)
+        self._thread.join(5)
+        self.cell.stop()
+        self.leader.close()
+
+    def _elected(self, token: int) -> None:
+        log.info("%s schedules the cell (lease %d)", self.name, token)
+        self._active.set()
+        self._wake.set()
+
+    def _deposed(self, reason: str) -> None:
+        log.warning("%s no longer schedules: %s", self.name, reason)
+        self._active.clear()
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        last_sent = 0.0
+        while not self._stop.is_set():
+            self._wake.wait(HEARTBEAT_S)
+            self._wake.clear()
+            if not self._active.is_set():
+                continue
+            try:
+                sent = self.step(heartbeat=time.monotonic() - last_sent >= HEARTBEAT_S)
+            except Exception:  # one bad pass must not end scheduling
+                log.exception("scheduling pass failed")
+                sent = False
+            if sent:
+                last_sent = time.monotonic()
+
+    def step(self, heartbeat: bool = False) -> bool:
+        """One pass: plan what is pending and propose it; with `heartbeat`, propose even an
+        empty plan. Returns whether a proposal went out."""
+        view = self.cell.view()
+        if view.leader is None:
+            return False
+        pending = pending_of(view) - self.unschedulable.known(view.capacity_epoch)
+        to_plan = self.unschedulable.to_plan(pending, view.capacity_epoch) if pending else set()
+        if not to_plan and not heartbeat:
+            return False
+        doc: dict[str, Any] = {"scheduler": self.name, "revision": view.revision, "plan": {}}
+        plan = None
+        if to_plan:
+            plan = plan_for(
+                view.state, self.config, seed=self.passes, pending_ids=to_plan,
+                running_ids=view.running, images=view.images,
+            )  # fmt: skip
+            self.passes += 1
+            doc["plan"] = plan_to_json(plan)
+            self.proposed["placements"] += len(plan.placements)
+        answered = self.leader.propose(view.leader, doc)
+        if answered is None:
+            return False
+        status, answer = answered
+        if status != 200:
+            self.proposed["refused"] += 1
+            log.info("the leader refused the plan: %d %s", status, str(answer)[:200])
+            return False
+        self.proposed["plans"] += 1
+        self.proposed["placed"] += int(answer.get("placed") or 0)
+        self.proposed["conflicts"] += int(answer.get("conflicts") or 0)
+        if plan is not None:
+            # Set aside only the tasks the pass found no place for, with reasons; a task it did
+            # not get to is planned again at once.
+            self.unschedulable.found({u.task for u in plan.unschedulable}, pending, view.capacity_epoch)
+            # Plan again only on the state the leader's commit made.
+            self.cell.wait_revision(int(answer.get("revision") or 0), 5.0)
+        return True

@@ -1,0 +1,104 @@
+"""The scheduler process's pass (reference/schedulerd/process.py) on a cell behind its two
+interfaces, faked here: what it plans, what it proposes, and what it waits for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from reference.schedulerd.process import SchedulerProcess, View, pending_of
+from spec.actions import machine_add, submit
+from spec.model import CellState, Machine, Resources
+from tests.unit.master_cells import SPEC
+
+LEADER = ("m0", "http://127.0.0.1:1")
+
+
+def pending_state() -> CellState:
+    """alice/web's two tasks PENDING, one machine with room for both."""
+    state = machine_add(CellState(), Machine("m1", Resources.of(cpu=4000, ram=2**30)))
+    assert state is not None
+    return submit(state, SPEC.to_spec_job())
+
+
+class FakeCell:
+    def __init__(self, view: View) -> None:
+        self.current = view
+        self.waited: list[int] = []
+
+    def view(self) -> View:
+        return self.current
+
+    def wait_revision(self, revision: int, timeout: float) -> bool:
+        self.waited.append(revision)
+        return True
+
+    def on_change(self, fn: Callable[[int], None]) -> None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class FakeLeader:
+    def __init__(self, status: int = 200, answer: dict[str, Any] | None = None) -> None:
+        self.status, self.answer = status, answer if answer is not None else {"placed": 2, "revision": 41}
+        self.docs: list[dict[str, Any]] = []
+
+    def propose(self, leader: tuple[str, str], doc: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        assert leader == LEADER
+        self.docs.append(doc)
+        return self.status, self.answer
+
+    def close(self) -> None: ...
+
+
+def process(view: View, leader: FakeLeader) -> tuple[SchedulerProcess, FakeCell]:
+    cell = FakeCell(view)
+    lease = SimpleNamespace(start=lambda: None, resign=lambda: None)
+    return SchedulerProcess(name="s0", cell=cell, leader=leader, lease=lambda elected, deposed: lease), cell
+
+
+def test_a_pass_plans_the_pending_tasks_proposes_them_and_waits_for_the_commit() -> None:
+    leader = FakeLeader()
+    p, cell = process(View(revision=40, state=pending_state(), leader=LEADER, capacity_epoch=3), leader)
+    assert p.step() is True
+    (doc,) = leader.docs
+    assert (doc["scheduler"], doc["revision"]) == ("s0", 40)
+    assert sorted(pl["machine"] for pl in doc["plan"]["placements"]) == ["m1", "m1"]
+    assert cell.waited == [41]  # plans again only on the state the leader's commit made
+    assert p.proposed == {"plans": 1, "placements": 2, "placed": 2, "conflicts": 0, "refused": 0}
+
+
+def test_without_a_leader_nothing_is_planned() -> None:
+    leader = FakeLeader()
+    p, _ = process(View(revision=1, state=pending_state(), leader=None), leader)
+    assert p.step(heartbeat=True) is False and leader.docs == [] and p.passes == 0
+
+
+def test_with_nothing_pending_only_a_heartbeat_goes_out_and_it_is_an_empty_plan() -> None:
+    leader = FakeLeader(answer={"placed": 0, "revision": 7})
+    idle = machine_add(CellState(), Machine("m1", Resources.of(cpu=4000, ram=2**30)))
+    p, cell = process(View(revision=5, state=idle, leader=LEADER), leader)
+    assert p.step() is False and leader.docs == []
+    assert p.step(heartbeat=True) is True
+    assert leader.docs == [{"scheduler": "s0", "revision": 5, "plan": {}}]
+    assert cell.waited == []  # no plan: nothing to wait for
+
+
+def test_a_refused_plan_is_counted_and_not_waited_for() -> None:
+    leader = FakeLeader(status=409, answer={"text": "this replica does not lead"})
+    p, cell = process(View(revision=40, state=pending_state(), leader=LEADER), leader)
+    assert p.step() is False
+    assert p.proposed["refused"] == 1 and p.proposed["plans"] == 0 and cell.waited == []
+
+
+def test_a_task_whose_job_record_has_not_arrived_is_left_for_a_later_pass() -> None:
+    state = pending_state()
+    without_job = CellState(machines=state.machines, jobs={}, tasks=state.tasks, quotas=state.quotas)
+    assert len(pending_of(View(revision=1, state=state, leader=LEADER))) == 2
+    assert pending_of(View(revision=1, state=without_job, leader=LEADER)) == set()
+    # The watch cache's work set narrows what is looked at.
+    first = min(state.tasks)
+    assert pending_of(View(revision=1, state=state, leader=LEADER, work={first})) == {first}
