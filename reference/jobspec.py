@@ -9,6 +9,7 @@ Unknown fields are refused, so a typo is an error rather than a silently ignored
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -312,6 +313,11 @@ PRIORITY_SCHEMA: dict[str, Any] = {
 }
 
 
+# The job file's fields the spec knows only through `Job.template`: a change to any of them
+# replaces the job's tasks by a rolling update.
+RESTART_FIELDS = ("command", "env", "cwd", "image", "health_check", "pids_max")
+
+
 class JobSpec(BaseModel):
     """A job file. After validation `priority` is an int and `request` holds canonical units."""
 
@@ -347,6 +353,11 @@ class JobSpec(BaseModel):
     # How many processes and threads each task may have at once (its pids cgroup, a container's
     # pids limit): a fork bomb stops there. The default is a container's (borglet/containers.py).
     pids_max: int = Field(default=1024, ge=1, le=1_000_000)
+    max_unavailable: int = Field(default=1, ge=1, le=10000, description=(
+        "how many of the job's tasks a rolling update (`job run` of a changed file) or a machine drain may take"
+        " down at once; 1 by default: one task is replaced, and confirmed running (and healthy, with a health"
+        " check), before the next"
+    ))  # fmt: skip
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -388,7 +399,15 @@ class JobSpec(BaseModel):
             # is preferred (scheduler/terms.py, package_holders).
             package=self.package or self.image,
             version=version,
+            max_unavailable=self.max_unavailable,
+            template=self.template(),
         )
+
+    def template(self) -> str:
+        """A digest of what the spec does not model and a task must restart to take (its
+        command, environment, directory, image, health check, pids limit)."""
+        fields = {k: v for k, v in self.canonical().items() if k in RESTART_FIELDS}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
     def canonical(self) -> dict[str, Any]:
         """The job as JSON with canonical quantities: CPU as "NNNm", bytes and counts as ints.

@@ -14,6 +14,7 @@ from enum import Enum, StrEnum
 from typing import Any
 
 from .model import (
+    DISRUPTIONS,
     MAX_PRIORITY,
     ZERO,
     Alloc,
@@ -27,7 +28,9 @@ from .model import (
     TaskId,
     TaskState,
     is_prod,
+    is_stale,
     may_preempt,
+    task_template,
 )
 
 
@@ -59,6 +62,7 @@ def job_is_valid(job: Job) -> bool:
         and job.task_count >= 0
         and 0 <= job.priority <= MAX_PRIORITY
         and job.request.is_nonnegative()
+        and job.max_unavailable >= 1
     )
 
 
@@ -114,7 +118,26 @@ def new_task(job: Job, index: int, incarnation: int) -> Task:
         state=TaskState.PENDING,
         priority=job.priority,
         request=job.request,
+        template=task_template(job),
     )
+
+
+def wanted_latest(state: CellState, job: Job) -> list[Task]:
+    """The newest incarnation of each index the job still wants (below its task count)."""
+    return [t for i, t in state.live_indices(job.key).items() if i < job.task_count]
+
+
+def disrupted_tasks(state: CellState, job: Job) -> int:
+    """How many of the job's wanted tasks are down because a rolling update or a drain took
+    them down (PENDING with a `down_for` among DISRUPTIONS): what max_unavailable bounds."""
+    return sum(1 for t in wanted_latest(state, job) if t.state is TaskState.PENDING and t.down_for in DISRUPTIONS)
+
+
+def within_budget(state: CellState, job: Job) -> bool:
+    """Whether one more task of the job may be taken down on purpose (a roll, a drain's move):
+    fewer than its budget of its tasks are down now, whatever took them down (a crash-looping
+    task spends the budget too, so a rollout or a drain never adds to an outage)."""
+    return tasks_down(state, job.key) < budget(job)
 
 
 def _dead(task: Task, cause: DeathCause) -> Task:
@@ -184,33 +207,44 @@ def update(
     job_key: str,
     task_count: int | None = None,
     request: Resources | None = None,
+    job: Job | None = None,
 ) -> CellState | None:
-    """Guard: the job exists, something changes, the new job is valid, fits quota and its alloc set (if any) has an alloc for each task.
-    Effect: new indices get PENDING tasks, indices beyond the new count are killed; running tasks keep their old request until rolled."""
+    """Guard: the job exists, something changes (`job`, when given, is the whole new job of the same user and name), the new job is valid, fits quota, its alloc set (if any) has an alloc for each task, and its budget is not below the tasks a roll or drain holds down now.
+    Effect: new indices get PENDING tasks, indices beyond the new count are killed, PENDING tasks take the new job's fields, RUNNING tasks take a new priority within its band in place; a RUNNING task whose request or template changed keeps them until rolled."""
     old = state.jobs.get(job_key)
     if old is None:
         return None
-    new = replace(
-        old,
-        task_count=old.task_count if task_count is None else task_count,
-        request=old.request if request is None else request,
-        version=old.version + 1,
-    )
-    if (new.task_count, new.request) == (old.task_count, old.request):
+    base = old if job is None else job
+    if base.key != job_key:
         return None
+    new = replace(
+        base,
+        task_count=base.task_count if task_count is None else task_count,
+        request=base.request if request is None else request,
+        version=old.version,
+    )
+    if new == old:
+        return None
+    new = replace(new, version=old.version + 1)
     if not job_is_valid(new) or not fits_quota(state, new):
         return None
     if new.alloc is not None and not state.alloc_set_covers(new.alloc, new.task_count):
         return None
+    if new.max_unavailable < disrupted_tasks(state, old):
+        return None  # lowered below what is down on purpose now: wait for the roll to settle
     changes: dict[TaskId, Task] = {}
     live = state.live_indices(job_key)
+    template = task_template(new)
     for i in range(new.task_count):
         cur = live.get(i)
         if cur is None or (i >= old.task_count and cur.state is TaskState.DEAD):
             changes_id = new_task(new, i, next_incarnation(state, job_key, i))
             changes[changes_id.id] = changes_id
-        elif cur.state is TaskState.PENDING and cur.request != new.request:
-            changes[cur.id] = replace(cur, request=new.request)  # not placed yet: no roll needed
+        elif cur.state is TaskState.PENDING and (cur.request, cur.template, cur.priority) != (new.request, template, new.priority):
+            # not placed yet: it takes the new job as it is, no roll needed
+            changes[cur.id] = replace(cur, request=new.request, template=template, priority=new.priority)
+        elif cur.state is TaskState.RUNNING and cur.priority != new.priority and cur.template == template:
+            changes[cur.id] = replace(cur, priority=new.priority)  # within its band: in place
     for i, cur in live.items():
         if i >= new.task_count and cur.state is not TaskState.DEAD:
             changes[cur.id] = _dead(cur, DeathCause.KILLED)
@@ -218,15 +252,15 @@ def update(
 
 
 def roll(state: CellState, task_id: TaskId) -> CellState | None:
-    """Guard: the task is RUNNING with a request older than its job's.
-    Effect: the task is killed and a new incarnation with the job's current request becomes PENDING (one step of a rolling update)."""
+    """Guard: the task is RUNNING, the newest of its index, with a request or template older than its job's, and fewer than the job's max_unavailable of its tasks are down.
+    Effect: the task is killed and a new incarnation with the job's current specification becomes PENDING, down for a roll (one step of a rolling update)."""
     task = state.tasks.get(task_id)
-    if task is None or task.state is not TaskState.RUNNING:
+    if task is None or task.state is not TaskState.RUNNING or not _is_latest(state, task):
         return None
     job = state.jobs.get(task_id.job)
-    if job is None or task.request == job.request:
+    if job is None or not is_stale(task, job) or not within_budget(state, job):
         return None
-    nxt = new_task(job, task_id.index, task_id.incarnation + 1)
+    nxt = replace(new_task(job, task_id.index, task_id.incarnation + 1), down_for="roll")
     return with_tasks(state, {task_id: _dead(task, DeathCause.KILLED), nxt.id: nxt})
 
 
@@ -235,7 +269,7 @@ def roll(state: CellState, task_id: TaskId) -> CellState | None:
 
 def schedule(state: CellState, task_id: TaskId, machine: str) -> CellState | None:
     """Guard: the task is PENDING, its job exists, the machine is up and schedulable (not drained), the constraints hold and the request fits what is free (for a prod task, beside other prod tasks' full requests; for others, beside reservations).
-    Effect: the task is RUNNING on the machine with its job's current request, reserved in full."""
+    Effect: the task is RUNNING on the machine with its job's current priority, request and template, reserved in full; it is no longer down."""
     task = state.tasks.get(task_id)
     if task is None or task.state is not TaskState.PENDING:
         return None
@@ -245,7 +279,7 @@ def schedule(state: CellState, task_id: TaskId, machine: str) -> CellState | Non
         return None
     if not task_fits(state, task, job, m):
         return None
-    placed = Task(task.id, TaskState.RUNNING, machine, task.priority, job.request, None)
+    placed = Task(task.id, TaskState.RUNNING, machine, job.priority, job.request, None, None, task_template(job))
     return state.with_(tasks=state.tasks.set(task_id, placed))
 
 
@@ -269,7 +303,7 @@ def evict(
     elif preemptor is not None:
         return None
     return state.with_(
-        tasks=state.tasks.set(task_id, Task(task_id, TaskState.PENDING, None, task.priority, task.request))
+        tasks=state.tasks.set(task_id, replace(task, state=TaskState.PENDING, machine=None, reservation=None))
     )
 
 
@@ -341,8 +375,7 @@ def reserve(state: CellState, task_id: TaskId, reservation: Resources) -> CellSt
         return None
     if not reservation.is_nonnegative() or not reservation.fits_in(task.request):
         return None
-    new = Task(task.id, task.state, task.machine, task.priority, task.request, None,
-               None if reservation == task.request else reservation)
+    new = replace(task, reservation=None if reservation == task.request else reservation)
     after = state.with_(tasks=state.tasks.set(task_id, new))
     if not after.machine_reserved(task.machine).fits_in(state.machines[task.machine].capacity):
         return None
@@ -442,7 +475,7 @@ def drain_move(state: CellState, task_id: TaskId) -> CellState | None:
     if tasks_down(state, job.key) >= budget(job):
         return None
     return state.with_(
-        tasks=state.tasks.set(task_id, Task(task_id, TaskState.PENDING, None, task.priority, task.request))
+        tasks=state.tasks.set(task_id, replace(task, state=TaskState.PENDING, machine=None, reservation=None, down_for="drain"))
     )
 
 
@@ -491,7 +524,8 @@ class Step:
 
 def _short(a: Any) -> str:
     if isinstance(a, Job):
-        return f"Job({a.key}, prio={a.priority}, n={a.task_count}, req={a.request})"
+        tail = f", template={a.template}" if a.template else ""
+        return f"Job({a.key}, prio={a.priority}, n={a.task_count}, req={a.request}{tail})"
     if isinstance(a, Machine):
         return f"Machine({a.name})"
     if isinstance(a, Alloc):

@@ -123,7 +123,7 @@ def enabled_steps(scope: Scope, s: CellState) -> Iterator[Step]:
         latest = s.latest(job_key, index)
         return latest is None or latest.id.incarnation < scope.max_incarnation
 
-    for job in scope.job_catalog():
+    for n, job in enumerate(scope.job_catalog()):
         if job.key not in s.jobs:
             if all(under_bound(job.key, i) for i in range(job.task_count)):
                 yield Step("submit", (job,))
@@ -131,6 +131,9 @@ def enabled_steps(scope: Scope, s: CellState) -> Iterator[Step]:
             cur = s.jobs[job.key]
             yield Step("kill_job", (job.key,))
             yield Step("update", (job.key, None, LARGE if cur.request == SMALL else SMALL))
+            if n == 0:  # any other field, on the first job (each job doubles the space): a
+                # new template (command, image... as a digest) that a rolling update rolls out
+                yield Step("update", (job.key, None, None, replace(cur, template="v1" if cur.template == "" else "")))
             # resize within [1, the catalog's count]: a shrink kills, a grow adds PENDING
             if cur.task_count > 1:
                 yield Step("update", (job.key, cur.task_count - 1, None))

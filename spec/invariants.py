@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .actions import EvictReason, Step
-from .model import CellState, TaskState, is_prod, may_preempt, total
+from .actions import EvictReason, Step, disrupted_tasks
+from .model import CellState, TaskState, is_prod, may_preempt, placed_under, total
 
 StateCheck = Callable[[CellState], list[str]]
 StepCheck = Callable[[CellState, Step, CellState], list[str]]
@@ -95,6 +95,8 @@ def constraints_hold(s: CellState) -> list[str]:
         job = s.jobs.get(t.id.job)
         if job is None:
             continue
+        if not placed_under(t, job):
+            continue  # placed under the job's older constraints; a rolling update replaces it
         m = s.machines[t.machine]
         for c in job.constraints:
             if not c.holds(m):
@@ -155,6 +157,15 @@ def live_tasks_belong_to_jobs(s: CellState) -> list[str]:
     return out
 
 
+def disruptions_within_budget(s: CellState) -> list[str]:
+    out = []
+    for job in s.jobs.values():
+        down = disrupted_tasks(s, job)
+        if down > job.max_unavailable:
+            out.append(f"{job.key} has {down} tasks down for a roll or a drain, more than its max_unavailable {job.max_unavailable}")
+    return out
+
+
 def dead_stays_dead(before: CellState, step: Step, after: CellState) -> list[str]:
     return [
         f"{tid} was DEAD and is {after.tasks[tid].state.value} after {step}"
@@ -207,7 +218,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "constraints_hold",
-        "A task runs on a machine only if its job's constraints hold on that machine's attributes.",
+        "A task runs on a machine only if the constraints it was placed under hold on that machine's attributes: its job's, unless the job changed them since and a rolling update is to replace it.",
         state_check=constraints_hold,
     ),
     Invariant(
@@ -234,6 +245,11 @@ INVARIANTS: tuple[Invariant, ...] = (
         "alloc_tasks_within_alloc",
         "Task i of a job naming an alloc set runs on the machine of alloc i of the set, and the tasks in an alloc together fit its resources.",
         state_check=alloc_tasks_within_alloc,
+    ),
+    Invariant(
+        "disruptions_within_budget",
+        "No job has more than max_unavailable tasks down because of an update or a drain (a roll's or a drain's task not yet running again).",
+        state_check=disruptions_within_budget,
     ),
 )
 

@@ -6,6 +6,8 @@ transition can never change the state it was given. No I/O, no clock, no randomn
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -210,6 +212,11 @@ class Job:
     alloc: str | None = None  # the alloc set its tasks run in: task i in alloc i of the set
     package: str = ""  # the package (binary) the tasks run, for locality
     version: int = 0  # bumped by every update
+    # How many of its tasks a rolling update or a drain may take down at once (at least 1).
+    max_unavailable: int = 1
+    # What the spec does not model of the job file (command, environment, image, health
+    # check...), as an opaque digest: a change to it is a change a task must restart for.
+    template: str = ""
 
     @property
     def key(self) -> str:
@@ -219,8 +226,24 @@ class Job:
     def band(self) -> Band:
         return band_of(self.priority)
 
+    @property
+    def task_template(self) -> str:
+        """What a task must restart to change: every field but the request (kept on the task
+        apart, as reservations read it), the task count, the priority within its band, the
+        restart policy and the budget, which apply in place."""
+        return task_template(self)
+
     def total_request(self) -> Resources:
         return self.request.scale(self.task_count)
+
+
+@functools.lru_cache(maxsize=4096)
+def task_template(job: Job) -> str:
+    """The digest of the fields of `job` that a running task cannot take without a restart:
+    its opaque template, constraints, application class, band, package and alloc set."""
+    parts = (job.template, tuple(str(c) for c in job.constraints), job.appclass.value,
+             job.band.value, job.package, job.alloc or "")  # fmt: skip
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
 
 
 def job_key(user: str, name: str) -> str:
@@ -266,6 +289,10 @@ class Task:
     # Borg's reservation: what the master estimates the task needs, at most its request.
     # None means the full request (a task starts reserved at its limit).
     reservation: Resources | None = None
+    template: str = ""  # its job's task_template when it was made or placed
+    # Why a PENDING task is down when a planned disruption took it down: "roll" (a rolling
+    # update replaced it) or "drain" (its machine is being drained); "" otherwise.
+    down_for: str = ""
 
     @property
     def reserved(self) -> Resources:
@@ -282,6 +309,21 @@ class Task:
     @property
     def incarnation(self) -> int:
         return self.id.incarnation
+
+
+#: The causes of a planned disruption, counted against a job's max_unavailable.
+DISRUPTIONS = ("roll", "drain")
+
+
+def placed_under(task: Task, job: Job) -> bool:
+    """Whether the task was made or placed under the job's current template ("" on a task: a
+    record older than templates, taken as current)."""
+    return task.template in ("", task_template(job))
+
+
+def is_stale(task: Task, job: Job) -> bool:
+    """Whether the task runs an older specification than its job's: a rolling update replaces it."""
+    return task.request != job.request or not placed_under(task, job)
 
 
 def alloc_name(alloc_set: str, index: int) -> str:

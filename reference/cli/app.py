@@ -14,6 +14,7 @@ from rich.markup import escape
 from reference import launcher
 from reference.cli import drain as cli_drain
 from reference.cli import faux as cli_faux
+from reference.cli import rollout as _rollout  # noqa: F401  (job run, plan, history, revert on job_app)
 from reference.cli.allocs import alloc_app
 from reference.cli.common import (
     EXIT_USAGE,

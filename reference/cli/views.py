@@ -91,6 +91,10 @@ def job_text(answer: Mapping[str, Any], key: str, *, color: bool = False) -> str
         ("crash loop", paint(f"task {entry.get('index')}: {entry.get('text')}", "red", color))
         for entry in answer.get("crash_loops") or []
     ]
+    roll = answer.get("rollout") or {}
+    if roll.get("state") in ("rolling", "stopped"):  # master/rollout.py
+        text = f"{roll['state']}: {roll.get('reason', '')}"
+        pairs.append(("rollout", paint(text, "red", color) if roll["state"] == "stopped" else text))
     return key_values(None, pairs, color=color)
 
 

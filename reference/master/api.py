@@ -27,8 +27,10 @@ from reference.master import (
     dryrun,
     freshness,
     guard,
+    jobhistory,
     logs,
     quotas,
+    rollout,
     ui,
     users,
     views,
@@ -347,6 +349,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
     whoami.register(app)  # GET /v1/whoami: the token's user
     quotas.install(app, replica, write, read)
     alloc_sets.install(app, replica, write, read, stamped)
+    jobhistory.register(app, replica, write, read, stamped)
     drain.register(app, replica, write, stamped, views.machine_view)
     contract.install(app)
 
@@ -407,6 +410,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
                 "tasks": views.task_counts(cell, job.key),
                 "pending": views.pending_reasons(cell, job.key),
                 "crash_loops": views.crash_loops(cell, job.key),
+                "rollout": rollout.status(cell, job.key, time.time()),
             },
             cell.revision,
         )

@@ -10,7 +10,7 @@ from reference.jobspec import JobSpec
 from reference.master import events
 from spec.actions import ACTIONS, restart_allowed
 from spec.fmap import FMap
-from spec.model import CellState, Job, QuotaKey, Resources, Task, TaskId, TaskState
+from spec.model import CellState, Job, QuotaKey, Resources, Task, TaskId, TaskState, is_stale
 
 HISTORY_LIMIT = 20  # task history entries kept in each task record
 
@@ -42,6 +42,9 @@ class JobInfo:
 
     spec: JobSpec
     submitted_at: float = 0.0
+    # Its versions, oldest first, the last `jobhistory.KEPT` of them: (version, when, the job
+    # file as canonical JSON, the fields changed since the version before).
+    versions: tuple[tuple[int, float, str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,7 @@ class Cell:
 
 def is_pass_work(task: Task, job: Job | None, latest: bool) -> bool:
     """Whether a scheduling pass could act on this task: it is PENDING, or RUNNING with a
-    request older than its job's (a roll), or DEAD, the latest incarnation (`latest`) of an
+    request or template older than its job's (a roll), or DEAD, the latest incarnation (`latest`) of an
     index its job still wants, and restartable under the job's policy. DEAD tasks that stay
     dead (killed, finished, or of a removed job) are no work, however many there are."""
     state = task.state
@@ -127,7 +130,7 @@ def is_pass_work(task: Task, job: Job | None, latest: bool) -> bool:
     if job is None:
         return False
     if state is TaskState.RUNNING:
-        return task.request != job.request
+        return is_stale(task, job)
     return (
         latest
         and task.id.index < job.task_count

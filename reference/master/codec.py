@@ -190,9 +190,12 @@ def encode_job(job: Job, info: JobInfo) -> bytes:
                 "alloc": job.alloc,
                 "package": job.package,
                 "version": job.version,
+                "max_unavailable": job.max_unavailable,
+                "template": job.template,
             },
             "file": info.spec.canonical(),
             "submitted_at": info.submitted_at,
+            "versions": [[v, at, f, list(ch)] for v, at, f, ch in info.versions],
         }
     )
 
@@ -215,8 +218,11 @@ def decode_job(raw: bytes) -> tuple[Job, JobInfo]:
         alloc=j.get("alloc"),
         package=j.get("package", ""),
         version=int(j.get("version", 0)),
+        max_unavailable=int(j.get("max_unavailable", 1)),
+        template=str(j.get("template", "")),
     )
-    return job, JobInfo(JobSpec.model_validate(d["file"]), float(d.get("submitted_at", 0.0)))
+    versions = tuple((int(v), float(at), str(f), tuple(ch)) for v, at, f, ch in d.get("versions", ()))
+    return job, JobInfo(JobSpec.model_validate(d["file"]), float(d.get("submitted_at", 0.0)), versions)
 
 
 # --- tasks -----------------------------------------------------------------------------------
@@ -231,6 +237,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "healthy": None, "restarts": 0, "borglet_state": "", "started_at": 0.0, "seen": False,
     "placement": 0, "reason": "", "usage": {}, "history": [], "draining_since": 0.0, "pid": 0,
     "last_machine": "", "events": [], "pending": "", "failures": 0, "retry_at": 0.0, "last_exit": "",
+    "template": "", "down_for": "",
 }  # fmt: skip
 
 
@@ -275,6 +282,8 @@ def _task_doc(t: Task, info: TaskInfo) -> dict[str, Any]:
         "failures": info.failures,
         "retry_at": info.retry_at,
         "last_exit": info.last_exit,
+        "template": t.template,
+        "down_for": t.down_for,
     }
 
 
@@ -309,6 +318,8 @@ def decode_task(raw: bytes) -> tuple[Task, TaskInfo]:
         request=_decode_resources(d["request"]),
         cause=DeathCause(d["cause"]) if d["cause"] else None,
         reservation=_decode_resources(d["reservation"]) if d["reservation"] is not None else None,
+        template=str(d["template"]),
+        down_for=str(d["down_for"]),
     )
     info = TaskInfo(
         port=int(d["port"]),

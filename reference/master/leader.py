@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from reference.master import backoff, drain, events
+from reference.master import backoff, drain, events, rollout
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, TaskInfo, is_pass_work, machine_images
 from reference.master.crashes import record_failures
@@ -28,7 +28,7 @@ from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
 from reference.scheduler.pairing import CrashMemory
 from reference.scheduler.setaside import SetAside
 from spec.actions import Step, apply, restart_allowed
-from spec.model import Band, CellState, DeathCause, QuotaKey, Resources, TaskId, TaskState
+from spec.model import Band, CellState, DeathCause, QuotaKey, Resources, TaskId, TaskState, is_stale
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def pass_has_work(state: CellState) -> bool:
         if job is None:
             continue
         if t.state is TaskState.RUNNING:
-            if t.request != job.request:
+            if is_stale(t, job):
                 return True
         elif (
             t.state is TaskState.DEAD
@@ -233,22 +233,10 @@ def restart_dead(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) 
 
 
 def roll_stale(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) -> int:
-    """Roll the RUNNING tasks among `candidates` whose request is older than their job's, as
-    many as `take(wanted)` allows, in task id order; returns how many."""
-    state = d.state
-    stale = [
-        tid
-        for tid in candidates
-        if (t := state.tasks.get(tid)) is not None
-        and t.state is TaskState.RUNNING
-        and is_pass_work(t, state.jobs.get(tid.job), True)
-    ]
-    if not stale:
-        return 0
-    done = 0
-    for tid in sorted(stale, key=str)[: take(len(stale))]:
-        done += d.step("roll", tid, reason="rolling update")
-    return done
+    """Roll the RUNNING tasks among `candidates` whose request or template is older than their
+    job's, as each job's rollout allows (master/rollout.py: at most max_unavailable down, each
+    replacement confirmed up before the next) and `take(wanted)` allows; returns how many."""
+    return rollout.roll(d, candidates, take)
 
 
 class Term:

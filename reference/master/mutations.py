@@ -10,7 +10,8 @@ from dataclasses import replace
 from typing import Any
 
 from reference.jobspec import JobFileError, parse_job, parse_request_value
-from reference.master.cell import Draft, JobInfo
+from reference.master import versions
+from reference.master.cell import Draft
 from reference.scheduler import admit
 from spec.actions import EvictReason
 from spec.model import CellState, Resources, TaskId, TaskState
@@ -38,7 +39,7 @@ def submit_job(d: Draft, payload: Any) -> str:
     admission = admit(d.state, job)
     if not admission:
         raise ApiError(403, "request", admission.reason)
-    d.jobs[job.key] = JobInfo(spec, d.now)
+    d.jobs[job.key] = versions.first(spec, d.now)
     if not d.step("submit", job, reason="submitted"):
         raise ApiError(422, "", f"the cell refuses job {job.key}")
     return job.key
@@ -103,11 +104,10 @@ def update_job(d: Draft, key: str, payload: Any) -> str:
     if not admission:
         raise ApiError(403, "request", admission.reason)
     info = d.jobs[key]
-    d.jobs[key] = replace(
-        info, spec=info.spec.model_copy(update={"task_count": new_count, "request": new_request.as_dict()})
-    )
     if not d.step("update", key, new_count, new_request, reason="job updated"):
         raise ApiError(422, "", f"the cell refuses this update of {key}")
+    spec = info.spec.model_copy(update={"task_count": new_count, "request": new_request.as_dict()})
+    d.jobs[key] = versions.recorded(info, spec, d.now, d.state.jobs[key].version)
     return key
 
 

@@ -10,7 +10,7 @@ import pytest
 from spec import actions as A
 from spec.explore import Scope, explore, walk
 from spec.invariants import INVARIANTS
-from spec.model import CellState, TaskState
+from spec.model import CellState, DeathCause, TaskState, is_stale
 
 
 def _with(name: str, fn) -> dict:
@@ -89,6 +89,15 @@ def roll_in_place_twice(s: CellState, task_id):
     return s.with_(tasks=s.tasks.set(nxt.id, nxt))
 
 
+def roll_ignoring_budget(s: CellState, task_id):
+    """Replaces a stale task however many of its job's tasks are already down."""
+    t, j = s.tasks.get(task_id), s.jobs.get(task_id.job)
+    if t is None or j is None or t.state is not TaskState.RUNNING or not is_stale(t, j):
+        return None
+    nxt = replace(A.new_task(j, task_id.index, task_id.incarnation + 1), down_for="roll")
+    return A.with_tasks(s, {task_id: A._dead(t, DeathCause.KILLED), nxt.id: nxt})
+
+
 def kill_job_leaving_tasks(s: CellState, job_key):
     """Removes the job but forgets to kill its tasks."""
     if job_key not in s.jobs:
@@ -146,6 +155,8 @@ BROKEN = {
     "live_tasks_belong_to_jobs": ("kill_job", kill_job_leaving_tasks, Scope(2, 2, 2)),
     "reservations_within_capacity": ("reserve", reserve_without_bounds, Scope(1, 2, 2, reclaim=True)),
     "alloc_tasks_within_alloc": ("schedule", schedule_ignoring_alloc, Scope(2, 3, 3, allocs=True)),
+    # one job of two tasks, max_unavailable 1: its template changes, and both are rolled at once
+    "disruptions_within_budget": ("roll", roll_ignoring_budget, Scope(2, 2, 1)),
 }
 
 

@@ -7,6 +7,8 @@ every enabled step of every action is taken and its successor checked.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -63,13 +65,18 @@ def test_invariants_detect_hand_made_violations():
     cases = {
         "running_task_has_one_up_machine": _break(s, Task(t.id, TaskState.RUNNING, "zz", t.priority, t.request)),
         "prod_requests_within_capacity": _break(s, Task(t.id, TaskState.RUNNING, "m0", 200, Resources.of(cpu=9999))),
-        "constraints_hold": _break(s, Task(t.id, TaskState.RUNNING, "m1", t.priority, t.request)),
+        "constraints_hold": _break(s, replace(t, machine="m1")),  # placed under the job's constraints
         "admitted_jobs_fit_quota": s.with_(jobs=s.jobs.set(j.key, job(rack="r0", cpu=5000))),
         "one_incarnation_running": _break(s, Task(TaskId(j.key, 0, 1), TaskState.RUNNING, "m1", 100, t.request)),
         "only_newest_incarnation_live": _break(s, Task(TaskId(j.key, 0, 1), TaskState.PENDING, None, 100, t.request)),
         "live_tasks_belong_to_jobs": _break(s, Task(TaskId(j.key, 5, 0), TaskState.PENDING, None, 200, t.request)),
         "reservations_within_capacity": _break(s, Task(t.id, TaskState.RUNNING, "m0", t.priority, t.request, None, Resources.of(cpu=9000))),
     }
+    two = running(running(cell(), job(n=2, cpu=500), "m0", 0), job(n=2, cpu=500), "m1", 1)
+    pair = [two.tasks[TaskId("alice/web", i)] for i in (0, 1)]
+    cases["disruptions_within_budget"] = two.with_(tasks=two.tasks.update(
+        {p.id: replace(p, state=TaskState.PENDING, machine=None, down_for=cause) for p, cause in zip(pair, ("roll", "drain"), strict=True)}
+    ))  # fmt: skip
     for name, bad in cases.items():
         assert name in {n for n, _ in check_state(bad)}, name
     assert check_state(s) == []

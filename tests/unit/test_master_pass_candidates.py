@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from reference.master import rollout
 from reference.master.cell import Cell, Draft
 from reference.master.leader import Term, TokenBucket, pass_has_work, pass_work
 from spec.actions import restart_allowed
@@ -98,15 +99,8 @@ class Scanning:
             d.step("restart", tid)
 
     def roll(self, d: Draft) -> None:
-        stale = [
-            tid
-            for tid, t in d.state.tasks.items()
-            if t.state is TaskState.RUNNING
-            and t.job in d.state.jobs
-            and t.request != d.state.jobs[t.job].request
-        ]
-        for tid in sorted(stale, key=str)[: self.rolls.take(len(stale))]:
-            d.step("roll", tid)
+        # Which stale tasks a rollout replaces is master/rollout.py's; here it sees every task.
+        rollout.roll(d, set(d.state.tasks), self.rolls.take)
 
 
 class FromWork:

@@ -1,0 +1,152 @@
+"""The rollout's pure parts: which stale tasks to replace now (master/rollout.py), the plan of a
+new version and its history (master/jobhistory.py, master/versions.py), on hand-built cells."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from reference.jobspec import parse_job
+from reference.master import jobhistory, rollout, versions
+from reference.master.cell import Cell, Draft, TaskInfo
+from reference.master.mutations import ApiError, submit_job
+from spec.actions import machine_add, schedule
+from spec.model import CellState, Machine, Resources, TaskId, TaskState
+
+NOW = 1000.0
+UP = TaskInfo(seen=True, borglet_state="RUNNING", pid=42, started_at=NOW - 10, healthy=True)
+FILE = {"name": "web", "user": "alice", "task_count": 3, "command": ["sleep", "1000"], "request": {"cpu": "100m"}}
+
+
+def cell_running(file: dict | None = None) -> Cell:
+    """Machines m0 and m1 and job alice/web of 3 tasks, all placed and reported up."""
+    state = CellState()
+    for name in ("m0", "m1"):
+        state = machine_add(state, Machine(name, Resources.of(cpu=4000)))
+    d = Draft(Cell(state=state), NOW - 60)
+    submit_job(d, file or FILE)
+    for i in range(3):
+        assert d.step("schedule", TaskId("alice/web", i), f"m{i % 2}")
+    tasks = {tid: UP for tid in d.state.tasks}
+    return Cell(state=d.state, jobs=dict(d.jobs.data), tasks=tasks)
+
+
+def put(cell: Cell, file: dict) -> tuple[Cell, dict]:
+    d = Draft(cell, NOW)
+    body = jobhistory.put_job(d, "alice/web", file)
+    return replace(cell, state=d.state, jobs=dict(d.jobs.data), tasks={**cell.tasks, **d.tasks.data}), body
+
+
+def decide(cell: Cell, health_checked: bool = False) -> rollout.Rollout:
+    found = rollout.decide(cell.state, "alice/web", cell.task_info, health_checked, NOW)
+    assert found is not None
+    return found
+
+
+def test_the_same_file_is_unchanged_and_writes_nothing():
+    cell = cell_running()
+    d = Draft(cell, NOW)
+    body = jobhistory.put_job(d, "alice/web", dict(FILE))
+    assert body["unchanged"] and body["version"] == 0 and not d.changed
+
+
+def test_a_new_command_is_a_version_whose_tasks_are_all_replaced():
+    cell, body = put(cell_running(), {**FILE, "command": ["sleep", "2000"]})
+    assert body["version"] == 1 and body["changed"] == ["command"]
+    assert body["plan"]["replaced"] == [0, 1, 2] and body["plan"]["in_place"] == []
+    r = decide(cell)
+    assert r.state == "rolling" and r.stale == (0, 1, 2)
+    assert r.replace == (TaskId("alice/web", 0),)  # max_unavailable 1 (the default): one at a time
+
+
+def test_a_count_and_a_priority_within_the_band_apply_in_place():
+    # priority 0 -> 50 stays in best effort; 3 -> 4 tasks adds one
+    cell, body = put(cell_running(), {**FILE, "priority": 50, "task_count": 4})
+    assert body["plan"] == {"replaced": [], "in_place": [0, 1, 2], "added": [3], "removed": []}
+    assert decide(cell).state == "complete"
+    assert cell.state.tasks[TaskId("alice/web", 0)].priority == 50
+
+
+def test_the_next_replacement_waits_until_the_last_is_up():
+    cell, _ = put(cell_running(), {**FILE, "env": {"V": "2"}})
+    d = Draft(cell, NOW)
+    assert rollout.roll(d, set(d.state.tasks), lambda n: n) == 1
+    new = TaskId("alice/web", 0, 1)
+    assert d.state.tasks[new].state is TaskState.PENDING and d.state.tasks[new].down_for == "roll"
+    assert rollout.roll(d, set(d.state.tasks), lambda n: n) == 0  # one down = the budget
+    placed = schedule(d.state, new, "m1")
+    for info, more in (
+        (TaskInfo(), 0),  # placed, its borglet has not reported it: not up
+        (replace(UP, started_at=NOW - 0.2), 0),  # started 0.2 s ago: under MIN_READY_S (1 s)
+        (UP, 1),  # up: the next is replaced
+    ):
+        view = replace(cell, state=placed, tasks={**cell.tasks, new: info})
+        d = Draft(view, NOW)
+        assert rollout.roll(d, set(d.state.tasks), lambda n: n) == more, info
+
+
+def test_a_health_checked_job_waits_for_healthy():
+    cell, _ = put(cell_running(), {**FILE, "env": {"V": "2"}})
+    sick = replace(cell, tasks={**cell.tasks, TaskId("alice/web", 2): replace(UP, healthy=None)})
+    assert decide(sick, health_checked=True).down == (2,)
+    assert decide(sick, health_checked=True).replace == (TaskId("alice/web", 2),)  # down anyway: replaced first
+    assert decide(sick, health_checked=False).down == ()
+
+
+def test_a_failing_replacement_stops_the_rollout_and_says_why():
+    cell, _ = put(cell_running(), {**FILE, "command": ["/no/such/program"]})
+    d = Draft(cell, NOW)
+    rollout.roll(d, set(d.state.tasks), lambda n: n)
+    new = TaskId("alice/web", 0, 1)
+    placed = schedule(d.state, new, "m0")
+    crashed = TaskInfo(seen=True, borglet_state="STARTING", reason="spawn failed", last_exit="spawn: No such file", restarts=2)
+    view = replace(cell, state=placed, tasks={**cell.tasks, new: crashed})
+    r = decide(view)
+    assert r.state == "stopped" and r.replace == ()
+    assert "task 0" in r.reason and "spawn: No such file" in r.reason
+
+
+def test_a_budget_of_two_replaces_two():
+    cell, _ = put(cell_running(), {**FILE, "max_unavailable": 2, "image": ""} | {"env": {"V": "2"}})
+    assert decide(cell).replace == (TaskId("alice/web", 0), TaskId("alice/web", 1))
+
+
+def test_history_keeps_each_version_and_what_changed():
+    cell, _ = put(cell_running(), {**FILE, "env": {"V": "2"}})
+    cell, _ = put(cell, {**FILE, "env": {"V": "2"}, "task_count": 2})
+    found = jobhistory.history(cell, "alice/web")
+    assert [v["version"] for v in found["versions"]] == [2, 1, 0]
+    assert [v["changed"] for v in found["versions"][:2]] == [["task_count"], ["env"]]
+    assert found["versions"][0]["current"] and not found["versions"][1]["current"]
+
+
+def test_revert_runs_an_old_file_as_a_new_version():
+    cell, _ = put(cell_running(), {**FILE, "command": ["sleep", "2000"]})
+    d = Draft(cell, NOW)
+    body = jobhistory.revert_job(d, "alice/web", {"version": 0})
+    assert body["version"] == 2 and body["changed"] == ["command"]
+    assert d.jobs["alice/web"].spec.command == ["sleep", "1000"]
+    with pytest.raises(ApiError) as err:
+        jobhistory.revert_job(Draft(cell, NOW), "alice/web", {"version": 9})
+    assert err.value.status == 404 and err.value.field == "version"
+
+
+@pytest.mark.parametrize(("file", "field"), [
+    ({**FILE, "max_unavailable": 0}, "max_unavailable"),
+    ({**FILE, "name": "other"}, "name"),
+    ({**FILE, "user": "bob"}, "user"),
+    ({**FILE, "commandd": ["x"]}, "commandd"),
+])  # fmt: skip
+def test_a_bad_file_is_a_422_naming_the_field(file, field):
+    with pytest.raises(ApiError) as err:
+        jobhistory.put_job(Draft(cell_running(), NOW), "alice/web", file)
+    assert err.value.status == 422 and err.value.field == field
+
+
+def test_versions_kept_are_bounded():
+    info = versions.first(parse_job(FILE), 0.0)
+    for v in range(1, versions.KEPT + 5):
+        info = versions.recorded(info, parse_job({**FILE, "task_count": v}), float(v), v)
+    assert len(info.versions) == versions.KEPT and info.versions[-1][0] == versions.KEPT + 4
+    assert versions.find(info, 0) is None and versions.find(info, versions.KEPT + 4)["task_count"] == versions.KEPT + 4
