@@ -1,10 +1,10 @@
 """When the leader's poller contacts each machine, and when it declares one down (pure functions of one machine's schedule and the time).
 
-A machine is polled every `interval` seconds, and at once when its desired set changed. One
-whose report blocks a held-back task is polled every `HOLD_POLL_S` meanwhile; a refused sync
-(an answer: the machine is alive) is retried within `REFUSED_RETRY_S`; a machine first read
-rather than synced is synced on the next turn once it answered. A machine that missed
-`down_after` polls in a row is down. Usage alone is written every `USAGE_WRITE_EVERY_S`.
+A machine is synced every `interval` seconds (the poller's `sync_every`), and at once when its desired set changed. One
+whose report blocks a held-back task is synced every `HOLD_POLL_S` meanwhile; a refused sync
+(an answer: the machine is alive) is retried within `REFUSED_RETRY_S`. A removed machine whose
+syncs went unanswered `down_after` times in a row is taken as down (the link shards tell
+whether a machine in the cell is, `reach.judge`). Usage alone is written every `USAGE_WRITE_EVERY_S`.
 
 Times are the poller's clock (monotonic); each function returns the new schedule and changes
 nothing, so the poller applies it under its lock.
@@ -41,11 +41,6 @@ class Schedule:
     usage_written_at: float = 0.0
 
 
-def read_due(s: Schedule, now: float) -> bool:
-    """Whether a machine not heard from yet is due for a read of its state."""
-    return now >= s.next_at
-
-
 def sync_due(s: Schedule, now: float, blocking: bool) -> bool:
     """Whether a machine's poll time came: its next regular poll, or, when it blocks a held
     task, `HOLD_POLL_S` after its last sync. (A changed desired set is sent at once, due or not.)"""
@@ -53,27 +48,15 @@ def sync_due(s: Schedule, now: float, blocking: bool) -> bool:
     return now >= due
 
 
-# The two below run for every poll sent: built directly, not with dataclasses.replace.
-
-
-def read_sent(s: Schedule, now: float, interval: float) -> Schedule:
-    """A read of the machine's state went out at `now`."""
-    return Schedule(now + interval, s.sent_at, s.misses, s.usage_written_at)
-
-
 def sync_sent(s: Schedule, now: float, interval: float) -> Schedule:
-    """A sync went out at `now`."""
+    """A sync went out at `now` (built directly, not with dataclasses.replace: it runs for
+    every sync sent)."""
     return Schedule(now + interval, now, s.misses, s.usage_written_at)
 
 
 def answered(s: Schedule) -> Schedule:
     """The machine answered a sync: it is alive."""
     return replace(s, misses=0)
-
-
-def read_answered(s: Schedule) -> Schedule:
-    """The machine answered a read: alive, and synced on the next turn."""
-    return replace(s, misses=0, next_at=0.0)
 
 
 def refused(s: Schedule, now: float) -> Schedule:

@@ -10,18 +10,6 @@ INTERVAL = 1.0
 
 
 @pytest.mark.parametrize(
-    ("schedule", "now", "due"),
-    [
-        (Schedule(), 0.0, True),  # never read: due at once
-        (Schedule(next_at=5.0), 4.99, False),
-        (Schedule(next_at=5.0), 5.0, True),
-    ],
-)
-def test_read_due(schedule, now, due):
-    assert pollclock.read_due(schedule, now) is due
-
-
-@pytest.mark.parametrize(
     ("schedule", "now", "blocking", "due"),
     [
         # Regular poll at next_at = 11.
@@ -40,8 +28,6 @@ def test_sync_due(schedule, now, blocking, due):
 
 def test_a_send_moves_the_next_poll_one_interval_on():
     s = Schedule(next_at=3.0, sent_at=2.0, misses=2, usage_written_at=1.0)
-    # A read leaves sent_at (the base of the hold's faster poll) as it was.
-    assert pollclock.read_sent(s, 7.0, INTERVAL) == Schedule(8.0, 2.0, 2, 1.0)
     assert pollclock.sync_sent(s, 7.0, INTERVAL) == Schedule(8.0, 7.0, 2, 1.0)
 
 
@@ -59,10 +45,9 @@ def test_a_refused_sync_is_retried_soon(schedule, now, after):
     assert (got.next_at, got.misses) == (pytest.approx(after.next_at), after.misses)
 
 
-def test_answers_reset_the_misses_and_a_read_brings_the_sync_forward():
+def test_an_answer_resets_the_misses():
     s = Schedule(next_at=8.0, sent_at=7.0, misses=2, usage_written_at=1.0)
     assert pollclock.answered(s) == Schedule(8.0, 7.0, 0, 1.0)
-    assert pollclock.read_answered(s) == Schedule(0.0, 7.0, 0, 1.0)  # synced on the next turn
 
 
 @pytest.mark.parametrize(
