@@ -37,14 +37,14 @@ TARGET_RATIO = 3.0
 BASELINE = "python -c pass"
 REPO = Path(__file__).resolve().parents[1]
 # Commands measured but not held to the target: the full command line still loads for them.
-NOT_EVERYDAY = ("job submit",)
+NOT_EVERYDAY = ("job submit --dry-run",)
 
 
 def job_file(user: str, name: str, directory: Path) -> Path:
     """A job file of one small task that sleeps, for `job submit`."""
     path = directory / f"{name}.yaml"
     path.write_text(
-        f"name: {name}\nuser: {user}\npriority: 100\ntask_count: 1\nrequest: {{cpu: 10m, ram: 8MiB}}\n"
+        f"name: {name}\nuser: {user}\npriority: 100\ntask_count: 1\nrequest: {{cpu: 10m, ram: 64MiB}}\n"
         f"command: [{json.dumps(sys.executable)}, -c, 'import time; time.sleep(3600)']\n"
     )
     return path
@@ -118,7 +118,7 @@ def start_cell(job: str, env: dict[str, str]) -> object:
     cell = LocalCell(Path(tempfile.mkdtemp(prefix="bench-cli-")), masters=1, borglets=1).start()
     user, name = job.split("/", 1)
     cell.submit({"name": name, "user": user, "priority": 100, "task_count": 2,
-                 "request": {"cpu": "10m", "ram": "8MiB"},
+                 "request": {"cpu": "10m", "ram": "64MiB"},  # a Python's own start needs more than 8MiB
                  "command": [task_python(), "-c", "import time; time.sleep(3600)"]})  # fmt: skip
     wait_for(lambda: cell.running(user, name, 2), 30, "the bench job to run")
     env["MINBORG_MASTER"] = cell.masters[0].url

@@ -39,8 +39,10 @@ def parse_sse(chunks: Iterable[bytes]) -> Iterator[Message]:
     buffer = b""
     for chunk in chunks:
         buffer += chunk
-        while b"\n\n" in buffer:
-            block, buffer = buffer.split(b"\n\n", 1)
+        # Every complete block at once: splitting the rest off block by block copied a replay
+        # of thousands of events (one chunk) once per event, 0.1 s for 1,000 of them.
+        *blocks, buffer = buffer.split(b"\n\n")
+        for block in blocks:
             fields: dict[str, str] = {}
             for line in block.decode(errors="replace").split("\n"):
                 if line and not line.startswith(":"):

