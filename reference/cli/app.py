@@ -15,6 +15,7 @@ from reference import launcher
 from reference.cli import drain as cli_drain
 from reference.cli import faux as cli_faux
 from reference.cli import rollout as _rollout  # noqa: F401  (job run, plan, history, revert on job_app)
+from reference.cli import ui as cli_ui
 from reference.cli.allocs import alloc_app
 from reference.cli.common import (
     EXIT_USAGE,
@@ -65,6 +66,7 @@ app.add_typer(task_app, name="task", rich_help_panel=EVERYDAY)
 app.add_typer(machine_app, name="machine", rich_help_panel=EVERYDAY)
 cli_drain.register(machine_app)  # machine drain, machine uncordon
 app.add_typer(bns_app, name="bns", rich_help_panel=EVERYDAY)
+app.command("ui", rich_help_panel=EVERYDAY, epilog=cli_ui.EXAMPLES)(cli_ui.ui)
 app.add_typer(user_app, name="user", rich_help_panel=ADMIN)
 app.add_typer(quota_app, name="quota", rich_help_panel=ADMIN)
 app.add_typer(alloc_app, name="alloc", rich_help_panel=ADMIN)
@@ -288,6 +290,7 @@ def cell_up(
             [
                 ("state dir", info.state_dir),
                 ("masters", ", ".join(info.master_urls)),
+                ("sigma", f"{info.master_urls[0].rstrip('/')}/ui  (the dashboard: minborg ui --open)"),
                 ("etcd", ", ".join(info.etcd_urls)),
                 ("machines", machine_names_line(list(info.borglet_urls))),
                 *([("cpu per replica", f"{info.replica_cpu:g} cores")] if info.replica_cpu is not None else []),

@@ -143,6 +143,7 @@ TREE: dict[str, Any] = {'alloc': {'kill': ('<job>', '--help', '--json', '--maste
                    '--master',
                    '--output',
                    '--state-dir')},
+ 'ui': ('--help', '--master', '--open', '--state-dir', '--token'),
  'user': {'add': ('--help', '--json', '--master', '--state-dir'),
           'list': ('--help', '--json', '--master', '--output', '--state-dir'),
           'revoke': ('--help', '--master', '--state-dir')}}  # fmt: skip

@@ -18,6 +18,7 @@ GROUPS = (
         ("events", "The cell's events: tasks scheduled, started, exited, OOM-killed, evicted, lost...; jobs "
                    "submitted and removed; machines down and up."),
         ("bns", "Borg Name Service: <index>.<job>.<user>.<cell>.minborg."),
+        ("ui", "Print the URL of Sigma, the cell's dashboard; --open opens it in a browser, signed in."),
     )),
     ("Cell lifecycle", (
         ("cell", "Start, inspect and stop a local cell on this machine."),

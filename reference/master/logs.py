@@ -103,7 +103,11 @@ class LogProxy:
         }
         http = self._client()
         try:
-            request = http.build_request("GET", url, params=params, headers=channel.to_machine(info.machine))
+            # A followed log may be quiet for minutes: no read timeout shorter than the follow.
+            timeout = httpx.Timeout(self._timeout, read=max_s + self._timeout) if follow else self._timeout
+            request = http.build_request(
+                "GET", url, params=params, headers=channel.to_machine(info.machine), timeout=timeout
+            )
             upstream = await http.send(request, stream=True)
         except httpx.HTTPError as err:
             return _error(502, "machine", f"machine {info.machine} did not answer for the logs of {task.id}: {err}")
