@@ -94,6 +94,9 @@ class TaskTable:
         self.syncs = 0
         self.refused: Counter[str] = Counter()
         self.dirty = False  # changed since the shell last took a snapshot
+        # Ids of tasks killed while their process ran: the only ones whose process may still
+        # be stopping (stopping_indexes), so a report need not look at every task.
+        self._killed_running: set[str] = set()
         self._ready = Ready()
 
     def take(self) -> Ready:
@@ -124,6 +127,7 @@ class TaskTable:
             self.kill(self.tasks[tid], "not_desired", now, grace=True)
         for tid in plan.forget:
             self.tombstones[tid] = self.tasks.pop(tid).tombstone(request.revision)
+            self._killed_running.discard(tid)
         for tid in plan.restore:
             self.tasks[tid] = Task.from_tombstone(specs[tid], self.key(tid), self.tombstones[tid])
         for tid in decisions.expired_tombstones(
@@ -152,6 +156,7 @@ class TaskTable:
             self._ready.release.append(task)
             return
         task.reason = reason
+        self._killed_running.add(task.spec.task_id)
         # Memory pressure cannot wait for a graceful exit; a user's kill can.
         self._ready.signals.append((task, task.pid, signal.SIGTERM if grace else signal.SIGKILL))
         task.kill_deadline = now + self.kill_grace_s
@@ -183,9 +188,11 @@ class TaskTable:
     # --- starts ----------------------------------------------------------------------------------
 
     def stopping_indexes(self) -> frozenset[tuple[str, int]]:
+        """decisions.stopping_indexes of the tasks killed while their process ran."""
+        tasks = [t for tid in self._killed_running if (t := self.tasks.get(tid)) is not None]
         return decisions.stopping_indexes(
-            (t.spec.job, t.spec.index, t.kill_reason is not None and not t.ended and t.pid is not None)
-            for t in self.tasks.values()
+            (t.spec.job, t.spec.index, t.kill_reason is not None and t.pid is not None and not t.ended)
+            for t in tasks
         )
 
     def ports_in_use(self) -> set[int]:
@@ -278,6 +285,7 @@ class TaskTable:
         """Its process is gone (`oom`: the kernel's OOM killer took it): restarted by policy
         after a backoff, or ended (and released)."""
         ran_for = now - task.started_at
+        self._killed_running.discard(task.spec.task_id)
         task.pid, task.proc, task.create_time, task.container = None, None, None, ""
         task.exit_code = returncode
         task.healthy = None if task.spec.health_check is None else False
@@ -350,7 +358,9 @@ class TaskTable:
         self.master = str(table.get("master", ""))
         self.tombstones = OrderedDict(table.get("tombstones", {}))
         for tid, record in table.get("tasks", {}).items():
-            self.tasks[tid] = Task.from_record(record)
+            self.tasks[tid] = task = Task.from_record(record)
+            if task.kill_reason is not None:
+                self._killed_running.add(tid)
         self.dirty = True
         return list(self.tasks.values())
 
@@ -390,7 +400,6 @@ class TaskTable:
         """The sync reply and GET /v1/state: what `machine` says of itself, then the tasks."""
         tasks = [t.report() for t in self.tasks.values()]
         stopping = self.stopping_indexes() if self.queue else frozenset()
-        queued = [tid for tid, t in self.tasks.items() if t.phase == "QUEUED"]
         return {
             **machine,
             "epoch": self.fence.epoch,
@@ -400,11 +409,11 @@ class TaskTable:
             },
             "tasks": tasks,
             "fence": {"epoch": self.fence.epoch, "seq": self.fence.seq, "revision": self.fence.revision},
-            "queued": len(queued),
+            "queued": sum(1 for t in self.tasks.values() if t.phase == "QUEUED"),
             # Queued tasks whose index still has a process stopping here.
             "waiting": sorted(
-                tid for tid in queued
-                if decisions.start_blocked(self.tasks[tid].spec.job, self.tasks[tid].spec.index, stopping)
+                tid for tid, t in self.tasks.items()
+                if t.phase == "QUEUED" and decisions.start_blocked(t.spec.job, t.spec.index, stopping)
             ) if stopping else [],
         }  # fmt: skip
 

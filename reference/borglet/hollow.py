@@ -4,8 +4,9 @@ A hollow machine answers the master's sync exactly as a borglet does (the same r
 same report) but runs no process: a task starts `start_delay_s` after it was queued, then
 reports RUNNING with pid 0 and a usage derived from its request; a `sleep S` task finishes S
 seconds later, any other runs until it leaves the desired set, and a kill ends it at once.
-Which syncs apply, what starts, what is killed and what is forgotten are `decisions`'s to
-say, as on a real borglet, so a task id is never started twice.
+It runs the real borglet's core (core.TaskTable): which syncs apply, what starts, what is
+killed and forgotten, which phase a started task enters and what becomes of one that exits are
+decided as on a real borglet, so a task id is never started twice, and the report is the same.
 
 Task states are functions of the time: they are brought up to date when the machine is
 synced or read, never by a thread of their own, so ten thousand idle machines cost nothing
@@ -17,14 +18,14 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from reference.borglet import decisions
-from reference.borglet.protocol import Request, SyncRequest, TaskSpec
-from reference.borglet.supervisor import SyncRefused
+from reference.borglet.core import TaskTable
+from reference.borglet.protocol import Request, SyncRequest
 from reference.borglet.task import Task
 
 DEFAULT_START_DELAY_S = 0.1
@@ -65,62 +66,74 @@ class HollowConfig:
 
 
 class HollowMachine:
-    """One simulated machine. Not thread-safe: the hollow server calls it from one thread.
+    """One simulated machine: the borglet's core (core.TaskTable) with time standing in for
+    processes. Not thread-safe: the hollow server calls it from one thread.
 
     `clock` is wall time, the scale of a task's `started_at` on a real borglet."""
 
     def __init__(self, config: HollowConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
-        self.tasks: dict[str, Task] = {}
-        self.tombstones: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.fence = decisions.Fence()
-        self.master = ""
-        self.desired: dict[str, TaskSpec] | None = None
-        self.syncs = 0
-        self.refused: Counter[str] = Counter()
+        self.table = TaskTable()
         # Times each task id was started for the first time: 1 each, always (decisions.reconcile).
         self.starts: Counter[str] = Counter()
         self._queued_at: dict[str, float] = {}
         self._next_port = FIRST_PORT
         self._due = math.inf  # the earliest moment a task changes state by itself
+        self._machine = {
+            "machine": config.name,
+            "capacity": dict(config.capacity),
+            "attrs": dict(config.attrs),
+            "failure_domain": config.failure_domain,
+            "isolation": "hollow",
+        }
+
+    @property
+    def tasks(self) -> dict[str, Task]:
+        return self.table.tasks
+
+    @property
+    def fence(self) -> decisions.Fence:
+        return self.table.fence
+
+    @property
+    def refused(self) -> Counter[str]:
+        return self.table.refused
 
     # --- the protocol ------------------------------------------------------------------------
 
     def sync(self, request: SyncRequest) -> dict[str, Any]:
         """Apply a sync as a borglet does and return the report; SyncRefused changes nothing."""
-        reason, specs = decisions.accept_sync(self.fence, self.desired, request)
-        if reason is not None:
-            self.refused[reason] += 1
-            raise SyncRefused(reason, self.fence, request)
-        self.fence = decisions.Fence(request.epoch, request.seq, request.revision)
-        self.master, self.desired = request.master, specs
-        self.syncs += 1
         now = self.clock()
-        self.advance(now)  # a task that ended meanwhile is forgotten, not killed
-        plan = decisions.reconcile(
-            specs, {tid: not t.ended for tid, t in self.tasks.items()}, self.tombstones
-        )
-        for tid in plan.kill:
-            self._kill(self.tasks[tid], "not_desired")
-        for tid in plan.forget:
-            self.tombstones[tid] = self.tasks.pop(tid).tombstone(request.revision)
-            self._queued_at.pop(tid, None)
-        for tid in plan.restore:
-            self.tasks[tid] = Task.from_tombstone(specs[tid], tid, self.tombstones[tid])
-        for tid in decisions.expired_tombstones(
-            {t: int(stone.get("revision", 0)) for t, stone in self.tombstones.items()},
-            request.revision,
-        ):
-            del self.tombstones[tid]
-        for tid in plan.start:
-            self._queue(specs[tid], now)
-        return self._report()
+        # A task that ended meanwhile is forgotten, not killed. A refused sync changes no
+        # task: their phases are functions of the time, which this only brings up to date.
+        self.advance(now)
+        self.table.apply_sync(request, now)
+        self._carry_out(now)
+        return self.table.report(self._machine)
 
     def report(self) -> dict[str, Any]:
         """What GET /v1/state answers: the same shape as a borglet's report."""
         self.advance(self.clock())
-        return self._report()
+        return self.table.report(self._machine)
+
+    def _carry_out(self, now: float) -> None:
+        """What the core asks: a killed task's process ends at once (there is none to wait
+        for, so no index ever has one still stopping here); a queued one gets its port and
+        starts `start_delay_s` later."""
+        ready = self.table.take()
+        for task, _pid, _signal in ready.signals:
+            self.table.exited(task, None, False, now)
+        for task in ready.release:
+            self._queued_at.pop(task.spec.task_id, None)  # killed before it started
+        for tid in ready.start:
+            task = self.table.tasks[tid]
+            task.port = task.spec.port or self._next_port
+            if not task.spec.port:
+                self._next_port += 1
+            self._queued_at[tid] = now
+            self._due = min(self._due, now + self.config.start_delay_s)
+        self.table.take()  # the kills' releases: a simulated task holds nothing
 
     # --- simulated time -----------------------------------------------------------------------
 
@@ -130,10 +143,14 @@ class HollowMachine:
         if now < self._due:
             return
         due = math.inf
-        for tid, task in self.tasks.items():
+        for tid, task in self.table.tasks.items():
             at = self._step(tid, task, now)
             due = min(due, at)
+        queue = self.table.queue  # the core's; when each task starts is the hollow machine's
+        while queue and queue[0] not in self._queued_at:
+            queue.popleft()  # started, or killed before it started
         self._due = due
+        self.table.take()
 
     def _step(self, tid: str, task: Task, now: float) -> float:
         """Bring one task up to `now`; returns when it next changes by itself (inf: never)."""
@@ -142,13 +159,15 @@ class HollowMachine:
                 at = self._queued_at[tid] + self.config.start_delay_s
                 if now < at:
                     return at
+                del self._queued_at[tid]
                 self.starts[tid] += 1
                 self._run(task, at)
             elif task.restart_at is not None:  # waiting out a restart backoff
                 if now < task.restart_at:
                     return task.restart_at
-                task.restarts += 1
-                self._run(task, task.restart_at)
+                at = task.restart_at
+                self.table.restart_due(task, at)
+                self._run(task, at)
             else:
                 run_s = sleep_seconds(task.spec.command)
                 if run_s is None:
@@ -156,67 +175,15 @@ class HollowMachine:
                 end = task.started_at + run_s
                 if now < end:
                     return end
-                self._exit(task, end)
+                self.table.exited(task, 0, False, end)  # restarted by policy, or FINISHED
         return math.inf
 
     def _run(self, task: Task, at: float) -> None:
-        task.phase, task.reason, task.exit_code = "RUNNING", None, None
-        task.restart_at, task.pid, task.started_at = None, 0, at
-        task.healthy = None if task.spec.health_check is None else True
+        """A simulated process starts at `at` (pid 0) and, health-checked, is healthy at once."""
+        self.table.launched(task, 0, None, at)
+        if task.spec.health_check is not None:
+            self.table.probed(task, 0, True, at)
         task.cpu_milli, task.ram_bytes = simulated_usage(task.spec.request)
-
-    def _exit(self, task: Task, at: float) -> None:
-        """The simulated process exits 0 at `at`: restarted by policy, or FINISHED."""
-        after = decisions.after_exit(
-            task.spec.restart_policy, 0, False, None, task.attempt, at - task.started_at, at
-        )
-        task.pid, task.exit_code, task.cpu_milli, task.ram_bytes = None, 0, 0, 0
-        task.healthy = None if task.spec.health_check is None else False
-        task.phase, task.reason, task.restart_at, task.attempt = (
-            after.phase, after.reason, after.restart_at, after.attempt
-        )  # fmt: skip
-
-    def _kill(self, task: Task, reason: str) -> None:
-        """A kill ends a simulated task at once: there is no process to wait for, so no
-        index ever has one still stopping here (decisions.start_blocked never holds)."""
-        task.kill_reason = reason
-        task.phase, task.reason = decisions.ended_state(None, False, reason)
-        task.pid, task.restart_at, task.cpu_milli, task.ram_bytes = None, None, 0, 0
-        task.healthy = None if task.spec.health_check is None else False
-
-    def _queue(self, spec: TaskSpec, now: float) -> None:
-        task = Task(spec=spec, key=spec.task_id)
-        task.port = spec.port or self._next_port
-        if not spec.port:
-            self._next_port += 1
-        self.tasks[spec.task_id] = task
-        self._queued_at[spec.task_id] = now
-        self._due = min(self._due, now + self.config.start_delay_s)
-
-    # --- the report -----------------------------------------------------------------------------
-
-    def _report(self) -> dict[str, Any]:
-        tasks = [t.report() for t in self.tasks.values()]
-        return {
-            "machine": self.config.name,
-            "capacity": dict(self.config.capacity),
-            "attrs": dict(self.config.attrs),
-            "failure_domain": self.config.failure_domain,
-            "isolation": "hollow",
-            "epoch": self.fence.epoch,
-            "usage": {
-                "cpu_milli": sum(t["usage"]["cpu_milli"] for t in tasks),
-                "ram_bytes": sum(t["usage"]["ram_bytes"] for t in tasks),
-            },
-            "tasks": tasks,
-            "fence": {
-                "epoch": self.fence.epoch,
-                "seq": self.fence.seq,
-                "revision": self.fence.revision,
-            },
-            "queued": sum(1 for t in self.tasks.values() if t.phase == "QUEUED"),
-            "waiting": [],  # a kill ends at once: no queued task waits for its index to stop
-        }
 
 
 def machine_names(count: int, prefix: str = "hollow") -> list[str]:

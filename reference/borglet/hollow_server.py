@@ -27,9 +27,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from reference import channel, wirelimits
+from reference.borglet.core import SyncRefused
 from reference.borglet.hollow import HollowMachine
 from reference.borglet.protocol import SyncRequest
-from reference.borglet.supervisor import SyncRefused
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

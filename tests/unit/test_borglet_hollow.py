@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reference import channel
+from reference.borglet.core import SyncRefused
 from reference.borglet.hollow import (
     HollowConfig,
     HollowMachine,
@@ -19,7 +20,6 @@ from reference.borglet.hollow import (
 )
 from reference.borglet.hollow_server import HollowApp
 from reference.borglet.protocol import Request, SyncRequest
-from reference.borglet.supervisor import SyncRefused
 
 
 class Clock:
