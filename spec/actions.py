@@ -463,14 +463,14 @@ def uncordon(state: CellState, name: str) -> CellState | None:
 
 
 def drain_move(state: CellState, task_id: TaskId) -> CellState | None:
-    """Guard: the task is RUNNING on an unschedulable machine and fewer of its job's tasks are down than the job's budget.
+    """Guard: the task is RUNNING on an unschedulable machine, outside an alloc (an alloc's tasks leave with their alloc), and fewer of its job's tasks are down than the job's budget.
     Effect: the task goes back to PENDING, same incarnation, with no machine, to be placed elsewhere (one step of a drain)."""
     task = state.tasks.get(task_id)
     if task is None or task.state is not TaskState.RUNNING or task.machine is None:
         return None
     m = state.machines.get(task.machine)
     job = state.jobs.get(task_id.job)
-    if m is None or m.schedulable or job is None:
+    if m is None or m.schedulable or job is None or job.alloc is not None:
         return None
     if tasks_down(state, job.key) >= budget(job):
         return None

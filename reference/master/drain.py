@@ -8,7 +8,8 @@ started (and, with a health check, not reported it unhealthy), so the next task 
 moves only after the previous one's replacement runs elsewhere for real. With a deadline,
 the tasks still on the machine when it passes are evicted whatever their budgets, as an
 operator who must power the machine off would (Kubernetes' drain gives up instead; Borg's
-maintenance has a hard date). `uncordon` makes the machine schedulable again; tasks do not
+maintenance has a hard date). Tasks in an alloc stay on their alloc's machine: they leave
+when their alloc set is deleted. `uncordon` makes the machine schedulable again; tasks do not
 move back by themselves. A drained machine that holds no task is removed evicting nothing.
 """
 
@@ -28,7 +29,7 @@ from reference.master.machines import MAX_DRAIN_DEADLINE_S as MAX_DEADLINE_S
 from reference.master.mutations import ApiError
 from reference.master.reports import confirmed
 from spec.actions import EvictReason, budget, tasks_down
-from spec.model import CellState, TaskState
+from spec.model import CellState, Task, TaskState
 
 Write = Callable[[Request, Any, Callable[[Draft], Any], Callable[[Any, int], JSONResponse]], Awaitable[Response]]
 
@@ -79,15 +80,21 @@ def uncordon(d: Draft, name: str) -> str:
     return name
 
 
+def movable(state: CellState, machine: str) -> list[Task]:
+    """The tasks a drain moves off `machine`: those RUNNING there outside allocs (a task in an
+    alloc runs on its alloc's machine only: it leaves when the alloc set is deleted)."""
+    return [t for t in state.running_on(machine) if (j := state.jobs.get(t.id.job)) is not None and j.alloc is None]
+
+
 def draining(state: CellState) -> list[str]:
-    """The drained machines that still run tasks, by name."""
-    return sorted(n for n, m in state.machines.items() if not m.schedulable and state.running_on(n))
+    """The drained machines that still run tasks a drain moves, by name."""
+    return sorted(n for n, m in state.machines.items() if not m.schedulable and movable(state, n))
 
 
 def has_work(cell: Cell) -> bool:
-    """Whether a leader's pass has a drain to advance (a drained machine still runs a task)."""
+    """Whether a leader's pass has a drain to advance (a drained machine still runs a task it moves)."""
     state = cell.state
-    return any(not m.schedulable and state.running_on(n) for n, m in state.machines.items())
+    return any(not m.schedulable and movable(state, n) for n, m in state.machines.items())
 
 
 def down_now(d: Draft, job_key: str) -> int:
@@ -114,9 +121,9 @@ def advance(d: Draft) -> int:
     for name in draining(d.state):
         info = d.machine_info(name)
         overdue = 0 < info.drain_deadline <= d.now
-        for t in d.state.running_on(name):
-            job = d.state.jobs.get(t.id.job)
-            if job is not None and down_now(d, job.key) < budget(job):
+        for t in movable(d.state, name):
+            job = d.state.jobs[t.id.job]
+            if down_now(d, job.key) < budget(job):
                 if d.step("drain_move", t.id, reason=f"drain of {name}"):
                     moved += 1
                     continue

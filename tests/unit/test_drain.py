@@ -123,3 +123,19 @@ def test_the_drain_survives_the_store():
     assert not m.schedulable and (info.drain_since, info.drain_deadline) == (5.0, 35.0)
     m2, info2 = codec.decode_machine(codec.encode_machine(d.state.machines["m2"], d.machine_info("m2")))
     assert m2.schedulable and info2.drain_since == 0.0
+
+
+def test_tasks_in_an_alloc_stay_with_their_alloc():
+    from spec.actions import alloc_create
+    from spec.model import Alloc
+
+    c = cell_of(1)
+    s = alloc_create(c.state, Alloc("u/set", 0, "m1", Resources.of(cpu=500), 200, "u"))
+    s = submit(s, Job("u", "inset", 200, 1, Resources.of(cpu=100), alloc="u/set"))
+    s = schedule(s, TaskId("u/inset", 0, 0), "m1")
+    infos = {**c.tasks, TaskId("u/inset", 0, 0): STARTED}
+    d = Draft(Cell(s, c.machines, {}, infos), now=0.0)
+    drain.start_drain(d, "m1", None)
+    assert [t.id.job for t in drain.movable(d.state, "m1")] == ["u/web"]
+    assert drain.advance(d) == 1
+    assert d.state.tasks[TaskId("u/inset", 0, 0)].state is TaskState.RUNNING

@@ -128,3 +128,20 @@ def test_a_task_whose_only_machine_it_crashed_on_waits_and_says_why():
     assert "crashed" in text and "a (3 crashes)" in text
     # two crashes only score it lower: with nowhere else to go it still runs there
     assert _plan(s, {("u/j", 0): {"a": REPEATED}}).placements[0].machine == "a"
+
+
+def test_the_leader_records_each_failure_once_on_its_machine():
+    from reference.master.cell import Cell, Draft, TaskInfo
+    from reference.master.crashes import record_failures
+    from reference.master.leader import restart_dead
+    from spec.actions import fail, schedule
+
+    s = _cell("a", "b")
+    tid = TaskId("u/j", 0, 0)
+    s = fail(schedule(s, tid, "a"), tid)
+    d = Draft(Cell(s, tasks={tid: TaskInfo(machine="a")}), now=100.0)
+    memory = CrashMemory()
+    assert record_failures(d, {tid}, memory) == 1
+    restart_dead(d, {tid}, lambda n: n)  # marks the death seen (its back-off) and restarts it
+    assert record_failures(d, {tid}, memory) == 0  # the same death is not counted twice
+    assert memory.counts("u/j", 0) == {"a": 1}
