@@ -155,6 +155,13 @@ class Api:
             value["cpu"] = cpu
         return self._recorded(OpKind.UPDATE, key, value, "PATCH", f"/v1/jobs/{key}", body)
 
+    def put_job(self, doc: dict[str, Any]) -> Reply:
+        """A whole job file sent again with some field changed (`PUT /v1/jobs/{user}/{name}`):
+        recorded as an update of its tracked fields, which it keeps or changes as the file says."""
+        key = f"{doc['user']}/{doc['name']}"
+        value = {"task_count": doc["task_count"], "cpu": cpu_milli(doc["request"]["cpu"])}
+        return self._recorded(OpKind.UPDATE, key, value, "PUT", f"/v1/jobs/{key}", doc)
+
     def kill(self, key: str) -> Reply:
         return self._recorded(OpKind.KILL, key, None, "DELETE", f"/v1/jobs/{key}", None)
 

@@ -16,7 +16,7 @@ from harness.transitions import (
 )
 from spec.actions import EvictReason, Step, restart_allowed, task_fits
 from spec.invariants import INVARIANTS, check_state, check_step
-from spec.model import CellState, Job, Task, TaskState, may_preempt
+from spec.model import CellState, Job, Task, TaskState, is_stale, may_preempt
 
 OBSERVE = Step("observe", ())
 
@@ -159,8 +159,8 @@ def _index_problems(model: CellState, s: CellState, policy, key: str, i: int, t:
         room = _room_for(s, key, t)
         return [f"{t.id} is PENDING though {room} has room for it"] if room else []
     job = s.jobs[key]
-    if t.request != job.request:
-        return [f"{t.id} still runs with {t.request}, not its job's {job.request} (no roll)"]
+    if is_stale(t, job):
+        return [f"{t.id} still runs an older version than its job's {job.version} (no roll)"]
     return []
 
 

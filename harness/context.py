@@ -96,6 +96,7 @@ class ExampleState(RuleBasedStateMachine):
         self.keys: set[str] = set()
         self.kinds: dict[str, str] = {}
         self.submitted: dict[str, Job] = {}  # as last submitted or updated
+        self.files: dict[str, dict[str, Any]] = {}  # each job's file as last sent (PUT changes any field)
         self.counter = itertools.count()
         # Jobs the observer reads tasks of: every job this example touched, until a killed one
         # is seen gone with all its tasks DEAD (it can change no more; the jobs list would show

@@ -63,6 +63,8 @@ def job_of(view: dict[str, Any]) -> Job:
         alloc=alloc_set_key(view["user"], view.get("alloc")),
         package=view.get("package") or "",
         version=int(view.get("version", 0)),
+        max_unavailable=int(view.get("max_unavailable") or 1),
+        template=view.get("template") or "",
     )
 
 
@@ -208,4 +210,6 @@ class Observer:
             request = job.request
         cause = DeathCause(v["cause"]) if st is TaskState.DEAD and v.get("cause") else None
         machine = v.get("machine") if st is TaskState.RUNNING else v.get("machine") or None
-        return Task(tid, st, machine, priority, request, cause, reservation)
+        template = (v.get("template") or "") if st is not TaskState.DEAD else ""
+        down_for = (v.get("down_for") or "") if st is TaskState.PENDING else ""
+        return Task(tid, st, machine, priority, request, cause, reservation, template, down_for)

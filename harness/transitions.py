@@ -29,6 +29,7 @@ from spec.actions import (
     machine_remove,
     machine_up,
     reserve,
+    roll,
 )
 from spec.fmap import FMap
 from spec.model import CellState, Job, Resources, Task, TaskId, TaskState
@@ -39,6 +40,21 @@ from spec.model import CellState, Job, Resources, Task, TaskId, TaskState
 MAX_TASK_STEPS = 6
 #: States one search may visit: far more than any path of MAX_TASK_STEPS needs on a small cell.
 MAX_STATES = 5000
+def roll_of_one_index(s: CellState, task_id: TaskId) -> CellState | None:
+    """The spec's roll without its budget guard: an index is explained alone, beside the other
+    indices as they are now (`_hybrid`), so the budget, a bound across indices, is not judged
+    here but by the invariant disruptions_within_budget on every observed state."""
+    job = s.jobs.get(task_id.job)
+    if job is None:
+        return None
+    free = s.with_(jobs=s.jobs.set(job.key, replace(job, max_unavailable=1 << 30)))
+    nxt = roll(free, task_id)
+    return None if nxt is None else nxt.with_(jobs=s.jobs)
+
+
+#: The actions an explanation replays: the spec's, with `roll` judged per index.
+EXPLAINING = {**ACTIONS, "roll": roll_of_one_index}
+
 ENV_ACTIONS = frozenset({"submit", "update", "kill_job", "machine_add", "machine_remove", "machine_down", "machine_up"})
 
 
@@ -110,7 +126,7 @@ def _least_room(old: Task | None, t: Task) -> Task:
     other's reservation shrank (the lower of its two reservations). The invariants still judge the
     cell as it is now, whatever the order."""
     if t.state is TaskState.RUNNING and (old is None or old.state is not TaskState.RUNNING or old.machine != t.machine):
-        return Task(t.id, TaskState.PENDING, None, t.priority, t.request)  # placed since: nowhere yet
+        return replace(t, state=TaskState.PENDING, machine=None, reservation=None)  # placed since: nowhere yet
     if old is None or old.state is not TaskState.RUNNING or t.state is not TaskState.RUNNING:
         return t
     if old.machine != t.machine or old.request != t.request or old.reserved == t.reserved:
@@ -132,8 +148,8 @@ def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job
     if new is None and cur is None and job in known:
         yield Step("submit", (known[job],))  # submitted and killed between two polls
     ref = new if new is not None else known.get(job)  # updated, then killed since the last poll
-    if ref is not None and cur is not None and (cur.task_count, cur.request) != (ref.task_count, ref.request):
-        yield Step("update", (job, ref.task_count, ref.request))
+    if ref is not None and cur is not None and replace(cur, version=0) != replace(ref, version=0):
+        yield Step("update", (job, None, None, ref))  # any field: the whole job as it is now
     if new is not None and cur is not None and cur.version > new.version:
         yield Step("kill_job", (job,))  # killed and submitted again since the last poll
     for name, m in after.machines.items():
@@ -211,7 +227,7 @@ def explain(
         if n < MAX_TASK_STEPS:
             steps += [(st, True) for st in _task_steps(s, job, index, goal_machine, first)]
         for step, counts in steps:
-            nxt = ACTIONS[step.action](s, *step.args)
+            nxt = EXPLAINING[step.action](s, *step.args)
             if nxt is None:
                 continue
             key = _key(nxt, job)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import strategies as st
@@ -10,6 +11,7 @@ from hypothesis.stateful import initialize, precondition, rule
 from harness.context import KINDS, RAM, ConformanceViolation, ExampleState
 from harness.history import Outcome
 from harness.observe import allocs_of, job_of, quotas_of
+from reference.jobspec import parse_job
 from spec import actions as spec_actions
 from spec.fmap import FMap
 from spec.model import CellState, Job, Resources, TaskState
@@ -17,8 +19,11 @@ from spec.model import CellState, Job, Resources, TaskState
 PRIORITIES = (0, 100, 200)
 CPUS = (250, 500, 1000, 1500)
 USERS = ("alice", "bob")
-BURST_OPS = ("submit", "resize", "update_request", "kill_job", "kill_task", "kill_task", "read")
-CHANGE_OPS = ("resize", "update_request", "update_request", "kill_task", "kill_task")
+BURST_OPS = ("submit", "resize", "update_request", "update_field", "kill_job", "kill_task", "kill_task", "read")
+CHANGE_OPS = ("resize", "update_request", "update_request", "update_field", "update_field", "kill_task", "kill_task")
+# What `update_field` changes in a job's file (PUT of the whole file): its environment or its
+# command (rolled out), its priority within its band or its budget (in place).
+FIELD_CHANGES = ("env", "command", "priority", "max_unavailable", "env")
 
 
 class UserRules(ExampleState):
@@ -98,7 +103,8 @@ class UserRules(ExampleState):
         self.watch.add(key)
         self.kinds[key] = kind
         job = Job(user, name, priority, count, Resources.of(cpu=cpu, ram=RAM), restart_policy=policy,
-                  alloc=None if alloc is None else f"{user}/{alloc}")  # fmt: skip
+                  alloc=None if alloc is None else f"{user}/{alloc}", template=parse_job(doc).template())  # fmt: skip
+        self.files[key] = doc
         r = self.api.submit(doc)
         self.c.coverage.api_ops["submit"] += 1
         if r.outcome is not Outcome.FAILED:
@@ -152,6 +158,32 @@ class UserRules(ExampleState):
             self._resync(key)
         else:
             self._judge_refusal(f"update {key}", r.status, spec_actions.update(self.model, key, count, request) is not None)
+
+    def update_field(self, key: str, n: int) -> None:
+        """Send the job's whole file again with one field changed (`PUT`): any field can change;
+        the spec's update takes the new job, and the leader rolls out what needs a restart."""
+        doc = self.files.get(key)
+        if doc is None:
+            return
+        new = changed_file(doc, FIELD_CHANGES[n % len(FIELD_CHANGES)], n)
+        r = self.api.put_job(new)
+        self.c.coverage.api_ops["update_field"] += 1
+        spec = parse_job(new)
+        if key in self.model.jobs:
+            job = replace(self.model.jobs[key], priority=spec.priority, max_unavailable=spec.max_unavailable,
+                          template=spec.template())  # fmt: skip
+        else:
+            job = None
+        if r.outcome is Outcome.OK:
+            self.files[key] = new
+            if job is not None:
+                self._apply_model("update", key, None, None, job)
+                self.submitted[key] = self.model.jobs[key]
+        elif r.outcome is Outcome.UNKNOWN:
+            self._resync(key)
+        else:
+            legal = job is not None and spec_actions.update(self.model, key, None, None, job) is not None
+            self._judge_refusal(f"update of {key}'s file", r.status, legal)
 
     def kill_job(self, key: str) -> None:
         r = self.api.kill(key)
@@ -211,6 +243,8 @@ class UserRules(ExampleState):
                 self._update(key, n, None)
             elif op == "update_request":
                 self._update(key, None, CPUS[n % len(CPUS)])
+            elif op == "update_field":
+                self.update_field(key, n + i)
             elif op == "kill_job":
                 self.kill_job(key)
             elif op == "kill_task":
@@ -229,3 +263,24 @@ class UserRules(ExampleState):
         if self.squeezer is not None and self.squeezer in self.model.jobs:
             self.kill_job(self.squeezer)
         self.squeezer = self._submit("service", 200, count, cpu, USERS[count % 2])
+
+
+def changed_file(doc: dict[str, Any], field: str, n: int) -> dict[str, Any]:
+    """`doc` with `field` changed: a new environment or command (its program unchanged: a
+    trailing comment argument for sh, one more second for sleep), a priority moved within its
+    band, or a budget of 1 or 2."""
+    new = dict(doc)
+    if field == "env":
+        new["env"] = {"V": str(n)} if doc.get("env", {}).get("V") != str(n) else {}
+    elif field == "command":
+        cmd = list(doc["command"])
+        if cmd[0] == "sleep":
+            new["command"] = ["sleep", str(int(cmd[1]) + 1)]
+        else:
+            new["command"] = [*cmd[:3], f"v{n}"] if cmd[-1] != f"v{n}" else cmd[:3]
+    elif field == "priority":
+        floor = doc["priority"] // 100 * 100
+        new["priority"] = floor + (n % 5) * 10 if floor + (n % 5) * 10 != doc["priority"] else floor + 50
+    else:
+        new["max_unavailable"] = 2 if doc.get("max_unavailable", 1) == 1 else 1
+    return new

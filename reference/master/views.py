@@ -47,6 +47,7 @@ def job_view(cell: Cell, job: Job, info: JobInfo | None = None) -> dict[str, Any
         request={k: (format_cpu(v) if k == "cpu" else v) for k, v in job.request.items},
         key=job.key,
         version=job.version,
+        template=job.template,
         submitted_at=info.submitted_at if info is not None else 0.0,
     )
     return doc
@@ -115,6 +116,10 @@ def task_view(cell: Cell, task: Task, cell_name: str, info: TaskInfo | None = No
         # the part of it the master reserves (lower once reclamation estimates it needs less).
         "request": task.request.as_dict() if task.state is not TaskState.DEAD else None,
         "reservation": task.reserved.as_dict() if task.state is TaskState.RUNNING else None,
+        # The job version's template it runs (spec.model.task_template), and why a PENDING task
+        # is down on purpose ("roll" or "drain"; master/rollout.py, master/drain.py).
+        "template": task.template or None,
+        "down_for": task.down_for or None,
         "draining": bool(info.draining_since),
         "history": [{"state": s, "at": at, "reason": r} for s, at, r in info.history],
         "pid": info.pid or None,
