@@ -38,6 +38,7 @@ from .feasibility import (
     release,
     room,
 )
+from .fgdbatch import fgd_many
 from .fragmentation import ShapeMix, fgd_place
 from .pairing import avoided_reason, penalties
 from .plan import Placement, Plan, Preemption, Reason, Unschedulable
@@ -267,9 +268,11 @@ class Pass:
 
     def _batched(self, cls: TaskClass, s: _Sample) -> bool:
         """Whether the class's sample is scored a run at a time (see `batchscore`)."""
-        return self.batch is not None and not cls.gpu and not s.preempting
+        return (self.batch is not None or self.mix is not None) and not cls.gpu and not s.preempting
 
     def _scores(self, cls: TaskClass, mis: np.ndarray, free: np.ndarray) -> np.ndarray:
+        if self.mix is not None:  # fgd, a class without GPUs: fgdbatch
+            return fgd_many(self, cls, mis, free)
         need = cls.need
         if need is None:
             need = cls.need = np.array(cls.req, dtype=np.int64)
