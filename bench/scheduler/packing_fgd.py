@@ -25,6 +25,10 @@ experiment (`packing.py`, `--semantics minborg`). Where the two differ:
   capacity * 100; alloc(100) is the mean alloc% over rows with arrive% = 100 (the rows within
   +-1 when there are none), and the figure is 100 - alloc(100), in % of GPU capacity.
 
+Minborg's own policies run on these terms too (`engine_rows`, variants "on" and "off"): the same
+arrivals and metric, each task placed by Minborg's scheduler in one pass (default config, its
+techniques on or off, no preemption), so a policy of ours can be set beside the paper's figures.
+
 Details of the simulator not confirmed against its source: `dot_prod`'s vectors under its
 `merge` dimension extension (taken here as (free CPU / 128 cores, free GPU milli / 8000) against
 the task's), and whether the shuffle precedes or follows the inflation (here: follows).
@@ -38,12 +42,14 @@ import random
 import statistics
 import time
 from bisect import bisect_right
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from reference.scheduler import QueueOrder, SchedulerConfig, Snapshot, plan_pass
 from reference.scheduler.fragmentation import usable
-from spec.model import CPU, GPU, RAM, Machine
+from spec.model import CPU, GPU, RAM, Machine, TaskId
 
 from .trace import DEFAULT_PODS, TracePod, read_machines, read_pods
 
@@ -103,22 +109,28 @@ def node_of(m: Machine) -> Node:
 
 # -- arrivals ---------------------------------------------------------------------------------
 
-def arrivals(pods: Sequence[Pod], capacity: int, seed: int, ratio: float = INFLATION) -> list[Pod]:
-    """The pods, plus pods drawn uniformly with replacement and appended until a draw would pass
-    `ratio` x `capacity` (that draw ends the inflation; as in the simulator, the test adds the
-    draw's milli per GPU, the total adds all its GPUs), then the whole list shuffled."""
+def arrival_order(pods: Sequence[Pod], capacity: int, seed: int, ratio: float = INFLATION) -> list[int]:
+    """The arrivals as indices into `pods`: every pod, plus pods drawn uniformly with
+    replacement and appended until a draw would pass `ratio` x `capacity` (that draw ends the
+    inflation; as in the simulator, the test adds the draw's milli per GPU, the total adds all
+    its GPUs), then the whole list shuffled."""
     rng = random.Random(seed)
-    out = list(pods)
-    asked = sum(p.gpu for p in out)
+    out = list(range(len(pods)))
+    asked = sum(p.gpu for p in pods)
     if pods and any(p.gpu for p in pods):
         while True:
-            p = rng.choice(pods)
-            if asked + p.milli > ratio * capacity:  # the simulator tests the per-GPU milli, adds the total
+            i = rng.randrange(len(pods))  # what rng.choice(pods) draws
+            if asked + pods[i].milli > ratio * capacity:  # the simulator tests the per-GPU milli, adds the total
                 break
-            out.append(p)
-            asked += p.gpu
+            out.append(i)
+            asked += pods[i].gpu
     rng.shuffle(out)
     return out
+
+
+def arrivals(pods: Sequence[Pod], capacity: int, seed: int, ratio: float = INFLATION) -> list[Pod]:
+    """The pods in arrival order (see `arrival_order`)."""
+    return [pods[i] for i in arrival_order(pods, capacity, seed, ratio)]
 
 
 # -- GPU selection inside a machine -----------------------------------------------------------
@@ -357,57 +369,162 @@ def alloc_at(rows: Sequence[tuple[int, int]], capacity: int, arrive_pct: int = 1
     raise ValueError(f"no arrival reached {arrive_pct}% of capacity (+-1)")
 
 
-def unallocated_pct(policy: str, machines: Sequence[Machine], pods: Sequence[TracePod], seed: int) -> float:
-    """The figure of one seed: 100 - alloc% at 100% arrived."""
-    base = [pod_of(p) for p in pods]
+def unallocated_pct(policy: str, machines: Sequence[Machine], pods: Sequence[TracePod], seed: int, variant: str = "simulator") -> float:
+    """The figure of one seed: 100 - alloc% at 100% arrived. `variant`: "simulator" (the paper's
+    baseline as its simulator runs it), "on" or "off" (Minborg's scheduler, techniques on or off)."""
     capacity = sum(m.capacity.get(GPU) for m in machines)
+    if variant != "simulator":
+        return 100.0 - alloc_at(engine_rows(policy, machines, pods, seed, variant == "on"), capacity)
+    base = [pod_of(p) for p in pods]
     tasks = arrivals(base, capacity, seed)
     mix = FragMix(base) if policy == "fgd" else None
     return 100.0 - alloc_at(simulate(policy, machines, tasks, mix, seed), capacity)
 
 
+# -- Minborg's scheduler on these terms -----------------------------------------------------------
+
+def engine_rows(
+    policy: str, machines: Sequence[Machine], pods: Sequence[TracePod], seed: int, techniques: bool = True,
+    stop_pct: float = 101.5,
+) -> list[tuple[int, int]]:
+    """`simulate`'s rows for one of Minborg's policies run by Minborg's own scheduler (one pass,
+    the arrivals in order, no preemption; techniques on or off) on the same arrivals: the
+    policy's score, its own GPU choice (fgd's, else the fullest GPU that fits a share), its
+    ties (the first machine of the pass's random walk). Each drawn copy is a job of its own."""
+    base = [pod_of(p) for p in pods]
+    capacity = sum(m.capacity.get(GPU) for m in machines)
+    tasks, gpus, seen, arrived = [], [], {}, 0
+    for i in arrival_order(base, capacity, seed):
+        t = pods[i].task
+        n = seen[i] = seen.get(i, 0) + 1
+        tasks.append(t if n == 1 else replace(t, id=TaskId(f"{t.id.job}.{n}", t.id.index)))
+        gpus.append(base[i].gpu)
+        arrived += base[i].gpu
+        if capacity and 100.0 * arrived / capacity > stop_pct:
+            break
+    cfg = replace(SchedulerConfig(policy=policy), queue_order=QueueOrder.GIVEN, preemption=False)
+    plan = plan_pass(Snapshot(tuple(machines), pending=tuple(tasks)), cfg if techniques else cfg.without_techniques(), seed)
+    placed = {p.task for p in plan.placements}
+    rows, arrived, allocated = [], 0, 0
+    for t, g in zip(tasks, gpus, strict=True):
+        arrived += g
+        allocated += g if t.id in placed else 0
+        rows.append((arrived, allocated))
+    return rows
+
+
 # -- the command ----------------------------------------------------------------------------------
 
 FIRST_SEED = 42  # the simulator's run scripts use seeds 42..51
+PAPER_SEEDS = range(FIRST_SEED, FIRST_SEED + 10)
+# Who runs a policy on these terms: the paper's simulator (as reproduced above), or Minborg's own
+# scheduler with its techniques on (the default config) or off.
+VARIANTS = ("simulator", "on", "off")
+
+
+def one_pass(pods_path: str, nodes_path: str, policy: str, variant: str, seed: int) -> dict:
+    machines, pods = read_machines(Path(nodes_path)), read_pods(Path(pods_path))
+    start = time.perf_counter()
+    x = unallocated_pct(policy, machines, pods, seed, variant)
+    return {"pods": Path(pods_path).name, "policy": policy, "variant": variant, "seed": seed,
+            "unallocated_pct": round(x, 4), "seconds": round(time.perf_counter() - start, 1)}
+
+
+def key(r: dict) -> tuple:
+    return (r["pods"], r["policy"], r.get("variant", "simulator"), r["seed"])
+
+
+def load(store: Path) -> dict[tuple, dict]:
+    """The passes kept in `store`; a pass stored without a variant is the simulator's."""
+    if not store.exists():
+        return {}
+    return {key(r): {**r, "variant": r.get("variant", "simulator")} for r in json.loads(store.read_text())}
 
 
 def run(
-    pods_paths: Sequence[str], nodes_path: str, policies: Sequence[str], seeds: int, store: Path, resume: bool, run_missing: bool = True
+    pods_paths: Sequence[str], nodes_path: str, policies: Sequence[str], variants: Sequence[str], seeds: Sequence[int],
+    store: Path, resume: bool, run_missing: bool = True, jobs: int = 1,
 ) -> list[dict]:
-    """Every (pod list, policy, seed) pass, kept in `store` (JSON) as each ends; returns the
-    summary rows (pods, policy, mean, std, n, published)."""
-    machines = read_machines(Path(nodes_path))
-    done: dict[tuple, dict] = {}
-    if resume and store.exists():
-        done = {(r["pods"], r["policy"], r["seed"]): r for r in json.loads(store.read_text())}
+    """Every (pod list, policy, variant, seed) pass, kept in `store` (JSON) as each ends;
+    returns the summary rows of `seeds` (see `summary`)."""
+    done = load(store) if resume else {}
     store.parent.mkdir(parents=True, exist_ok=True)
-    for path in pods_paths:
-        pods, name = read_pods(Path(path)), Path(path).name
-        for policy in policies:
-            for seed in range(FIRST_SEED, FIRST_SEED + seeds):
-                if (name, policy, seed) in done or not run_missing:
-                    continue
-                start = time.perf_counter()
-                x = unallocated_pct(policy, machines, pods, seed)
-                r = {"pods": name, "policy": policy, "seed": seed, "unallocated_pct": round(x, 4),
-                     "seconds": round(time.perf_counter() - start, 1)}
-                done[(name, policy, seed)] = r
-                print(f"fgd semantics: {name} {policy} seed {seed}: {x:.2f}% ({r['seconds']} s)", flush=True)
-                store.write_text(json.dumps(sorted(done.values(), key=lambda r: (r["pods"], r["policy"], r["seed"])), indent=1))
+    todo = [(path, nodes_path, policy, variant, seed)
+            for path in pods_paths for variant in variants for policy in policies for seed in seeds
+            if run_missing and (Path(path).name, policy, variant, seed) not in done]
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for r in pool.map(one_pass, *zip(*todo, strict=True)) if todo else ():
+            done[key(r)] = r
+            print(f"fgd semantics: {r['pods']} {r['policy']} {r['variant']} seed {r['seed']}: {r['unallocated_pct']:.2f}% "
+                  f"({r['seconds']} s)", flush=True)
+            store.write_text(json.dumps(sorted(done.values(), key=key), indent=1))
+    return summary(done.values(), [Path(p).name for p in pods_paths], seeds)
+
+
+def summary(results: Iterable[dict], pods: Sequence[str], seeds: Iterable[int]) -> list[dict]:
+    """Per (pod list, variant, policy) with passes among `seeds`: mean, population deviation,
+    how many, which seeds, and the paper's figure (the simulator's baselines on the default list)."""
+    want = set(seeds)
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        if r["seed"] in want:
+            groups.setdefault((r["pods"], r.get("variant", "simulator"), r["policy"]), []).append(r)
+    order = {v: i for i, v in enumerate(VARIANTS)}
+    rank = {n: i for i, n in enumerate(POLICIES)}
     out = []
-    for path in pods_paths:
-        name = Path(path).name
-        for policy in policies:
-            xs = [r["unallocated_pct"] for r in done.values() if r["pods"] == name and r["policy"] == policy]
-            if xs:
-                out.append({"pods": name, "policy": policy, "mean": statistics.mean(xs), "std": statistics.pstdev(xs), "n": len(xs),
-                            "published": PUBLISHED.get(policy) if name == DEFAULT_PODS else None})
+    for (name, variant, policy), rs in sorted(groups.items(), key=lambda kv: (
+            pods.index(kv[0][0]) if kv[0][0] in pods else len(pods), order.get(kv[0][1], 9), rank.get(kv[0][2], 99), kv[0][2])):
+        xs = [r["unallocated_pct"] for r in rs]
+        paper = PUBLISHED.get(policy) if name == DEFAULT_PODS and variant == "simulator" else None
+        out.append({"pods": name, "policy": policy, "variant": variant, "mean": statistics.mean(xs), "std": statistics.pstdev(xs),
+                    "n": len(xs), "seeds": sorted(r["seed"] for r in rs), "published": paper})
     return out
 
 
+WHO = {"simulator": "the paper's simulator", "on": "Minborg, techniques on", "off": "Minborg, techniques off"}
+
+
+def seed_span(seeds: Sequence[int]) -> str:
+    if seeds and list(seeds) == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else f"{seeds[0]}"
+    return ", ".join(map(str, seeds))
+
+
 def table(rows: Sequence[dict]) -> str:
-    lines = ["| pod list | policy | unallocated GPU % at 100% arrived | paper |", "|---|---|---|---|"]
+    lines = ["| pod list | policy | run by | unallocated GPU % at 100% arrived | seeds | paper | minus paper |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         pub = "" if r["published"] is None else f"{r['published']}"
-        lines.append(f"| {r['pods']} | {r['policy']} | {r['mean']:.2f} ± {r['std']:.2f} (n={r['n']}) | {pub} |")
+        diff = "" if r["published"] is None else f"{r['mean'] - r['published']:+.2f}"
+        lines.append(f"| {r['pods']} | {r['policy']} | {WHO.get(r['variant'], r['variant'])} | {r['mean']:.2f} ± {r['std']:.2f} "
+                     f"(n={r['n']}) | {seed_span(r['seeds'])} | {pub} | {diff} |")
     return "\n".join(lines)
+
+
+def chart(rows: Sequence[dict], out: Path, title: str) -> None:
+    """Bars: each policy's mean ± deviation, the paper's figure beside it, 4.8% (FGD's) as a line."""
+    import matplotlib  # only the report needs it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5))
+    labels = [r["policy"] if r["variant"] == "simulator" else f"{r['policy']}\n({WHO[r['variant']]})" for r in rows]
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["mean"] for r in rows], 0.4, yerr=[r["std"] for r in rows], capsize=3,
+           label=f"reproduced here (mean ± sd, n = {max((r['n'] for r in rows), default=0)} seeds)")
+    ax.bar([x + 0.2 for x in xs], [r["published"] if r["published"] is not None else float("nan") for r in rows], 0.4,
+           label="paper (Weng et al., ATC '23, Fig. 9a)")
+    for x, r in zip(xs, rows, strict=True):
+        ax.annotate(f"{r['mean']:.2f}", (x - 0.2, r["mean"] + r["std"]), ha="center", va="bottom", fontsize=8)
+        if r["published"] is not None:
+            ax.annotate(f"{r['published']}", (x + 0.2, r["published"]), ha="center", va="bottom", fontsize=8)
+    ax.axhline(PUBLISHED["fgd"], color="grey", linestyle="--", linewidth=1, label=f"{PUBLISHED['fgd']}% (FGD in the paper)")
+    ax.set_xticks(list(xs), labels, fontsize=8)
+    ax.set_ylabel("unallocated GPU % at 100% arrived (lower is better)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)

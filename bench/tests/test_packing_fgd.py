@@ -6,22 +6,29 @@ import pytest
 
 from bench.scheduler import packing_bench
 from bench.scheduler.packing_fgd import (
+    PAPER_SEEDS,
     FragMix,
     Node,
     Pod,
     alloc_at,
+    arrival_order,
     arrivals,
     best_fit_score,
     best_gpu,
     dot_prod_score,
+    engine_rows,
     exclusive,
     fgd_int,
     fits,
     gpu_clustering_score,
     gpu_packing_score,
+    load,
+    pod_of,
     random_gpu,
     simulate,
+    summary,
 )
+from bench.scheduler.trace import read_machines, read_pods
 from spec.model import Machine, Resources
 
 GiB = 2**30
@@ -203,3 +210,34 @@ def test_random_fit_draws_a_machine_per_task():
     where: list[str] = []
     simulate("random_fit", machines, [Pod(1000, GiB, 0, 0)] * 16, None, seed=5, stop_pct=1000, where=where)
     assert len(set(where)) == 4  # 16 draws spread over all 4 machines (seed 5; a fixed order would use 1)
+
+
+def _tiny(tmp_path):
+    pods = tmp_path / "pods.csv"
+    pods.write_text("cpu_milli,memory_mib,num_gpu,gpu_milli\n100,1,1,200\n100,1,0,0\n100,1,1,100\n200,1,1,150\n")
+    nodes = tmp_path / "nodes.csv"  # 10 GPUs: each arrival moves the arrived share by 2% at most
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "".join(f"m{i},4000,64,2,T4\n" for i in range(5)))
+    return pods, nodes
+
+
+@pytest.mark.parametrize("policy", ["fgd", "borg_hybrid"])
+def test_minborgs_scheduler_on_these_terms_takes_the_simulators_arrivals(tmp_path, policy):
+    pods_path, nodes_path = _tiny(tmp_path)
+    machines, pods = read_machines(nodes_path), read_pods(pods_path)
+    rows = engine_rows(policy, machines, pods, seed=42, stop_pct=1000)
+    base = [pod_of(p) for p in pods]
+    want = [base[i].gpu for i in arrival_order(base, 10_000, 42)]  # 5 machines x 2 GPUs
+    assert [r[0] for r in rows] == [sum(want[: i + 1]) for i in range(len(want))]  # the same arrivals, in order
+    allocated = [a for _, a in rows]
+    assert allocated == sorted(allocated) and 9000 <= allocated[-1] <= 10_000  # fills, never overcommits
+
+
+def test_the_cli_runs_minborgs_policies_with_engine_on_and_keeps_the_variant(tmp_path):
+    pods, nodes = _tiny(tmp_path)
+    args = ["--semantics", "fgd", "--pods", str(pods), "--nodes", str(nodes), "--out", str(tmp_path / "o"), "--seeds", "2"]
+    assert packing_bench.main([*args, "--engine", "on", "--policy", "borg_hybrid"]) == 0
+    assert packing_bench.main([*args, "--policy", "fgd", "--first-seed", "52", "--seeds", "1"]) == 0
+    stored = load(tmp_path / "o" / "packing" / "fgd_results.json")
+    assert sorted((p, v, s) for (_, p, v, s) in stored) == [("borg_hybrid", "on", 42), ("borg_hybrid", "on", 43), ("fgd", "simulator", 52)]
+    rows = summary(stored.values(), ["pods.csv"], PAPER_SEEDS)
+    assert [(r["policy"], r["variant"], r["n"], r["published"]) for r in rows] == [("borg_hybrid", "on", 2, None)]
