@@ -33,6 +33,8 @@ from reference.client import ClientError
 
 EXIT_PLAN_ERROR = 255  # `job plan`: neither "no change" (0) nor "would change" (1)
 POLL_S = 1.0
+DetachOpt = Annotated[bool, typer.Option("--detach", "-d", help="Return once the cell took the new version.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to follow the rollout.")]
 
 
 def _load(file: str) -> Any:
@@ -125,6 +127,22 @@ def _watch(cell: Any, key: str, timeout_s: float, quiet: bool) -> None:
     say(f"every task of {key} runs the new version")
 
 
+def _say(answer: dict[str, Any], current: dict[str, Any] | None, as_json: bool) -> None:
+    if as_json:
+        print_json(answer)
+    else:
+        print(plan_text(answer, current), flush=True)
+
+
+def _say_and_follow(
+    cell: Any, key: str, answer: dict[str, Any], current: dict[str, Any] | None, detach: bool, timeout_s: float, as_json: bool,
+) -> None:  # fmt: skip
+    """Print what a new version changes, then follow its rollout (not when detached or unchanged)."""
+    _say(answer, current, as_json)
+    if not detach and not answer.get("unchanged"):
+        _watch(cell, key, timeout_s, quiet=as_json)
+
+
 @job_app.command("run", epilog=examples(
     "minborg job run examples/hello_world.yaml",
     "minborg job run web.yaml --dry-run",
@@ -134,8 +152,8 @@ def _watch(cell: Any, key: str, timeout_s: float, quiet: bool) -> None:
 def run(
     file: Annotated[str, typer.Argument(help="The job file (YAML).")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print what would change (as `job plan`).")] = False,
-    detach: Annotated[bool, typer.Option("--detach", "-d", help="Return once the cell took the new version.")] = False,
-    wait_timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds to follow the rollout.")] = 300,
+    detach: DetachOpt = False,
+    wait_timeout: TimeoutOpt = 300,
     master: MasterOpt = None,
     state_dir: StateDirOpt = None,
     as_json: JsonOpt = False,
@@ -151,17 +169,12 @@ def run(
     with client(master, state_dir) as cell:
         current = _current_file(cell, spec.key)
         answer = _put(cell, spec, dry_run=False)
-        if as_json:
-            print_json(answer)
-        else:
-            print(plan_text(answer, current), flush=True)
-        if detach or answer.get("unchanged"):
-            return
-        if answer.get("created"):
+        if answer.get("created") and not detach:
+            _say(answer, current, as_json)
             if spec.task_count and isinstance(answer.get("revision"), int):
                 _wait_for_start(cell, spec.key, spec.task_count, answer["revision"], wait_timeout, quiet=as_json)
             return
-        _watch(cell, spec.key, wait_timeout, quiet=as_json)
+        _say_and_follow(cell, spec.key, answer, current, detach, wait_timeout, as_json)
 
 
 @job_app.command("plan", epilog=examples("minborg job plan web.yaml", "minborg job plan web.yaml --json"))
@@ -219,8 +232,8 @@ def history(
 def revert(
     job: Annotated[str, typer.Argument(help="The job, USER/NAME.")],
     version: Annotated[int, typer.Argument(min=0, help="The version to go back to (`job history` lists them).")],
-    detach: Annotated[bool, typer.Option("--detach", "-d", help="Return once the cell took the new version.")] = False,
-    wait_timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds to follow the rollout.")] = 300,
+    detach: DetachOpt = False,
+    wait_timeout: TimeoutOpt = 300,
     master: MasterOpt = None,
     state_dir: StateDirOpt = None,
     as_json: JsonOpt = False,
@@ -230,10 +243,4 @@ def revert(
         key = job_key(job)
         current = _current_file(cell, key)
         answer = cell.request("POST", f"/v1/jobs/{key}/revert", json={"version": version})
-        if as_json:
-            print_json(answer)
-        else:
-            print(plan_text(answer, current), flush=True)
-        if detach or answer.get("unchanged"):
-            return
-        _watch(cell, key, wait_timeout, quiet=as_json)
+        _say_and_follow(cell, key, answer, current, detach, wait_timeout, as_json)
