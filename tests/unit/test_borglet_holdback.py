@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import sys
-import time
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from reference.borglet import decisions
 from reference.borglet.isolation import RlimitIsolation
 from reference.borglet.protocol import SyncRequest
 from reference.borglet.supervisor import Borglet, MachineConfig
 
-# Ignores SIGTERM for a while, so its kill takes most of the grace.
+# Ignores SIGTERM for a while, so its kill takes most of the grace; says so on the FIFO named
+# by READY (if any) once its handler is in place.
 SLOW_STOP = (
-    "import signal, time\n"
+    "import os, signal, time\n"
     "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.6), exit(0)))\n"
+    "if os.environ.get('READY'):\n"
+    "    with open(os.environ['READY'], 'w') as ready: ready.write('ready')\n"
     "time.sleep(60)\n"
 )
 
@@ -32,11 +38,26 @@ def test_only_an_index_with_a_process_still_stopping_blocks_a_start() -> None:
     assert not decisions.start_blocked("", 0, stopping)
 
 
-def task(inc: int) -> dict[str, Any]:
+def task(inc: int, ready: Path | None = None) -> dict[str, Any]:
     return {
         "task_id": f"a/j/0#{inc}@0", "job": "a/j", "index": 0, "incarnation": inc,
         "command": [sys.executable, "-c", SLOW_STOP], "restart_policy": "never",
+        "env": {"READY": str(ready)} if ready else {},
     }  # fmt: skip
+
+
+def started_slow_stop(borglet: Borglet, tmp_path: Path) -> None:
+    """Start incarnation 0 and block until its SIGTERM handler is in place."""
+    ready = tmp_path / "ready"
+    os.mkfifo(ready)
+    sync(borglet, task(0, ready))
+    assert ready.read_text() == "ready"  # opens once the task opens its end
+
+
+def exited(pid: int | None) -> None:
+    """Block until the child `pid` has exited, leaving it for its Popen to collect."""
+    assert pid is not None
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
 
 
 def sync(borglet: Borglet, *tasks: dict[str, Any]) -> dict[str, Any]:
@@ -46,14 +67,14 @@ def sync(borglet: Borglet, *tasks: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.timeout(60)
 def test_new_incarnation_waits_for_the_old_one_then_starts_without_a_sync(tmp_path) -> None:
     config = MachineConfig(
-        name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path), kill_grace_s=5
+        name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path / "state"), kill_grace_s=5
     )
     borglet = Borglet(config, RlimitIsolation())
     try:
-        sync(borglet, task(0))
-        time.sleep(0.3)  # let the interpreter install its SIGTERM handler
+        started_slow_stop(borglet, tmp_path)
         sync(borglet, task(1))  # the old one is killed, the new one must wait
         report = borglet.report()
         assert borglet.tasks["a/j/0#1@0"].pid is None
@@ -62,38 +83,31 @@ def test_new_incarnation_waits_for_the_old_one_then_starts_without_a_sync(tmp_pa
             "a/j/0#0@0": "running",
             "a/j/0#1@0": "queued",
         }
-        deadline = time.monotonic() + 5
-        while borglet.tasks["a/j/0#1@0"].pid is None:
-            assert time.monotonic() < deadline, "the new incarnation never started"
-            old = borglet.tasks["a/j/0#0@0"]
-            assert old.pid is not None or old.ended  # never both alive
-            borglet.tick()
-            borglet.start_queued()
-            time.sleep(0.02)
-        assert borglet.tasks["a/j/0#0@0"].phase == "KILLED"
+        old = borglet.tasks["a/j/0#0@0"]
+        exited(old.pid)  # its handler's 0.6 s are over
+        assert borglet.start_queued() == 0  # no pass has seen it go yet: still stopping here
+        borglet.tick()
+        assert (old.phase, old.pid) == ("KILLED", None)
+        assert borglet.start_queued() == 1  # no sync needed
         assert borglet.tasks["a/j/0#1@0"].pid is not None
         assert borglet.report()["waiting"] == []
     finally:
         borglet.stop(kill_tasks=True, timeout_s=2)
 
 
+@pytest.mark.timeout(60)
 def test_a_waiting_task_the_master_drops_never_starts(tmp_path) -> None:
     config = MachineConfig(
-        name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path), kill_grace_s=5
+        name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path / "state"), kill_grace_s=5
     )
     borglet = Borglet(config, RlimitIsolation())
     try:
-        sync(borglet, task(0))
-        time.sleep(0.3)
+        started_slow_stop(borglet, tmp_path)
         sync(borglet, task(1))
         assert sync(borglet)["waiting"] == []
-        deadline = time.monotonic() + 5
-        while not borglet.tasks["a/j/0#0@0"].ended:
-            assert time.monotonic() < deadline
-            borglet.tick()
-            borglet.start_queued()
-            time.sleep(0.02)
+        exited(borglet.tasks["a/j/0#0@0"].pid)
         borglet.tick()
+        assert borglet.tasks["a/j/0#0@0"].ended
         assert borglet.start_queued() == 0
         dropped = borglet.tasks["a/j/0#1@0"]
         assert (dropped.pid, dropped.phase, dropped.reason) == (None, "KILLED", "not_desired")

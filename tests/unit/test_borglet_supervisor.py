@@ -1,8 +1,9 @@
-"""The supervisor shell on injected clocks: restart backoff timing with real, short processes, and
-the pace of its table saves."""
+"""The supervisor shell on injected clocks and events: restart backoff timing with real, short
+processes, the pace of its table saves and of its loop's passes."""
 
+import os
 import shutil
-import time
+import threading
 
 import pytest
 
@@ -23,14 +24,16 @@ class FakeClock:
 
 
 def wait_for_exit(borglet: Borglet, task_id: str) -> None:
-    """Tick (without moving the fake clock) until the real process has exited."""
-    deadline = time.monotonic() + 5
-    while borglet.tasks[task_id].pid is not None:
-        assert time.monotonic() < deadline, "process did not exit"
-        time.sleep(0.01)
-        borglet.tick()
+    """Block until the task's real process has exited (left for its Popen to collect), then
+    have one pass (without moving the fake clock) observe it."""
+    pid = borglet.tasks[task_id].pid
+    assert pid is not None
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    borglet.tick()
+    assert borglet.tasks[task_id].pid is None
 
 
+@pytest.mark.timeout(30)
 @pytest.mark.skipif(FALSE is None, reason="needs the `false` program")
 def test_restart_backoff_follows_the_injected_clock(tmp_path):
     clock = FakeClock()
@@ -111,23 +114,49 @@ def test_idle_passes_are_a_second_apart_and_busy_ones_a_tick(tmp_path):
         borglet.stop(kill_tasks=True, timeout_s=2)
 
 
-@pytest.mark.skipif(SLEEP is None, reason="needs the `sleep` program")
-def test_a_wake_runs_a_pass_at_once_and_an_idle_loop_does_not_spin(tmp_path):
+class Waits(threading.Event):
+    """The loop's wake event, recording how long each wait would be; `passes` waits in,
+    it stops the loop. Every wait returns at once: the test runs on no real time."""
+
+    def __init__(self, borglet: Borglet, passes: int) -> None:
+        super().__init__()
+        self.borglet, self.passes, self.timeouts = borglet, passes, []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        if len(self.timeouts) > self.passes:
+            self.borglet._stop.set()
+        return True
+
+
+def test_an_idle_loop_waits_a_second_between_passes(tmp_path):
     config = MachineConfig(name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path))
     borglet = Borglet(config, RlimitIsolation())
     passes = []
     tick = borglet.tick
-    borglet.tick = lambda: (passes.append(time.monotonic()), tick())[1]
+    borglet.tick = lambda: (passes.append(1), tick())[1]
+    borglet._wake = waits = Waits(borglet, passes=3)
+    try:
+        borglet._loop()
+        # The first wait is a tick; then, idle, a pass a second, not one a tick_s (0.2 s).
+        assert waits.timeouts == [config.tick_s] + [pytest.approx(IDLE_TICK_S)] * 3
+        assert len(passes) == 3
+    finally:
+        borglet.stop()
+
+
+@pytest.mark.timeout(30)
+def test_a_wake_runs_a_pass_at_once(tmp_path):
+    config = MachineConfig(name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path))
+    borglet = Borglet(config, RlimitIsolation())
+    passed = threading.Semaphore(0)
+    tick = borglet.tick
+    borglet.tick = lambda: (tick(), passed.release())[0]
+    borglet._next_pass_in = lambda: 3600.0  # idle for an hour: only a wake makes the next pass
     borglet.start()
     try:
-        time.sleep(2.5)
-        idle = len(passes)
-        assert 1 <= idle <= 4, passes  # a pass a second, not one a tick_s (12 in 2.5 s)
-        woken = time.monotonic()
+        assert passed.acquire(timeout=10)  # the first pass, a tick_s after the start
         borglet.wake()
-        deadline = woken + 0.5
-        while len(passes) == idle and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(passes) > idle and passes[idle] - woken < 0.2
+        assert passed.acquire(timeout=10)  # woken: long before the hour is out
     finally:
-        borglet.stop(kill_tasks=True, timeout_s=2)
+        borglet.stop()
