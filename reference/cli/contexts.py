@@ -19,6 +19,7 @@ from typing import Any
 CONFIG_ENV = "MINBORG_CONFIG"  # another file than ~/.config/minborg/config (tests, several setups)
 CONTEXT_ENV = "MINBORG_CONTEXT"  # a context for this shell only, as --context for one command
 CA_ENV = "SSL_CERT_FILE"  # the CA bundle httpx (the full command line's client) trusts
+IN_USE_ENV = "MINBORG_CONTEXT_IN_USE"  # set by `apply`: the context this command talks to, for its messages
 NAME_RULE = "letters, digits, '.', '_' and '-', at most 63, starting with a letter or digit"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 FIELDS = ("master", "ca", "token", "user")
@@ -163,8 +164,9 @@ def apply(args: list[str], environ: Any = None) -> list[str]:
     found = chosen(load(), name)
     if found is None:
         return rest
-    _, context = found
+    chosen_name, context = found
     env["MINBORG_MASTER"] = context["master"]
+    env[IN_USE_ENV] = chosen_name
     for key, var in (("token", "MINBORG_TOKEN"), ("user", "MINBORG_USER"), ("ca", CA_ENV)):
         if context.get(key) and not env.get(var):
             env[var] = context[key]

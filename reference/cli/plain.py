@@ -262,5 +262,9 @@ def error_text(err: Any) -> str:
     from reference.cellfile import NO_ANSWER, client_error_message
 
     if err.status == NO_ANSWER and err.url and str(err.detail).startswith("no master replica could serve"):
+        context = os.environ.get("MINBORG_CONTEXT_IN_USE")  # cli/contexts.py's IN_USE_ENV
+        if context:
+            return (f"minborg: no cell answers at {err.url} (context {context}): check it with "
+                    "'minborg config get-contexts', or pass --context or --master")  # fmt: skip
         return f"minborg: no cell answers at {err.url}: start one with 'minborg cell up' or pass --master"
     return f"error: {client_error_message(err)}"

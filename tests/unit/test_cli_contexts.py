@@ -88,10 +88,11 @@ def test_a_context_applies_to_commands_that_talk_to_a_cell_and_name_none(config:
     rest, env = applied(["job", "show", "web"])
     assert rest == ["job", "show", "web"]
     assert env == {"MINBORG_MASTER": "http://10.0.0.5:8080", "MINBORG_TOKEN": "mbt_p", "MINBORG_USER": "alice",
-                   "SSL_CERT_FILE": "/etc/ca.pem"}  # fmt: skip
+                   "SSL_CERT_FILE": "/etc/ca.pem", contexts.IN_USE_ENV: "prod"}  # fmt: skip
     # --context picks another for one command, and is taken off the arguments; --token stays.
     rest, env = applied(["--token", "t", "--context", "lab", "task", "list", "web"])
-    assert rest == ["--token", "t", "task", "list", "web"] and env == {"MINBORG_MASTER": "http://10.0.0.9:8080"}
+    assert rest == ["--token", "t", "task", "list", "web"]
+    assert env == {"MINBORG_MASTER": "http://10.0.0.9:8080", contexts.IN_USE_ENV: "lab"}
     assert applied(["cell", "status"])[1]["MINBORG_MASTER"] == "http://10.0.0.5:8080"
     # What is more explicit wins: a --master, a --state-dir, the environment's cell or token.
     assert applied(["job", "list", "--master", "http://h:1"])[1] == {}
@@ -103,6 +104,28 @@ def test_a_context_applies_to_commands_that_talk_to_a_cell_and_name_none(config:
         assert applied(args) == (args, {})
     with pytest.raises(contexts.ContextError, match="the context 'gone' is not in"):
         applied(["--context", "gone", "job", "list"])
+
+
+def test_an_unreachable_contexts_cell_is_one_line_naming_the_context(
+    config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reference.cli import fast as cli_fast
+
+    doc = contexts.load(config)
+    contexts.set_context(doc, "gone", master="http://127.0.0.1:9")  # nothing listens on port 9
+    contexts.save(doc, config)
+    monkeypatch.setattr("sys.argv", ["minborg", "job", "list"])
+    from reference.cli.http import PlainCell
+
+    # Refused connections are not retried for the client's 12 s.
+    monkeypatch.setattr(PlainCell.__init__, "__kwdefaults__", {**PlainCell.__init__.__kwdefaults__, "retry_s": 0.0})
+    for name in (contexts.IN_USE_ENV, "MINBORG_MASTER"):
+        monkeypatch.setenv(name, "")  # set by apply below; restored after the test
+    with pytest.raises(SystemExit) as exit_:
+        cli_fast.main()
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err == ("minborg: no cell answers at http://127.0.0.1:9 (context gone): check it with "
+                                       "'minborg config get-contexts', or pass --context or --master\n")  # fmt: skip
 
 
 def test_no_config_file_leaves_every_command_as_it_was(config: Path) -> None:
@@ -147,8 +170,8 @@ def test_whoami_names_the_tokens_user() -> None:
     replica = Replica(name="m0", url="http://127.0.0.1:1", etcd=["http://127.0.0.1:9"],
                       config=LeaderConfig(cell_name="c", master_name="m0"))  # fmt: skip
     app_ = make_app(replica, AccessConfig(admin_hash=hash_token("mbt_admin")))
-    with TestClient(app_) as client:
-        # A never-started replica's cache is stale: allow_stale, as every read of it needs.
-        answer = client.get("/v1/whoami?allow_stale=1", headers={"Authorization": "Bearer mbt_admin"})
-        assert answer.status_code == 200 and answer.json() == {"user": "admin", "admin": True}
-        assert client.get("/v1/whoami?allow_stale=1").status_code == 401  # no token: no one
+    client = TestClient(app_)  # its lifespan not run: the replica never starts
+    # A never-started replica's cache is stale: allow_stale, as every read of it needs.
+    answer = client.get("/v1/whoami?allow_stale=1", headers={"Authorization": "Bearer mbt_admin"})
+    assert answer.status_code == 200 and answer.json() == {"user": "admin", "admin": True}
+    assert client.get("/v1/whoami?allow_stale=1").status_code == 401  # no token: no one

@@ -50,6 +50,7 @@ def test_top_level_help_lists_every_command_of_the_full_command_line_in_its_grou
 def test_completion_knows_every_command_and_option_of_the_full_command_line() -> None:
     from reference.cli.complete import TREE, command_tree
 
+    # A command or option added or changed: complete.TREE is pprint.pformat(command_tree(...)) of the app.
     assert command_tree(typer.main.get_command(app)) == TREE
 
 
