@@ -39,8 +39,8 @@ def parse_sse(chunks: Iterable[bytes]) -> Iterator[Message]:
     buffer = b""
     for chunk in chunks:
         buffer += chunk
-        # Every complete block at once: splitting the rest off block by block copied a replay
-        # of thousands of events (one chunk) once per event, 0.1 s for 1,000 of them.
+        # Every complete block at once: splitting the rest off block by block copies the rest
+        # of a replay (one chunk of thousands of events) once per event.
         *blocks, buffer = buffer.split(b"\n\n")
         for block in blocks:
             fields: dict[str, str] = {}
