@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +61,8 @@ def load(path: Path | None = None) -> dict[str, Any]:
 
 def save(doc: dict[str, Any], path: Path | None = None) -> Path:
     """Write the config atomically, readable by its owner only (it holds tokens)."""
+    import tempfile  # here, not at the top: every command imports this module, few write
+
     path = path or config_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".config-")  # mkstemp creates it 0600
