@@ -20,6 +20,15 @@ def test_synthetic_bench_with_ablation(capsys):
     assert out["ablation"]["speedup_on_vs_off_same_sample"] > 0
 
 
+def test_the_bench_times_the_passs_cpu_beside_the_wall(capsys):
+    assert bench.main(["--machines", "200", "--tasks", "300", "--policy", "fgd", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert run["placed"] > 0 and 0 < run["cpu_seconds"]
+    # placements over CPU-seconds: never below the wall's rate by more than rounding (CPU time <= wall time, one thread)
+    assert run["placements_per_cpu_second"] == pytest.approx(run["placed"] / run["cpu_seconds"], rel=0.02)
+    assert run["placements_per_cpu_second"] >= run["placements_per_second"] * 0.9
+
+
 def test_gpu_share_mapping():
     assert pod_gpu_milli(1, 460) == 460
     assert pod_gpu_milli(1, 1000) == 1000
