@@ -270,6 +270,7 @@ class Term:
         self.passes = 0
         self.unschedulable = SetAside()
         self.crashes = CrashMemory()  # task::machine pairings that crashed lately (scheduler/pairing.py)
+        self.templates: dict[str, str] = {}  # each job's template as this term last saw it (rollout.new_versions)
         self._scheduler_heard = -float("inf")
         self.scheduler_name = ""  # the scheduler process whose plan came last
         self.proposals = {"plans": 0, "placed": 0, "conflicts": 0}
@@ -397,6 +398,8 @@ class Term:
         # dead: none of them can be a restart or a roll this pass would miss.
         known = self.unschedulable.known(view.capacity_epoch) if view.running is not None else set()
         candidates = self._candidates(d) - known
+        for key in rollout.new_versions(d.state, self.templates):
+            self.crashes.forget(key)  # a new program: where the old one crashed says nothing of it
         record_failures(d, candidates, self.crashes)  # before restart_dead marks each death seen
         acted = self._restart_dead(d, candidates) + self._roll(d, candidates) + drain.advance(d)
         state = d.state

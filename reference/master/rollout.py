@@ -99,6 +99,15 @@ def decide(state: CellState, key: str, info_of: Callable[[TaskId], TaskInfo], he
     )  # fmt: skip
 
 
+def new_versions(state: CellState, seen: dict[str, str]) -> list[str]:
+    """The jobs whose template changed since `seen` (job -> template, brought up to date here):
+    a job first seen counts as new only when `seen` knew it, so a new term forgets nothing."""
+    changed = [key for key, job in state.jobs.items() if key in seen and seen[key] != job.template]
+    seen.clear()
+    seen.update({key: job.template for key, job in state.jobs.items()})
+    return changed
+
+
 def health_checked(cell: Cell | Draft, key: str) -> bool:
     info = cell.jobs.get(key)
     return info is not None and info.spec.health_check is not None

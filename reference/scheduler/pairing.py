@@ -89,6 +89,12 @@ class CrashMemory:
         while len(self._crashes) > self.max_indices:
             self._crashes.popitem(last=False)  # the index whose last crash is oldest
 
+    def forget(self, job: str) -> None:
+        """Forget the crashes of every index of `job`: a new version of it is a new program
+        (master/rollout.py), which may run where the old one crashed."""
+        for key in [k for k in self._crashes if k[0] == job]:
+            del self._crashes[key]
+
     def counts(self, job: str, index: int) -> dict[str, int]:
         """The index's crashes of the last `ttl_s` seconds, by machine."""
         kept = self._crashes.get((job, index))

@@ -150,3 +150,24 @@ def test_versions_kept_are_bounded():
         info = versions.recorded(info, parse_job({**FILE, "task_count": v}), float(v), v)
     assert len(info.versions) == versions.KEPT and info.versions[-1][0] == versions.KEPT + 4
     assert versions.find(info, 0) is None and versions.find(info, versions.KEPT + 4)["task_count"] == versions.KEPT + 4
+
+
+def test_a_new_template_is_noticed_once_and_a_new_term_notices_nothing():
+    cell = cell_running()
+    seen: dict[str, str] = {}
+    assert rollout.new_versions(cell.state, seen) == []  # first sight: nothing to forget
+    changed, _ = put(cell, {**FILE, "command": ["sleep", "2"]})
+    assert rollout.new_versions(changed.state, seen) == ["alice/web"]
+    assert rollout.new_versions(changed.state, seen) == []
+    in_place, _ = put(changed, {**FILE, "command": ["sleep", "2"], "task_count": 2})
+    assert rollout.new_versions(in_place.state, seen) == []  # the count changes no program
+
+
+def test_crash_memory_forgets_a_job():
+    from reference.scheduler.pairing import CrashMemory
+
+    memory = CrashMemory(clock=lambda: 0.0)
+    for job, index in (("alice/web", 0), ("alice/web", 1), ("bob/db", 0)):
+        memory.record(job, index, "m0")
+    memory.forget("alice/web")
+    assert memory.counts("alice/web", 0) == {} and memory.counts("bob/db", 0) == {"m0": 1}
