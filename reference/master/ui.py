@@ -28,6 +28,7 @@ from reference.master.sigma.eventlog import events_page
 from reference.master.sigma.html import e, shell_page
 from reference.master.sigma.jobs import cell_page, job_page, outcome, painted, task_page
 from reference.master.sigma.machines import machine_page, machines_page
+from reference.master.sigma.rollouts import rollout_section
 from spec.model import TaskState
 
 __all__ = ["install", "outcome", "painted", "shell_page", "usage_sample"]
@@ -107,9 +108,11 @@ def install(app: FastAPI, replica: Any, proxy: LogProxy, overview: Any) -> None:
         request: Request, user: str, name: str, q: str = "", outcome: str = "", sort: str = "", page: int = 1
     ) -> Response:
         params: Mapping[str, str] = _params(q=q, outcome=outcome, sort=sort, page=page)
-        text = job_page(replica.cache.cell(), f"{user}/{name}", cell_name, replica.name, dict(params),
-                        guard.identity_of(request.scope), history)  # fmt: skip
-        return html(text, f"no job {user}/{name}")
+        cell, key = replica.cache.cell(), f"{user}/{name}"
+        extra = rollout_section(cell, key, time.time()) if key in cell.state.jobs else ""
+        text = job_page(cell, key, cell_name, replica.name, dict(params), guard.identity_of(request.scope), history,
+                        extra)  # fmt: skip
+        return html(text, f"no job {key}")
 
     @app.get("/ui/jobs/{user}/{name}/tasks/{index}", response_class=HTMLResponse, responses=missing_page)
     async def ui_task(request: Request, user: str, name: str, index: int) -> Response:

@@ -54,12 +54,15 @@ def test_usage_history_is_bounded_and_forgets_series_not_seen_for_a_window() -> 
     assert [p.at for p in h.points("job:a", since=0)] == [2.0, 3.0]
 
 
-def test_a_chart_scales_to_its_peak_or_its_limit() -> None:
+def test_a_chart_scales_to_its_peak_and_dashes_a_limit_within_it() -> None:
     points = [Point(3000.0, 100, 0), Point(3300.0, 400, 0), Point(3600.0, 200, 0)]
     svg = chart("cpu used", points, lambda p: p.cpu_milli, lambda v: f"{v:.0f}m", 3600.0, 3600.0, 800)
-    # x: 4 + 512 * (1 - (3600 - at) / 3600); y: 116 - 112 * v / max(400, 800): 200 -> 88.0, 400 -> 60.0, 100 -> 102.0
-    assert 'points="430.7,102.0 473.3,60.0 516.0,88.0"' in svg
-    assert "now 200m, peak 400m, limit 800m" in svg and 'class="limit"' in svg
+    # x: 4 + 512 * (1 - (3600 - at) / 3600); top 400 * 1.25 = 500; y: 116 - 112 * v / 500:
+    # 100 -> 93.6, 400 -> 26.4, 200 -> 71.2
+    assert 'points="430.7,93.6 473.3,26.4 516.0,71.2"' in svg
+    assert "now 200m, peak 400m, limit 800m" in svg and 'class="limit"' not in svg  # 800 is above the top
+    near = chart("cpu used", points, lambda p: p.cpu_milli, lambda v: f"{v:.0f}m", 3600.0, 3600.0, 450, "requested")
+    assert 'y1="15.2"' in near and "requested 450m" in near  # 116 - 112 * 450 / 500 = 15.2
     assert "no samples yet" in chart("ram used", [], lambda p: p.ram_bytes, str, 0.0, 3600.0)
     one = chart("ram used", [Point(10.0, 0, 5)], lambda p: p.ram_bytes, str, 10.0, 3600.0)
     assert "<circle" in one and not math.isnan(5.0)

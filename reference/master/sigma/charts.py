@@ -14,12 +14,14 @@ def chart(
     title: str, points: Sequence[Point], value: Callable[[Point], float], label: Callable[[float], str],
     now: float, window_s: float, limit: float | None = None, limit_name: str = "limit",
 ) -> str:  # fmt: skip
-    """A line of `value(point)` over the last `window_s` to `now`, scaled to the larger of its
-    peak and `limit` (drawn dashed: a request or a capacity), the peak and latest in the title."""
+    """A line of `value(point)` over the last `window_s` to `now`, scaled to its peak (a quarter
+    above it), with `limit` (a request or a capacity) dashed when it falls within; the latest
+    value, the peak and the limit in the caption. Scaled to the data, not to the limit: a task
+    using 9m of a 4000m machine still draws a line that moves."""
     if not points:
         return f'<figure class="chart"><figcaption>{escape(title)}: no samples yet</figcaption></figure>'
     values = [value(p) for p in points]
-    top = max([*values, limit or 0.0, 1e-9])
+    top = max(max(values) * 1.25, 1e-9)
 
     def xy(at: float, v: float) -> str:
         x = PAD + (WIDTH - 2 * PAD) * max(0.0, min(1.0, 1 - (now - at) / window_s))
@@ -29,7 +31,7 @@ def chart(
     line = " ".join(xy(p.at, v) for p, v in zip(points, values, strict=True))
     dots = "" if len(points) > 1 else '<circle cx="{}" cy="{}" r="2.5" class="line"/>'.format(*xy(points[0].at, values[0]).split(","))
     dashed = ""
-    if limit:
+    if limit and limit <= top:
         y = HEIGHT - PAD - (HEIGHT - 2 * PAD) * limit / top
         dashed = f'<line x1="{PAD}" x2="{WIDTH - PAD}" y1="{y:.1f}" y2="{y:.1f}" class="limit"/>'
     caption = f"{title}: now {label(values[-1])}, peak {label(max(values))}" + (f", {limit_name} {label(limit)}" if limit else "")

@@ -71,7 +71,8 @@ def table(columns: Sequence[str], rows: list[list[str]], row_classes: list[str] 
         f'<tr class="{(row_classes or [""] * len(rows))[i]}">' + "".join(f"<td>{c}</td>" for c in row) + "</tr>"
         for i, row in enumerate(rows)
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body or '<tr><td>none</td></tr>'}</tbody></table>"
+    css = ' class="listing"' if headers else ""  # a listing: searched, sorted and paged
+    return f"<table{css}><thead><tr>{head}</tr></thead><tbody>{body or '<tr><td>none</td></tr>'}</tbody></table>"
 
 
 def sort_headers(path: str, params: Mapping[str, str], page: Page, columns: Sequence[tuple[str, str]]) -> list[str]:

@@ -29,7 +29,7 @@ from reference.master.sigma.html import (
 )  # fmt: skip
 from reference.master.sigma.listing import Query, select
 from reference.resources import format_quantity, format_resources
-from spec.model import Band, band_of
+from spec.model import Band, TaskState, band_of, is_stale
 
 JOB_STATUSES = ("running", "starting", "pending", "crash loop", "done")
 STATUS_CLASS = {"running": "ok", "starting": "warn", "pending": "warn", "crash loop": "bad", "done": "done"}
@@ -201,11 +201,14 @@ def job_page(cell: Cell, key: str, cell_name: str, replica_name: str, params: di
     for t in views.live_indices(cell, key).values():
         v = views.task_view(cell, t, cell_name)
         label, css = outcome(v)
+        # Which version the task runs: an older one until the rolling update replaces it.
+        version = "-" if job is None or t.state is TaskState.DEAD else "older" if is_stale(t, job) else "current"
         task_rows.append({"index": v["index"], "view": v, "state": label, "machine": v["machine"] or "",
-                          "restarts": v["restarts"], "outcome": css or "none"})  # fmt: skip
+                          "restarts": v["restarts"], "outcome": css or "none", "version": version})  # fmt: skip
     query = Query(params.get("q", ""), (("outcome", params.get("outcome", "")),), params.get("sort", ""),
                   int(params.get("page") or 1))  # fmt: skip
-    columns = [("index", "index"), ("incarnation", ""), ("state", "state"), ("started", ""), ("machine", "machine"),
+    columns = [("index", "index"), ("incarnation", ""), ("state", "state"), ("version", "version"), ("started", ""),
+               ("machine", "machine"),
                ("restarts", "restarts"), ("cause / crash loop", ""), ("last event", ""), ("pending reason", "")]  # fmt: skip
     path = f"/ui/jobs/{key}"
     shown = select(task_rows, query, ("index", "state", "machine"), [c for _, c in columns if c], "index")
@@ -215,7 +218,8 @@ def job_page(cell: Cell, key: str, cell_name: str, replica_name: str, params: di
         last = (v["events"] or [{}])[-1]
         rows.append([
             f'<a href="/ui/jobs/{e(key)}/tasks/{v["index"]}">{v["index"]}</a>', e(v["incarnation"]),
-            painted(v), "yes" if v["confirmed"] else "-", e(v["machine"] or "-"),
+            painted(v), f'<span class="warn">{r["version"]}</span>' if r["version"] == "older" else e(r["version"]),
+            "yes" if v["confirmed"] else "-", e(v["machine"] or "-"),
             e(v["restarts"]), e((v["crash_loop"] or {}).get("text") or v["cause"] or ""),
             f'{e(last.get("kind"))}: {e(last.get("detail"))}' if last.get("kind") else "-",
             f'<span class="pending">{e(v["pending_reason"])}</span>' if v["pending_reason"] else "",
@@ -244,7 +248,7 @@ def job_page(cell: Cell, key: str, cell_name: str, replica_name: str, params: di
         running = views.task_counts(cell, key)["RUNNING"]
         charts = "<h2>Usage, last hour</h2>" + usage_charts(
             history, f"job:{key}", request.get("cpu", 0) * running, request.get("ram", 0) * running, time.time(), "requested"
-        ) + '<p class="legend">dashed: what its running tasks requested</p>'
+        ) + '<p class="legend">scaled to the peak; dashed, when usage comes near it: what its running tasks requested</p>'
     else:
         pairs.append(("state", '<span class="done">killed</span>'))
     outcomes = ["ok", "warn", "bad", "done"]

@@ -102,7 +102,7 @@ def machine_page(cell: Cell, name: str, replica_name: str, who: str, history: Us
     body = (
         f'<p><a href="/ui">cell</a> / <a href="/ui/machines">machines</a> / {e(name)}</p>'
         f"<h2>Machine {e(name)}</h2>{key_values(pairs)}<h2>Usage, last hour</h2>{charts}"
-        '<p class="legend">dashed: the machine\'s capacity</p>'
+        '<p class="legend">scaled to the peak; dashed, when usage comes near it: the machine\'s capacity</p>'
         f"<h2>Tasks running here ({len(rows)})</h2>" + table(["task", "job"], rows)
     )
     return page(f"machine {name}", body, cell.revision, replica_name, who)

@@ -3,6 +3,10 @@
 SCRIPT = """
 (function(){
   var KEY = 'minborg-token', timer = null, connected = false, live = document.getElementById('live');
+  // Every stream this page opens (events, logs) is closed when it is left: a browser keeps
+  // few connections to one host, and streams left open would hold them.
+  var streams = new AbortController();
+  window.addEventListener('pagehide', function(){ streams.abort(); });
   // The token: from the URL's fragment (#token=..., never sent to a server), else the one this
   // tab was given, else the login form's. Kept in this tab's sessionStorage.
   var m = location.hash.match(/token=([^&]+)/);
@@ -73,6 +77,7 @@ SCRIPT = """
       };
     });
     document.querySelectorAll('main [data-method]').forEach(function(el){
+      if (el.dataset.confirm && armed[el.id] > Date.now() - 5000) el.textContent = el.dataset.confirm;
       var act = function(ev){
         ev.preventDefault();
         var body = null;
@@ -80,9 +85,14 @@ SCRIPT = """
           var n = el.querySelector('input[name=task_count]').value;
           if (!/^[0-9]+$/.test(n)) { say('bad', 'the task count must be a whole number, 0 or more'); return; }
           body = JSON.stringify({task_count: parseInt(n, 10)});
-        } else if (el.dataset.confirm && !el.dataset.armed) {
-          el.dataset.armed = '1'; el.dataset.label = el.textContent; el.textContent = el.dataset.confirm;
-          setTimeout(function(){ delete el.dataset.armed; el.textContent = el.dataset.label; }, 5000);
+        } else if (el.dataset.confirm && !(armed[el.id] > Date.now() - 5000)) {
+          armed[el.id] = Date.now();  // kept by id: the page may be swapped in before the second click
+          var label = el.textContent;
+          el.textContent = el.dataset.confirm;
+          setTimeout(function(){
+            var now = document.getElementById(el.id);
+            if (now && !(armed[el.id] > Date.now() - 5000)) now.textContent = label;
+          }, 5100);
           return;
         }
         say('', 'sending...');
@@ -91,9 +101,7 @@ SCRIPT = """
           .then(function(r){ return r.text().then(function(t){ return [r.status, t]; }); })
           .then(function(a){
             if (a[0] < 300) { say('ok', el.dataset.done || 'done'); setTimeout(refresh, 300); return; }
-            var why = a[1];
-            try { why = JSON.parse(a[1]).detail.map(function(d){ return d.error; }).join('; '); } catch (x) {}
-            say('bad', 'HTTP ' + a[0] + ': ' + why);
+            say('bad', 'HTTP ' + a[0] + ': ' + why(a[1]));
           }, function(err){ say('bad', String(err)); });
       };
       if (el.tagName === 'FORM') el.onsubmit = act; else el.onclick = act;
@@ -106,6 +114,10 @@ SCRIPT = """
     }
   }
   var said = null;  // the last action's outcome, shown again after the refresh it causes
+  var armed = {};  // button id -> when its first click asked for a second
+  function why(body){  // an API error's sentences, else its body as it came
+    try { return JSON.parse(body).detail.map(function(d){ return d.error; }).join('; '); } catch (x) { return body; }
+  }
   function say(css, text){
     said = [css, text];
     var r = document.getElementById('action-result');
@@ -116,12 +128,8 @@ SCRIPT = """
     var status = document.getElementById(pre.id + '-state');
     pre.textContent = '';
     status.textContent = 'following...';
-    fetch(pre.dataset.url, {headers: headers({})}).then(function(r){
-      if (!r.ok) return r.text().then(function(t){
-        var why = t;
-        try { why = JSON.parse(t).detail.map(function(d){ return d.error; }).join('; '); } catch (x) {}
-        status.textContent = 'no logs: ' + why;
-      });
+    fetch(pre.dataset.url, {headers: headers({}), signal: streams.signal}).then(function(r){
+      if (!r.ok) return r.text().then(function(t){ status.textContent = 'no logs: ' + why(t); });
       var reader = r.body.getReader(), decoder = new TextDecoder();
       function pump(){
         return reader.read().then(function(chunk){
@@ -139,7 +147,7 @@ SCRIPT = """
   }
   // Server-sent events read through fetch: EventSource cannot send an Authorization header.
   function connect(){
-    fetch('/v1/events?timeout_s=300&since=' + document.body.dataset.revision, {headers: headers({})})
+    fetch('/v1/events?timeout_s=300&since=' + document.body.dataset.revision, {headers: headers({}), signal: streams.signal})
       .then(function(r){
         if (r.status === 410) { return refresh().then(connect); }  // compacted: load again from now
         if (!r.ok) throw new Error('HTTP ' + r.status);
@@ -160,7 +168,10 @@ SCRIPT = """
         }
         return pump();
       })
-      .catch(function(){ connected = false; live.textContent = 'reconnecting...'; setTimeout(connect, 2000); });
+      .catch(function(){
+        if (streams.signal.aborted) return;
+        connected = false; live.textContent = 'reconnecting...'; setTimeout(connect, 2000);
+      });
   }
   var started = false;
   function start(){
