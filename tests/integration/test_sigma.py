@@ -1,6 +1,8 @@
 """Sigma, the dashboard at /ui, in headless Chromium (Debian's chromium and chromedriver, driven
-through the WebDriver protocol): what the pages of a live cell show after a job is submitted
-and a task is killed, and that an open page follows the cell without a reload.
+through the WebDriver protocol), on one live cell: signing in, the cell's jobs searched and
+filtered, how outcomes are painted, a job and a task followed without a reload (its logs
+streamed), a user's own job resized and killed from its page, the machines and events pages,
+and the usage charts.
 
 Screenshots go to $MINBORG_SCREENSHOT_DIR (docs/img when regenerating the ones the docs show),
 else to the test's temporary directory.
@@ -21,8 +23,9 @@ import httpx
 import pytest
 
 from reference.client import CellClient
+from reference.master.sigma.history import SAMPLE_ENV
 from reference.ports import free_port
-from tests.integration.cellkit import LocalCell, hello_job, sleeper_job, wait_for
+from tests.integration.cellkit import TASK_PYTHON, LocalCell, hello_job, sleeper_job, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
@@ -65,6 +68,48 @@ class Browser:
     def text(self) -> str:
         return self.call("POST", "/execute/sync", {"script": "return document.body.innerText;", "args": []})
 
+    def run(self, script: str) -> Any:
+        return self.call("POST", "/execute/sync", {"script": script, "args": []})
+
+    def element(self, css: str) -> str:
+        found = self.call("POST", "/element", {"using": "css selector", "value": css})
+        return next(iter(found.values()))
+
+    def on(self, css: str, *actions: tuple[str, dict[str, Any]]) -> None:
+        """Act on the element `css` finds; found again if the page swapped its content in between
+        (it does on every event of the cell)."""
+        for attempt in range(5):
+            element = self.element(css)
+            try:
+                for action, body in actions:
+                    self.call("POST", f"/element/{element}/{action}", body)
+                return
+            except AssertionError as err:
+                if "stale element" not in str(err) or attempt == 4:
+                    raise
+
+    def type(self, css: str, text: str) -> None:
+        self.on(css, ("clear", {}), ("value", {"text": text}))
+
+    def click(self, css: str) -> None:
+        self.on(css, ("click", {}))
+
+    def color(self, css: str) -> str:
+        return self.run(f"return getComputedStyle(document.querySelector({css!r})).color;")
+
+    def rows(self) -> list[str]:
+        """The rows of the page's first listing, as text."""
+        return self.run(f"return {LISTING}.map(r => r.innerText);")
+
+    def shows(self, *expected: str, timeout: float = 15) -> str:
+        """The page's text once it holds every one of `expected` (the page fills in after the
+        token is sent, and again on each event)."""
+        try:
+            return wait_for(lambda: (t := self.text()) and all(x in t for x in expected) and t, timeout, repr(expected))
+        except TimeoutError:
+            debug = self.run("return performance.getEntriesByType('resource').map(e => e.name + ' start ' + Math.round(e.startTime) + ' end ' + Math.round(e.responseEnd)).join('\\n') + ' now ' + Math.round(performance.now());")
+            raise AssertionError(f"the page never showed {expected}; it shows:\n{self.text()}\nDEBUG {debug}") from None
+
     def screenshot(self, path: Path, height: int = 1000) -> None:
         self.call("POST", "/window/rect", {"width": 1280, "height": height})
         path.write_bytes(base64.b64decode(self.call("GET", "/screenshot")))
@@ -84,11 +129,26 @@ class Browser:
         self.log.close()
 
 
+
+RED, GREY = "rgb(195, 34, 31)", "rgb(91, 100, 117)"
+ROWS = "table.listing tbody tr"  # CSS of the rows of a page's listing (jobs, machines, events, a job's tasks)
+LISTING = "[...document.querySelector('table.listing').tBodies[0].rows]"  # the same rows in a script
+
+
 @pytest.fixture(scope="module")
 def cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCell]:
+    # The usage charts' samples a second apart instead of a minute: the charts draw within the test.
+    before = os.environ.get(SAMPLE_ENV)
+    os.environ[SAMPLE_ENV] = "1"
     c = LocalCell(tmp_path_factory.mktemp("cell"), masters=2, borglets=3, poll_interval=0.3)
-    with c:
-        yield c
+    try:
+        with c:
+            yield c
+    finally:
+        if before is None:
+            os.environ.pop(SAMPLE_ENV, None)
+        else:
+            os.environ[SAMPLE_ENV] = before
     assert c.leftovers() == [], "processes of the cell are still running"
 
 
@@ -109,47 +169,136 @@ def shots(tmp_path: Path) -> Path:
     return out
 
 
-def test_the_dashboard_shows_the_cell_a_job_and_a_task_and_follows_changes(
-    cell: LocalCell, browser: Browser, tmp_path: Path
-) -> None:
+TICKER = "import itertools, time\nfor i in itertools.count():\n    print('tick', i, flush=True)\n    time.sleep(0.4)"
+
+
+def test_the_dashboard_signs_in_lists_follows_and_acts(cell: LocalCell, browser: Browser, tmp_path: Path) -> None:
     assert cell.submit(hello_job("web", user="alice", count=3)).status_code == 201
     batch = sleeper_job("batch", user="bob", count=2, request={"cpu": "1500m", "ram": "256MiB"})
     assert cell.submit(batch).status_code == 201
     nowhere = sleeper_job("nowhere", user="carol", constraints=[{"attr": "rack", "op": "eq", "value": "r9"}])
     assert cell.submit(nowhere).status_code == 201
+    assert cell.submit(sleeper_job("once", user="bob", command=[TASK_PYTHON, "-c", "print('done')"])).status_code == 201
+    crashy = sleeper_job("crashy", user="dave", command=[TASK_PYTHON, "-c", "raise SystemExit(3)"], restart_policy="always")
+    assert cell.submit(crashy).status_code == 201
+    assert cell.submit(sleeper_job("ticker", user="bob", command=[TASK_PYTHON, "-c", TICKER])).status_code == 201
+    assert cell.submit(sleeper_job("scratch", user="alice")).status_code == 201
+    alice = cell.request("POST", "/v1/users", json={"name": "alice"}).json()["token"]
     wait_for(lambda: cell.running("alice", "web", 3) and cell.running("bob", "batch", 2), 30, "the jobs to run")
     out = shots(tmp_path)
-    # Every replica serves the dashboard; the follower's is opened here.
     follower = next(m for m in cell.masters if m is not cell.leader())
     leader = cell.leader()
     assert leader is not None
 
-    # The token is given once, in the URL's fragment (never sent to the server); the page
-    # keeps it for the tab and sends it with every request it makes.
-    browser.open(f"{follower.url}/ui#token={cell.admin_token}")
-    text = wait_for(lambda: (t := browser.text()) and "live, revision" in t and t, 15, "the live cell page")
-    for expected in (f"leader\t{leader.name}", "b0", "b1", "b2", "alice", "production", "bob", "batch", "carol"):
+    # Without a token: a sign-in page that says where to get one, no endless "Loading...".
+    browser.open(f"{follower.url}/ui")
+    text = browser.shows("Sign in to the cell", "minborg user add NAME", "admin.token")
+    assert "alice" not in text and "Loading" not in text
+    browser.type("#login-token", cell.admin_token)
+    browser.click("#login-form button")
+    text = browser.shows("live, revision", "signed in as admin", "alice")
+    for expected in (f"leader\t{leader.name}", "alice", "production", "bob", "batch", "carol", "of 12000m"):
         assert expected in text, (expected, text)
-    assert "reserved" in text and "of 4000m" in text  # the machines' bars say what they show
     browser.screenshot(out / "sigma-cell.png", 1100)
 
+    # Search and filter: the URL's query, kept by the page.
+    browser.open(f"{follower.url}/ui?q=web")
+    browser.shows("jobs 1-1 of 1 (7 in all)")
+    assert [r.split("\t")[:3] for r in browser.rows()] == [["alice", "production", "web"]]
+    # A crash loop is red, never green; a finished batch job is done, in grey.
+    browser.open(f"{follower.url}/ui?status=crash+loop")
+    browser.shows("dave", "BACKOFF 1", timeout=30)
+    assert browser.color(f"{ROWS} td:last-child span") == RED
+    browser.open(f"{follower.url}/ui?user=bob&sort=-wanted")
+    text = browser.shows("jobs 1-3 of 3", "once", "done")
+    assert text.index("batch") < text.index("once")  # 2 wanted before 1
+    once = browser.run(f"return {LISTING}.find(r => r.innerText.includes('once')).lastChild.firstChild.className;")
+    assert once == "done"
+
+    browser.open(f"{follower.url}/ui/jobs/bob/once")
+    browser.shows("DEAD (finished)")
+    assert browser.color(f"{ROWS} td:nth-child(3) span") == GREY  # exit 0 is not red
     browser.open(f"{follower.url}/ui/jobs/carol/nowhere")
-    text = wait_for(lambda: (t := browser.text()) and "0 of 3 machines fit" in t and t, 15, "a pending reason")
+    text = browser.shows("0 of 3 machines fit")
     assert "rack" in text and "PENDING" in text
 
     # Kill a task with the job page open: the page follows without a reload.
     browser.open(f"{follower.url}/ui/jobs/alice/web")
-    wait_for(lambda: "live, revision" in browser.text(), 15, "the job page to connect")
+    browser.shows("live, revision", "set task count", "Usage, last hour")
     assert cell.request("DELETE", "/v1/jobs/alice/web/tasks/1").status_code == 200
-    text = wait_for(lambda: (t := browser.text()) and "killed: task killed" in t and t, 15, "the page to follow the kill")
+    text = browser.shows("killed: task killed")
     assert "DEAD" in text and text.count("RUNNING") == 2
-    browser.screenshot(out / "sigma-job.png", 760)
+    browser.screenshot(out / "sigma-job.png", 900)
 
     browser.open(f"{follower.url}/ui/jobs/alice/web/tasks/1")
-    text = wait_for(lambda: (t := browser.text()) and "hello_world serving" in t and t, 15, "the task page")
-    for expected in ("killed\ttask killed", "started\tpid", "scheduled\ton b", "stdout (last 40 lines)", "stderr"):
+    text = browser.shows("hello_world serving", "killed\ttask killed")
+    for expected in ("started\tpid", "scheduled\ton b", "stdout (followed", "stderr"):
         assert expected in text, (expected, text)
     browser.screenshot(out / "sigma-task.png", 1080)
+    # A running task's log is followed: new lines arrive without a reload.
+    browser.open(f"{follower.url}/ui/jobs/bob/ticker/tasks/0")
+    browser.shows("tick 1", "following")
+    first = browser.run("return document.getElementById('log-stdout').textContent;")
+    later = wait_for(lambda: (t := browser.run("return document.getElementById('log-stdout').textContent;"))
+                     and t.count("tick") >= first.count("tick") + 5 and t, 20, "more ticks")  # fmt: skip
+    assert later.startswith(first.strip()[:20])
+
+    # A user acts on its own jobs only: alice resizes and kills hers; bob's has no controls for her.
+    browser.open(f"{follower.url}/ui/jobs/alice/web#token={alice}")
+    browser.shows("signed in as alice", "set task count")
+    browser.type("#count-form input", "2")
+    browser.click("#count-form button")
+    browser.shows("task count changed")
+    wait_for(lambda: cell.get("/v1/jobs/alice/web")["job"]["task_count"] == 2, 15, "the new count")
+    # The index scaled down is done, in grey like the killed one, or gone from the job; no row is red.
+    row_2 = (f"var r = {LISTING}.find(r => r.cells[0].innerText === '2');"
+             "return r ? [r.cells[2].innerText, getComputedStyle(r.cells[2].firstChild).color] : ['gone'];")  # fmt: skip
+    scaled = wait_for(lambda: (r := browser.run(row_2)) and r[0] != "RUNNING" and r, 15, "index 2 to go")
+    assert scaled in (["DEAD (killed)", GREY], ["gone"]), scaled
+    colours = browser.run(f"return {LISTING}.map(r => getComputedStyle(r.cells[2].firstChild).color);")
+    assert RED not in colours and GREY in colours, colours
+    browser.open(f"{follower.url}/ui/jobs/bob/batch")
+    text = browser.shows("signed in as alice", "Tasks")
+    assert "kill job" not in text and "set task count" not in text
+    browser.open(f"{follower.url}/ui/jobs/alice/scratch")
+    browser.shows("kill job")
+    browser.click("#kill-job")
+    browser.shows("click again to kill every task")
+    browser.click("#kill-job")
+    browser.shows("job killed")
+    wait_for(lambda: cell.request("GET", "/v1/jobs/alice/scratch").status_code == 404, 15, "the job to go")
+    # Counts add up: the rows' sum is the cell's line; the killed job's task is counted apart.
+    browser.open(f"{follower.url}/ui")
+    text = browser.shows("tasks of removed jobs\tDEAD 1", "jobs\t6")
+    dead = sum(int(x) for x in browser.run(
+        f"return {LISTING}.map(r => (r.cells[9].innerText.match(/\\d+/) || ['0'])[0]);"))
+    assert f"DEAD {dead}" in text.split("tasks\t", 1)[1].split("\n", 1)[0], text
+
+    # The machines page: searched, with bars; a machine's page with its usage chart.
+    browser.open(f"{follower.url}/ui/machines")
+    text = browser.shows("b0", "b1", "b2", "of 4000m", "machines 1-3 of 3")
+    browser.open(f"{follower.url}/ui/machines?q=b1")
+    browser.shows("machines 1-1 of 1 (3 in all)")
+    browser.open(f"{follower.url}/ui/machines/b0")
+    browser.shows("Machine b0", "cpu used: now", "Tasks running here")
+    # Sampled every second here (a minute by default) since the master started: a line, not a dot.
+    points = browser.run("return document.querySelector('svg polyline').getAttribute('points').split(' ').length;")
+    assert points >= 3, points
+    browser.screenshot(out / "sigma-machine.png", 900)
+    # The events page: the cell's task events, newest first, filtered by kind.
+    browser.open(f"{follower.url}/ui/events?kind=killed")
+    browser.shows("alice/web/1#0", "task killed")
+    kinds = {row.split("\t")[2] for row in browser.rows()}
+    assert kinds == {"killed"}, kinds
+    browser.screenshot(out / "sigma-events.png", 700)
+
+    # A rolling update that fails stops, and the job page says so, with the versions and which tasks are older.
+    broken = {**batch, "command": [TASK_PYTHON, "-c", "raise SystemExit(3)"]}
+    assert cell.request("PUT", "/v1/jobs/bob/batch", json=broken).status_code == 200
+    browser.open(f"{follower.url}/ui/jobs/bob/batch#token={cell.admin_token}")
+    text = browser.shows("rollout\tstopped to version 1", "fails", "Versions (newest first)", "older", timeout=45)
+    assert "1\tcurrent" in text and "command" in text.split("Versions (newest first)", 1)[1], text
+    browser.screenshot(out / "sigma-rollout.png", 900)
 
 
 def test_a_down_machine_is_red_and_an_unknown_job_is_a_404(cell: LocalCell, browser: Browser, tmp_path: Path) -> None:
@@ -173,15 +322,14 @@ def test_a_down_machine_is_red_and_an_unknown_job_is_a_404(cell: LocalCell, brow
     assert all(d.startswith("no replica reached machine b2 (") and d.endswith(" (was on b2)") for d in details), details
     assert {"machine": "b2", "kind": "down"} in down
     browser.open(f"{cell.masters[0].url}/ui#token={cell.admin_token}")
-    text = wait_for(lambda: (t := browser.text()) and "1 down" in t and t, 15, "the down machine")
-    color = browser.call(
-        "POST", "/execute/sync",
-        {"script": "return getComputedStyle(document.querySelector('tr.down td')).backgroundColor;", "args": []},
-    )  # fmt: skip
+    browser.shows("1 down")
+    browser.click("a.bad")  # the cell's "1 down" leads to the machines down
+    text = browser.shows("machines 1-1 of 1 (3 in all)")
+    color = browser.run("return getComputedStyle(document.querySelector('tr.down td')).backgroundColor;")
     assert color == "rgb(253, 232, 232)", color  # the down machine's row is red
     assert "b2\tdown" in text
     assert httpx.get(f"{cell.masters[0].url}/ui/jobs/nobody/ghost", headers=cell.auth).status_code == 404
     # Without a token a page is its shell, with no data of the cell in it.
     shell = httpx.get(f"{cell.masters[0].url}/ui/jobs/alice/web")
-    assert shell.status_code == 200 and "alice" not in shell.text and "Loading" in shell.text
+    assert shell.status_code == 200 and "alice" not in shell.text and "Sign in to the cell" in shell.text
     time.sleep(0.1)

@@ -57,9 +57,10 @@ def test_usage_history_is_bounded_and_forgets_series_not_seen_for_a_window() -> 
 def test_a_chart_scales_to_its_peak_and_dashes_a_limit_within_it() -> None:
     points = [Point(3000.0, 100, 0), Point(3300.0, 400, 0), Point(3600.0, 200, 0)]
     svg = chart("cpu used", points, lambda p: p.cpu_milli, lambda v: f"{v:.0f}m", 3600.0, 3600.0, 800)
-    # x: 4 + 512 * (1 - (3600 - at) / 3600); top 400 * 1.25 = 500; y: 116 - 112 * v / 500:
+    # The history is 600 s old, younger than the hour: the chart spans 600 s.
+    # x: 4 + 512 * (1 - (3600 - at) / 600); top 400 * 1.25 = 500; y: 116 - 112 * v / 500:
     # 100 -> 93.6, 400 -> 26.4, 200 -> 71.2
-    assert 'points="430.7,93.6 473.3,26.4 516.0,71.2"' in svg
+    assert 'points="4.0,93.6 260.0,26.4 516.0,71.2"' in svg and "-10 min" in svg
     assert "now 200m, peak 400m, limit 800m" in svg and 'class="limit"' not in svg  # 800 is above the top
     near = chart("cpu used", points, lambda p: p.cpu_milli, lambda v: f"{v:.0f}m", 3600.0, 3600.0, 450, "requested")
     assert 'y1="15.2"' in near and "requested 450m" in near  # 116 - 112 * 450 / 500 = 15.2

@@ -22,6 +22,9 @@ def chart(
         return f'<figure class="chart"><figcaption>{escape(title)}: no samples yet</figcaption></figure>'
     values = [value(p) for p in points]
     top = max(max(values) * 1.25, 1e-9)
+    # The span drawn: the window, or less while the history is younger (a new replica's
+    # first minutes would be a line against the right edge).
+    window_s = min(window_s, max(60.0, now - points[0].at))
 
     def xy(at: float, v: float) -> str:
         x = PAD + (WIDTH - 2 * PAD) * max(0.0, min(1.0, 1 - (now - at) / window_s))
@@ -35,11 +38,11 @@ def chart(
         y = HEIGHT - PAD - (HEIGHT - 2 * PAD) * limit / top
         dashed = f'<line x1="{PAD}" x2="{WIDTH - PAD}" y1="{y:.1f}" y2="{y:.1f}" class="limit"/>'
     caption = f"{title}: now {label(values[-1])}, peak {label(max(values))}" + (f", {limit_name} {label(limit)}" if limit else "")
-    minutes = int(window_s // 60)
+    span = f"-{window_s / 60:.0f} min" if window_s >= 120 else f"-{window_s:.0f} s"
     return (
         f'<figure class="chart"><figcaption>{escape(caption)}</figcaption>'
         f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{escape(caption)}">'
         f'<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" class="frame"/>{dashed}'
         f'<polyline points="{line}" class="line"/>{dots}</svg>'
-        f'<div class="axis"><span>-{minutes} min</span><span>{len(points)} samples</span><span>now</span></div></figure>'
+        f'<div class="axis"><span>{span}</span><span>{len(points)} samples</span><span>now</span></div></figure>'
     )

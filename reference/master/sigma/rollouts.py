@@ -31,7 +31,8 @@ def rollout_section(cell: Cell, key: str, now: float) -> str:
     for v in found["versions"][:VERSIONS_SHOWN]:
         when = time.strftime("%H:%M:%S", time.localtime(v["at"])) + f" ({ago(v['at'])})" if v["at"] else "-"
         current = '<span class="ok">current</span>' if v["current"] else ""
-        rows.append([e(v["version"]), current, e(when), e(", ".join(v["changed"]) or "-")])
+        changed = "submitted" if v["version"] == 0 else ", ".join(v["changed"]) or "-"
+        rows.append([e(v["version"]), current, e(when), e(changed)])
     more = len(found["versions"]) - VERSIONS_SHOWN
     note = f'<p class="note">{more} older version(s): <code>minborg job history {e(key)}</code></p>' if more > 0 else ""
     return (key_values(pairs) + "<h2>Versions (newest first)</h2>"
