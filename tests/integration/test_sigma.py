@@ -107,8 +107,7 @@ class Browser:
         try:
             return wait_for(lambda: (t := self.text()) and all(x in t for x in expected) and t, timeout, repr(expected))
         except TimeoutError:
-            debug = self.run("return performance.getEntriesByType('resource').map(e => e.name + ' start ' + Math.round(e.startTime) + ' end ' + Math.round(e.responseEnd)).join('\\n') + ' now ' + Math.round(performance.now());")
-            raise AssertionError(f"the page never showed {expected}; it shows:\n{self.text()}\nDEBUG {debug}") from None
+            raise AssertionError(f"the page never showed {expected}; it shows:\n{self.text()}") from None
 
     def screenshot(self, path: Path, height: int = 1000) -> None:
         self.call("POST", "/window/rect", {"width": 1280, "height": height})
