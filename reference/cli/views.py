@@ -229,7 +229,8 @@ def cell_text(
             ("machines", f"{counts['up']} up, {counts['down']} down" if counts else "-"),
             ("jobs", str(_count(overview.get("jobs")))),
             ("tasks", state_counts(overview.get("tasks"), color=color)),
-            *([("sigma", f"{url.rstrip('/')}/ui")] if (url := overview.get("leader_url")) else []),  # the dashboard
+            *([("sigma", f"{url.rstrip('/')}/ui")] if (url := overview.get("leader_url") or next(  # the dashboard
+                (r.get("url") for r in overview.get("replicas") or []), None)) else []),
         ], color=color))  # fmt: skip
         alive = None
         if local is not None:

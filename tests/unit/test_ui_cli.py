@@ -49,3 +49,15 @@ def test_ui_of_a_stopped_cell_says_so(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["ui", "--state-dir", str(cell_dir(tmp_path, stopped_at=1.0))])
     assert result.exit_code == 1
     assert "no cell answers at http://127.0.0.1:7001/" in result.output and "minborg cell up" in result.output
+
+
+def test_cell_status_names_sigma_at_the_leader() -> None:
+    from reference.cli.views import cell_text
+
+    overview = {"cell": "local", "leader": "m1", "leader_url": "http://127.0.0.1:7002/", "revision": 5, "jobs": 0,
+                "tasks": {"RUNNING": 0, "PENDING": 0, "DEAD": 0, "running_confirmed": 0}, "replicas": []}  # fmt: skip
+    text, _ = cell_text(None, overview, {"up": 1, "down": 0})
+    assert "sigma" in text and "http://127.0.0.1:7002/ui" in text
+    replicas = [{"name": "m0", "url": "http://127.0.0.1:7001", "role": "follower"}]
+    text, _ = cell_text(None, {**overview, "leader": None, "leader_url": None, "replicas": replicas}, {"up": 1, "down": 0})
+    assert "http://127.0.0.1:7001/ui" in text  # no leader: any replica serves it
