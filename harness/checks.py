@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from harness.coverage import Coverage
-from harness.history import LIVE_STATES, parse_task_id
+from harness.history import LIVE_STATES
 from harness.observe import Observation
 from harness.transitions import (
     ENV_ACTIONS,
@@ -17,6 +17,7 @@ from harness.transitions import (
 from spec.actions import EvictReason, Step, restart_allowed, task_fits
 from spec.invariants import INVARIANTS, check_state, check_step
 from spec.model import CellState, Job, Task, TaskState, is_stale, may_preempt
+from spec.taskid import parse_task_id
 
 OBSERVE = Step("observe", ())
 

@@ -34,6 +34,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from spec.taskid import parse_task_id
+
 
 class Outcome(StrEnum):
     OK = "ok"
@@ -380,14 +382,6 @@ def lost_writes(ops: list[Op], reads_from: float = -math.inf) -> list[tuple[Op, 
 # --- double running ------------------------------------------------------------------------------
 
 LIVE_STATES = ("STARTING", "RUNNING")
-
-
-def parse_task_id(task_id: str) -> tuple[str, int, int, str]:
-    """'user/job/3#1@2' -> ('user/job', 3, 1, '2'): job, index, incarnation, placement."""
-    base, _, placement = task_id.partition("@")
-    head, _, inc = base.rpartition("#")
-    job, _, index = head.rpartition("/")
-    return job, int(index), int(inc or 0), placement
 
 
 def double_running(

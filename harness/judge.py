@@ -11,9 +11,10 @@ from harness import windows
 from harness.api import tracked
 from harness.checks import borglet_samples, check_observation, convergence_problems
 from harness.context import ConformanceViolation, ExampleState
-from harness.history import OpKind, Outcome, parse_task_id
+from harness.history import OpKind, Outcome
 from harness.observe import Observation
 from spec.model import TaskState
+from spec.taskid import parse_task_id
 
 SETTLE_TIMEOUT_S = 25.0
 EVENTS_EVERY_S = 2.0  # how often the cell's machine events are read (harness/windows.py, declared_down)

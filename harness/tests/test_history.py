@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.history import History, check, linearizable, parse_task_id
+from harness.history import History, check, linearizable
 
 
 def op(h: History, kind: str, key: str, value, t0: float, t1: float, outcome: str = "ok", result=None) -> int:
@@ -197,7 +197,3 @@ def test_one_reply_showing_two_processes_of_an_index_is_an_overlap() -> None:
     # the same two seen by two borglets in one poll, one read after the other: not proven
     apart = windows("m0", "u/j/0#0@1", [(1.0, 1.1)]) + windows("m1", "u/j/0#1@1", [(1.1, 1.2)])
     assert check(History(), task_reports=apart).ok
-
-
-def test_parse_task_id() -> None:
-    assert parse_task_id("u/j/3#1@2") == ("u/j", 3, 1, "2")

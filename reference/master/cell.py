@@ -11,6 +11,7 @@ from reference.master import events
 from spec.actions import ACTIONS, restart_allowed
 from spec.fmap import FMap
 from spec.model import CellState, Job, QuotaKey, Resources, Task, TaskId, TaskState, is_stale
+from spec.taskid import format_task_id
 
 HISTORY_LIMIT = 20  # task history entries kept in each task record
 
@@ -140,7 +141,7 @@ def is_pass_work(task: Task, job: Job | None, latest: bool) -> bool:
 
 def borglet_task_id(tid: TaskId, info: TaskInfo) -> str:
     """The id a borglet knows one placement of a task incarnation by."""
-    return f"{tid}@{info.placement}"
+    return format_task_id(tid, info.placement)
 
 
 class Tracked(MutableMapping[Any, Any]):

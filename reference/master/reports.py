@@ -27,9 +27,11 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from reference.master import work
 from reference.master.cell import Cell, Draft, TaskInfo, borglet_task_id
 from spec.actions import EvictReason
 from spec.model import TaskId, TaskState
+from spec.taskid import parse_task_id
 
 
 @dataclass
@@ -83,6 +85,8 @@ def desired_set(
             memo[task.id] = (task, ji, info.placement, entry)
         out.append(entry)
     out.sort(key=lambda d: d["task_id"])
+    work.add("desired_sets")
+    work.add("desired_entries", len(out))
     return out, ids
 
 
@@ -146,14 +150,13 @@ IndexKey = tuple[str, int]  # (job key, task index)
 
 @functools.lru_cache(maxsize=1 << 16)
 def parse_borglet_task_id(task_id: str) -> tuple[str, int, int] | None:
-    """'user/job/3#1@2' -> ('user/job', 3, 1); None for an id this master did not make.
-    Cached: every rebuild of the desired sets parses every reported id again."""
-    base = task_id.partition("@")[0]
-    head, sep, inc = base.rpartition("#")
-    job, _, index = head.rpartition("/")
-    if not sep or not job or not index.isdigit() or not inc.isdigit():
+    """'user/job/3#1@2' -> ('user/job', 3, 1); None for an id this master did not make
+    (spec.taskid.parse_task_id refuses it). Cached: every rebuild of the desired sets parses
+    every reported id again."""
+    try:
+        return parse_task_id(task_id)[:3]
+    except ValueError:
         return None
-    return job, int(index), int(inc)
 
 
 def first_of_its_index(task_id: str) -> bool:
@@ -162,9 +165,11 @@ def first_of_its_index(task_id: str) -> bool:
     gets a higher one) at its first placement. No machine can run another process of that
     index, so a machine that has not reported yet cannot block it: a cell of thousands of
     machines starts a new job before its new leader has heard from every one."""
-    parsed = parse_borglet_task_id(task_id)
-    placement = task_id.rpartition("@")[2]
-    return parsed is not None and parsed[2] == 0 and placement.isdigit() and int(placement) <= 1
+    try:
+        parsed = parse_task_id(task_id)
+    except ValueError:
+        return False
+    return parsed.incarnation == 0 and parsed.placement is not None and parsed.placement <= 1
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,7 @@ def live_by_index(
     """
     out: dict[IndexKey, list[tuple[str, str]]] = {}
     for machine in set(up):
+        work.add("hold_checks", len(reported.get(machine, ())))
         for task_id, state in reported.get(machine, {}).items():
             if state in LIVE_STATES and (parsed := parse_borglet_task_id(task_id)) is not None:
                 out.setdefault((parsed[0], parsed[1]), []).append((machine, task_id))
@@ -256,6 +262,7 @@ def hold_back(
     """
     keep: list[dict[str, Any]] = []
     held: list[Hold] = []
+    work.add("hold_checks", len(desired))
     for d in desired:
         tid = str(d["task_id"])
         others = [(m, o) for m, o in live.get((str(d["job"]), int(d["index"])), ()) if o != tid]

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.history import parse_task_id
 from reference import procscan
 from reference.cli.views import machine_rows
+from spec.taskid import parse_task_id
 from tests.integration.cellkit import LocalCell, sleeper_job, wait_for
 
 pytestmark = pytest.mark.integration

@@ -16,10 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.history import double_running, parse_task_id
+from harness.history import double_running
 from loadtests.periodic import Periodic
 from reference import channel
 from reference.borglet.taskusers import task_python
+from spec.taskid import parse_task_id
 from tests.integration.cellkit import REPO, LocalCell, Proc, wait_for
 
 pytestmark = pytest.mark.integration

@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.history import parse_task_id
 from reference import launcher, procscan
 from reference.master.linkshard import ROUTES_ENV
 from reference.ports import HOST, free_port
+from spec.taskid import parse_task_id
 from tests.integration.cellkit import LocalCell, sleeper_job, wait_for
 
 pytestmark = pytest.mark.integration
