@@ -159,13 +159,13 @@ class UserRules(ExampleState):
         else:
             self._judge_refusal(f"update {key}", r.status, spec_actions.update(self.model, key, count, request) is not None)
 
-    def update_field(self, key: str, n: int) -> None:
+    def update_field(self, key: str, n: int, field: str | None = None) -> None:
         """Send the job's whole file again with one field changed (`PUT`): any field can change;
         the spec's update takes the new job, and the leader rolls out what needs a restart."""
         doc = self.files.get(key)
         if doc is None:
             return
-        new = changed_file(doc, FIELD_CHANGES[n % len(FIELD_CHANGES)], n)
+        new = changed_file(doc, field or FIELD_CHANGES[n % len(FIELD_CHANGES)], n)
         r = self.api.put_job(new)
         self.c.coverage.api_ops["update_field"] += 1
         spec = parse_job(new)
@@ -254,6 +254,22 @@ class UserRules(ExampleState):
     def change_jobs(self, ops: list[tuple[str, int, int]]) -> None:
         """Changes to the example's jobs only (resize, new request, kill of one task), as a burst."""
         self.burst(ops)
+
+    def new_versions(self, n: int, field: str) -> None:
+        """A new version of every job of the example at once (`field` changed): the leader
+        rolls them out side by side, each within its own budget."""
+        for key in self._live():
+            self.update_field(key, n, field)
+
+    @rule(n=st.integers(0, 20))
+    def new_environments(self, n: int) -> None:
+        """Every job of the example gets a new environment: a rolling update of each."""
+        self.new_versions(n, "env")
+
+    @rule(n=st.integers(0, 20))
+    def new_commands(self, n: int) -> None:
+        """Every job of the example gets a new command (the same program): a rolling update of each."""
+        self.new_versions(n, "command")
 
     @precondition(lambda self: self.c.cell is not None)
     @rule(count=st.integers(2, 4), cpu=st.sampled_from((1500, 2000)))
