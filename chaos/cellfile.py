@@ -36,6 +36,18 @@ def borglet_state(info: CellInfo, machine: str, timeout: float = 1.0) -> dict[st
         return None
 
 
+def live_task_ids(info: CellInfo, prefix: str = "", timeout: float = 1.0) -> list[str]:
+    """The ids the borglets report STARTING or RUNNING and that start with `prefix`, one per
+    borglet that runs it (spec.taskid.running_twice reads them); borglets that do not answer
+    are left out."""
+    return [
+        entry["task_id"]
+        for machine in info.borglet_urls
+        for entry in (borglet_state(info, machine, timeout) or {}).get("tasks", [])
+        if entry.get("state") in ("STARTING", "RUNNING") and entry["task_id"].startswith(prefix)
+    ]
+
+
 def master_record(info: CellInfo, name: str) -> ProcessRecord:
     for record in info.of_role(Role.MASTER):
         if record.name == name:

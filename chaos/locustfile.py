@@ -12,7 +12,6 @@ import json
 import os
 import random
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from chaos import cellfile, jobs
 from chaos.history import HistoryFile, Op, Outcome, read_result
 from reference.cellfile import auth_headers, read_admin_token
 from reference.launcher import CellInfo, Role
+from spec.taskid import running_twice
 
 STATE_DIR = os.environ.get("CHAOS_STATE_DIR", ".minborg")
 RUN_DIR = Path(os.environ.get("CHAOS_RUN_DIR", "reports/chaos/scratch"))
@@ -243,14 +243,9 @@ class WatchUser(User):
             ),
             None,
         )
-        copies: Counter[str] = Counter()
-        for machine in _INFO.borglet_urls:
-            state = cellfile.borglet_state(_INFO, machine, timeout=0.8)
-            for entry in (state or {}).get("tasks", []):
-                if entry.get("state") in ("STARTING", "RUNNING"):
-                    copies[entry["task_id"].split("#", 1)[0]] += 1
+        live = cellfile.live_task_ids(_INFO, timeout=0.8)
         _append("timeline.jsonl", {
             "t": t, "roles": roles, "leader": status.get("leader") if status else None,
             "machines_down": (status or {}).get("machines", {}).get("down"),
-            "double": sorted(k for k, n in copies.items() if n > 1), "running": sum(copies.values()),
+            "double": sorted(f"{job}/{index}" for job, index in running_twice(live)), "running": len(live),
         })  # fmt: skip

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
@@ -15,6 +14,7 @@ from chaos.events import run_dir
 from chaos.history import HistoryFile, Outcome, read_ops
 from reference.launcher import CellInfo, Role, is_alive
 from reference.waiting import wait_until
+from spec.taskid import by_index, running_twice
 
 HELLO_JOB = "demo/hello_world"
 
@@ -199,19 +199,6 @@ def no_machine_down_for(state_dir: str, seconds: float = 20.0) -> int:
     return samples
 
 
-def _copies(info: CellInfo, job: str) -> Counter[str]:
-    """How many borglets run (or start) each task of `job`, asked of the borglets directly."""
-    copies: Counter[str] = Counter()
-    for machine in info.borglet_urls:
-        state = cellfile.borglet_state(info, machine)
-        if state is None:
-            continue
-        for entry in state.get("tasks", []):
-            if entry["task_id"].startswith(job + "/") and entry["state"] in ("STARTING", "RUNNING"):
-                copies[entry["task_id"].split("#", 1)[0]] += 1
-    return copies
-
-
 def tasks_moved_off_within(state_dir: str, run: str, within_s: float = 20.0) -> float:
     """Every hello_world task runs, per the API, on a machine other than the cut one."""
     info = cellfile.load(state_dir)
@@ -242,14 +229,14 @@ def no_double_running_within(state_dir: str, run: str, within_s: float = 20.0) -
     began = time.time()
 
     def single() -> bool:
-        copies = _copies(info, HELLO_JOB)
-        return len(copies) == 3 and all(n == 1 for n in copies.values())
+        ids = cellfile.live_task_ids(info, HELLO_JOB + "/")
+        return len(by_index(ids)) == 3 and not running_twice(ids)
 
     try:
         wait_until(single, within_s, "one copy of each task", 0.25)
     except TimeoutError:
         raise AssertionError(
-            f"hello_world copies after {within_s}s: {dict(_copies(info, HELLO_JOB))}"
+            f"hello_world copies after {within_s}s: {by_index(cellfile.live_task_ids(info, HELLO_JOB + '/'))}"
         ) from None
     seconds = time.time() - began
     events.record("measure", run, name="duplicates_killed_s", value=seconds)

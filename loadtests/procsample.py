@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 
 from loadtests.periodic import Periodic
+from spec.taskid import parse_task_id, running_twice
 
 TASK_ID = b"TASK_ID="
 
@@ -115,24 +116,16 @@ def task_processes(prefixes: Iterable[str] = ("",)) -> dict[int, str]:
 
 def index_of(task_id: str) -> tuple[str, int]:
     """'load/flood/12#0@1' -> ('load/flood', 12)."""
-    head = task_id.partition("#")[0]
-    job, _, index = head.rpartition("/")
-    return job, int(index)
+    return parse_task_id(task_id)[:2]
 
 
 def doubles_in(pids: dict[int, str]) -> list[tuple[tuple[str, int], list[str]]]:
-    """(job, index) -> task ids, where one index has processes of two task ids still alive."""
-    by_index: dict[tuple[str, int], dict[str, list[int]]] = {}
-    for pid, tid in pids.items():
-        by_index.setdefault(index_of(tid), {}).setdefault(tid, []).append(pid)
-    found = []
-    for key, ids in sorted(by_index.items()):
-        if len(ids) < 2:
-            continue
-        live = sorted(tid for tid, ps in ids.items() if any(_alive_stat(p) for p in ps))
-        if len(live) > 1:
-            found.append((key, live))
-    return found
+    """(job, index) -> task ids, where one index has processes of two task ids still alive
+    (spec.taskid.running_twice over the ids of the processes alive now; /proc is read again
+    only for the indices seen with two ids)."""
+    suspects = running_twice(set(pids.values()))
+    alive = {tid for pid, tid in pids.items() if index_of(tid) in suspects and _alive_stat(pid)}
+    return sorted((key, sorted(ids)) for key, ids in running_twice(alive).items())
 
 
 class ProcSampler(Periodic):

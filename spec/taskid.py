@@ -7,6 +7,7 @@ the harness, chaos and the load tests read it back (`parse_task_id`). No I/O.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from .model import TaskId
@@ -53,3 +54,21 @@ def parse_task_id(text: str) -> PlacedTaskId:
     if problem:
         raise ValueError(f"task id {text!r}: {problem}; expected {SHAPE}")
     return PlacedTaskId(job, int(index), int(inc), int(placement) if at else None)
+
+
+def by_index(task_ids: Iterable[str]) -> dict[tuple[str, int], list[str]]:
+    """(job, index) -> the ids among `task_ids` of that task index, in their order, repeats
+    kept (one per process or per borglet's report)."""
+    out: dict[tuple[str, int], list[str]] = {}
+    for tid in task_ids:
+        parsed = parse_task_id(tid)
+        out.setdefault((parsed.job, parsed.index), []).append(tid)
+    return out
+
+
+def running_twice(live_ids: Iterable[str]) -> dict[tuple[str, int], list[str]]:
+    """A task runs twice: the task indices with more than one of `live_ids`, the ids of the
+    live processes (or of the borglets' reports of live tasks) seen at one time. Pass one id
+    per copy to count copies (the same id on two machines is two), or a set to count distinct
+    incarnations and placements."""
+    return {key: ids for key, ids in by_index(live_ids).items() if len(ids) > 1}

@@ -4,7 +4,7 @@ with the part that is wrong."""
 import pytest
 
 from spec.model import TaskId
-from spec.taskid import PlacedTaskId, format_task_id, parse_task_id
+from spec.taskid import PlacedTaskId, by_index, format_task_id, parse_task_id, running_twice
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,14 @@ def test_a_bad_task_id_is_refused_saying_what_is_wrong(text: str, why: str) -> N
 def test_the_formatter_builds_what_the_master_sends() -> None:
     assert format_task_id(TaskId("u/j", 3, 1), 2) == "u/j/3#1@2"
     assert format_task_id(TaskId("u/j", 3, 1)) == str(TaskId("u/j", 3, 1)) == "u/j/3#1"
+
+
+def test_a_task_runs_twice_when_one_index_has_two_live_ids() -> None:
+    ids = ["u/j/0#0@1", "u/j/1#0@1", "u/j/1#1@1", "u/k/1#0@1"]
+    assert by_index(ids) == {("u/j", 0): ["u/j/0#0@1"], ("u/j", 1): ["u/j/1#0@1", "u/j/1#1@1"], ("u/k", 1): ["u/k/1#0@1"]}
+    assert running_twice(ids) == {("u/j", 1): ["u/j/1#0@1", "u/j/1#1@1"]}
+    # one id reported by two borglets is two copies; as a set, one
+    assert running_twice(["u/j/0#0@1", "u/j/0#0@1"]) == {("u/j", 0): ["u/j/0#0@1", "u/j/0#0@1"]}
+    assert running_twice({"u/j/0#0@1"}) == {}
+    with pytest.raises(ValueError, match="no '#incarnation'"):
+        running_twice(["u/j/0"])
