@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from reference.master import cacheindex, codec, reports, views
+from reference.master import cacheindex, codec, reports, views, work
 from reference.master.access import UserRecord
 from reference.master.cell import Cell, JobInfo, MachineInfo, TaskInfo
 from reference.master.changes import Change, ChangeLog
@@ -269,6 +269,7 @@ class WatchCache:
         # that need a new view wait only for the batch to be applied, not decoded.
         tasks = self.keys.tasks.encode()
         decoded = {i: _decode_task(e.value) for i, e in enumerate(events) if e.kind == "PUT" and e.key.startswith(tasks)}
+        work.add("records_decoded", len(decoded))
         with self._cond:
             # Events and progress notifications alike prove the watch still hears etcd.
             self._heard_at = self.clock()

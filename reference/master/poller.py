@@ -29,18 +29,20 @@ the locks and the clock.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from reference.master import intake, pollclock, reports
+from reference.master import desired as desired_sets
+from reference.master import intake, pollclock, reports, work
 from reference.master.cache import WatchCache
-from reference.master.cell import Cell, Draft, MachineInfo
+from reference.master.cell import Cell, Draft, MachineInfo, borglet_task_id
 from reference.master.intake import Answer, Reading, Said
 from reference.master.sightings import Sightings
 from reference.master.writer import NotLeader, WriteFailed, Writer
@@ -122,9 +124,26 @@ class Poller:
         self._silent_since: dict[str, float] = {}  # removed machine -> its first unanswered poll since an answer
         self._released: set[str] = set()  # borglet task ids sent at least once
         self._seq = 0  # syncs sent by this leader, the last one's number
-        self._memo: reports.Memo = {}  # desired-set entries reused across turns
         self._reported_version = 0  # moves whenever a machine's reported tasks change
-        self._plans: tuple[Any, reports.Plans, set[str], dict[str, frozenset[str]]] = (None, {}, set(), {})
+        # Every machine's desired set, kept from the changed keys of each view; what is sent
+        # (the plan: the set less held tasks) and its signature; the view and reports they are of.
+        self._desired = desired_sets.DesiredSets(cell_name)
+        self._plan: dict[str, tuple[list[dict[str, Any]], set[TaskId]]] = {}
+        self._signatures: dict[str, frozenset[str]] = {}
+        self._plans_key: Any = None
+        self._held: dict[str, list[reports.Hold]] = {}  # machine -> its held tasks
+        self._unsent: set[str] = set()  # machines whose plan keeps a task not yet released
+        self._blocking: set[str] = set()  # machines whose processes block a hold
+        self._unreported: set[str] = set()  # up machines no shard has reported yet
+        self._gone: set[str] = set()  # removed machines that may still run a process
+        self._departed_names: set[str] = set()
+        # (job, index) -> machine -> the borglet task ids of that index it reported or was sent.
+        self._sites: dict[reports.IndexKey, dict[str, set[str]]] = {}
+        # Which machines to look at next turn: plans changed, machines freed; and when each
+        # machine's next regular sync is due (a heap, with the time queued for each).
+        self._pending: set[str] = set()
+        self._due: list[tuple[float, str]] = []
+        self._queued: dict[str, float] = {}
         self._rebuild_after = -math.inf  # no rebuild of the desired sets before this (pollclock.next_rebuild)
         self.refusals: dict[str, int] = {}  # refusal reason -> count
         # (machine, shard) -> (version, report): the base of the next change that shard sends
@@ -171,39 +190,51 @@ class Poller:
         now = self.clock()
         with self._lock:
             key = (cell.revision, self._reported_version)
-        if key != self._plans[0] and now >= self._rebuild_after:
+        if key != self._plans_key and now >= self._rebuild_after:
             # What each machine is sent depends on the view and on what the machines reported
-            # alone: built when either changed, not on every turn, and paced.
+            # alone: brought up to date when either changed, from what changed, and paced.
             cpu = time.thread_time()
-            if len(self._memo) > 2 * len(cell.state.tasks) + 1000:
-                self._memo = {}
-            desired = {
-                name: reports.desired_set(cell, name, self.cell_name, self._memo) for name in cell.state.machines
-            }
-            departed = self._departed(cell)
-            for name in departed:
-                desired[name] = ([], set())  # removed: its borglet is told to stop what it still runs
-            plans, blocking = self._hold_back(cell, desired, departed)
-            signatures = {name: frozenset(d["task_id"] for d in keep) for name, (keep, _) in plans.items()}
-            self._plans = (key, plans, blocking, signatures)
+            self._refresh(cell)
+            self._plans_key = key
             took = self.clock() - now
             self._rebuild_after = pollclock.next_rebuild(now, took, time.thread_time() - cpu)
-        _, plans, blocking, signatures = self._plans
+        self._send_due(cell, now)
+
+    def _send_due(self, cell: Cell, now: float) -> None:
+        """Sync the machines whose plan changed, whose sync is due, or that block a hold: the
+        machines looked at are these, not every machine of the cell."""
+        blocking = self._blocking
+        with self._lock:
+            while self._due and self._due[0][0] <= now:
+                at, name = heapq.heappop(self._due)
+                if self._queued.get(name) == at:
+                    del self._queued[name]
+                self._pending.add(name)
+            names = self._pending | blocking
+            self._pending = set()
+        work.add("sync_checks", len(names))
         relayed: dict[str, list[tuple[Any, ...]]] = {}
-        for name, (desired, ids) in plans.items():
-            signature = signatures[name]
+        for name in sorted(names):
+            plan = self._plan.get(name)
+            if plan is None:
+                continue  # no longer synced (removed, and nothing of it may run)
+            desired, ids = plan
+            signature = self._signatures[name]
             address = cell.machines.get(name, MachineInfo()).address or self._addresses.get(name, "")
             with self._lock:
                 if name not in self._reported:
                     continue  # its shard's first report makes it known
                 st = self._machines.setdefault(name, _Machine())
+                if st.inflight:
+                    continue  # `_free` looks at it again
                 # The signatures compared last: equal sets cost a walk of each.
-                if st.inflight or (
-                    not pollclock.sync_due(st.schedule, now, name in blocking) and signature == st.signature
-                ):
+                if not pollclock.sync_due(st.schedule, now, name in blocking) and signature == st.signature:
+                    self._queue(name, st)
                     continue
+                self._sites_sent(name, st.signature, signature)
                 st.inflight, st.signature = True, signature
                 st.schedule = pollclock.sync_sent(st.schedule, now, self.sync_every)
+                self._queue(name, st)
                 self._released.update(signature)
             if self._stop.is_set():
                 return
@@ -212,43 +243,136 @@ class Poller:
             for i in range(0, len(items), RELAY_CHUNK):
                 self._pool.submit(self._poll_through, owner, items[i : i + RELAY_CHUNK])
 
-    def _hold_back(
-        self, cell: Cell, plans: reports.Plans, departed: Mapping[str, Mapping[str, str]] | None = None
-    ) -> tuple[reports.Plans, set[str]]:
-        """Take held tasks out of the desired sets; returns the sets and the machines whose
-        reports block a hold (they are polled faster until it is released)."""
-        # Removed machines still synced (`_departed`) hold back as up machines do.
-        up = [n for n, m in cell.state.machines.items() if m.up] + [n for n in plans if n not in cell.state.machines]
-        wanted = {str(d["task_id"]) for desired, _ in plans.values() for d in desired}
-        with self._lock:
-            # What an up machine was last sent counts as running there until its report says
-            # otherwise: a sync whose reply is not in yet may start it at any moment.
-            known = {
-                n: reports.with_sent(r, st.signature) if (st := self._machines.get(n)) is not None else r
-                for n, r in self._reported.items()
-            }
-            live = reports.live_by_index({**known, **(departed or {})}, up)
-            unreported = [n for n in up if n not in self._reported]
-            # Forget ids no machine wants any more, so the set stays as small as the cell.
-            self._released &= wanted
-            released = set(self._released)
-            for reported in self._reported.values():
-                released.update(reported)
-        out, holds = reports.hold_plans(cell, plans, live, released, unreported)
-        self._note_holds(holds)
-        return out, {h.machine for h in holds.values()}
+    def _queue(self, name: str, st: _Machine) -> None:
+        """Remember when `name`'s next regular sync is due (under the lock)."""
+        at = st.schedule.next_at
+        if self._queued.get(name) != at:
+            self._queued[name] = at
+            heapq.heappush(self._due, (at, name))
 
-    def _departed(self, cell: Cell) -> dict[str, dict[str, str]]:
-        """Removed machines still to be synced (`reports.departed_live`) whose address is known,
-        with what they may still run; remembers the address of every machine in the cell for
-        when it is removed."""
-        for name, info in cell.machines.items():
-            if info.address:
+    def _refresh(self, cell: Cell) -> None:
+        """Bring the plans (desired sets less held tasks) to `cell` and the last reports: the
+        machines the view's changes touched (`desired.DesiredSets`), those with a held task or
+        a kept one not yet released, and the removed ones still synced."""
+        touched = self._desired.update(cell, getattr(self.cache, "changes", None), getattr(self.cache, "reloads", 0))
+        machines = cell.state.machines
+        full = touched is None
+        names: Iterable[str] = machines if touched is None else touched
+        for name in names:
+            info = cell.machines.get(name)
+            if info is not None and info.address:
                 self._addresses[name] = info.address
         with self._lock:
-            sent = {n: st.signature for n, st in self._machines.items() if n not in cell.state.machines}
-            departed = reports.departed_live(self._reported, cell.state.machines, sent)
-        return {n: v for n, v in departed.items() if n in self._addresses}
+            if full:
+                self._unreported = {n for n, m in machines.items() if m.up and n not in self._reported}
+                self._gone = {n for n in (*self._reported, *self._machines) if n not in machines}
+                wanted = {d["task_id"] for desired, _ in self._desired.sets.values() for d in desired}
+                self._released &= wanted | {t for r in self._reported.values() for t in r}
+            else:
+                for name in names:
+                    m = machines.get(name)
+                    if m is not None and m.up and name not in self._reported:
+                        self._unreported.add(name)
+                    else:
+                        self._unreported.discard(name)
+                    if m is None:
+                        self._gone.add(name)
+                    else:
+                        self._gone.discard(name)
+                self._released.difference_update(self._desired.dropped)
+            sent = {n: st.signature for n in self._gone if (st := self._machines.get(n)) is not None}
+            departed = reports.departed_live(
+                {n: self._reported[n] for n in self._gone if n in self._reported}, machines, sent
+            )
+            departed = {n: v for n, v in departed.items() if n in self._addresses}
+            self._gone = {n for n in self._gone if n in self._reported or sent.get(n)}
+            first_unreported = min(self._unreported) if self._unreported else None
+            redo = {*self._desired.sets, *self._plan, *departed} if full else (
+                set(names) | set(self._held) | self._unsent | set(departed) | self._departed_names
+            )  # fmt: skip
+            self._departed_names = set(departed)
+            for name in redo:
+                self._replan(cell, name, departed, first_unreported)
+        holds = {h.task_id: h for held in self._held.values() for h in held}
+        self._note_holds(holds)
+        self._blocking = {h.machine for h in holds.values()}
+
+    def _replan(
+        self, cell: Cell, name: str, departed: Mapping[str, Mapping[str, str]], first_unreported: str | None
+    ) -> None:
+        """Compute `name`'s plan: its desired set with held tasks taken out (`reports.hold_back`),
+        looking only at the processes of the indices it may hold (under the lock)."""
+        self._held.pop(name, None)
+        self._unsent.discard(name)
+        entry = ([], set()) if name in departed else self._desired.sets.get(name)
+        if entry is None:
+            self._plan.pop(name, None)
+            self._signatures.pop(name, None)
+            return
+        desired, ids = entry
+        released = {tid for d in desired if (tid := d["task_id"]) in self._released or _seen(cell, d)}
+        work.add("hold_checks", len(desired))
+        if len(released) < len(desired):
+            keys = {(str(d["job"]), int(d["index"])) for d in desired if d["task_id"] not in released}
+            live = self._live(keys, cell.state.machines, departed)
+            desired, held = reports.hold_back(desired, live, released, [first_unreported] if first_unreported else [])
+            if held:
+                self._held[name] = held
+                held_ids = {h.task_id for h in held}
+                ids = {t for t in ids if borglet_task_id(t, cell.task_info(t)) not in held_ids}
+            if any(d["task_id"] not in released for d in desired):
+                self._unsent.add(name)
+        signature = frozenset(d["task_id"] for d in desired)
+        if self._signatures.get(name) != signature:
+            self._pending.add(name)
+        self._plan[name], self._signatures[name] = (desired, ids), signature
+
+    def _live(
+        self, keys: Iterable[reports.IndexKey], machines: Mapping[str, Any], departed: Mapping[str, Any]
+    ) -> dict[reports.IndexKey, list[tuple[str, str]]]:
+        """(job, index) -> [(machine, task id)] of the processes of `keys` that may be live, as
+        `reports.live_by_index` over up and removed machines' reports and the syncs sent to
+        them, read from the sites of each index (under the lock)."""
+        out: dict[reports.IndexKey, list[tuple[str, str]]] = {}
+        for key in keys:
+            for machine, tids in self._sites.get(key, {}).items():
+                m = machines.get(machine)
+                if (m is None and machine not in departed) or (m is not None and not m.up):
+                    continue
+                reported = self._reported.get(machine, {})
+                st = self._machines.get(machine)
+                for tid in tids:
+                    work.add("hold_checks")
+                    state = reported.get(tid) or ("QUEUED" if st is not None and tid in st.signature else "")
+                    if state in reports.LIVE_STATES:
+                        out.setdefault(key, []).append((machine, tid))
+            if len(out.get(key, ())) > 1:
+                out[key].sort()
+        return out
+
+    def _sites_sent(self, name: str, before: frozenset[str], after: frozenset[str]) -> None:
+        """A sync of `after` replaces `before` as what `name` was last sent (under the lock)."""
+        if before is after:
+            return
+        reported = self._reported.get(name, {})
+        self._site(name, after - before, [t for t in before - after if t not in reported])
+
+    def _site(self, name: str, added: Iterable[str], removed: Iterable[str]) -> None:
+        """Keep `_sites`: where each index has a process reported or sent (under the lock)."""
+        for tid in added:
+            if (parsed := reports.parse_borglet_task_id(tid)) is not None:
+                self._sites.setdefault((parsed[0], parsed[1]), {}).setdefault(name, set()).add(tid)
+        for tid in removed:
+            if (parsed := reports.parse_borglet_task_id(tid)) is None:
+                continue
+            key = (parsed[0], parsed[1])
+            on = self._sites.get(key, {})
+            if (tids := on.get(name)) is not None:
+                tids.discard(tid)
+                if not tids:
+                    del on[name]
+                    if not on:
+                        del self._sites[key]
 
     def _note_holds(self, holds: dict[str, reports.Hold]) -> None:
         """Count new holds and show them on their tasks (one write per hold, not per turn)."""
@@ -312,12 +436,14 @@ class Poller:
                 for name, *_ in items:
                     if name not in queued:
                         self._machines[name].inflight = False
+                        self._pending.add(name)
             self._wake.set()
 
     def _free(self, name: str) -> None:
         """The machine may be sent its next sync."""
         with self._lock:
             self._machines[name].inflight = False
+            self._pending.add(name)
         self._wake.set()
 
     def _written(self, name: str, change: Callable[[Draft], None]) -> Callable[[Any], None]:
@@ -368,9 +494,19 @@ class Poller:
     def _record_report(self, name: str, reply: dict[str, Any]) -> None:
         reported = intake.reported_tasks(reply)
         with self._lock:
-            if self._reported.get(name) != reported:
+            before = self._reported.get(name)
+            if before != reported:
+                if before is None:
+                    self._pending.add(name)  # known now: its first sync may go
+                    self._unreported.discard(name)
+                before = before or {}
                 self._reported[name] = reported
                 self._reported_version += 1
+                new = [t for t in reported if t not in before]
+                self._released.update(new)  # seen running: never taken back
+                st = self._machines.get(name)
+                sent = st.signature if st is not None else frozenset()
+                self._site(name, new, [t for t in before if t not in reported and t not in sent])
 
     def _prepare(
         self, name: str, desired: list[dict[str, Any]], ids: frozenset[str], revision: int
@@ -555,7 +691,8 @@ class Poller:
             since = self._silent_since.setdefault(name, now)
             if now - since >= DEPARTED_SILENT_S:
                 self._silent_since.pop(name, None)
-                self._reported.pop(name, None)
+                gone = self._reported.pop(name, None) or {}
+                self._site(name, (), {*gone, *st.signature})
                 st.signature = frozenset()
                 self._reported_version += 1
 
@@ -595,3 +732,6 @@ class Poller:
         return change
 
 
+def _seen(cell: Cell, d: dict[str, Any]) -> bool:
+    """Whether the cell shows the task of entry `d` reported by its borglet: released."""
+    return cell.task_info(TaskId(str(d["job"]), int(d["index"]), int(d["incarnation"]))).seen

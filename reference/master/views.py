@@ -3,37 +3,49 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from reference.master import events
+from reference.master import events, work
 from reference.master.cell import Cell, JobInfo, TaskInfo
 from reference.master.reports import bns_name, confirmed
 from reference.resources import format_cpu
-from spec.model import Job, Resources, Task, TaskState, total
+from spec.fmap import FMap
+from spec.model import Job, Resources, Task, TaskId, TaskState, total
 
 
 def host_of(address: str) -> str:
     return urlsplit(address if "://" in address else f"http://{address}").hostname or ""
 
 
-# The last cell view's tasks grouped by job. A view is immutable and every request reads the
-# same one until the next revision, so grouping once per view replaces a scan of every task
-# the cell ever held (dead incarnations stay) on each job, task, BNS and endpoint read.
-# One tuple, swapped whole: a reader sees an old or a new pair, never half of one.
-_by_job_of: tuple[Cell, dict[str, list[Task]]] | None = None
+def job_of(tid: TaskId, task: Task) -> str:
+    """The index of a cell's tasks by job (`FMap.group`): a view's task map carries it from the
+    last view's, updated from the keys that changed, so a read of one job costs that job."""
+    return tid.job
 
 
-def tasks_by_job(cell: Cell) -> dict[str, list[Task]]:
-    global _by_job_of
-    last = _by_job_of
-    if last is not None and last[0] is cell:
-        return last[1]
-    index: dict[str, list[Task]] = {}
-    for t in cell.state.tasks.values():
-        index.setdefault(t.id.job, []).append(t)
-    _by_job_of = (cell, index)
-    return index
+class _TasksByJob(Mapping[str, list[Task]]):
+    """job key -> its tasks (every incarnation), read from the task map's index by job."""
+
+    def __init__(self, tasks: FMap[TaskId, Task]) -> None:
+        self._tasks, self._ids = tasks, tasks.group(job_of)
+
+    def __getitem__(self, job: str) -> list[Task]:
+        ids = self._ids[job]
+        work.add("view_index", len(ids))
+        tasks = self._tasks
+        return [tasks[t] for t in ids]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def tasks_by_job(cell: Cell) -> Mapping[str, list[Task]]:
+    return _TasksByJob(cell.state.tasks)
 
 
 def job_view(cell: Cell, job: Job, info: JobInfo | None = None) -> dict[str, Any]:
