@@ -35,7 +35,7 @@ def kill_leader(state_dir: str, run: str) -> str:
     leader = cellfile.leader(info)
     if leader is None:
         raise RuntimeError("no leader to kill")
-    events.record("fault-start", run, fault="leader-kill", master=leader.name)
+    events.record("fault-start", run, fault="kill_leader", master=leader.name)
     procs.kill_master(info, leader.record, run)
     return leader.name
 
@@ -43,7 +43,7 @@ def kill_leader(state_dir: str, run: str) -> str:
 def restart_master(state_dir: str, run: str) -> list[str]:
     """Start the killed master again (every master found dead)."""
     started = procs.restart_masters(state_dir, run)
-    events.record("fault-end", run, fault="leader-kill", restarted=started)
+    events.record("fault-end", run, fault="kill_leader", restarted=started)
     return started
 
 
@@ -62,7 +62,7 @@ def cut_leader_from_etcd(state_dir: str, run: str) -> dict[str, Any]:
         "committed_at_cut": fence.committed_txns(leader.record.url),
     }  # fmt: skip
     (run_dir(run) / "cut.json").write_text(json.dumps(cut))
-    events.record("fault-start", run, fault="leader-etcd-cut", master=leader.name, token=held[1])
+    events.record("fault-start", run, fault="cut_leader_from_etcd", master=leader.name, token=held[1])
     return cut
 
 
@@ -70,7 +70,7 @@ def heal_leader_etcd(state_dir: str, run: str) -> None:
     info = cellfile.load(state_dir)
     cut = json.loads((run_dir(run) / "cut.json").read_text())
     toxi.set_enabled(info, cut["proxies"], True)
-    events.record("fault-end", run, fault="leader-etcd-cut")
+    events.record("fault-end", run, fault="cut_leader_from_etcd")
 
 
 def delay_borglets(
@@ -79,7 +79,7 @@ def delay_borglets(
     info = cellfile.load(state_dir)
     names = [p.name for p in info.proxies if p.name.startswith("master-borglet")]
     toxi.add_latency(info, names, latency_ms, jitter_ms)
-    events.record("fault-start", run, fault="borglet-latency", latency_ms=latency_ms)
+    events.record("fault-start", run, fault="delay_borglets", latency_ms=latency_ms)
 
 
 def cut_borglet(state_dir: str, run: str) -> str:
@@ -92,7 +92,7 @@ def cut_borglet(state_dir: str, run: str) -> str:
     name = f"master-borglet{cellfile.borglet_index(info, machine)}"
     toxi.set_enabled(info, [name], False)
     (run_dir(run) / "borglet_cut.json").write_text(json.dumps({"machine": machine, "proxy": name}))
-    events.record("fault-start", run, fault="borglet-cut", machine=machine)
+    events.record("fault-start", run, fault="cut_borglet", machine=machine)
     return machine
 
 
@@ -100,18 +100,19 @@ def heal_borglet(state_dir: str, run: str) -> None:
     info = cellfile.load(state_dir)
     cut = json.loads((run_dir(run) / "borglet_cut.json").read_text())
     toxi.set_enabled(info, [cut["proxy"]], True)
-    events.record("fault-end", run, fault="borglet-cut")
+    events.record("fault-end", run, fault="cut_borglet")
 
 
-def kill_etcd_members(state_dir: str, run: str, count: int, fault: str) -> list[int]:
+def kill_etcd_members(state_dir: str, run: str, count: int) -> list[int]:
+    """SIGKILL `count` etcd members: 2 of 3 is a majority (events.ETCD_MAJORITY)."""
     victims = procs.kill_etcd(state_dir, count)
-    events.record("fault-start", run, fault=fault, members=victims)
+    events.record("fault-start", run, fault="kill_etcd_members", members=victims, majority=count >= 2)
     return victims
 
 
-def restart_etcd_members(state_dir: str, run: str, fault: str) -> list[int]:
+def restart_etcd_members(state_dir: str, run: str) -> list[int]:
     back = procs.restart_etcd(state_dir)
-    events.record("fault-end", run, fault=fault, members=back)
+    events.record("fault-end", run, fault="kill_etcd_members", members=back)
     return back
 
 
@@ -122,7 +123,7 @@ def kill_task_process(
     info = cellfile.load(state_dir)
     pids = procs.kill_tasks(info, job, count)
     (run_dir(run) / "tasks_killed.json").write_text(json.dumps(pids))
-    events.record("fault-start", run, fault="task-kill", pids=pids)
+    events.record("fault-start", run, fault="kill_task_process", pids=pids)
     return pids
 
 

@@ -15,8 +15,8 @@ from chaos.history import Op, Outcome, read_ops
 # a lost-machine window still count as inside it.
 LOST_MACHINE_GRACE_S = 10.0
 # Faults during which the cell may have no leader: their windows are failover windows. Fault
-# kinds here are as events.jsonl records them (`recorded_as` in harness/faults.py).
-FAILOVER_FAULTS = frozenset({"leader-kill", "leader-etcd-cut", "etcd-majority"})
+# kinds here are those of chaos.events.fault_kind (earlier runs' names read as these).
+FAILOVER_FAULTS = frozenset({"kill_leader", "cut_leader_from_etcd", events.ETCD_MAJORITY})
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -82,7 +82,7 @@ def outside(ops: list[Op], windows: list[tuple[float, float]]) -> list[Op]:
 def double_runs(data: RunData) -> tuple[int, int]:
     """(samples with a task on two borglets outside lost-machine windows, inside them)."""
     lost = [(s, e + LOST_MACHINE_GRACE_S) for kind, s, e in events.fault_windows(data.events)
-            if kind == "borglet-cut"]  # fmt: skip
+            if kind == "cut_borglet"]  # fmt: skip
     out = inside = 0
     for sample in data.timeline:
         if sample.get("double"):

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.faults import RECORDED_AS
+
 RUN_DIR_ENV = "CHAOS_RUN_DIR"
 EVENTS = "events.jsonl"
 
@@ -34,31 +36,50 @@ def read(run: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+#: The kind of a kill_etcd_members window that took a majority of the members (writes stop).
+ETCD_MAJORITY = "kill_etcd_members/majority"
+
+
+def fault_name(event: dict[str, Any]) -> str:
+    """The catalogue name (harness/faults.py) of the fault an event starts or ends; an earlier
+    run's name for it (`leader-kill`, ...) is read through the catalogue's one alias table."""
+    return RECORDED_AS.get(event["fault"], event["fault"])
+
+
+def fault_kind(event: dict[str, Any]) -> str:
+    """The fault's name, or ETCD_MAJORITY for a kill of etcd members that lost the quorum."""
+    name = fault_name(event)
+    if name == "kill_etcd_members" and (event.get("majority") or event["fault"] == "etcd-majority"):
+        return ETCD_MAJORITY
+    return name
+
+
 def fault_windows(events: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
-    """(kind, start, end) per fault; a fault never ended counts until the last event."""
+    """(kind, start, end) per fault, its kind that of its start (`fault_kind`); a fault never
+    ended counts until the last event."""
     last = max((e["t"] for e in events), default=0.0)
-    open_faults: dict[str, float] = {}
+    open_faults: dict[str, tuple[str, float]] = {}
     windows = []
     for event in events:
         if event["event"] == "fault-start":
-            open_faults[event["fault"]] = event["t"]
-        elif event["event"] == "fault-end" and event["fault"] in open_faults:
-            windows.append((event["fault"], open_faults.pop(event["fault"]), event["t"]))
-    windows += [(kind, start, last) for kind, start in open_faults.items()]
+            open_faults[fault_name(event)] = (fault_kind(event), event["t"])
+        elif event["event"] == "fault-end" and (began := open_faults.pop(fault_name(event), None)):
+            windows.append((began[0], began[1], event["t"]))
+    windows += [(kind, start, last) for kind, start in open_faults.values()]
     return sorted(windows, key=lambda w: w[1])
 
 
 def open_faults(events: list[dict[str, Any]]) -> list[str]:
-    """Faults started and not yet ended."""
+    """Faults started and not yet ended, by name."""
     opened: dict[str, int] = {}
     for event in events:
         if event["event"] == "fault-start":
-            opened[event["fault"]] = opened.get(event["fault"], 0) + 1
-        elif event["event"] == "fault-end" and opened.get(event["fault"]):
-            opened[event["fault"]] -= 1
+            opened[fault_name(event)] = opened.get(fault_name(event), 0) + 1
+        elif event["event"] == "fault-end" and opened.get(fault_name(event)):
+            opened[fault_name(event)] -= 1
     return [kind for kind, n in opened.items() if n > 0]
 
 
 def last_start(events: list[dict[str, Any]], fault: str | None = None) -> dict[str, Any] | None:
-    starts = [e for e in events if e["event"] == "fault-start" and fault in (None, e["fault"])]
+    starts = [e for e in events if e["event"] == "fault-start" and fault in (None, fault_name(e))]
     return starts[-1] if starts else None

@@ -133,10 +133,10 @@ def new_leader_within(state_dir: str, run: str, within_s: float = 15.0) -> float
     try:
         found = wait_until(lambda: cellfile.leader(info, not_named=old), within_s, "a new leader", 0.1)
     except TimeoutError:
-        raise AssertionError(f"no new leader within {within_s}s of {start['fault']}") from None
+        raise AssertionError(f"no new leader within {within_s}s of {events.fault_kind(start)}") from None
     seconds = time.time() - start["t"]
     events.record(
-        "measure", run, name="failover_s", fault=start["fault"], value=seconds, leader=found.name
+        "measure", run, name="failover_s", fault=events.fault_kind(start), value=seconds, leader=found.name
     )
     return seconds
 
@@ -203,7 +203,7 @@ def tasks_moved_off_within(state_dir: str, run: str, within_s: float = 20.0) -> 
     """Every hello_world task runs, per the API, on a machine other than the cut one."""
     info = cellfile.load(state_dir)
     machine = json.loads((run_dir(run) / "borglet_cut.json").read_text())["machine"]
-    start = events.last_start(events.read(run_dir(run)), "borglet-cut")
+    start = events.last_start(events.read(run_dir(run)), "cut_borglet")
 
     def moved() -> bool:
         response = _client_get(info, f"/v1/jobs/{HELLO_JOB}/tasks")
@@ -247,7 +247,7 @@ def tasks_restarted_within(state_dir: str, run: str, within_s: float = 20.0) -> 
     """The killed task processes were replaced by new ones on their borglets and answer."""
     info = cellfile.load(state_dir)
     killed = set(json.loads((run_dir(run) / "tasks_killed.json").read_text()))
-    start = events.last_start(events.read(run_dir(run)), "task-kill")
+    start = events.last_start(events.read(run_dir(run)), "kill_task_process")
 
     def restarted() -> bool:
         pids = []
@@ -265,7 +265,7 @@ def tasks_restarted_within(state_dir: str, run: str, within_s: float = 20.0) -> 
         raise AssertionError(f"hello_world tasks not restarted within {within_s}s") from None
     seconds = time.time() - (start["t"] if start else time.time())
     events.record("measure", run, name="task_restart_s", value=seconds)
-    events.record("fault-end", run, fault="task-kill")
+    events.record("fault-end", run, fault="kill_task_process")
     return seconds
 
 

@@ -107,7 +107,7 @@ def write_soak(out: Path, result: dict[str, Any], command: str) -> Path:
         "", f"History check: {json.dumps(_check_summary(result.get('check')))}", "",
         f"Reads answered below the client's revision floor (recorded in the history as read, "
         f"and judged there): {_count_lines(out / 'stale_reads.jsonl')}. Operations: {result.get('ops')}. "
-        f"Failover windows: from a leader-kill, leader-etcd-cut or etcd-majority fault until the "
+        f"Failover windows: from a kill_leader, cut_leader_from_etcd or majority kill_etcd_members fault until the "
         f"first acknowledged write invoked after it ends.", "",
         "## Faults", "", "| # | at (s) | fault | duration | API avail. | write recovery | hello_world avail. |",
         "|---|---|---|---|---|---|---|",

@@ -45,21 +45,19 @@ def inject(kind: str, state_dir: str, run: str, rng: random.Random) -> None:
         time.sleep(rng.uniform(6, 9))  # past the down threshold (3 polls of 1 s)
         actions.heal_borglet(state_dir, run)
     elif kind == "kill_etcd_members":
-        majority = rng.random() < 0.4
-        fault = "etcd-majority" if majority else "etcd-minority"
-        actions.kill_etcd_members(state_dir, run, 2 if majority else 1, fault)
+        actions.kill_etcd_members(state_dir, run, 2 if rng.random() < 0.4 else 1)
         time.sleep(rng.uniform(4, 7))
-        actions.restart_etcd_members(state_dir, run, fault)
+        actions.restart_etcd_members(state_dir, run)
     elif kind == "kill_task_process":
         actions.kill_task_process(state_dir, run, count=rng.randint(1, 3))
         time.sleep(3)
-        events.record("fault-end", run, fault="task-kill")
+        events.record("fault-end", run, fault="kill_task_process")
 
 
-# Master failovers: the faults after which another replica must take over, as events.jsonl
-# records them. An etcd majority loss is an outage of writes for as long as it lasts, reported
-# beside them, not as failover.
-MASTER_FAILOVERS = ("leader-kill", "leader-etcd-cut")
+# Master failovers: the faults after which another replica must take over (their windows'
+# kinds, chaos.events.fault_kind). An etcd majority loss is an outage of writes for as long as
+# it lasts, reported beside them, not as failover.
+MASTER_FAILOVERS = ("kill_leader", "cut_leader_from_etcd")
 
 
 def judge_targets(
@@ -70,7 +68,7 @@ def judge_targets(
     failovers = [x["write_recovery_s"] for x in faults
                  if x["fault"] in MASTER_FAILOVERS and x["write_recovery_s"] is not None]  # fmt: skip
     outages = [x["write_recovery_s"] for x in faults
-               if x["fault"] == "etcd-majority" and x["write_recovery_s"] is not None]  # fmt: skip
+               if x["fault"] == events.ETCD_MAJORITY and x["write_recovery_s"] is not None]  # fmt: skip
     p99 = percentile(failovers, 0.99)
     p50 = percentile(failovers, 0.5)
     avail = figures["api_availability_outside_failover"]

@@ -29,8 +29,9 @@ class Fault:
     undo: tuple[str, ...] = ()
     #: who injects it: HARNESS (a rule of the stateful test), CHAOS (an action of the experiments)
     by: tuple[str, ...] = (HARNESS,)
-    #: the fault kinds chaos runs write for it in events.jsonl: the format of the runs recorded
-    #: under reports/chaos, which `python -m chaos.campaign soak --report-only` judges again
+    #: the other names runs recorded before events.jsonl named a fault by its name (the runs
+    #: kept under reports/chaos): read as this fault (`RECORDED_AS`, chaos.events.fault_name)
+    #: so that `python -m chaos.campaign soak --report-only` still judges them. Never written.
     recorded_as: tuple[str, ...] = ()
 
 
@@ -105,6 +106,8 @@ CATALOGUE: tuple[Fault, ...] = (
 )  # fmt: skip
 
 FAULTS: dict[str, Fault] = {f.name: f for f in CATALOGUE}
+#: The one alias table: a name an earlier run recorded -> the fault's name.
+RECORDED_AS: dict[str, str] = {old: f.name for f in CATALOGUE for old in f.recorded_as}
 #: The names a fault or its undo is counted under.
 STEPS: frozenset[str] = frozenset(FAULTS) | {step for f in CATALOGUE for step in f.undo}
 
