@@ -40,7 +40,7 @@ from .feasibility import (
 )
 from .fgdbatch import fgd_many
 from .fragmentation import ShapeMix, fgd_place
-from .pairing import avoided_reason, penalties
+from .pairing import penalties
 from .plan import Placement, Plan, Preemption, Reason, Unschedulable
 from .policies import gpu_clustering, gpu_packing, policy_named
 from .queue import ordered
@@ -50,8 +50,6 @@ from .terms import locality_bonus, preemption_cost, skew_penalty, spread_penalty
 
 # Fewer machines than this are scored one call each: numpy's cost per call outweighs the loop.
 BATCH_MIN = 16
-# What `pick` answers when the only feasible machines sampled are ruled out by crashes there (pairing.py).
-AVOIDED: tuple[int, int, list, float] = (-1, -1, [], float("-inf"))
 
 
 class _Sample:
@@ -134,7 +132,6 @@ class Pass:
         # Recent crashes of a task index by machine row (pairing.py): its own score term.
         self.crashes = {k: {self.cell.index[m]: n for m, n in c.items() if m in self.cell.index}
                         for k, c in snapshot.crashes.items()}  # fmt: skip
-        self.crashed_on = snapshot.crashes
         self.plan = Plan()
         self.stats = self.plan.stats
 
@@ -441,8 +438,6 @@ class Pass:
             ties = (total == total[slot]).nonzero()[0]
             if len(ties) > 1:  # the first in the walk, as a pass that scores every machine takes it
                 slot = int(ties[s.ranks[ties].argmin()])
-            if total[slot] == -np.inf:
-                return AVOIDED  # every machine of the sample is one the task crashed on repeatedly
             mi = int(s.machines[slot])
             # A cached score may be stale within the threshold; feasibility is checked exactly.
             victims = room(cls, self.cell, mi, s.preempting, self.disrupted, self.cfg.max_disruptions_per_job)
@@ -565,9 +560,7 @@ class Pass:
                     if cfg.equivalence_classes:
                         samples[key] = s
                 got = self.pick(cls, s, task)
-                if got is AVOIDED:
-                    self._unschedulable(task, avoided_reason(self.crashed_on[task.id.job, task.id.index]))
-                elif got is None:
+                if got is None:
                     assert s.tally is not None, "a class fits nowhere only after its last walk"
                     reasons = explain(s.tally.settle(), cls, self.cell.dims, cfg.preemption)
                     if cfg.equivalence_classes:

@@ -5,11 +5,13 @@ al., section 3.5). The leader records each incarnation of a task index that fail
 machine (`CrashMemory.record`); the scheduler reads the counts of the last `ttl_s` seconds
 and scores a machine lower the more often the index crashed there (`crash_penalty`). One
 crash is chance and costs nothing; from `REPEATED` on, each crash costs `weight` points, more
-than any policy's spread of scores, so any other feasible machine is preferred; from `AVOID`
-on the machine is ruled out for the index while the memory holds, and a task whose only
-feasible machines are ruled out waits and says why (`avoided_reason`). The memory is bounded
-(`max_indices` indices, the `per_index` newest crashes of each) and forgets after `ttl_s`, so a
-machine repaired, or a task fixed, is tried again.
+than any policy's spread of scores, so any other feasible machine is preferred, the machine
+crashed on least first. It is a preference, never a rule: a task whose only feasible machines
+are ones it crashed on still runs there, under its restart back-off (master/backoff.py), so a
+crash loop stays a visible, slowed crash loop (BACKOFF, with its exit code) rather than a task
+PENDING for the memory's lifetime. The memory is bounded (`max_indices` indices, the
+`per_index` newest crashes of each) and forgets after `ttl_s`, so a machine repaired, or a task
+fixed, is preferred again.
 """
 
 from __future__ import annotations
@@ -20,12 +22,9 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from .plan import Reason
-
 IndexKey = tuple[str, int]  # (job key, task index): what every incarnation of a task shares
 
 REPEATED = 2  # crashes on one machine from which it scores lower
-AVOID = 3  # crashes on one machine from which it is ruled out while remembered
 WEIGHT = 100.0  # points per crash from REPEATED on: more than a policy's whole range (0..100)
 TTL_S = 600.0  # how long a crash is remembered
 MAX_INDICES = 10_000  # task indices remembered at most (the least recently crashed are forgotten)
@@ -34,11 +33,9 @@ PER_INDEX = 8  # crashes kept per index (the newest)
 
 def crash_penalty(crashes: int, weight: float = WEIGHT) -> float:
     """Points off a machine on which the task's index crashed `crashes` times lately: none
-    below REPEATED, weight * (crashes - 1) from there, and infinite (ruled out) from AVOID."""
+    below REPEATED, weight * (crashes - 1) from there (finite: a preference, not a rule)."""
     if crashes < REPEATED:
         return 0.0
-    if crashes >= AVOID:
-        return float("inf")
     return weight * (crashes - 1)
 
 
@@ -50,18 +47,6 @@ def penalties(crashes: Mapping[int, int], machines: np.ndarray, weight: float = 
         if p:
             out[machines == mi] = p
     return out
-
-
-def avoided_reason(crashes: Mapping[str, int], ttl_s: float = TTL_S) -> tuple[Reason, ...]:
-    """Why a task waits when the only machines that fit it are those its index crashed on."""
-    ruled = sorted(m for m, n in crashes.items() if n >= AVOID)
-    said = ", ".join(f"{m} ({crashes[m]} crashes)" for m in ruled)
-    return (Reason(
-        "crashed here before",
-        f"the machines that fit are ones its incarnations crashed on repeatedly in the last {ttl_s / 60:.0f} min: {said}; "
-        "waiting for another machine or for the memory to expire",
-        0,
-    ),)  # fmt: skip
 
 
 class CrashMemory:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
@@ -11,7 +10,6 @@ import pytest
 from reference.scheduler import SchedulerConfig
 from reference.scheduler.adapter import plan_for
 from reference.scheduler.pairing import (
-    AVOID,
     REPEATED,
     WEIGHT,
     CrashMemory,
@@ -28,9 +26,9 @@ CASES = [
     (1, 0.0),
     # two crashes: WEIGHT * (2 - 1) = 100 * 1 = 100, a policy's whole range (0..100)
     (2, 100.0),
-    # three crashes = AVOID: ruled out while remembered
-    (3, math.inf),
-    (7, math.inf),
+    # three crashes: 100 * (3 - 1) = 200, still finite: a preference, never a rule
+    (3, 200.0),
+    (7, 600.0),
 ]
 
 
@@ -40,15 +38,15 @@ def test_crash_penalty_table(crashes, points):
 
 
 def test_the_thresholds_are_what_the_table_says():
-    assert (REPEATED, AVOID, WEIGHT) == (2, 3, 100.0)
+    assert (REPEATED, WEIGHT) == (2, 100.0)
     # a lighter weight scales the repeated case only: 10 * (2 - 1) = 10
     assert crash_penalty(2, weight=10.0) == 10.0
 
 
 def test_penalties_by_machine_row():
-    # rows 4, 7, 9 in a sample; 2 crashes on row 7 (100 off), 3 on row 9 (ruled out), 1 on row 4 (nothing)
+    # rows 4, 7, 9 in a sample; 2 crashes on row 7 (100 off), 3 on row 9 (200 off), 1 on row 4 (nothing)
     got = penalties({4: 1, 7: 2, 9: 3}, np.array([4, 7, 9, 11]))
-    assert got.tolist() == [0.0, 100.0, math.inf, 0.0]
+    assert got.tolist() == [0.0, 100.0, 200.0, 0.0]
 
 
 class Clock:
@@ -119,15 +117,18 @@ def test_a_pass_prefers_a_machine_the_task_did_not_crash_on():
     assert moved.placements[0].machine == other
 
 
-def test_a_task_whose_only_machine_it_crashed_on_waits_and_says_why():
+def test_a_task_whose_only_machine_it_crashed_on_still_runs_there():
+    # a preference, not a rule: with nowhere else to go it runs there again, under its back-off,
+    # however often it crashed there (a crash loop stays visible as one, not PENDING)
     s = _with_task(_cell("a"))
-    plan = _plan(s, {("u/j", 0): {"a": AVOID}})
-    assert not plan.placements
-    (u,) = plan.unschedulable
-    text = "; ".join(str(r) for r in u.reasons)
-    assert "crashed" in text and "a (3 crashes)" in text
-    # two crashes only score it lower: with nowhere else to go it still runs there
-    assert _plan(s, {("u/j", 0): {"a": REPEATED}}).placements[0].machine == "a"
+    for crashes in (REPEATED, 3, 8):
+        assert _plan(s, {("u/j", 0): {"a": crashes}}).placements[0].machine == "a"
+
+
+def test_of_machines_it_crashed_on_a_task_goes_where_it_crashed_least():
+    s = _with_task(_cell("a", "b"))
+    assert _plan(s, {("u/j", 0): {"a": 5, "b": 2}}).placements[0].machine == "b"
+    assert _plan(s, {("u/j", 0): {"a": 2, "b": 5}}).placements[0].machine == "a"
 
 
 def test_the_leader_records_each_failure_once_on_its_machine():
