@@ -180,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             times = measure(args.runs, trees, named, env)
     finally:
         if cell is not None:
+            import shutil
+
             cell.stop()  # type: ignore[attr-defined]
+            shutil.rmtree(cell.workdir, ignore_errors=True)  # type: ignore[attr-defined]  # etcd's data, the logs
         pycache.cleanup()
     return report(times, trees, args)
 
