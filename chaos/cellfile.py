@@ -10,7 +10,15 @@ from typing import Any
 import httpx
 
 from reference.cellfile import auth_headers, read_admin_token
-from reference.launcher import CellInfo, ProcessRecord, ProxyRecord, Role, borglet_auth, is_alive
+from reference.launcher import (
+    CellInfo,
+    ProcessRecord,
+    ProxyRecord,
+    Role,
+    ask_leader,
+    borglet_auth,
+    is_alive,
+)
 
 STATE_DIR_ENV = "MINBORG_STATE_DIR"
 
@@ -71,29 +79,15 @@ def admin_headers(info: CellInfo) -> dict[str, str]:
     return auth_headers(read_admin_token(info.state_dir))
 
 
-def cell_status(info: CellInfo, timeout: float = 1.0) -> dict[str, Any] | None:
-    """/v1/cell from the first live master that answers directly (no proxy in the way)."""
-    with httpx.Client(timeout=timeout, headers=admin_headers(info)) as http:
-        for record in info.of_role(Role.MASTER):
-            if not is_alive(record):
-                continue
-            try:
-                response = http.get(record.url + "/v1/cell")
-            except httpx.HTTPError:
-                continue
-            if response.status_code == 200:
-                return dict(response.json())
-    return None
-
-
 def leader(info: CellInfo, not_named: str | None = None, timeout: float = 1.0) -> Leader | None:
-    """The leader as a live master that answers says (only one it believes alive)."""
-    status = cell_status(info, timeout)
-    name = status.get("leader") if status else None
-    if not name or name == not_named:
+    """The leader as the live masters say (launcher.ask_leader), only one believed alive."""
+    live = [r.url for r in info.of_role(Role.MASTER) if is_alive(r)]
+    with httpx.Client(timeout=timeout, headers=admin_headers(info)) as http:
+        name = ask_leader(http, live, not_named)
+    if name is None:
         return None
-    record = master_record(info, str(name))
-    return Leader(str(name), record) if is_alive(record) else None
+    record = master_record(info, name)
+    return Leader(name, record) if is_alive(record) else None
 
 
 def borglet_index(info: CellInfo, machine: str) -> int:

@@ -6,8 +6,6 @@ seen running twice there meanwhile is forgiven.
 
 from __future__ import annotations
 
-import time
-
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
@@ -192,13 +190,8 @@ class FaultRules(ExampleState):
         self._wait_leader()
 
     def _wait_leader(self, exclude: str | None = None, timeout: float = 20.0) -> None:
-        deadline = self.clock() + timeout
-        while self.clock() < deadline:
-            body = self.api.get("/v1/cell") or {}
-            if body.get("leader") and body.get("leader") != exclude:
-                return
-            time.sleep(0.2)
-        raise ConformanceViolation(f"[failover] no leader elected within {timeout:.0f}s")
+        if self._cell().wait_leader(exclude, timeout) is None:
+            raise ConformanceViolation(f"[failover] no leader elected within {timeout:.0f}s")
 
     def undo_faults(self) -> None:
         """Put the cell's machines back as the next example expects them: paused borglets

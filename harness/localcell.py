@@ -169,6 +169,14 @@ class LocalCell:
                 return name
         return None
 
+    def wait_leader(self, not_named: str | None = None, timeout: float = 20.0) -> str | None:
+        """The leader's name once a master names one other than `not_named` (launcher's one
+        way to find it), or None if none does within `timeout`."""
+        try:
+            return launcher.wait_for_leader(CellInfo.load(self.state_dir), timeout, not_named)
+        except LauncherError:
+            return None
+
     def restart_master(self, name: str) -> None:
         proc = self.masters[name]
         if not launcher.is_alive(proc):

@@ -188,17 +188,6 @@ def _targets(info: launcher.CellInfo) -> list[Target]:
     ]
 
 
-def _leader(http: httpx.Client, urls: list[str]) -> str | None:
-    for url in urls:
-        try:
-            name = http.get(f"{url}/v1/cell").json().get("leader")
-        except (httpx.HTTPError, ValueError):
-            continue
-        if name:
-            return str(name)
-    return None
-
-
 def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float, leftovers: list[Path] | None = None) -> RunResult:
     """One run on a fresh cell, stopped (and checked for orphans) before returning. Its cell
     directory is deleted, or with `leftovers`, only its etcd data is, and the directory, with
@@ -264,7 +253,7 @@ def run(spec: RunSpec, start_timeout_s: float, kill_timeout_s: float, leftovers:
                 result.started_max_s = max(started) if started else None
                 machines = _read(http, "/v1/machines", "machines") or []
                 result.machines_down = sum(1 for m in machines if m["state"] != "up")
-                leader = _leader(http, urls)
+                leader = launcher.ask_leader(http, urls)
 
                 killed = time.monotonic()
                 result.kill_at_s = killed - t0

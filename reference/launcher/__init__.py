@@ -8,7 +8,7 @@ started), `toxiproxy` (a proxy on every link), `cellapi` (a leader, the machines
 """
 
 from reference.cellfile import read_admin_token
-from reference.launcher.cellapi import wait_for_leader
+from reference.launcher.cellapi import ask_leader, wait_for_leader
 from reference.launcher.cellfile import (
     CellInfo,
     LauncherError,
@@ -52,6 +52,7 @@ __all__ = [
     "ProxyRecord",
     "Role",
     "Stopped",
+    "ask_leader",
     "borglet_auth",
     "child_env",
     "descendants",

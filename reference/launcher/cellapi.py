@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -20,6 +21,40 @@ LEADER_TIMEOUT_S = 45.0
 REGISTER_IN_FLIGHT = 8  # machine registrations sent at once
 
 
+def ask_leader(
+    http: httpx.Client,
+    urls: Iterable[str],
+    not_named: str | None = None,
+    own: Collection[str] | None = None,
+    problems: list[str] | None = None,
+) -> str | None:
+    """Find the leader: the name the first of the masters at `urls` to answer /v1/cell gives
+    (not `not_named`), or None. With `own` (the cell's master names), a leader outside it means
+    the answer came from another cell, whose process took a master's port: LauncherError. Each
+    master that names no leader (or `not_named`), or does not answer, is noted in `problems`.
+
+    The one reading of "who leads" from outside the masters: the launcher, chaos, the load
+    tests and the demo ask through it."""
+    for url in urls:
+        try:
+            response = http.get(url + "/v1/cell")
+            leader = response.json().get("leader") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as err:
+            if problems is not None:
+                problems.append(f"{url}: {err}")
+            continue
+        if problems is not None and (not leader or leader == not_named):
+            problems.append(f"{url}: HTTP {response.status_code}, leader {leader or 'none'}")
+        if leader and own is not None and leader not in own:
+            raise LauncherError(
+                f"{url} answers for another cell (its leader is {leader}, not one "
+                f"of {sorted(own)}): its port was taken; run `cell up` again"
+            )
+        if leader and leader != not_named:
+            return str(leader)
+    return None
+
+
 def wait_for_leader(
     info: CellInfo, timeout: float = LEADER_TIMEOUT_S, not_named: str | None = None
 ) -> str:
@@ -30,37 +65,22 @@ def wait_for_leader(
     """
     masters = info.of_role(Role.MASTER)
     own = {m.name for m in masters}
-    last = "no master answered"
+    problems: list[str] = []
     with httpx.Client(timeout=1.0, headers=auth_headers(read_admin_token(info.state_dir))) as http:
 
         def leader_named() -> str | None:
-            nonlocal last
             live = [m for m in masters if is_alive(m)]
             if not live:
                 check_running(masters[0])
-            for master in live:
-                try:
-                    response = http.get(master.url + "/v1/cell")
-                    leader = response.json().get("leader") if response.status_code == 200 else None
-                    last = f"{master.name}: HTTP {response.status_code}"
-                except (httpx.TransportError, ValueError) as err:
-                    last = f"{master.name}: {err}"
-                    continue
-                if leader and leader not in own:
-                    raise LauncherError(
-                        f"{master.url} answers for another cell (its leader is {leader}, not one "
-                        f"of {sorted(own)}): its port was taken; run `cell up` again"
-                    )
-                if leader and leader != not_named:
-                    return str(leader)
-            return None
+            problems.clear()
+            return ask_leader(http, [m.url for m in live], not_named, own, problems)
 
         try:
             return wait_until(leader_named, timeout, "a leader", 0.1)
         except TimeoutError:
             tail = log_tail(masters[0].log)
             raise LauncherError(
-                f"no leader elected after {timeout:.0f}s ({last}); end of {masters[0].log}:\n{tail}"
+                f"no leader elected after {timeout:.0f}s ({'; '.join(problems) or 'no master answered'}); end of {masters[0].log}:\n{tail}"
             ) from None
 
 
