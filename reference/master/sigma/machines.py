@@ -21,6 +21,7 @@ from reference.master.sigma.html import (
 )
 from reference.master.sigma.jobs import usage_charts
 from reference.master.sigma.listing import Query, select
+from spec.taskid import parse_task_id
 
 
 def machine_rows(cell: Cell) -> list[dict[str, Any]]:
@@ -94,8 +95,7 @@ def machine_page(cell: Cell, name: str, replica_name: str, who: str, history: Us
     ]
     rows = []
     for task_id in m["tasks"]:
-        job, _, rest = task_id.rpartition("/")
-        index = rest.split("#")[0]
+        job, index, _, _ = parse_task_id(task_id)
         rows.append([f'<a href="/ui/jobs/{e(job)}/tasks/{e(index)}">{e(task_id)}</a>', f'<a href="/ui/jobs/{e(job)}">{e(job)}</a>'])
     charts = usage_charts(history, f"machine:{name}", m["capacity"].get("cpu", 0), m["capacity"].get("ram", 0), time.time(),
                           "capacity")  # fmt: skip
