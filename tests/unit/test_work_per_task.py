@@ -13,6 +13,7 @@ the whole cell on a per-event path makes its count grow fifty-fold.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from reference import fastjson
@@ -64,6 +65,7 @@ class _Borglets:
     def __init__(self) -> None:
         self.running: dict[str, dict[str, dict[str, Any]]] = {}
         self.bytes_sent = 0
+        self.lingering: set[str] = set()  # processes whose kill takes its time: they stay running
 
     def owner(self, machine: str) -> str:
         return "r0"
@@ -80,12 +82,14 @@ class _Borglets:
             self.bytes_sent += len(fastjson.dumps(item))
             body, machine = item["body"], item["machine"]
             mine = self.running.setdefault(machine, {})
+            stay = {t: d for t, d in mine.items() if t in self.lingering}
             if "delta" in body:
                 for tid in body["delta"]["remove"]:
                     mine.pop(tid, None)
                 mine.update((d["task_id"], d) for d in body["delta"]["add"])
             else:
-                self.running[machine] = {d["task_id"]: d for d in body["tasks"]}
+                self.running[machine] = mine = {d["task_id"]: d for d in body["tasks"]}
+            mine.update(stay)
             out.append({"machine": machine, "status": 200, "body": self.report(machine, body["seq"])})
         return out
 
@@ -177,3 +181,50 @@ def test_the_leaders_work_per_task_does_not_grow_with_the_cell() -> None:
     assert not grown, f"work per task, 100 machines vs 5,000: {grown}"
     # The safety net (a rebuild from the whole cell) does not run on the fill's path.
     assert big.get("full_rebuilds", 0) == 0
+
+
+def test_a_new_incarnation_waits_for_the_old_process_and_starts_once_it_is_gone() -> None:
+    """The hold-back decided from the changed keys and the index of where each task index has
+    a process: the new incarnation of web/0 on m1 is held while m0 still reports the old one,
+    and sent once m0's report no longer shows it (reports.hold_back's rule, kept per change)."""
+    store, borglets, now = _Store(), _Borglets(), [100.0]
+    web = Job("u", "web", 100, 1, REQ)
+    store.kv[KEYS.job(web.key).encode()] = codec.encode_job(web, JobInfo(_spec("web", 1)))
+    for name in ("m0", "m1", "m2"):
+        m = Machine(name, Resources.of(cpu=64000, ram=1 << 20))
+        store.kv[KEYS.machine(name).encode()] = codec.encode_machine(m, MachineInfo(address=f"http://{name}"))
+        borglets.running[name] = {}
+    old = Task(TaskId(web.key, 0, 0), TaskState.RUNNING, "m0", 100, REQ)
+    seen = TaskInfo(placement=1, seen=True, borglet_state="RUNNING", port=1)
+    store.kv[KEYS.task(old.id).encode()] = codec.encode_task(old, seen)
+    old_id = borglet_task_id(old.id, seen)
+    borglets.running["m0"][old_id] = {}
+    cache = WatchCache(store, KEYS)  # type: ignore[arg-type]
+    cache._reload()
+    store.cache = cache
+    poller = Poller(cache, _Writer(), cell_name="c1", master_name="leader", epoch=1, link=borglets,  # type: ignore[arg-type]
+                    clock=lambda: now[0])  # fmt: skip
+    poller._pool = _Inline()  # type: ignore[assignment]
+
+    def step() -> None:
+        poller.accept({"shard": "r0", "reports": {n: {"version": 1, "report": borglets.report(n)} for n in borglets.running}})
+        now[0] += 0.05
+        poller._rebuild_after = -math.inf
+        poller._turn()
+
+    step()
+    assert set(borglets.running["m0"]) == {old_id}
+    # m0 is lost from under the task; its borglet has not killed the old process yet.
+    borglets.lingering.add(old_id)
+    new = Task(TaskId(web.key, 0, 1), TaskState.RUNNING, "m1", 100, REQ)
+    store.put([(KEYS.task(old.id), codec.encode_task(replace(old, state=TaskState.DEAD, machine=None), seen)),
+               (KEYS.task(new.id), codec.encode_task(new, TaskInfo(placement=1)))])  # fmt: skip
+    new_id = borglet_task_id(new.id, TaskInfo(placement=1))
+    for _ in range(3):
+        step()
+    assert new_id not in borglets.running["m1"]
+    assert poller.holds[new_id].blocker == old_id and poller.holds[new_id].machine == "m0"
+    borglets.lingering.clear()  # the old process is gone with m0's next sync (a blocker's
+    for _ in range(6):  # comes every pollclock.HOLD_POLL_S), and the new one goes out after
+        step()
+    assert new_id in borglets.running["m1"] and not poller.holds
