@@ -124,21 +124,30 @@ def spawn(
     instead of about 0.7 (docs/decisions.md, "The spawn helper").
     """
     check_strings(command, env, cwd)
-    confinement = confinement or Confinement()
-    helper = spawner.helper()
     out, err = logs.open_streams(log_dir)
     try:
-        if helper is not None:
-            dirs = list(dict.fromkeys(confinement.cgroups.values()))
-            try:
-                return spawner.start(helper, command, env, cwd, out, err, user, dirs, confinement.rlimit_as)
-            except spawner.HelperUnusable as gone:  # removed under the borglet, say
-                log.warning("%s: this task starts by the fork path", gone)
-                spawner.helper.cache_clear()  # found, or built, again at the next start
-        return fork_spawn(command, env, cwd, out, err, user, confinement)
+        return start(command, env, cwd, out, err, user, confinement or Confinement())
     finally:
         os.close(out)
         os.close(err)
+
+
+def start(
+    command: list[str], env: Mapping[str, str], cwd: str | None, out: int, err: int,
+    user: int | None, confinement: Confinement,
+) -> subprocess.Popen:  # fmt: skip
+    """`command` started as `spawn` starts a task, its stdout and stderr on the descriptors
+    `out` and `err` (a task's log files, or the pipes of a `task exec`): through the spawn
+    helper, else by `fork_spawn`."""
+    helper = spawner.helper()
+    if helper is not None:
+        dirs = list(dict.fromkeys(confinement.cgroups.values()))
+        try:
+            return spawner.start(helper, command, env, cwd, out, err, user, dirs, confinement.rlimit_as)
+        except spawner.HelperUnusable as gone:  # removed under the borglet, say
+            log.warning("%s: this process starts by the fork path", gone)
+            spawner.helper.cache_clear()  # found, or built, again at the next start
+    return fork_spawn(command, env, cwd, out, err, user, confinement)
 
 
 def fork_spawn(

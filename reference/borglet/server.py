@@ -1,4 +1,4 @@
-"""The borglet's HTTP API: /v1/sync for the master, /v1/state, task logs, /healthz and /metrics.
+"""The borglet's HTTP API: /v1/sync for the master, /v1/state, task logs, task exec, /healthz and /metrics.
 
 With a channel key, every endpoint but /healthz and /metrics answers only requests signed
 with it (reference/channel.py): a 401 otherwise, before any handler runs.
@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from reference import channel, fastjson, wirelimits
-from reference.borglet import logs
+from reference.borglet import execute, logs
 from reference.borglet.metrics import make_registry, render
 from reference.borglet.protocol import SyncRequest
 from reference.borglet.supervisor import Borglet, SyncRefused
@@ -109,6 +109,8 @@ def make_app(
                 yield chunk
 
         return StreamingResponse(body(), media_type="text/plain; charset=utf-8")
+
+    execute.register(app, borglet)  # POST /v1/tasks/{task_id}/exec: task exec
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:

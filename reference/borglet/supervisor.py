@@ -147,6 +147,18 @@ class Borglet:
         """'FAILED (spawn: ...)' for a known or forgotten task, None for one never seen here."""
         return self.table.state_of(task_id)
 
+    def exec_target(self, task_id: str) -> tuple[Task, dict[str, str], int | None] | tuple[int, str]:
+        """What `task exec` runs a command with (borglet/execute.py): the running task, its
+        environment and the uid it runs as; or (status, why not) for a task not running here."""
+        with self._lock:
+            task = self.tasks.get(task_id)
+            if task is None:
+                return 404, f"machine {self.config.name} has no task {task_id}"
+            if task.phase != "RUNNING" or task.pid is None or task.kill_reason is not None:
+                state = "being killed" if task.kill_reason is not None else task.phase
+                return 409, f"task {task_id} is {state} on machine {self.config.name}, not running: exec needs a running task"
+            return task, self.launcher.env(task), self._run_as(task)
+
     # --- carrying out what the core decided ------------------------------------------------
 
     def _carry_out(self, ready: Ready) -> bool:

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from reference import launcher
 from reference.cli import drain as cli_drain
+from reference.cli import execute as cli_execute
 from reference.cli import faux as cli_faux
 from reference.cli import rollout as _rollout  # noqa: F401  (job run, plan, history, revert on job_app)
 from reference.cli import ui as cli_ui
@@ -63,6 +64,7 @@ spec_app = typer.Typer(help="The executable specification.", no_args_is_help=Tru
 app.add_typer(cell_app, name="cell", rich_help_panel=LIFECYCLE)
 app.add_typer(job_app, name="job", rich_help_panel=EVERYDAY)
 app.add_typer(task_app, name="task", rich_help_panel=EVERYDAY)
+cli_execute.register(task_app)  # task exec
 app.add_typer(machine_app, name="machine", rich_help_panel=EVERYDAY)
 cli_drain.register(machine_app)  # machine drain, machine uncordon
 app.add_typer(bns_app, name="bns", rich_help_panel=EVERYDAY)

@@ -13,7 +13,7 @@ VERSION = "0.1.0"  # pyproject.toml's
 GROUPS = (
     ("Everyday", (
         ("job", "Submit, inspect, resize and kill jobs."),
-        ("task", "Inspect tasks, their events and logs; kill them."),
+        ("task", "Inspect tasks, their events and logs; run a command in one; kill them."),
         ("machine", "Inspect the cell's machines."),
         ("events", "The cell's events: tasks scheduled, started, exited, OOM-killed, evicted, lost...; jobs "
                    "submitted and removed; machines down and up."),

@@ -43,7 +43,7 @@ from reference.client import ClientError
 from reference.resources import format_cpu
 
 job_app = typer.Typer(help="Submit, inspect, resize and kill jobs.", no_args_is_help=True)
-task_app = typer.Typer(help="Inspect tasks, their events and logs; kill them.", no_args_is_help=True)
+task_app = typer.Typer(help="Inspect tasks, their events and logs; run a command in one; kill them.", no_args_is_help=True)
 machine_app = typer.Typer(help="Inspect the cell's machines.", no_args_is_help=True)
 bns_app = typer.Typer(
     help="Borg Name Service: <index>.<job>.<user>.<cell>.minborg.", no_args_is_help=True

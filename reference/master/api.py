@@ -25,6 +25,7 @@ from reference.master import (
     contract,
     drain,
     dryrun,
+    execute,
     freshness,
     guard,
     jobhistory,
@@ -351,6 +352,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
     alloc_sets.install(app, replica, write, read, stamped)
     jobhistory.register(app, replica, write, read, stamped)
     drain.register(app, replica, write, stamped, views.machine_view)
+    execute.register(app, replica)  # POST /v1/jobs/{user}/{name}/tasks/{index}/exec: task exec
     contract.install(app)
 
     # --- jobs ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
 from reference.allocspec import AllocSetSpec
+from reference.execspec import ExecBody
 from reference.jobspec import JobSpec, request_schema
 from reference.master import access, logs, watch
 from reference.master.machines import DrainBody, MachineBody
@@ -102,11 +103,12 @@ _MEANING = {
     403: "the job would exceed its user's quota in its priority band, or the caller may not do this: "
     "another user's job, or machines, quotas or users (the admin's)",
     404: "no such job, task, machine, BNS name or alloc (the one a job names)",
-    409: "the request conflicts with the cell: a job or machine of that name exists, a task is already dead, a machine still holds allocs",
-    429: "the caller's user is over its rate limit on this replica; retry after Retry-After seconds",
+    409: "the request conflicts with the cell: a job or machine of that name exists, a task is already dead or (exec) not running, a machine still holds allocs",
+    429: "the caller's user is over its rate limit on this replica (or, exec, the task's machine runs as many execs as it takes); retry after Retry-After seconds",
     410: "`since` is older than the oldest change this replica can replay",
     413: "the body is larger than the server takes (1 MiB by default: reference/wirelimits.py)",
     422: "invalid input: a body field, path or query parameter (an undeclared one included), named in `field`",
+    501: "exec into a task that runs as a container is not supported yet",
     502: "the task's machine did not answer or refused",
     503: "no leader, or this replica's cache is too old or below the revision floor asked for; retry (Retry-After)",
 }
@@ -152,6 +154,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("put", "/v1/quotas/{user}/{band}"): QuotaBody,
     ("post", "/v1/allocs"): AllocSetSpec,
     ("post", "/v1/machines/{name}/drain"): DrainBody,
+    ("post", "/v1/jobs/{user}/{name}/tasks/{index}/exec"): ExecBody,
 }
 
 

@@ -1,0 +1,199 @@
+"""`task exec` on the borglet: run one command in a running task's place (its uid, cgroups, working directory and environment), collect its output up to a cap, and kill it at its time limit.
+
+The command starts through the same path as the task (`processes.start`: the spawn helper, or
+CPython's fork path), so it is confined as the task is and never runs as root: a borglet that
+would run it as root (tasks run as the borglet's own user, and that is root) refuses. It gets a
+session of its own, stdin from /dev/null, and no terminal; when it ends, or at its limit, its
+whole session is killed, so nothing it started in the background outlives the answer (a process
+that left the session stays in the task's cgroup, counted against the task). Tasks that run as
+containers are refused with a 501 for now (docs/decisions.md, "task exec").
+
+The endpoint, `POST /v1/tasks/{task_id}/exec`, sits behind the channel's `Verifier` like every
+other: only the cell's masters may call it.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from fastapi import Body, FastAPI
+from fastapi.responses import JSONResponse
+
+from reference import execspec
+from reference.borglet import processes
+
+#: Commands run at once on one machine; one more is answered 429 (each holds a thread).
+MAX_CONCURRENT = 4
+#: After the command exits, how long output its background children still write is read.
+DRAIN_AFTER_EXIT_S = 0.5
+TRUNCATED_NOTE = "\n[minborg: output cut at {cap} bytes; {dropped} more bytes dropped]\n"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a command did: its Popen returncode, its output up to the cap, what was dropped."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    stdout_dropped: int
+    stderr_dropped: int
+    timed_out: bool
+    duration_s: float
+
+
+class _Capped:
+    """One stream's bytes up to `cap`; what comes after is counted and dropped."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.parts, self.size, self.dropped = cap, [], 0, 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.cap - self.size
+        if room > 0:
+            self.parts.append(chunk[:room])
+            self.size += min(room, len(chunk))
+        self.dropped += max(0, len(chunk) - max(room, 0))
+
+    def text(self) -> bytes:
+        body = b"".join(self.parts)
+        if self.dropped:
+            body += TRUNCATED_NOTE.format(cap=self.cap, dropped=self.dropped).encode()
+        return body
+
+
+def run(
+    command: list[str], env: Mapping[str, str], cwd: str | None, uid: int | None,
+    confinement: processes.Confinement, timeout_s: float, cap: int = execspec.OUTPUT_CAP_BYTES,
+    clock: Callable[[], float] = time.monotonic,
+) -> Outcome:  # fmt: skip
+    """Run `command` to its end or `timeout_s`, whichever comes first, as `processes.start`
+    starts a task. A program that cannot be started is answered as a shell answers it:
+    127 (not found) or 126 (not runnable), with the reason on stderr."""
+    processes.check_strings(command, env, cwd)
+    began = clock()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        proc = processes.start(command, env, cwd, out_w, err_w, uid, confinement)
+    except OSError as err:
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        code = 127 if isinstance(err, FileNotFoundError) else 126
+        said = processes.spawn_error(err, command, cwd, uid, env.get("PATH", "")).removeprefix("spawn: ")
+        return Outcome(code, b"", f"minborg: {said}\n".encode(), 0, 0, False, clock() - began)
+    except BaseException:
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
+    os.close(out_w)
+    os.close(err_w)
+    streams = {out_r: _Capped(cap), err_r: _Capped(cap)}
+    timed_out = False
+    try:
+        timed_out = _collect(proc, streams, began + timeout_s, clock)
+    finally:
+        # Its whole session goes: what it left in the background, or all of it at the limit.
+        processes.signal_session(proc.pid, signal.SIGKILL)
+        returncode = proc.wait()
+        for fd in streams:
+            os.close(fd)
+    out, err = streams[out_r], streams[err_r]
+    return Outcome(returncode, out.text(), err.text(), out.dropped, err.dropped, timed_out, clock() - began)
+
+
+def _collect(
+    proc: subprocess.Popen, streams: dict[int, _Capped], deadline: float, clock: Callable[[], float]
+) -> bool:
+    """Read both pipes until they close, or `DRAIN_AFTER_EXIT_S` after the process exits, or
+    the deadline; whether the deadline came first."""
+    open_fds = set(streams)
+    exited_at: float | None = None
+    with selectors.DefaultSelector() as selector:
+        for fd in open_fds:
+            selector.register(fd, selectors.EVENT_READ)
+        while open_fds:
+            now = clock()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at >= DRAIN_AFTER_EXIT_S:
+                return False
+            if now >= deadline:
+                return proc.poll() is None
+            for key, _ in selector.select(timeout=min(0.1, deadline - now)):
+                chunk = os.read(key.fd, 65536)
+                if chunk:
+                    streams[key.fd].add(chunk)
+                else:
+                    selector.unregister(key.fd)
+                    open_fds.discard(key.fd)
+    try:
+        proc.wait(timeout=max(0.0, deadline - clock()))
+    except subprocess.TimeoutExpired:
+        return True  # it closed its streams but ran on
+    return False
+
+
+def result(task_id: str, machine: str, outcome: Outcome) -> dict[str, Any]:
+    """The answer's body (execspec.ExecResult)."""
+    code, sig = execspec.exit_code(outcome.returncode)
+    return execspec.ExecResult(
+        task=task_id, machine=machine, exit_code=code, signal=sig, timed_out=outcome.timed_out,
+        stdout=outcome.stdout.decode("utf-8", "replace"), stderr=outcome.stderr.decode("utf-8", "replace"),
+        stdout_truncated=outcome.stdout_dropped > 0, stderr_truncated=outcome.stderr_dropped > 0,
+        duration_s=round(outcome.duration_s, 3),
+    ).model_dump()  # fmt: skip
+
+
+def _refuse(status: int, field: str, error: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"detail": [{"field": field, "error": error}]})
+
+
+def register(app: FastAPI, borglet: Any) -> None:
+    """Add `POST /v1/tasks/{task_id}/exec` to a borglet's app."""
+    limiter = anyio.CapacityLimiter(MAX_CONCURRENT)  # its own threads: syncs never wait on an exec
+
+    @app.post("/v1/tasks/{task_id:path}/exec", response_model=None)
+    async def task_exec(task_id: str, payload: Any = Body(None)) -> Any:
+        try:
+            request = execspec.parse_exec(payload)
+        except execspec.ExecError as err:
+            return JSONResponse(status_code=422, content={"detail": err.errors})
+        target = borglet.exec_target(task_id)
+        if isinstance(target[0], int):
+            return _refuse(target[0], "task_id", target[1])
+        task, env, uid = target
+        launcher = borglet.launcher
+        if launcher.in_container(task):
+            return _refuse(501, "task_id", f"task {task_id} runs as a container: exec into containers is not supported yet")
+        if uid is None and os.geteuid() == 0:
+            return _refuse(
+                409, "task_id",
+                f"machine {borglet.config.name} runs tasks as its own user, root: exec runs only as a task's "
+                "unprivileged user (start the borglet with task users)",
+            )  # fmt: skip
+        if limiter.borrowed_tokens >= limiter.total_tokens:
+            return JSONResponse(
+                status_code=429, headers={"Retry-After": "1"},
+                content={"detail": [{"field": "", "error": f"machine {borglet.config.name} runs {MAX_CONCURRENT} "
+                                     "execs already; retry when one ends"}]},
+            )  # fmt: skip
+        cwd = task.spec.cwd or (launcher.workdir(task) if uid is not None else None)
+        confinement = launcher.isolation.confinement(task.group, task.spec.pids_max, task.spec.request.ram)
+        try:
+            outcome = await anyio.to_thread.run_sync(
+                lambda: run(list(request.command), env, cwd, uid, confinement, request.timeout_s), limiter=limiter
+            )
+        except ValueError as err:  # a NUL in the task's environment, say: nothing ran
+            return _refuse(422, "command", str(err))
+        except Exception as err:  # a spawn step (a cgroup gone as the task ended): nothing ran
+            return _refuse(409, "task_id", f"the command could not start in task {task_id}: {err}")
+        return result(task_id, borglet.config.name, outcome)

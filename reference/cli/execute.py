@@ -1,0 +1,68 @@
+"""`minborg task exec JOB INDEX -- CMD [ARGS...]`: run a command in a running task, as `kubectl exec` does (not interactive: no terminal, no stdin), and exit with its exit code."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from reference import execspec
+from reference.cli.common import (
+    JsonOpt,
+    MasterOpt,
+    ReadJobArg,
+    StateDirOpt,
+    client,
+    examples,
+    handles_errors,
+    job_key,
+)
+from reference.cli.render import errors, print_json
+
+EXAMPLES = examples(
+    "minborg task exec demo/hello_world 0 -- ls -la",
+    "minborg task exec demo/hello_world 0 -- sh -c 'id; cat /proc/self/cgroup'",
+    "minborg task exec demo/hello_world 0 --timeout 300 -- python3 dump_state.py",
+)
+
+
+def exec_in_task(
+    job: ReadJobArg,
+    index: Annotated[int, typer.Argument(min=0, help="The task's index in its job.")],
+    command: Annotated[list[str], typer.Argument(metavar="-- CMD [ARGS]...", help="The command and its arguments, after --.")],
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", min=1, max=execspec.MAX_TIMEOUT_S, help="Seconds the command may run; then it is killed."),
+    ] = execspec.DEFAULT_TIMEOUT_S,
+    master: MasterOpt = None,
+    state_dir: StateDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a command in a running task: as its user, in its cgroups and working directory,
+    with its environment. Its stdout and stderr are printed once it ends (1 MiB of each at
+    most) and this command exits with its exit code (124 if it ran past --timeout).
+
+    Not interactive: stdin is /dev/null and there is no terminal (no -it yet). Only the job's
+    owner or the admin may exec into its tasks."""
+    with client(master, state_dir, timeout=timeout + 30.0) as cell:
+        key = job_key(job, cell)
+        answer = cell.request(
+            "POST", f"/v1/jobs/{key}/tasks/{index}/exec", json={"command": command, "timeout_s": timeout}
+        )
+    if as_json:
+        print_json(answer)
+    else:
+        sys.stdout.write(answer.get("stdout", ""))
+        sys.stdout.flush()
+        sys.stderr.write(answer.get("stderr", ""))
+        sys.stderr.flush()
+    if answer.get("timed_out"):
+        errors.print(f"error: the command ran past its {timeout:g} s limit and was killed", markup=False)
+        raise typer.Exit(execspec.TIMED_OUT_EXIT)
+    raise typer.Exit(int(answer.get("exit_code", 1)))
+
+
+def register(task_app: typer.Typer) -> None:
+    """Add `task exec` to the task group."""
+    task_app.command("exec", epilog=EXAMPLES)(handles_errors(exec_in_task))

@@ -1,0 +1,94 @@
+"""`POST /v1/jobs/{user}/{name}/tasks/{index}/exec` on any master replica: check the request, find the task's machine in the cell view, and forward the command to that borglet over the signed channel.
+
+Who may call it is the guard's (master/access.py): a POST under a job's path is its owner's or
+the admin's, so another user gets a 403 before this handler runs. What runs where is the
+borglet's (borglet/execute.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from fastapi import Body, FastAPI
+from fastapi.responses import JSONResponse
+
+from reference import channel, execspec
+from reference.master import contract, logs
+from reference.master.cell import Cell, borglet_task_id
+from spec.model import TaskState
+
+# What the borglet may take beyond the command's own limit to answer (start, drain, kill).
+SLACK_S = 10.0
+
+
+def _error(status: int, field: str, error: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"detail": [{"field": field, "error": error}]})
+
+
+class ExecProxy:
+    """Forwards exec requests to borglets; one HTTP client for the replica's lifetime."""
+
+    def __init__(
+        self, timeout: float = 5.0, transport: httpx.AsyncBaseTransport | None = None, auth: httpx.Auth | None = None
+    ) -> None:
+        self._timeout, self._transport, self._auth = timeout, transport, auth
+        self._http: httpx.AsyncClient | None = None
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:  # made on the event loop that uses it
+            self._http = httpx.AsyncClient(timeout=self._timeout, transport=self._transport, auth=self._auth)
+        return self._http
+
+    async def run(self, cell: Cell, job: str, index: int, payload: Any) -> JSONResponse:
+        try:
+            request = execspec.parse_exec(payload)
+        except execspec.ExecError as err:
+            return JSONResponse(status_code=422, content={"detail": err.errors})
+        found = logs.find_task(cell, job, index, None)
+        if isinstance(found, JSONResponse):
+            return found
+        task, info = found, cell.task_info(found.id)
+        if task.state is not TaskState.RUNNING or not info.machine:
+            return _error(409, "index", f"task {task.id} is {task.state.value}, not running: exec needs a running task")
+        machine = cell.machines.get(info.machine)
+        if machine is None or not machine.address:
+            return _error(409, "index", f"task {task.id} runs on machine {info.machine}, which has no address in the cell")
+        address = machine.address if "://" in machine.address else f"http://{machine.address}"
+        url = f"{address}/v1/tasks/{quote(borglet_task_id(task.id, info), safe='')}/exec"
+        timeout = httpx.Timeout(self._timeout, read=request.timeout_s + SLACK_S)
+        try:
+            answer = await self._client().post(
+                url, json=request.body(), headers=channel.to_machine(info.machine), timeout=timeout
+            )
+        except httpx.HTTPError as err:
+            return _error(502, "machine", f"machine {info.machine} did not answer the exec in {task.id}: {err}")
+        if answer.status_code == 200:
+            return JSONResponse(content=answer.json())
+        detail = logs._detail(answer.content) or f"HTTP {answer.status_code}"
+        if answer.status_code in (404, 409):  # the borglet's view is newer than the cell's
+            return _error(409, "index", detail)
+        if answer.status_code in (422, 429, 501):
+            field = "" if answer.status_code == 429 else ("command" if answer.status_code == 422 else "index")
+            headers = {"Retry-After": answer.headers["retry-after"]} if "retry-after" in answer.headers else None
+            return JSONResponse(
+                status_code=answer.status_code, content={"detail": [{"field": field, "error": detail}]}, headers=headers
+            )
+        return _error(502, "machine", f"machine {info.machine} refused the exec in {task.id}: {detail}")
+
+
+def register(app: FastAPI, replica: Any) -> None:
+    """Add `POST /v1/jobs/{user}/{name}/tasks/{index}/exec` to a master's app."""
+    proxy = ExecProxy(auth=channel.client_auth(replica.config.channel_key))
+
+    @app.post(
+        "/v1/jobs/{user}/{name}/tasks/{index}/exec",
+        response_model=execspec.ExecResult,
+        responses=contract.answers(403, 404, 409, 429, 501, 502),
+    )
+    async def exec_in_task(user: str, name: str, index: contract.Index, payload: Any = Body(None)) -> JSONResponse:
+        """Run a command in a running task, as its user, in its cgroups and working directory,
+        with its environment; answers its exit code and output once it ends (at most
+        `timeout_s`)."""
+        return await proxy.run(replica.cache.cell(), f"{user}/{name}", index, payload)
