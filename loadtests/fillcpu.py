@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from loadtests import scale
+from reference import launcher
 
 
 def run(machines: int, tasks_per_machine: int, out: Path) -> dict[str, float | int | None]:
@@ -26,7 +27,7 @@ def run(machines: int, tasks_per_machine: int, out: Path) -> dict[str, float | i
     try:
         http = httpx.Client(timeout=60.0, headers=scale.admin_headers(root))
         url = info.master_urls[0]
-        leader = http.get(f"{url}/v1/cell").json().get("leader")
+        leader = launcher.ask_leader(http, [url])
         pids = scale.process_roles(info, leader)["leader"]
         time.sleep(5.0)  # the first reports of every machine are in
         cpu0 = sum(scale.cpu_seconds(p) for p in pids)
