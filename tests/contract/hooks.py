@@ -1,4 +1,4 @@
-"""Schemathesis hooks for the master's contract run: a read that would stream (a watch, followed logs, the events) ends within a second, a revision floor is one the cache has reached, and an autoscale `max` is not below its `min`."""
+"""Schemathesis hooks for the master's contract run: a read that would stream (a watch, followed logs, the events) ends within a second, a revision floor is one the cache has reached, a `task exec` ends within a second, and an autoscale `max` is not below its `min`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ _TRUE = {"1", "true", "yes", "on"}
 def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
     """A valid value replaced by another valid one, so the case stays as valid or invalid as generated."""
     _autoscale_in_order(case.body)
+    _exec_within_a_second(case)
     query = case.query
     if query is None:
         return
@@ -42,3 +43,13 @@ def _autoscale_in_order(body: Any) -> None:
     low, high = autoscale.get("min"), autoscale.get("max")
     if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)) and high < low:
         autoscale["min"], autoscale["max"] = high, low
+
+
+def _exec_within_a_second(case: Any) -> None:
+    """A `task exec` whose valid limit is cut to a second: a generated command may run (`yes`)."""
+    body = case.body
+    if not case.path.endswith("/exec") or not isinstance(body, dict):
+        return
+    limit = body.get("timeout_s", 60)  # left out: the default, 60 s
+    if isinstance(limit, int | float) and not isinstance(limit, bool) and 0 < limit <= 600:
+        body["timeout_s"] = 1
