@@ -1,6 +1,6 @@
-"""What the attack suites share: the cell's secrets a task must not read, the probe a task runs to
-try them, and what they read back from a task (its record once it ended, its one JSON line of
-findings)."""
+"""What the attack suites share: the cell's secrets a task must not read, the probes a task runs to
+try them and another user's task (REACH, SIGNALS), and what they read back from a task (its
+record once it ended, its one JSON line of findings)."""
 
 from __future__ import annotations
 
@@ -59,3 +59,18 @@ def cell_secrets(cell: LocalCell, api: CellClient, python_job: Callable[..., dic
     secrets += sorted(cell.workdir.glob("**/pki/*.key"))
     assert len(secrets) > 5, "the cell's store has no TLS keys to try"
     return secrets
+
+
+# A task's attempt to signal the processes whose pids are in argv: another user's task ("victim")
+# and its borglet; one JSON line of what each attempt did.
+SIGNALS = """
+import json, os, signal, sys
+out = {}
+for name, pid in zip(("victim", "borglet"), map(int, sys.argv[1:])):
+    try:
+        os.kill(pid, signal.SIGTERM)
+        out[name] = "signalled"
+    except OSError as err:
+        out[name] = type(err).__name__
+print(json.dumps(out))
+"""

@@ -23,7 +23,7 @@ from reference import channel
 from reference.borglet import cgroups
 from reference.client import CellClient
 from tests.integration.cellkit import TASK_PYTHON, LocalCell, sleeper_job, wait_for
-from tests.security.taskio import REACH, cell_secrets
+from tests.security.taskio import REACH, SIGNALS, cell_secrets
 
 ROOT = os.geteuid() == 0
 pytestmark = [
@@ -33,18 +33,6 @@ pytestmark = [
         reason="the sandbox is a root borglet's with cgroup v1 isolation: run as root on a host with cgroup v1",
     ),
 ]
-
-SIGNALS = """
-import json, os, signal, sys
-out = {}
-for name, pid in zip(("victim", "borglet"), map(int, sys.argv[1:])):
-    try:
-        os.kill(pid, signal.SIGTERM)
-        out[name] = "signalled"
-    except OSError as err:
-        out[name] = type(err).__name__
-print(json.dumps(out))
-"""
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ import pytest
 from reference.borglet import cgroups, spawner, taskusers
 from reference.client import CellClient
 from tests.integration.cellkit import TASK_PYTHON, LocalCell, sleeper_job, wait_for
-from tests.security.taskio import REACH, cell_secrets, ended, output
+from tests.security.taskio import REACH, SIGNALS, cell_secrets, ended, output
 
 ROOT = os.geteuid() == 0
 CGROUPS = ROOT and cgroups.CgroupTree("probe-security").usable() is None
@@ -281,19 +281,6 @@ def test_a_task_cannot_read_the_cells_keys_nor_another_users_logs(cell: LocalCel
     secrets = cell_secrets(cell, api, python_job)
     seen = output(cell, api, python_job("reach", "mallory", REACH, *map(str, secrets)))
     assert seen["paths"] == {str(p): "PermissionError" for p in secrets}
-
-
-SIGNALS = """
-import json, os, signal, sys
-out = {}
-for name, pid in zip(("victim", "borglet"), map(int, sys.argv[1:])):
-    try:
-        os.kill(pid, signal.SIGTERM)
-        out[name] = "signalled"
-    except OSError as err:
-        out[name] = type(err).__name__
-print(json.dumps(out))
-"""
 
 
 def test_a_task_cannot_signal_another_users_task_nor_the_borglet(cell: LocalCell, api: CellClient) -> None:
