@@ -14,7 +14,7 @@ from harness.transitions import (
     machine_changes,
     reservation_changes,
 )
-from spec.actions import EvictReason, Step, restart_allowed, task_fits
+from spec.actions import EvictReason, Step, restart_allowed, roll, task_fits
 from spec.invariants import INVARIANTS, check_state, check_step
 from spec.model import CellState, Job, Task, TaskState, is_stale, may_preempt
 from spec.taskid import parse_task_id
@@ -160,7 +160,7 @@ def _index_problems(model: CellState, s: CellState, policy, key: str, i: int, t:
         room = _room_for(s, key, t)
         return [f"{t.id} is PENDING though {room} has room for it"] if room else []
     job = s.jobs[key]
-    if is_stale(t, job):
+    if is_stale(t, job) and roll(s, t.id) is not None:  # a roll the spec allows: within the job's budget
         return [f"{t.id} still runs an older version than its job's {job.version} (no roll)"]
     return []
 

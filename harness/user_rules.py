@@ -53,6 +53,18 @@ class UserRules(ExampleState):
             self._apply_model("kill_job", key)
         elif value is not None and key in self.model.jobs:
             self._apply_model("update", key, value["task_count"], Resources.of(cpu=value["cpu"], ram=RAM))
+            self._file_follows(key, value["task_count"], value["cpu"])
+
+    def _file_follows(self, key: str, count: int | None, cpu: int | None) -> None:
+        """The job's file as `update_field` sends it again: with the count and CPU a PATCH set."""
+        doc = self.files.get(key)
+        if doc is None:
+            return
+        if count is not None:
+            doc = {**doc, "task_count": count}
+        if cpu is not None:
+            doc = {**doc, "request": {**doc["request"], "cpu": f"{cpu}m"}}
+        self.files[key] = doc
 
     def _judge_refusal(self, what: str, status: int, legal: bool) -> None:
         """A 404/409 must match a false spec guard; 403 (quota) and 422 (input) are the cell's to give."""
@@ -152,6 +164,7 @@ class UserRules(ExampleState):
         request = None if cpu is None else Resources.of(cpu=cpu, ram=RAM)
         if r.outcome is Outcome.OK:
             self._apply_model("update", key, count, request)  # a no-op update is ok and changes nothing
+            self._file_follows(key, count, cpu)
             if key in self.model.jobs:
                 self.submitted[key] = self.model.jobs[key]
         elif r.outcome is Outcome.UNKNOWN:
@@ -171,7 +184,7 @@ class UserRules(ExampleState):
         spec = parse_job(new)
         if key in self.model.jobs:
             job = replace(self.model.jobs[key], priority=spec.priority, max_unavailable=spec.max_unavailable,
-                          template=spec.template())  # fmt: skip
+                          template=spec.template(), task_count=spec.task_count, request=spec.resources())  # fmt: skip
         else:
             job = None
         if r.outcome is Outcome.OK:
