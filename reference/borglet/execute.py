@@ -5,8 +5,8 @@ CPython's fork path), so it is confined as the task is and never runs as root: a
 would run it as root (tasks run as the borglet's own user, and that is root) refuses. It gets a
 session of its own, stdin from /dev/null, and no terminal; when it ends, or at its limit, its
 whole session is killed, so nothing it started in the background outlives the answer (a process
-that left the session stays in the task's cgroup, counted against the task). Tasks that run as
-containers are refused with a 501 for now (docs/decisions.md, "task exec").
+that left the session stays in the task's cgroup, counted against the task). A task that runs
+as a container gets a `docker exec` into it, as its uid (`run_in_container`).
 
 The endpoint, `POST /v1/tasks/{task_id}/exec`, sits behind the channel's `Verifier` like every
 other: only the cell's masters may call it.
@@ -18,6 +18,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -142,6 +143,52 @@ def _collect(
     return False
 
 
+def run_in_container(
+    engine: Any, container_id: str, command: list[str], uid: int, timeout_s: float,
+    cap: int = execspec.OUTPUT_CAP_BYTES, clock: Callable[[], float] = time.monotonic,
+) -> Outcome:  # fmt: skip
+    """`docker exec` of `command` into the task's container as its uid (`engine`: the borglet's
+    `Containers`): the container's cgroup, environment and working directory. At the limit the
+    command's process (its host pid, as the engine reports it) is killed."""
+    began = clock()
+    api = engine.client.api
+    try:
+        exec_id = api.exec_create(container_id, command, stdout=True, stderr=True, stdin=False, tty=False,
+                                  user=f"{uid}:{uid}")["Id"]  # fmt: skip
+        chunks = api.exec_start(exec_id, stream=True, demux=True)
+    except Exception as err:  # the engine's refusal: the container is gone, say
+        raise OSError(f"docker exec: {getattr(err, 'explanation', None) or err}") from err
+    out, err = _Capped(cap), _Capped(cap)
+
+    def read() -> None:
+        try:
+            for stdout, stderr in chunks:
+                if stdout:
+                    out.add(stdout)
+                if stderr:
+                    err.add(stderr)
+        except Exception:  # the stream cut (the engine's read timeout): the exit code still comes
+            return
+
+    reader = threading.Thread(target=read, name="exec-reader", daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    timed_out = reader.is_alive()
+    if timed_out:
+        pid = api.exec_inspect(exec_id).get("Pid") or 0
+        if pid > 0:
+            processes.signal_session(pid, signal.SIGKILL)
+        reader.join(DRAIN_AFTER_EXIT_S * 4)
+    state = api.exec_inspect(exec_id)
+    deadline = clock() + DRAIN_AFTER_EXIT_S * 4
+    while state.get("Running") and clock() < deadline:
+        time.sleep(0.05)
+        state = api.exec_inspect(exec_id)
+    code = state.get("ExitCode")
+    returncode = -signal.SIGKILL if timed_out or code is None else int(code)
+    return Outcome(returncode, out.text(), err.text(), out.dropped, err.dropped, timed_out, clock() - began)
+
+
 def result(task_id: str, machine: str, outcome: Outcome) -> dict[str, Any]:
     """The answer's body (execspec.ExecResult)."""
     code, sig = execspec.exit_code(outcome.returncode)
@@ -172,8 +219,6 @@ def register(app: FastAPI, borglet: Any) -> None:
             return _refuse(target[0], "task_id", target[1])
         task, env, uid = target
         launcher = borglet.launcher
-        if launcher.in_container(task):
-            return _refuse(501, "task_id", f"task {task_id} runs as a container: exec into containers is not supported yet")
         if uid is None and os.geteuid() == 0:
             return _refuse(
                 409, "task_id",
@@ -186,14 +231,25 @@ def register(app: FastAPI, borglet: Any) -> None:
                 content={"detail": [{"field": "", "error": f"machine {borglet.config.name} runs {MAX_CONCURRENT} "
                                      "execs already; retry when one ends"}]},
             )  # fmt: skip
-        cwd = task.spec.cwd or (launcher.workdir(task) if uid is not None else None)
-        confinement = launcher.isolation.confinement(task.group, task.spec.pids_max, task.spec.request.ram)
+        command = list(request.command)
+        if launcher.in_container(task):
+            if not task.container or uid is None:
+                return _refuse(409, "task_id", f"task {task_id} has no container yet")
+            engine = launcher.engine()
+
+            def go() -> Outcome:
+                return run_in_container(engine, task.container, command, uid, request.timeout_s)
+        else:
+            cwd = task.spec.cwd or (launcher.workdir(task) if uid is not None else None)
+            confinement = launcher.isolation.confinement(task.group, task.spec.pids_max, task.spec.request.ram)
+
+            def go() -> Outcome:
+                return run(command, env, cwd, uid, confinement, request.timeout_s)
+
         try:
-            outcome = await anyio.to_thread.run_sync(
-                lambda: run(list(request.command), env, cwd, uid, confinement, request.timeout_s), limiter=limiter
-            )
+            outcome = await anyio.to_thread.run_sync(go, limiter=limiter)
         except ValueError as err:  # a NUL in the task's environment, say: nothing ran
             return _refuse(422, "command", str(err))
-        except Exception as err:  # a spawn step (a cgroup gone as the task ended): nothing ran
+        except Exception as err:  # a spawn step (a cgroup gone as the task ended), the engine: nothing ran
             return _refuse(409, "task_id", f"the command could not start in task {task_id}: {err}")
         return result(task_id, borglet.config.name, outcome)

@@ -40,7 +40,7 @@ def exec_in_task(
     as_json: JsonOpt = False,
 ) -> None:
     """Run a command in a running task: as its user, in its cgroups and working directory,
-    with its environment. Its stdout and stderr are printed once it ends (1 MiB of each at
+    with its environment (in its container, for a container task). Its stdout and stderr are printed once it ends (1 MiB of each at
     most) and this command exits with its exit code (124 if it ran past --timeout).
 
     Not interactive: stdin is /dev/null and there is no terminal (no -it yet). Only the job's

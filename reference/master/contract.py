@@ -108,7 +108,6 @@ _MEANING = {
     410: "`since` is older than the oldest change this replica can replay",
     413: "the body is larger than the server takes (1 MiB by default: reference/wirelimits.py)",
     422: "invalid input: a body field, path or query parameter (an undeclared one included), named in `field`",
-    501: "exec into a task that runs as a container is not supported yet",
     502: "the task's machine did not answer or refused",
     503: "no leader, or this replica's cache is too old or below the revision floor asked for; retry (Retry-After)",
 }

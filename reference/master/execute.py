@@ -69,8 +69,8 @@ class ExecProxy:
         detail = logs._detail(answer.content) or f"HTTP {answer.status_code}"
         if answer.status_code in (404, 409):  # the borglet's view is newer than the cell's
             return _error(409, "index", detail)
-        if answer.status_code in (422, 429, 501):
-            field = "" if answer.status_code == 429 else ("command" if answer.status_code == 422 else "index")
+        if answer.status_code in (422, 429):
+            field = "" if answer.status_code == 429 else "command"
             headers = {"Retry-After": answer.headers["retry-after"]} if "retry-after" in answer.headers else None
             return JSONResponse(
                 status_code=answer.status_code, content={"detail": [{"field": field, "error": detail}]}, headers=headers
@@ -85,10 +85,10 @@ def register(app: FastAPI, replica: Any) -> None:
     @app.post(
         "/v1/jobs/{user}/{name}/tasks/{index}/exec",
         response_model=execspec.ExecResult,
-        responses=contract.answers(403, 404, 409, 429, 501, 502),
+        responses=contract.answers(403, 404, 409, 429, 502),
     )
     async def exec_in_task(user: str, name: str, index: contract.Index, payload: Any = Body(None)) -> JSONResponse:
         """Run a command in a running task, as its user, in its cgroups and working directory,
-        with its environment; answers its exit code and output once it ends (at most
-        `timeout_s`)."""
+        with its environment (in its container, for a container task); answers its exit code
+        and output once it ends (at most `timeout_s`)."""
         return await proxy.run(replica.cache.cell(), f"{user}/{name}", index, payload)

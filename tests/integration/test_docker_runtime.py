@@ -9,6 +9,7 @@ except in CI (`CI` set), where a missing engine fails them."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,20 @@ def test_hello_world_runs_in_its_image_and_answers_through_bns(cell: Any, docker
     # The task's own output, through the borglet's log path (its first line names its BNS name).
     logs = wait_for(lambda: api.logs("dk/web", 1, stream="stdout", tail=20) or None, 20, "the task's stdout")
     assert f"1.web.dk.{info.cell}.minborg".encode() in logs
+
+
+def test_task_exec_runs_in_the_container_as_its_user(cell: Any, docker_client: Any) -> None:
+    info, api = cell
+    wait_for(lambda: running(api, "dk/web", 2), 60, "2 web containers running")
+    (box,) = [c for c in containers_of(docker_client, info.cell, "dk/web") if c.labels["minborg.index"] == "0"]
+    probe = 'echo "$(id -u) $TASK_ID"; readlink /proc/1/ns/pid >&2; exit 4'
+    result = api.request("POST", "/v1/jobs/dk/web/tasks/0/exec", json={"command": ["sh", "-c", probe]})
+    uid, task_id = result["stdout"].split()
+    assert (result["exit_code"], uid, task_id.partition("@")[0]) == (4, box.attrs["Config"]["User"].split(":")[0], "dk/web/0#0")
+    # In the container's pid namespace: its pid 1 is the container's init, not the host's.
+    assert result["stderr"].strip() == os.readlink(f"/proc/{box.attrs['State']['Pid']}/ns/pid")
+    killed = api.request("POST", "/v1/jobs/dk/web/tasks/0/exec", json={"command": ["sleep", "30"], "timeout_s": 1})
+    assert (killed["timed_out"], killed["exit_code"]) == (True, 137) and killed["duration_s"] < 10
 
 
 def test_a_container_killed_from_outside_is_restarted(cell: Any, docker_client: Any) -> None:
