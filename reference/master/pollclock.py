@@ -17,11 +17,12 @@ from dataclasses import dataclass, replace
 USAGE_WRITE_EVERY_S = 10.0  # usage alone is written this rarely: it changes every second
 HOLD_POLL_S = 0.2  # how often a machine whose task blocks a held one is polled
 REFUSED_RETRY_S = 0.2  # a refused sync (not of a newer epoch) is retried this soon
-# What each machine should run is rebuilt from the whole cell when the cell or a report
-# changed, which during a burst is every turn. A rebuild is followed by a pause of this many
-# times its own length, so rebuilding takes at most a fifth of the leader's time: at 10,000
-# tasks a rebuild takes about 0.1 s, syncs then go out every half second instead of every
-# 50 ms, and the lease, the API and the writer keep the rest.
+# What each machine should run is brought up to date when the cell or a report changed,
+# which during a burst is every turn: from the changed keys (master/desired.py), or from the
+# whole cell where they are not known (a reload). A rebuild is followed by a pause of this many
+# times its own length, so rebuilding takes at most a fifth of the leader's time: a whole-cell
+# rebuild of 10,000 tasks took about 0.1 s, syncs then went out every half second instead of
+# every 50 ms, and the lease, the API and the writer kept the rest.
 REBUILD_PAUSE_FACTOR = 4.0
 REBUILD_PAUSE_MAX_S = 2.0
 # A rebuild's pause is also at least this many times the CPU it used: paced on its wall time

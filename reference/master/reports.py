@@ -276,28 +276,6 @@ def hold_back(
     return keep, held
 
 
-Plans = dict[str, tuple[list[dict[str, Any]], set[TaskId]]]  # machine -> (desired set, its task ids)
-
-
-def hold_plans(
-    cell: Cell, plans: Plans, live: Mapping[IndexKey, list[tuple[str, str]]], released: set[str], unreported: list[str]
-) -> tuple[Plans, dict[str, Hold]]:
-    """Every machine's desired set with its held tasks taken out (`hold_back`), and the holds
-    by task id. `released` (updated here) gains the tasks their borglets were seen running:
-    one set for every machine (a task id names one placement, so it is in one machine's
-    desired set), not a copy per machine: that was most of a rebuild's CPU in a cell of 1,000
-    machines."""
-    released.update(d["task_id"] for desired, _ in plans.values() for d in desired if cell.task_info(_entry_id(d)).seen)
-    out: Plans = {}
-    holds: dict[str, Hold] = {}
-    for name, (desired, ids) in plans.items():
-        keep, held = hold_back(desired, live, released, unreported)
-        holds.update((h.task_id, h) for h in held)
-        held_ids = {h.task_id for h in held}
-        out[name] = (keep, {t for t in ids if borglet_task_id(t, cell.task_info(t)) not in held_ids})
-    return out, holds
-
-
 def show_holds(d: Draft, holds: Iterable[Hold]) -> None:
     """Write why each held task waits on the task (its borglet state), unless it runs already."""
     for h in holds:
@@ -310,10 +288,6 @@ def show_holds(d: Draft, holds: Iterable[Hold]) -> None:
             continue
         if borglet_task_id(tid, info) == h.task_id:
             d.set_task_info(tid, replace(info, borglet_state=h.describe()))
-
-
-def _entry_id(d: dict[str, Any]) -> TaskId:
-    return TaskId(str(d["job"]), int(d["index"]), int(d["incarnation"]))
 
 
 def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]) -> Outcome:
