@@ -228,3 +228,39 @@ def test_a_new_incarnation_waits_for_the_old_process_and_starts_once_it_is_gone(
     for _ in range(6):  # comes every pollclock.HOLD_POLL_S), and the new one goes out after
         step()
     assert new_id in borglets.running["m1"] and not poller.holds
+
+
+def test_the_index_of_where_each_task_index_runs_agrees_with_a_walk_of_every_report() -> None:
+    """Poller._live, read from the index kept as reports and syncs change, gives what
+    reports.live_by_index gives from every up machine's report and last sync (random steps)."""
+    import random
+    from types import SimpleNamespace
+
+    from reference.master import reports
+
+    rng = random.Random(7)
+    poller = Poller(None, _Writer(), cell_name="c1", master_name="leader", epoch=1, link=_Borglets())  # type: ignore[arg-type]
+    names = [f"m{i}" for i in range(6)]
+    ids = [f"u/j{j}/{i}#{inc}@1" for j in range(2) for i in range(3) for inc in range(3)]
+    states = ["QUEUED", "STARTING", "RUNNING", "FINISHED", "KILLED"]
+    for _ in range(300):
+        name = rng.choice(names)
+        if rng.random() < 0.5:
+            reply = {"tasks": [{"task_id": t, "state": rng.choice(states)} for t in rng.sample(ids, rng.randrange(4))]}
+            poller._record_report(name, reply)
+        else:
+            with poller._lock:
+                st = poller._machines.setdefault(name, SimpleNamespace(signature=frozenset()))  # type: ignore[arg-type]
+                after = frozenset(rng.sample(ids, rng.randrange(3)))
+                poller._sites_sent(name, st.signature, after)
+                st.signature = after
+        machines = {n: SimpleNamespace(up=rng.random() < 0.8) for n in names[:5]}  # m5 was removed
+        departed = {"m5": {}} if rng.random() < 0.5 else {}
+        keys = {(f"u/j{j}", i) for j in range(2) for i in range(3)}
+        known = {n: reports.with_sent(poller._reported.get(n, {}), st.signature)
+                 for n, st in poller._machines.items()}  # fmt: skip
+        known.update({n: r for n, r in poller._reported.items() if n not in known})
+        up = [n for n, m in machines.items() if m.up] + list(departed)
+        with poller._lock:
+            assert poller._live(keys, machines, departed) == reports.live_by_index(known, up)
+    poller._pool.shutdown(wait=False)
