@@ -1,4 +1,4 @@
-"""A `task exec` request (`POST .../tasks/{index}/exec`): its limits, the check of its body (pure, the master's and the borglet's), and the exit code a result stands for.
+"""A `task exec` request (`POST .../tasks/{index}/exec`): its limits, the check of its body (pure, the master's and the borglet's), and the exit code a result stands for; the standard library alone (the command line's fast path reads it; master/contract.py types it).
 
 The command runs once, non-interactively: no terminal, stdin from /dev/null, its stdout and
 stderr collected up to `OUTPUT_CAP_BYTES` each, killed after `timeout_s` seconds (docs/decisions.md,
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_TIMEOUT_S = 60.0
 MAX_TIMEOUT_S = 600.0
@@ -35,36 +33,6 @@ class ExecRequest:
 
     def body(self) -> dict[str, Any]:
         return {"command": list(self.command), "timeout_s": self.timeout_s}
-
-
-class ExecBody(BaseModel):
-    """`POST /v1/jobs/{user}/{name}/tasks/{index}/exec`: the command to run in the task, and its time limit."""
-
-    model_config = ConfigDict(extra="forbid")
-    command: list[str] = Field(
-        min_length=1, max_length=MAX_ARGS,
-        description=f"the program and its arguments, no NUL byte, at most {MAX_ARGV_BYTES} bytes together; "
-        "the program is looked up on the task's PATH",
-    )  # fmt: skip
-    timeout_s: float = Field(
-        default=DEFAULT_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S,
-        description="seconds the command may run; then it and its session are killed (SIGKILL)",
-    )  # fmt: skip
-
-
-class ExecResult(BaseModel):
-    """What the command did: its exit code (128+N when killed by signal N, as a shell says it), its output as UTF-8 text (other bytes replaced), each cut at the cap."""
-
-    task: str
-    machine: str
-    exit_code: int
-    signal: int | None = None
-    timed_out: bool = False
-    stdout: str
-    stderr: str
-    stdout_truncated: bool = False
-    stderr_truncated: bool = False
-    duration_s: float
 
 
 def parse_exec(payload: Any) -> ExecRequest:

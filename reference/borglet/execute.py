@@ -190,14 +190,14 @@ def run_in_container(
 
 
 def result(task_id: str, machine: str, outcome: Outcome) -> dict[str, Any]:
-    """The answer's body (execspec.ExecResult)."""
+    """The answer's body (master/contract.py's ExecResult)."""
     code, sig = execspec.exit_code(outcome.returncode)
-    return execspec.ExecResult(
-        task=task_id, machine=machine, exit_code=code, signal=sig, timed_out=outcome.timed_out,
-        stdout=outcome.stdout.decode("utf-8", "replace"), stderr=outcome.stderr.decode("utf-8", "replace"),
-        stdout_truncated=outcome.stdout_dropped > 0, stderr_truncated=outcome.stderr_dropped > 0,
-        duration_s=round(outcome.duration_s, 3),
-    ).model_dump()  # fmt: skip
+    return {
+        "task": task_id, "machine": machine, "exit_code": code, "signal": sig, "timed_out": outcome.timed_out,
+        "stdout": outcome.stdout.decode("utf-8", "replace"), "stderr": outcome.stderr.decode("utf-8", "replace"),
+        "stdout_truncated": outcome.stdout_dropped > 0, "stderr_truncated": outcome.stderr_dropped > 0,
+        "duration_s": round(outcome.duration_s, 3),
+    }  # fmt: skip
 
 
 def _refuse(status: int, field: str, error: str) -> JSONResponse:

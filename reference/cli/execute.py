@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
@@ -18,7 +17,7 @@ from reference.cli.common import (
     handles_errors,
     job_key,
 )
-from reference.cli.render import errors, print_json
+from reference.cli.fast import exec_answer
 
 EXAMPLES = examples(
     "minborg task exec demo/hello_world 0 -- ls -la",
@@ -50,17 +49,7 @@ def exec_in_task(
         answer = cell.request(
             "POST", f"/v1/jobs/{key}/tasks/{index}/exec", json={"command": command, "timeout_s": timeout}
         )
-    if as_json:
-        print_json(answer)
-    else:
-        sys.stdout.write(answer.get("stdout", ""))
-        sys.stdout.flush()
-        sys.stderr.write(answer.get("stderr", ""))
-        sys.stderr.flush()
-    if answer.get("timed_out"):
-        errors.print(f"error: the command ran past its {timeout:g} s limit and was killed", markup=False)
-        raise typer.Exit(execspec.TIMED_OUT_EXIT)
-    raise typer.Exit(int(answer.get("exit_code", 1)))
+    raise typer.Exit(exec_answer(answer, as_json, timeout))
 
 
 def register(task_app: typer.Typer) -> None:

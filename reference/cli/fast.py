@@ -3,7 +3,7 @@
 Importing the full command line (typer, rich, httpx, pydantic, the launcher) costs most of a
 second on a busy machine; reading a cell needs none of it. The fast path answers `--help`,
 `--version`, `completion SHELL`, `cell status`, `job list|show|update|kill`, `task
-list|show|logs`, `machine list`, `events` and `bns resolve` with the options each declares in
+list|show|logs|exec`, `machine list`, `events` and `bns resolve` with the options each declares in
 FAST; any other argument (a subcommand's --help, -w, -f, a bad value, a typo) goes to the full
 command line, which owns every usage message. What it prints is the full command line's: the
 same texts (cli_plain.py, cli_views.py), the same error words, and unit tests hold its help to
@@ -18,7 +18,7 @@ from collections import namedtuple
 from collections.abc import Callable
 from typing import Any
 
-from reference import cellfile
+from reference import cellfile, execspec
 from reference.cli import output as cli_output
 from reference.cli import plain as cli_plain
 from reference.cli import views as cli_views
@@ -80,11 +80,11 @@ class Args:
             raise Fallback  # the full command line words the error
         return output
 
-    def cell(self) -> PlainCell:
+    def cell(self, timeout: float = 5.0) -> PlainCell:
         urls = cell_urls(self.options.get("--master"), self.options.get("--state-dir"))
         if any(not url.startswith("http://") for url in urls):
             raise Fallback  # https (a context's CA): the full command line's client
-        return PlainCell(urls, cellfile.find_token(self.token, self.options.get("--state-dir")))
+        return PlainCell(urls, cellfile.find_token(self.token, self.options.get("--state-dir")), timeout=timeout)
 
     def job(self, cell: PlainCell | None = None) -> str:
         """USER/NAME; with the `cell` (a reading command), NAME alone too (cli_plain.job_by_name)."""
@@ -269,6 +269,37 @@ def task_logs(a: Args) -> int:
     return 0
 
 
+def task_exec(a: Args, command: list[str]) -> int:
+    """`task exec JOB INDEX [--timeout S] [--json] -- CMD...` (reference/cli/execute.py's)."""
+    index, timeout = task_index(a), a.options.get("--timeout", str(execspec.DEFAULT_TIMEOUT_S))
+    try:
+        timeout_s = float(timeout)
+    except ValueError:
+        raise Fallback from None
+    if not command or not 1 <= timeout_s <= execspec.MAX_TIMEOUT_S:
+        raise Fallback  # the full command line words it
+    with a.cell(timeout=timeout_s + 30.0) as cell:
+        key = a.job(cell)
+        answer = cell.request("POST", f"/v1/jobs/{key}/tasks/{index}/exec", json={"command": command, "timeout_s": timeout_s})
+    return exec_answer(answer, a.has("--json"), timeout_s)
+
+
+def exec_answer(answer: dict[str, Any], as_json: bool, timeout_s: float) -> int:
+    """Print an exec's answer (its stdout and stderr, or its JSON); the exit code to exit with:
+    the command's, or timeout(1)'s 124 when it was killed at its limit. Both command lines'."""
+    if as_json:
+        print(cli_plain.dump(answer, "json"))
+    else:
+        sys.stdout.write(answer.get("stdout", ""))
+        sys.stdout.flush()
+        sys.stderr.write(answer.get("stderr", ""))
+        sys.stderr.flush()
+    if answer.get("timed_out"):
+        print(f"error: the command ran past its {timeout_s:g} s limit and was killed", file=sys.stderr)
+        return execspec.TIMED_OUT_EXIT
+    return int(answer.get("exit_code", 1))
+
+
 def machine_list(a: Args) -> int:
     output = a.output()
     with a.cell() as cell:
@@ -402,6 +433,8 @@ FAST: dict[tuple[str, ...], Fast] = {
     ("bns", "resolve"): Fast(1, bns_resolve, OUTPUT, ("--json",)),
     ("cell", "status"): Fast(0, cell_status, OUTPUT, ("--json",)),
 }
+# `task exec`'s options, before its `--` (what follows is the command, whatever it holds).
+EXEC = Fast(2, task_exec, ("--timeout",), ("--json",))
 
 
 def run(args: list[str]) -> int:
@@ -424,6 +457,11 @@ def run(args: list[str]) -> int:
         return 0
     if args[:1] == ["__complete"]:
         return complete(args[1:], token)
+    if args[:2] == ["task", "exec"] and "--" in args:
+        cut = args.index("--")
+        parsed = parse(args[2:cut], EXEC)
+        parsed.token = token
+        return task_exec(parsed, args[cut + 1 :])
     for words in (tuple(args[:2]), tuple(args[:1])):
         fast = FAST.get(words)
         if fast is not None and not any(w.startswith("-") for w in words):

@@ -14,8 +14,8 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
+from reference import execspec
 from reference.allocspec import AllocSetSpec
-from reference.execspec import ExecBody
 from reference.jobspec import JobSpec, request_schema
 from reference.master import access, logs, watch
 from reference.master.machines import DrainBody, MachineBody
@@ -81,6 +81,36 @@ QUOTA_SCHEMA = {**request_schema(CELL_MACHINES), "examples": [{"cpu": "100", "ra
 class QuotaBody(RootModel[Annotated[dict[str, Any], WithJsonSchema(QUOTA_SCHEMA)]]):
     """`PUT /v1/quotas/{user}/{band}`: the quota's figures as a job's request writes them, each at most
     what `CELL_MACHINES` machines hold; a resource left out is zero (`{}` admits nothing in the band)."""
+
+
+class ExecBody(BaseModel):
+    """`POST /v1/jobs/{user}/{name}/tasks/{index}/exec`: the command to run in the task, and its time limit."""
+
+    model_config = ConfigDict(extra="forbid")
+    command: list[str] = Field(
+        min_length=1, max_length=execspec.MAX_ARGS,
+        description=f"the program and its arguments, no NUL byte, at most {execspec.MAX_ARGV_BYTES} bytes together; "
+        "the program is looked up on the task's PATH",
+    )  # fmt: skip
+    timeout_s: float = Field(
+        default=execspec.DEFAULT_TIMEOUT_S, gt=0, le=execspec.MAX_TIMEOUT_S,
+        description="seconds the command may run; then it and its session are killed (SIGKILL)",
+    )  # fmt: skip
+
+
+class ExecResult(BaseModel):
+    """What the command did: its exit code (128+N when killed by signal N, as a shell says it), its output as UTF-8 text (other bytes replaced), each cut at the cap."""
+
+    task: str
+    machine: str
+    exit_code: int
+    signal: int | None = None
+    timed_out: bool = False
+    stdout: str
+    stderr: str
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_s: float
 
 
 # Parameters whose bounds the handlers check themselves (with their own wording): the

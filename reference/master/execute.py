@@ -84,7 +84,7 @@ def register(app: FastAPI, replica: Any) -> None:
 
     @app.post(
         "/v1/jobs/{user}/{name}/tasks/{index}/exec",
-        response_model=execspec.ExecResult,
+        response_model=contract.ExecResult,
         responses=contract.answers(403, 404, 409, 429, 502),
     )
     async def exec_in_task(user: str, name: str, index: contract.Index, payload: Any = Body(None)) -> JSONResponse:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -91,3 +95,67 @@ def test_a_program_that_cannot_start_answers_as_a_shell_does() -> None:
     missing = run(["no-such-program-here"])
     assert missing.returncode == 127 and b"no program 'no-such-program-here'" in missing.stderr
     assert run(["/etc/hostname"]).returncode == 126  # a file that is not executable
+
+
+# --- the command line: the fast path and the full one answer alike ---------------------------------
+
+ANSWER = {"task": "demo/web/0#0@1", "machine": "b0", "exit_code": 3, "signal": None, "timed_out": False,
+          "stdout": "hi\n", "stderr": "oops\n", "stdout_truncated": False, "stderr_truncated": False, "duration_s": 0.01}  # fmt: skip
+
+
+@pytest.fixture
+def master() -> Iterator[tuple[str, list[dict[str, object]]]]:
+    """A master that answers every exec with ANSWER (timed out when the command is `sleep`); the bodies it got."""
+    got: list[dict[str, object]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            got.append(body)
+            answer = {**ANSWER, "timed_out": True, "exit_code": 137, "signal": 9} if body["command"][0] == "sleep" else ANSWER
+            data = json.dumps(answer).encode()
+            self.send_response(200 if self.path == "/v1/jobs/demo/web/tasks/0/exec" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", got
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(("command", "code"), [(["sh", "-c", "exit 3", "--json"], 3), (["sleep", "30"], 124)])
+def test_both_command_lines_print_the_output_and_exit_with_the_code(
+    master: tuple[str, list[dict[str, object]]], capsys: pytest.CaptureFixture[str], command: list[str], code: int
+) -> None:
+    from typer.testing import CliRunner
+
+    from reference.cli import fast
+    from reference.cli.app import app
+
+    url, got = master
+    args = ["task", "exec", "demo/web", "0", "--timeout", "5", "--master", url, "--", *command]
+    assert fast.run(args) == code
+    out, err = capsys.readouterr()
+    full = CliRunner().invoke(app, args)
+    assert (full.exit_code, full.stdout, full.stderr) == (code, out, err)
+    assert out == "hi\n" and err.startswith("oops\n")
+    # What follows -- is the command, options included; both sent the same body.
+    assert got == [{"command": command, "timeout_s": 5.0}] * 2
+
+
+@pytest.mark.parametrize("args", [["task", "exec", "demo/web", "0", "ls"], ["task", "exec", "demo/web", "0", "--timeout", "0", "--", "ls"],
+                                  ["task", "exec", "demo/web", "0", "--"]])  # fmt: skip
+def test_what_the_fast_path_cannot_word_goes_to_the_full_command_line(args: list[str]) -> None:
+    from reference.cli import fast
+
+    with pytest.raises(fast.Fallback):
+        fast.run(args)
