@@ -7,17 +7,21 @@ borglet's (borglet/execute.py).
 
 from __future__ import annotations
 
+import logging
+import shlex
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-from fastapi import Body, FastAPI
+from fastapi import Body, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from reference import channel, execspec
-from reference.master import contract, logs
+from reference.master import contract, guard, logs
 from reference.master.cell import Cell, borglet_task_id
 from spec.model import TaskState
+
+log = logging.getLogger(__name__)
 
 # What the borglet may take beyond the command's own limit to answer (start, drain, kill).
 SLACK_S = 10.0
@@ -41,7 +45,7 @@ class ExecProxy:
             self._http = httpx.AsyncClient(timeout=self._timeout, transport=self._transport, auth=self._auth)
         return self._http
 
-    async def run(self, cell: Cell, job: str, index: int, payload: Any) -> JSONResponse:
+    async def run(self, cell: Cell, job: str, index: int, payload: Any, who: str = "?") -> JSONResponse:
         try:
             request = execspec.parse_exec(payload)
         except execspec.ExecError as err:
@@ -58,6 +62,8 @@ class ExecProxy:
         address = machine.address if "://" in machine.address else f"http://{machine.address}"
         url = f"{address}/v1/tasks/{quote(borglet_task_id(task.id, info), safe='')}/exec"
         timeout = httpx.Timeout(self._timeout, read=request.timeout_s + SLACK_S)
+        # Who ran what where: the replica's log is the audit trail of execs (docs/security.md).
+        log.info("exec by %s in %s on %s: %s", who, task.id, info.machine, shlex.join(request.command)[:500])
         try:
             answer = await self._client().post(
                 url, json=request.body(), headers=channel.to_machine(info.machine), timeout=timeout
@@ -87,8 +93,11 @@ def register(app: FastAPI, replica: Any) -> None:
         response_model=contract.ExecResult,
         responses=contract.answers(403, 404, 409, 429, 502),
     )
-    async def exec_in_task(user: str, name: str, index: contract.Index, payload: Any = Body(None)) -> JSONResponse:
+    async def exec_in_task(
+        user: str, name: str, index: contract.Index, request: Request, payload: Any = Body(None)
+    ) -> JSONResponse:
         """Run a command in a running task, as its user, in its cgroups and working directory,
         with its environment (in its container, for a container task); answers its exit code
         and output once it ends (at most `timeout_s`)."""
-        return await proxy.run(replica.cache.cell(), f"{user}/{name}", index, payload)
+        who = guard.identity_of(request.scope)
+        return await proxy.run(replica.cache.cell(), f"{user}/{name}", index, payload, who.name if who else "?")

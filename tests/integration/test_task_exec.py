@@ -63,6 +63,8 @@ def test_a_command_runs_as_the_task_in_its_cgroups_and_directory(cell: LocalCell
         assert os.stat(f"/proc/{pid}").st_uid != 0, "a root borglet runs tasks as their job user's uid"
         # The command's groups are the task's, line for line (the memory, cpu, pids ... groups).
         assert sorted(result["stderr"].split()) == sorted(Path(f"/proc/{pid}/cgroup").read_text().split())
+    # The replica's log says who ran what, where.
+    assert "exec by alice in alice/web/0#0 on " in (cell.workdir / "master-m0.log").read_text()
 
 
 def test_the_command_line_prints_the_output_and_exits_with_the_code(cell: LocalCell) -> None:
