@@ -71,8 +71,13 @@ class ExecProxy:
         except httpx.HTTPError as err:
             return _error(502, "machine", f"machine {info.machine} did not answer the exec in {task.id}: {err}")
         if answer.status_code == 200:
-            return JSONResponse(content=answer.json())
+            try:
+                return JSONResponse(content=answer.json())
+            except ValueError:
+                return _error(502, "machine", f"machine {info.machine} answered the exec in {task.id} with no JSON")
         detail = logs._detail(answer.content) or f"HTTP {answer.status_code}"
+        if answer.status_code == 404 and detail == "Not Found":  # no such route: a borglet older than exec
+            return _error(409, "index", f"machine {info.machine}'s borglet does not serve exec: upgrade it")
         if answer.status_code in (404, 409):  # the borglet's view is newer than the cell's
             return _error(409, "index", detail)
         if answer.status_code in (422, 429):
