@@ -150,6 +150,12 @@ def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job
     ref = new if new is not None else known.get(job)  # updated, then killed since the last poll
     if ref is not None and cur is not None and replace(cur, version=0) != replace(ref, version=0):
         yield Step("update", (job, None, None, ref))  # any field: the whole job as it is now
+    if ref is not None and cur is not None and ref.version > cur.version + 1:
+        # Versions no poll saw came in between: one of them, of another template, lets an
+        # index be rolled more than once between two polls (version by version).
+        between = replace(ref, template=f"{ref.template}~between")
+        if cur.template != between.template:
+            yield Step("update", (job, None, None, between))
     if new is not None and cur is not None and cur.version > new.version:
         yield Step("kill_job", (job,))  # killed and submitted again since the last poll
     for name, m in after.machines.items():

@@ -130,3 +130,22 @@ def test_a_job_submitted_and_resized_down_between_two_polls_is_explained() -> No
     after = state(task(0, TaskState.PENDING), Task(TaskId(JOB.key, 1, 0), TaskState.DEAD, None, 100, Resources(), DeathCause.KILLED))
     v = explain(CellState(machines=M), after, JOB.key, 1)
     assert v.ok and [s.action for s in v.path or ()] == ["submit", "update"]
+
+
+def test_two_rolls_between_polls_are_explained_by_a_version_no_poll_saw() -> None:
+    # Version 0 runs #0; the poll after sees version 2 (a new template twice) and #2 running:
+    # two rolls, the first to the unseen version 1. Seen at version 1 only, #2 is unexplained.
+    from dataclasses import replace
+
+    from spec.model import task_template
+
+    # restart_policy never: no fail-and-restart explains a new incarnation, only a roll does
+    never = replace(JOB, restart_policy=RestartPolicy.NEVER)
+    v0, v2 = never, replace(never, template="c", version=2)
+    before = state(replace(task(0, TaskState.RUNNING, "m0"), template=task_template(v0)))
+    ran = replace(task(2, TaskState.RUNNING, "m0"), template=task_template(v2))
+    before = before.with_(jobs=FMap({JOB.key: v0}))
+    v = explain(before, state(ran, jobs=FMap({JOB.key: v2})), JOB.key, 0)
+    assert v.ok and [s.action for s in v.path or ()].count("roll") == 2, v
+    one_later = replace(v2, version=1)
+    assert not explain(before, state(ran, jobs=FMap({JOB.key: one_later})), JOB.key, 0).ok
