@@ -51,7 +51,7 @@ class Outcome:
     duration_s: float
 
 
-class _Capped:
+class Capped:
     """One stream's bytes up to `cap`; what comes after is counted and dropped."""
 
     def __init__(self, cap: int) -> None:
@@ -97,7 +97,7 @@ def run(
         raise
     os.close(out_w)
     os.close(err_w)
-    streams = {out_r: _Capped(cap), err_r: _Capped(cap)}
+    streams = {out_r: Capped(cap), err_r: Capped(cap)}
     timed_out = False
     try:
         timed_out = _collect(proc, streams, began + timeout_s, clock)
@@ -112,7 +112,7 @@ def run(
 
 
 def _collect(
-    proc: subprocess.Popen, streams: dict[int, _Capped], deadline: float, clock: Callable[[], float]
+    proc: subprocess.Popen, streams: dict[int, Capped], deadline: float, clock: Callable[[], float]
 ) -> bool:
     """Read both pipes until they close, or `DRAIN_AFTER_EXIT_S` after the process exits, or
     the deadline; whether the deadline came first."""
@@ -158,7 +158,7 @@ def run_in_container(
         chunks = api.exec_start(exec_id, stream=True, demux=True)
     except Exception as err:  # the engine's refusal: the container is gone, say
         raise OSError(f"docker exec: {getattr(err, 'explanation', None) or err}") from err
-    out, err = _Capped(cap), _Capped(cap)
+    out, err = Capped(cap), Capped(cap)
 
     def read() -> None:
         try:

@@ -17,7 +17,7 @@ from reference.cli.common import (
     handles_errors,
     job_key,
 )
-from reference.cli.fast import exec_answer
+from reference.cli.views import exec_answer
 
 EXAMPLES = examples(
     "minborg task exec demo/hello_world 0 -- ls -la",

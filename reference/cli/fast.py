@@ -281,23 +281,7 @@ def task_exec(a: Args, command: list[str]) -> int:
     with a.cell(timeout=timeout_s + 30.0) as cell:
         key = a.job(cell)
         answer = cell.request("POST", f"/v1/jobs/{key}/tasks/{index}/exec", json={"command": command, "timeout_s": timeout_s})
-    return exec_answer(answer, a.has("--json"), timeout_s)
-
-
-def exec_answer(answer: dict[str, Any], as_json: bool, timeout_s: float) -> int:
-    """Print an exec's answer (its stdout and stderr, or its JSON); the exit code to exit with:
-    the command's, or timeout(1)'s 124 when it was killed at its limit. Both command lines'."""
-    if as_json:
-        print(cli_plain.dump(answer, "json"))
-    else:
-        sys.stdout.write(answer.get("stdout", ""))
-        sys.stdout.flush()
-        sys.stderr.write(answer.get("stderr", ""))
-        sys.stderr.flush()
-    if answer.get("timed_out"):
-        print(f"error: the command ran past its {timeout_s:g} s limit and was killed", file=sys.stderr)
-        return execspec.TIMED_OUT_EXIT
-    return int(answer.get("exit_code", 1))
+    return cli_views.exec_answer(answer, a.has("--json"), timeout_s)
 
 
 def machine_list(a: Args) -> int:

@@ -7,11 +7,13 @@ colours and bold only when writing to a terminal (`color`), as in every listing.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reference.cli.plain import STATE_COLOR, ago, health_text, paint, render, started
+from reference import execspec
+from reference.cli.plain import STATE_COLOR, ago, dump, health_text, paint, render, started
 from reference.resources import USAGE_NAMES, format_quantity, format_resources
 
 EVENT_COLOR = {
@@ -296,3 +298,19 @@ def updated_line(key: str, answer: Mapping[str, Any], *, color: bool = False) ->
 
 def killed_line(key: str, answer: Mapping[str, Any], *, color: bool = False) -> str:
     return f"killed {paint(key, 'bold', color)}: {answer.get('killed', '?')} task(s)"
+
+
+def exec_answer(answer: dict[str, Any], as_json: bool, timeout_s: float) -> int:
+    """Print an exec's answer (its stdout and stderr, or its JSON); the exit code to exit with:
+    the command's, or timeout(1)'s 124 when it was killed at its limit. Both command lines'."""
+    if as_json:
+        print(dump(answer, "json"))
+    else:
+        sys.stdout.write(answer.get("stdout", ""))
+        sys.stdout.flush()
+        sys.stderr.write(answer.get("stderr", ""))
+        sys.stderr.flush()
+    if answer.get("timed_out"):
+        print(f"error: the command ran past its {timeout_s:g} s limit and was killed", file=sys.stderr)
+        return execspec.TIMED_OUT_EXIT
+    return int(answer.get("exit_code", 1))

@@ -75,7 +75,7 @@ class ExecProxy:
                 return JSONResponse(content=answer.json())
             except ValueError:
                 return _error(502, "machine", f"machine {info.machine} answered the exec in {task.id} with no JSON")
-        detail = logs._detail(answer.content) or f"HTTP {answer.status_code}"
+        detail = logs.upstream_detail(answer.content) or f"HTTP {answer.status_code}"
         if answer.status_code == 404 and detail == "Not Found":  # no such route: a borglet older than exec
             return _error(409, "index", f"machine {info.machine}'s borglet does not serve exec: upgrade it")
         if answer.status_code in (404, 409):  # the borglet's view is newer than the cell's

@@ -114,7 +114,7 @@ class LogProxy:
         if upstream.status_code != 200:
             body = await upstream.aread()
             await upstream.aclose()
-            detail = _detail(body) or f"HTTP {upstream.status_code}"
+            detail = upstream_detail(body) or f"HTTP {upstream.status_code}"
             if upstream.status_code == 404:
                 return _error(404, "index", f"{detail} ({never_started(cell, task)})" if not info.seen else detail)
             return _error(502, "machine", f"machine {info.machine} refused the logs of {task.id}: {detail}")
@@ -135,7 +135,7 @@ class LogProxy:
         return StreamingResponse(relay(), media_type="text/plain; charset=utf-8", headers=headers)
 
 
-def _detail(body: bytes) -> str:
+def upstream_detail(body: bytes) -> str:
     import json
 
     try:

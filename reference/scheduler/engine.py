@@ -269,7 +269,7 @@ class Pass:
 
     def _scores(self, cls: TaskClass, mis: np.ndarray, free: np.ndarray) -> np.ndarray:
         if self.mix is not None:  # fgd, a class without GPUs: fgdbatch
-            return fgd_many(self, cls, mis, free)
+            return fgd_many(self.cell, mis, free, lambda mi, cpu, gfree: self._fgd(cls, mi, [cpu], gfree)[0])
         need = cls.need
         if need is None:
             need = cls.need = np.array(cls.req, dtype=np.int64)

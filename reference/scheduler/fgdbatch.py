@@ -9,6 +9,7 @@ scored here without a call each; the others go through the pass's own `_fgd`, th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
@@ -17,24 +18,27 @@ import numpy as np
 from .fragmentation import fgd_score
 
 if TYPE_CHECKING:
-    from .classes import TaskClass
-    from .engine import Pass
+    from .cellview import CellView
 
 NO_FREE_GPU = fgd_score(0.0, 0.0)  # F = 0 before and after: 50.0
 
 
-_HAS_GPUS: WeakKeyDictionary[Pass, np.ndarray] = WeakKeyDictionary()
+_HAS_GPUS: WeakKeyDictionary[CellView, np.ndarray] = WeakKeyDictionary()
 
 
-def fgd_many(p: Pass, cls: TaskClass, mis: np.ndarray, free: np.ndarray) -> np.ndarray:
-    """Scores of `cls` (no GPUs asked) on machines `mis`, `free` what it may use on each (rows)."""
-    has = _HAS_GPUS.get(p)
-    if has is None:  # which machines have GPUs at all: fixed for the pass
-        has = _HAS_GPUS[p] = np.array([bool(g) for g in p.cell.gcap], dtype=bool)
+def fgd_many(
+    cell: CellView, mis: np.ndarray, free: np.ndarray, score: Callable[[int, int, list[int]], float]
+) -> np.ndarray:
+    """Scores of a class that asks no GPUs on machines `mis` of `cell`, `free` what it may use on
+    each (rows): NO_FREE_GPU where a machine has no free GPU, else `score(machine, free cpu, the
+    machine's free GPUs)` (the pass's own fgd score of the class there)."""
+    has = _HAS_GPUS.get(cell)
+    if has is None:  # which machines have GPUs at all: fixed for the cell view
+        has = _HAS_GPUS[cell] = np.array([bool(g) for g in cell.gcap], dtype=bool)
     out = np.full(len(mis), NO_FREE_GPU)
-    gfree = p.cell.gfree
+    gfree = cell.gfree
     for j in has[mis].nonzero()[0].tolist():
         mi = int(mis[j])
         if any(gfree[mi]):
-            out[j] = p._fgd(cls, mi, [int(free[j, 0])], gfree[mi])[0]
+            out[j] = score(mi, int(free[j, 0]), gfree[mi])
     return out

@@ -40,7 +40,7 @@ def test_each_batched_score_is_what_evaluate_gives_that_machine():
     cls = make_class(snap.pending[-1], p.cell, class_key(snap.pending[-1]))
     mis = np.arange(p.n, dtype=np.int64)
     free = np.array([p.cell.free[mi] for mi in range(p.n)], dtype=np.int64)
-    got = fgd_many(p, cls, mis, free).tolist()
+    got = fgd_many(p.cell, mis, free, lambda mi, cpu, gfree: p._fgd(cls, mi, [cpu], gfree)[0]).tolist()
     want = [p.evaluate(cls, mi, False) for mi in range(p.n)]
     assert got == want
     # A 10-core task leaves 6 of 16 cores on g0: the 12-core shapes no longer fit beside its free GPUs,
@@ -53,9 +53,9 @@ def test_a_pass_places_the_same_with_and_without_the_batch(monkeypatch):
     cfg = SchedulerConfig(policy="fgd")
     calls = []
 
-    def counted(p, cls, mis, free):
+    def counted(cell, mis, free, score):
         calls.append(len(mis))
-        return fgd_many(p, cls, mis, free)
+        return fgd_many(cell, mis, free, score)
 
     monkeypatch.setattr(engine_module, "fgd_many", counted)
     batched = plan_pass(snap, cfg, 3)

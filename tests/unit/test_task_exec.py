@@ -58,7 +58,7 @@ def test_a_process_killed_by_signal_n_exits_128_plus_n(returncode: int, expected
 
 
 def test_output_past_the_cap_is_counted_and_dropped_with_a_note() -> None:
-    capped = execute._Capped(10)
+    capped = execute.Capped(10)
     for chunk in (b"1234", b"567890ab", b"cdef"):
         capped.add(chunk)
     # 4 + 8 + 4 = 16 bytes, 10 kept, 16 - 10 = 6 dropped
