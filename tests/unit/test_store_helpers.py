@@ -10,14 +10,10 @@ import requests
 import urllib3
 from etcd3gw import exceptions as gw_exceptions
 
-from reference.store import etcd_cluster
+from reference.store import etcd_cluster, etcdbin
 from reference.store.client import dumps, endpoint_scheme, never_reached_server, normalize_endpoint
-from reference.store.etcd_cluster import (
-    MIN_ETCD_VERSION,
-    Member,
-    etcd_version,
-    initial_cluster_flag,
-)
+from reference.store.etcd_cluster import Member, initial_cluster_flag
+from reference.store.etcdbin import MIN_ETCD_VERSION, etcd_version, why_exited
 from reference.store.tls import StoreTLS, add_arguments, from_arguments
 from reference.store.watch import split_messages
 
@@ -86,9 +82,9 @@ def test_no_current_etcd_and_no_build_says_what_to_do(tmp_path: Path, monkeypatc
     old = tmp_path / "etcd"
     old.write_text("#!/bin/sh\necho 'etcd Version: 3.5.1'\n")
     old.chmod(0o755)
-    monkeypatch.setattr(etcd_cluster, "_etcd_candidates", lambda: [str(old)])
+    monkeypatch.setattr(etcdbin, "_etcd_candidates", lambda: [str(old)])
     with pytest.raises(etcd_cluster.EtcdClusterError, match=r"install_etcd.sh.*") as err:
-        etcd_cluster.find_etcd_binary(build=False)
+        etcdbin.find_etcd_binary(build=False)
     assert "etcd 3.5.1" in str(err.value)  # the old one is named, and not used
 
 
@@ -154,20 +150,31 @@ def test_initial_cluster_flag_lists_every_peer() -> None:
 
 
 @pytest.mark.skipif(
-    etcd_version(str(etcd_cluster.PROJECT / "tools" / "bin" / "etcd")) is None,
+    etcd_version(str(etcdbin.PROJECT / "tools" / "bin" / "etcd")) is None,
     reason="no tools/bin/etcd: this would build it (minutes); bash reference/store/install_etcd.sh",
 )
 def test_with_no_current_etcd_found_the_pinned_one_is_installed_with_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
     # tools/bin/etcd is there, so the install script only checks its version and returns.
-    monkeypatch.setattr(etcd_cluster, "_etcd_candidates", lambda: [])
+    monkeypatch.setattr(etcdbin, "_etcd_candidates", lambda: [])
     said: list[str] = []
-    found = etcd_cluster.find_etcd_binary(say=said.append)
-    assert found == str(etcd_cluster.PROJECT / "tools" / "bin" / "etcd")
-    assert etcd_version(found) == tuple(map(int, etcd_cluster.PINNED_ETCD.split(".")))
+    found = etcdbin.find_etcd_binary(say=said.append)
+    assert found == str(etcdbin.PROJECT / "tools" / "bin" / "etcd")
+    assert etcd_version(found) == tuple(map(int, etcdbin.PINNED_ETCD.split(".")))
     assert "building etcd 3.6.6" in said[0] and len(said) == 2
 
 
 def test_the_go_module_pins_the_etcd_the_code_names() -> None:
-    go_mod = (etcd_cluster.PROJECT / "reference" / "store" / "etcdbuild" / "go.mod").read_text()
-    assert f"go.etcd.io/etcd/server/v3 v{etcd_cluster.PINNED_ETCD}\n" in go_mod
-    assert tuple(map(int, etcd_cluster.PINNED_ETCD.split("."))) >= MIN_ETCD_VERSION
+    go_mod = (etcdbin.PROJECT / "reference" / "store" / "etcdbuild" / "go.mod").read_text()
+    assert f"go.etcd.io/etcd/server/v3 v{etcdbin.PINNED_ETCD}\n" in go_mod
+    assert tuple(map(int, etcdbin.PINNED_ETCD.split("."))) >= MIN_ETCD_VERSION
+
+
+def test_why_a_member_exited_is_its_last_fatal_or_error_line() -> None:
+    log = [
+        '{"level":"info","msg":"starting"}',
+        '{"level":"error","msg":"bootstrap failed","error":"cannot access member directory: not a directory"}',
+        '{"level":"fatal","msg":"discovery failed","error":"cannot access member directory: not a directory"}',
+    ]
+    assert why_exited(log) == "discovery failed: cannot access member directory: not a directory"
+    assert why_exited(["plain text, no JSON", "the last line"]) == "the last line"
+    assert why_exited([]) == "(no log)"
