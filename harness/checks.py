@@ -9,6 +9,7 @@ from harness.history import LIVE_STATES
 from harness.observe import Observation
 from harness.transitions import (
     ENV_ACTIONS,
+    MACHINE_ACTIONS,
     alloc_changes,
     explain_all,
     machine_changes,
@@ -54,7 +55,7 @@ def check_observation(
             continue
         for step in v.path:
             if step.action in ENV_ACTIONS:
-                if not step.action.startswith("machine_"):
+                if step.action not in MACHINE_ACTIONS:
                     job_steps.add((step.action, v.job))
                 continue
             cov.actions_observed[step.action] += 1

@@ -42,6 +42,7 @@ def machine_of(view: dict[str, Any]) -> Machine:
         attrs=tuple(sorted((str(k), str(v)) for k, v in (view.get("attrs") or {}).items())),
         failure_domain=view.get("failure_domain", ""),
         up=view.get("state") == "up",
+        schedulable=view.get("schedulable", True) is not False,
     )
 
 

@@ -24,12 +24,15 @@ from spec.actions import (
     Step,
     alloc_create,
     alloc_delete,
+    drain,
+    drain_move,
     machine_add,
     machine_down,
     machine_remove,
     machine_up,
     reserve,
     roll,
+    uncordon,
 )
 from spec.fmap import FMap
 from spec.model import CellState, Job, Resources, Task, TaskId, TaskState
@@ -52,10 +55,23 @@ def roll_of_one_index(s: CellState, task_id: TaskId) -> CellState | None:
     return None if nxt is None else nxt.with_(jobs=s.jobs)
 
 
-#: The actions an explanation replays: the spec's, with `roll` judged per index.
-EXPLAINING = {**ACTIONS, "roll": roll_of_one_index}
+def drain_move_of_one_index(s: CellState, task_id: TaskId) -> CellState | None:
+    """The spec's drain_move without its budget guard, for the reason `roll_of_one_index`
+    gives: the budget is judged on every observed state (disruptions_within_budget)."""
+    job = s.jobs.get(task_id.job)
+    if job is None:
+        return None
+    free = s.with_(jobs=s.jobs.set(job.key, replace(job, max_unavailable=1 << 30)))
+    nxt = drain_move(free, task_id)
+    return None if nxt is None else nxt.with_(jobs=s.jobs)
 
-ENV_ACTIONS = frozenset({"submit", "update", "kill_job", "machine_add", "machine_remove", "machine_down", "machine_up"})
+
+#: The actions an explanation replays: the spec's, with `roll` and `drain_move` judged per index.
+EXPLAINING = {**ACTIONS, "roll": roll_of_one_index, "drain_move": drain_move_of_one_index}
+
+#: Machine steps: counted once per poll from the machines list (`machine_changes`), not per index.
+MACHINE_ACTIONS = frozenset({"machine_add", "machine_remove", "machine_down", "machine_up", "drain", "uncordon"})
+ENV_ACTIONS = frozenset({"submit", "update", "kill_job"}) | MACHINE_ACTIONS
 
 
 @dataclass(frozen=True)
@@ -166,6 +182,8 @@ def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job
             yield Step("machine_down", (name,))
         elif m.up and not old.up:
             yield Step("machine_up", (name,))
+        if old is not None and old.schedulable != m.schedulable:
+            yield Step("drain" if old.schedulable else "uncordon", (name,))
     for name in s.machines:
         if name not in after.machines:
             yield Step("machine_remove", (name,))
@@ -179,9 +197,12 @@ def _submitted_wider(job: Job, after: CellState) -> Job | None:
     return replace(job, task_count=top + 1) if top + 1 > job.task_count else None
 
 
-def _task_steps(s: CellState, job: str, index: int, goal: str | None = None, first: str | None = None) -> Iterator[Step]:
+def _task_steps(
+    s: CellState, job: str, index: int, goal: str | None = None, first: str | None = None, evicts: bool = True
+) -> Iterator[Step]:
     """The task steps enabled for the index's newest task; `goal` (the machine it is seen on
-    now) is tried first, and so is `first`, the way a RUNNING task ended that the cell names."""
+    now) is tried first, and so is `first`, the way a RUNNING task ended that the cell names;
+    `evicts`: False leaves evictions out (the cell names a drain's move instead)."""
     t = s.latest(job, index)
     if t is None:
         return
@@ -191,10 +212,10 @@ def _task_steps(s: CellState, job: str, index: int, goal: str | None = None, fir
                 yield Step("schedule", (t.id, m))
         yield Step("kill", (t.id,))
     elif t.state is TaskState.RUNNING:
-        ends = ("finish", "fail", "lost", "kill", "roll")
+        ends = ("finish", "fail", "lost", "kill", "roll", "drain_move")
         for name in sorted(ends, key=lambda a: a != first) if first else ends:
             yield Step(name, (t.id,))
-        for reason in (EvictReason.MAINTENANCE, EvictReason.RECLAMATION):
+        for reason in (EvictReason.MAINTENANCE, EvictReason.RECLAMATION) if evicts else ():
             yield Step("evict", (t.id, reason, None))
     else:
         yield Step("restart", (t.id,))
@@ -209,13 +230,15 @@ def _key(s: CellState, job: str) -> tuple[object, ...]:
 def explain(
     before: CellState, after: CellState, job: str, index: int,
     known: Mapping[str, Job] | None = None, first: str | None = None, replaced: frozenset[TaskId] = frozenset(),
+    evicts: bool = True,
 ) -> Verdict:
     """`known`: jobs as last submitted or updated, for a job that came and went (or was
     updated and killed) between the polls: the observation no longer lists it, but its tasks
     are there. `first`: how the cell says the index's last incarnation ended ("lost" when
     the newest one's history reads "restart after lost"): when a poll saw neither the end nor
     the restart, several endings explain the new incarnation alike, and the one the cell
-    names is the one counted."""
+    names is the one counted. `evicts`: False searches without evictions (a drain's move and
+    a maintenance eviction look alike from outside; the cell's history tells them apart)."""
     goal = _looks(after.latest(job, index))
     now = after.latest(job, index)
     goal_machine = now.machine if now is not None else None
@@ -231,7 +254,7 @@ def explain(
             return Verdict(job, index, prev, after.latest(job, index), path)  # type: ignore[arg-type]
         steps = [(st, False) for st in _env_steps(s, after, job, known or {})]
         if n < MAX_TASK_STEPS:
-            steps += [(st, True) for st in _task_steps(s, job, index, goal_machine, first)]
+            steps += [(st, True) for st in _task_steps(s, job, index, goal_machine, first, evicts)]
         for step, counts in steps:
             nxt = EXPLAINING[step.action](s, *step.args)
             if nxt is None:
@@ -277,8 +300,22 @@ def explain_all(
         now = after.latest(j, i)
         reasons = [h.get("reason") for h in (histories or {}).get(now.id, [])] if now is not None else []
         first = next((RESTART_AFTER[r] for r in reversed(reasons) if r in RESTART_AFTER), None)  # type: ignore[index]
-        out.append(explain(before, after, j, i, known, first, replaced))
+        moved = _moved_by_drain(reasons, before, now)
+        v = explain(before, after, j, i, known, first, replaced, evicts=not moved)
+        if moved and not v.ok:  # an eviction too since the move: search again with them
+            v = explain(before, after, j, i, known, first, replaced)
+        out.append(v)
     return out
+
+
+def _moved_by_drain(reasons: list[object], before: CellState, now: Task | None) -> bool:
+    """Whether the cell says a drain moved this incarnation off its machine since the last
+    poll (its history's newest drain reason is a move, not an eviction at the deadline)."""
+    old = None if now is None else before.tasks.get(now.id)
+    if old is None or old.state is not TaskState.RUNNING:
+        return False
+    drains = [r for r in reasons if isinstance(r, str) and r.startswith("drain of ")]
+    return bool(drains) and "deadline passed" not in drains[-1]
 
 
 @dataclass(frozen=True)
@@ -313,12 +350,33 @@ def machine_changes(before: CellState, after: CellState) -> list[Change]:
         elif m.up and not old.up:
             ok = machine_up(now, name) is not None
             out.append(Change(Step("machine_up", (name,)), None if ok else f"{name} came up but was not down"))
+        if old is not None:
+            out += _cordon_changes(before, after, name)
     for name in sorted(before.machines):
         if name not in after.machines:
             ok = machine_remove(now, name) is not None
             running = ", ".join(str(t.id) for t in after.running_on(name))
             problem = None if ok else f"{name} was removed though it still runs {running or 'an alloc'}"
             out.append(Change(Step("machine_remove", (name,)), problem))
+    return out
+
+
+def _cordon_changes(before: CellState, after: CellState, name: str) -> list[Change]:
+    """drain or uncordon where the machine's schedulable flag moved; and a machine drained in
+    both polls took no new task (a task RUNNING there now that was not RUNNING there before:
+    the spec's schedule refuses an unschedulable machine)."""
+    old, m = before.machines[name], after.machines[name]
+    out: list[Change] = []
+    if old.schedulable and not m.schedulable:
+        out.append(Change(Step("drain", (name,)), None if drain(before, name) is not None else f"{name} was drained twice"))
+    elif m.schedulable and not old.schedulable:
+        ok = uncordon(before, name) is not None
+        out.append(Change(Step("uncordon", (name,)), None if ok else f"{name} was uncordoned but was not drained"))
+    elif not m.schedulable:
+        was = {tid for tid, t in before.tasks.items() if t.state is TaskState.RUNNING and t.machine == name}
+        new = [t.id for t in after.running_on(name) if t.id not in was]
+        if new:
+            out.append(Change(Step("schedule", (new[0], name)), f"{new[0]} was placed on {name}, drained in both polls"))
     return out
 
 

@@ -149,3 +149,32 @@ def test_two_rolls_between_polls_are_explained_by_a_version_no_poll_saw() -> Non
     assert v.ok and [s.action for s in v.path or ()].count("roll") == 2, v
     one_later = replace(v2, version=1)
     assert not explain(before, state(ran, jobs=FMap({JOB.key: one_later})), JOB.key, 0).ok
+
+
+def _drained(name: str = "m0") -> FMap:
+    return M.set(name, Machine(name, Resources.of(cpu=2000), schedulable=False))
+
+
+def test_a_drain_and_its_move_are_explained_same_incarnation_elsewhere() -> None:
+    from harness.transitions import machine_changes
+
+    before, after = state(task(0, TaskState.RUNNING, "m0")), state(task(0, TaskState.RUNNING, "m1"), machines=_drained())
+    # The cell's history names the move; without it an eviction for maintenance looks alike.
+    moved = {task(0, TaskState.RUNNING).id: [{"reason": "drain of m0"}]}
+    (v,) = explain_all(before, after, histories=moved)
+    assert v.ok and [s.action for s in v.path or ()] == ["drain", "drain_move", "schedule"]
+    (v,) = explain_all(before, after)
+    assert v.ok and [s.action for s in v.path or ()] == ["evict", "schedule"]
+    assert [(c.step.action, c.ok) for c in machine_changes(before, after)] == [("drain", True)]
+
+
+def test_a_drained_machine_takes_no_new_task_and_an_uncordon_is_seen() -> None:
+    from harness.transitions import machine_changes
+
+    before = state(task(0, TaskState.PENDING), machines=_drained())
+    after = state(task(0, TaskState.RUNNING, "m0"), machines=_drained())
+    assert not explain(before, after, JOB.key, 0).ok
+    assert [c.ok for c in machine_changes(before, after)] == [False]
+    back = state(task(0, TaskState.RUNNING, "m0"))
+    assert [(c.step.action, c.ok) for c in machine_changes(before, back)] == [("uncordon", True)]
+    assert explain(before, back, JOB.key, 0).ok  # uncordoned, then placed there

@@ -24,7 +24,9 @@ from spec.protocol_actions import ACTIONS as PROTOCOL_ACTIONS
 ROOT = Path(__file__).resolve().parents[2]
 CHAOS_DIR = ROOT / "chaos"
 # The harness's rules that drive the API (jobs and waits), not faults.
-OPERATION_RULES = {"submit", "burst", "change_jobs", "squeeze", "wait", "settle", "alloc_set", "delete_alloc_set"}
+# Drains are an admin's maintenance, judged by the spec's drain actions, not faults.
+OPERATION_RULES = {"submit", "burst", "change_jobs", "squeeze", "wait", "settle", "alloc_set", "delete_alloc_set",
+                   "new_environments", "new_commands", "drain_machine", "uncordon_machine"}
 # chaos/actions.py functions that run an experiment rather than inject or undo a fault.
 CHAOS_PLUMBING = {"start_load", "stop_load", "mark", "heal"}
 

@@ -1,0 +1,87 @@
+"""The maintenance rules of the stateful test: an admin drains a machine (optionally with a deadline) and uncordons it, over the API.
+
+A drain is an operation, not a fault: the cell's own maintenance, which the spec's `drain`,
+`drain_move` and `uncordon` describe. Its effects are judged from the observations like every
+other move (harness/transitions.py): the machine's `schedulable` flag moving is a spec
+`drain` or `uncordon`, each task leaving it a `drain_move` (or an `evict` once the deadline
+passed), a task placed on a machine drained in both polls a violation, and the named
+invariant disruptions_within_budget holds every observed state to each job's
+max_unavailable. Only machines the cell started with are drained, never the sheltered one,
+and at most MAX_DRAINED at once, so the cell always keeps a schedulable machine; an
+example's drains are uncordoned at its end.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
+
+from harness.context import SHELTERED, ConformanceViolation, ExampleState
+from harness.history import Outcome
+
+#: Machines an example holds drained at once: with the sheltered one never drained, two of
+#: the started cell's three machines stay schedulable.
+MAX_DRAINED = 1
+#: A drain's deadline: none (its tasks leave only within their budgets), or seconds after
+#: which the rest are evicted.
+DEADLINES = (None, None, 2.0, 10.0)
+
+
+class DrainRules(ExampleState):
+    """An admin's maintenance: drain a machine, uncordon it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Machines this example drained and has not uncordoned -> whether the cell said so
+        # (False: the answer was unknown, so a 409 on uncordon is legal).
+        self.drained: dict[str, bool] = {}
+
+    def _drainable(self) -> list[str]:
+        """The started cell's own machines (never removed by a rule), but the sheltered one."""
+        assert self.c.cell is not None
+        return [f"machine{i}" for i in range(self.c.cell.machines) if f"machine{i}" != SHELTERED]
+
+    @precondition(lambda self: self.c.cell is not None)
+    @rule(i=st.integers(0, 10), deadline=st.sampled_from(DEADLINES))
+    def drain_machine(self, i: int, deadline: float | None) -> None:
+        """Uncordon the machine drained before (if MAX_DRAINED are), then drain another."""
+        back = sorted(self.drained)
+        for name in back[: len(back) - MAX_DRAINED + 1]:
+            self._uncordon(name)
+        if len(self.drained) >= MAX_DRAINED:
+            return  # an uncordon went unanswered: drain no more until it is done
+        names = [n for n in self._drainable() if n not in self.drained and n not in back] or [
+            n for n in self._drainable() if n not in self.drained
+        ]
+        if not names:
+            return
+        name = names[i % len(names)]
+        body = None if deadline is None else {"deadline_s": deadline}
+        r = self.api.request("POST", f"/v1/machines/{name}/drain", body, write=True)
+        self.c.coverage.api_ops["drain"] += 1
+        if r.outcome is not Outcome.FAILED:
+            self.drained[name] = r.outcome is Outcome.OK
+        elif r.status in (404, 409):
+            raise ConformanceViolation(f"[api_guard] the cell refused to drain {name} with {r.status}, but the spec allows it")
+
+    @precondition(lambda self: self.c.cell is not None and bool(self.drained))
+    @rule()
+    def uncordon_machine(self) -> None:
+        """Make every machine this example drained schedulable again."""
+        for name in sorted(self.drained):
+            self._uncordon(name)
+
+    def _uncordon(self, name: str) -> None:
+        confirmed = self.drained.pop(name)
+        r = self.api.request("POST", f"/v1/machines/{name}/uncordon", write=True)
+        self.c.coverage.api_ops["uncordon"] += 1
+        if r.outcome is Outcome.FAILED and r.status in (404, 409) and confirmed:
+            raise ConformanceViolation(f"[api_guard] the cell refused to uncordon {name} with {r.status}, but it drained it")
+        if r.outcome is Outcome.FAILED and r.status != 409:
+            self.drained[name] = False  # not answered: still drained, perhaps; tried again later
+
+    def undo_drains(self) -> None:
+        """Leave every machine schedulable for the next example."""
+        for name in sorted(self.drained):
+            self.api.request("POST", f"/v1/machines/{name}/uncordon", write=True)
+        self.drained = {}
