@@ -24,6 +24,8 @@ CHANGE_OPS = ("resize", "update_request", "update_request", "update_field", "upd
 # What `update_field` changes in a job's file (PUT of the whole file): its environment or its
 # command (rolled out), its priority within its band or its budget (in place).
 FIELD_CHANGES = ("env", "command", "priority", "max_unavailable", "env")
+# The fields of a job file a task must restart to take (its template; reference/jobspec.py).
+RESTART_FIELDS = ("command", "env", "cwd", "image", "health_check", "pids_max")
 
 
 class UserRules(ExampleState):
@@ -182,6 +184,14 @@ class UserRules(ExampleState):
         r = self.api.put_job(new)
         self.c.coverage.api_ops["update_field"] += 1
         spec = parse_job(new)
+        restarts = any(new.get(k) != doc.get(k) for k in RESTART_FIELDS)
+        if (spec.template() != parse_job(doc).template()) != restarts:
+            # The template digest comes from the job file's parser: held to what this suite
+            # changed, so a parser that missed (or invented) a change cannot hide a roll.
+            raise ConformanceViolation(
+                f"[template] {key}: changing {sorted(k for k in new if new.get(k) != doc.get(k))} "
+                f"{'must' if restarts else 'must not'} change the job's template"
+            )
         if key in self.model.jobs:
             job = replace(self.model.jobs[key], priority=spec.priority, max_unavailable=spec.max_unavailable,
                           template=spec.template(), task_count=spec.task_count, request=spec.resources())  # fmt: skip

@@ -140,7 +140,7 @@ def within_budget(state: CellState, job: Job) -> bool:
     return tasks_down(state, job.key) < budget(job)
 
 
-def _dead(task: Task, cause: DeathCause) -> Task:
+def dead_task(task: Task, cause: DeathCause) -> Task:
     """A DEAD task holds no machine and reserves nothing; only why it died still matters."""
     return Task(task.id, TaskState.DEAD, None, task.priority, ZERO, cause)
 
@@ -198,7 +198,7 @@ def kill_job(state: CellState, job_key: str) -> CellState | None:
         return None
     # Already-dead tasks are marked killed too: with the job gone, why they died no longer
     # decides anything (no restart), and one cause keeps equivalent states equal.
-    dead = {t.id: _dead(t, DeathCause.KILLED) for t in state.tasks_of(job_key)}
+    dead = {t.id: dead_task(t, DeathCause.KILLED) for t in state.tasks_of(job_key)}
     return state.with_(jobs=state.jobs.remove(job_key), tasks=state.tasks.update(dead))
 
 
@@ -247,7 +247,7 @@ def update(
             changes[cur.id] = replace(cur, priority=new.priority)  # within its band: in place
     for i, cur in live.items():
         if i >= new.task_count and cur.state is not TaskState.DEAD:
-            changes[cur.id] = _dead(cur, DeathCause.KILLED)
+            changes[cur.id] = dead_task(cur, DeathCause.KILLED)
     return with_tasks(state.with_(jobs=state.jobs.set(job_key, new)), changes)
 
 
@@ -261,7 +261,7 @@ def roll(state: CellState, task_id: TaskId) -> CellState | None:
     if job is None or not is_stale(task, job) or not within_budget(state, job):
         return None
     nxt = replace(new_task(job, task_id.index, task_id.incarnation + 1), down_for="roll")
-    return with_tasks(state, {task_id: _dead(task, DeathCause.KILLED), nxt.id: nxt})
+    return with_tasks(state, {task_id: dead_task(task, DeathCause.KILLED), nxt.id: nxt})
 
 
 # --- task lifecycle ----------------------------------------------------------------------
@@ -311,7 +311,7 @@ def _running_to_dead(state: CellState, task_id: TaskId, cause: DeathCause) -> Ce
     task = state.tasks.get(task_id)
     if task is None or task.state is not TaskState.RUNNING:
         return None
-    return state.with_(tasks=state.tasks.set(task_id, _dead(task, cause)))
+    return state.with_(tasks=state.tasks.set(task_id, dead_task(task, cause)))
 
 
 def finish(state: CellState, task_id: TaskId) -> CellState | None:
@@ -338,7 +338,7 @@ def kill(state: CellState, task_id: TaskId) -> CellState | None:
     task = state.tasks.get(task_id)
     if task is None or task.state is TaskState.DEAD:
         return None
-    return state.with_(tasks=state.tasks.set(task_id, _dead(task, DeathCause.KILLED)))
+    return state.with_(tasks=state.tasks.set(task_id, dead_task(task, DeathCause.KILLED)))
 
 
 def restart_allowed(policy: RestartPolicy, cause: DeathCause | None) -> bool:
@@ -407,7 +407,7 @@ def machine_down(state: CellState, name: str) -> CellState | None:
     m = state.machines.get(name)
     if m is None or not m.up:
         return None
-    lost_tasks = {t.id: _dead(t, DeathCause.LOST) for t in state.running_on(name)}
+    lost_tasks = {t.id: dead_task(t, DeathCause.LOST) for t in state.running_on(name)}
     return state.with_(
         machines=state.machines.set(name, replace(m, up=False)),
         tasks=state.tasks.update(lost_tasks),

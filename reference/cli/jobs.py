@@ -123,7 +123,7 @@ def submit(
             print(submitted_line(answer, color=color_on()), flush=True)
         if not wait or not isinstance(answer.get("revision"), int) or spec.task_count == 0:
             return
-        _wait_for_start(cell, spec.key, spec.task_count, answer["revision"], wait_timeout, quiet=as_json)
+        wait_for_start(cell, spec.key, spec.task_count, answer["revision"], wait_timeout, quiet=as_json)
 
 
 # How long every task must stay started before `job submit` says so: two default poll
@@ -131,7 +131,7 @@ def submit(
 STEADY_S = 2.0
 
 
-def _wait_for_start(cell: Any, key: str, count: int, revision: int, wait: float, quiet: bool) -> None:
+def wait_for_start(cell: Any, key: str, count: int, revision: int, wait: float, quiet: bool) -> None:
     from reference.cli.watch import StartWatch, wait_for_start
 
     say = (lambda text: errors.print(text, soft_wrap=True)) if quiet else (lambda text: console.print(text, soft_wrap=True))

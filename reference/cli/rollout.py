@@ -27,7 +27,7 @@ from reference.cli.common import (
     handles_errors,
     job_key,
 )
-from reference.cli.jobs import _wait_for_start, job_app, print_field_errors
+from reference.cli.jobs import job_app, print_field_errors, wait_for_start
 from reference.cli.render import console, errors, print_json
 from reference.client import ClientError
 
@@ -172,7 +172,7 @@ def run(
         if answer.get("created") and not detach:
             _say(answer, current, as_json)
             if spec.task_count and isinstance(answer.get("revision"), int):
-                _wait_for_start(cell, spec.key, spec.task_count, answer["revision"], wait_timeout, quiet=as_json)
+                wait_for_start(cell, spec.key, spec.task_count, answer["revision"], wait_timeout, quiet=as_json)
             return
         _say_and_follow(cell, spec.key, answer, current, detach, wait_timeout, as_json)
 

@@ -95,7 +95,7 @@ def roll_ignoring_budget(s: CellState, task_id):
     if t is None or j is None or t.state is not TaskState.RUNNING or not is_stale(t, j):
         return None
     nxt = replace(A.new_task(j, task_id.index, task_id.incarnation + 1), down_for="roll")
-    return A.with_tasks(s, {task_id: A._dead(t, DeathCause.KILLED), nxt.id: nxt})
+    return A.with_tasks(s, {task_id: A.dead_task(t, DeathCause.KILLED), nxt.id: nxt})
 
 
 def kill_job_leaving_tasks(s: CellState, job_key):
