@@ -172,11 +172,11 @@ def _room_for(s: CellState, key: str, t: Task) -> str | None:
         # Task i of a job in an alloc set may run only in alloc i: room elsewhere is no room.
         a = s.alloc_for(job, t.id.index)
         m = None if a is None else s.machines.get(a.machine)
-        if m is not None and m.up and task_fits(s, t, job, m):
+        if m is not None and m.up and m.schedulable and task_fits(s, t, job, m):
             return f"{m.name} (alloc {a.name})"  # type: ignore[union-attr]
         return None
-    for m in s.machines.values():
-        if m.up and all(c.holds(m) for c in job.constraints):
+    for m in s.machines.values():  # a drained machine has no room for anything new
+        if m.up and m.schedulable and all(c.holds(m) for c in job.constraints):
             free = m.capacity - s.machine_reserved(m.name)
             if job.request.fits_in(free):
                 return m.name

@@ -178,3 +178,12 @@ def test_a_drained_machine_takes_no_new_task_and_an_uncordon_is_seen() -> None:
     back = state(task(0, TaskState.RUNNING, "m0"))
     assert [(c.step.action, c.ok) for c in machine_changes(before, back)] == [("uncordon", True)]
     assert explain(before, back, JOB.key, 0).ok  # uncordoned, then placed there
+
+
+def test_a_drained_machine_has_no_room_for_a_pending_task() -> None:
+    from harness.checks import _room_for
+
+    pending = task(0, TaskState.PENDING)
+    assert _room_for(state(pending), JOB.key, pending) == "m0"
+    only_drained = _drained().set("m1", Machine("m1", Resources.of(cpu=2000), up=False))
+    assert _room_for(state(pending, machines=only_drained), JOB.key, pending) is None
