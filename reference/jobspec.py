@@ -292,11 +292,12 @@ def quantity_schema(name: str, machines: int = 1, number: str = "cores") -> dict
     return {"anyOf": [{"type": "integer", "minimum": 0, "maximum": limit}, {"type": "string", "pattern": WRITTEN_QUANTITY[kind]}]}
 
 
-def request_schema(machines: int = 1) -> dict[str, Any]:
+def request_schema(machines: int = 1, nullable: bool = False) -> dict[str, Any]:
     """The JSON Schema of a request as written (before it is read into canonical units), each
-    figure at most what `machines` machines hold."""
+    figure at most what `machines` machines hold; `nullable` for a job file's, where null (a
+    YAML `request:` left empty) is the empty request."""
     return {
-        "type": "object",
+        "type": ["object", "null"] if nullable else "object",
         "propertyNames": {"pattern": RESOURCE_NAME_PATTERN},
         "properties": {name: quantity_schema(name, machines) for name in ("cpu", *sorted(BYTE_RESOURCES))},
         "additionalProperties": quantity_schema("", machines),
@@ -326,7 +327,7 @@ class JobSpec(BaseModel):
     user: str = Field(pattern=NAME_PATTERN)
     priority: Annotated[int, WithJsonSchema(PRIORITY_SCHEMA)] = 0
     task_count: int = Field(default=1, ge=0, le=10000)
-    request: Annotated[dict[str, int], WithJsonSchema(request_schema())] = Field(default_factory=dict)
+    request: Annotated[dict[str, int], WithJsonSchema(request_schema(nullable=True))] = Field(default_factory=dict)
     # The program (first item) must hold a non-space: `prefixItems` states it, with the NUL rule
     # that `items` states for the arguments after it.
     command: list[KernelString] = Field(min_length=1, json_schema_extra={

@@ -155,6 +155,8 @@ def revert_job(d: Draft, key: str, payload: Any) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise ApiError(422, "", 'the body must be a JSON object such as {"version": 2}')
     version = payload.get("version")
+    if isinstance(version, float) and version.is_integer():
+        version = int(version)  # JSON has one number type: 2.0 is the version 2
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise ApiError(422, "version", "must be a version number (0 or more), as `job history` lists them")
     if set(payload) - {"version"}:

@@ -1,10 +1,13 @@
-"""Schemathesis hooks for the master's contract run: a read that would stream (a watch, followed logs, the events) ends within a second, a revision floor is one the cache has reached, a `task exec` ends within a second, and an autoscale `max` is not below its `min`."""
+"""Schemathesis hooks for the master's contract run: a read that would stream (a watch, followed logs, the events) ends within a second, a revision floor is one the cache has reached, a `task exec` ends within a second, an autoscale `max` is not below its `min`, and a job file's PUT names the job of its path."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import schemathesis
+
+from reference.jobspec import NAME_PATTERN
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -14,6 +17,7 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
     """A valid value replaced by another valid one, so the case stays as valid or invalid as generated."""
     _autoscale_in_order(case.body)
     _exec_within_a_second(case)
+    _file_names_its_path(case)
     query = case.query
     if query is None:
         return
@@ -53,3 +57,15 @@ def _exec_within_a_second(case: Any) -> None:
     limit = body.get("timeout_s", 60)  # left out: the default, 60 s
     if isinstance(limit, int | float) and not isinstance(limit, bool) and 0 < limit <= 600:
         body["timeout_s"] = 1
+
+
+def _file_names_its_path(case: Any) -> None:
+    """A `PUT /v1/jobs/{user}/{name}` whose file names another job is refused (422): the one rule
+    between a path and its body that JSON Schema cannot state. The path (any strings) takes the
+    body's user and name when both are valid names, so the case stays as valid or invalid as
+    generated and a 422 stays a failure for valid data."""
+    body, path = case.body, case.path_parameters
+    if case.method.upper() != "PUT" or case.path != "/v1/jobs/{user}/{name}" or not isinstance(body, dict) or path is None:
+        return
+    if all(isinstance(body.get(k), str) and re.fullmatch(NAME_PATTERN, body[k]) for k in ("user", "name")):
+        path["user"], path["name"] = body["user"], body["name"]
