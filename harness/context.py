@@ -59,6 +59,8 @@ class Context:
     clock: Callable[[], float] = time.monotonic
     #: The image every job names (a docker-runtime cell runs them as containers); None: none.
     image: str | None = None
+    #: Whether the admin's drain rules run (harness/drain_rules.py; `--no-drains` leaves them out).
+    drains: bool = True
 
 
 CTX: Context | None = None

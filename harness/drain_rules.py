@@ -53,7 +53,7 @@ class DrainRules(ExampleState):
             )
         ]  # fmt: skip
 
-    @precondition(lambda self: self.c.cell is not None)
+    @precondition(lambda self: self.c.cell is not None and self.c.drains)
     @rule(i=st.integers(0, 10), deadline=st.sampled_from(DEADLINES))
     def drain_machine(self, i: int, deadline: float | None) -> None:
         """Uncordon the machine drained before (if MAX_DRAINED are), then drain another (one

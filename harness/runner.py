@@ -30,6 +30,7 @@ class Plan:
     replay: str | None  # a Hypothesis failure blob, printed by an earlier failing run
     history_path: str | None = None
     runtime: str = "process"  # the started cell's borglets' --runtime
+    drains: bool = True  # the admin's drain rules run
 
 
 def run(plan: Plan) -> RunResult:
@@ -48,7 +49,8 @@ def run(plan: Plan) -> RunResult:
             token=cell.admin_token() if cell is not None else None,
         )
         ctx = context.Context(api=api, cell=cell, history=api.history,
-                              image=context.DOCKER_IMAGE if plan.runtime == "docker" else None)  # fmt: skip
+                              image=context.DOCKER_IMAGE if plan.runtime == "docker" else None,
+                              drains=plan.drains)  # fmt: skip
         context.CTX = ctx
         failure = _run_hypothesis(plan)
         if failure is not None and ctx.failures:

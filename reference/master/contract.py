@@ -188,6 +188,9 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/jobs/{user}/{name}/tasks/{index}/exec"): ExecBody,
 }
 
+# Bodies that may be left out (an empty request body): a drain without a deadline.
+OPTIONAL_BODIES = {("post", "/v1/machines/{name}/drain")}
+
 
 def _component(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -204,7 +207,7 @@ def document(app: FastAPI) -> dict[str, Any]:
     for (method, path), model in BODIES.items():
         operation = doc["paths"][path][method]
         operation["requestBody"] = {
-            "required": True,
+            "required": (method, path) not in OPTIONAL_BODIES,
             "content": {"application/json": {"schema": _component(model, schemas)}},
         }
         # Refused on the wire, before any handler runs (reference/wirelimits.py).

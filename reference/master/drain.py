@@ -148,6 +148,8 @@ def register(app: FastAPI, replica: Any, write: Write, stamped: Callable[..., JS
     async def drain_machine(name: str, request: Request, payload: Any = Body(None)) -> Response:
         """Mark the machine unschedulable and move its tasks off within each job's budget."""
         try:
+            if payload is None and (await request.body()).strip():  # JSON null, not an empty body
+                raise ApiError(422, "", 'the body must be a JSON object, e.g. {"deadline_s": 600}, or empty')
             deadline_s = parse_deadline(payload)
         except ApiError as err:
             return JSONResponse(status_code=err.status, content={"detail": err.errors})

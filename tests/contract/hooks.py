@@ -25,7 +25,10 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
         if str(query.get(flag, "")).lower() in _TRUE:
             query[flag] = "false"
     # A floor ahead of the cache is a 503 by design (docs/api.md, Freshness of reads).
-    if str(query.get("min_revision", "")).strip().isdigit():
+    floor = query.get("min_revision")
+    if isinstance(floor, list):  # the parameter given more than once: each floor, as one
+        query["min_revision"] = ["0" if str(v).strip().isdigit() else v for v in floor]
+    elif str(floor if floor is not None else "").strip().isdigit():
         query["min_revision"] = "0"
     if case.path == "/v1/events":
         timeout = query.get("timeout_s")
