@@ -158,7 +158,7 @@ def _index_problems(model: CellState, s: CellState, policy, key: str, i: int, t:
     if t.state is TaskState.DEAD:
         return [f"{t.id} is DEAD ({t.cause}) though its job's policy restarts it"] if restart_allowed(policy, t.cause) else []
     if t.state is TaskState.PENDING:
-        room = _room_for(s, key, t)
+        room = room_for(s, key, t)
         return [f"{t.id} is PENDING though {room} has room for it"] if room else []
     job = s.jobs[key]
     if is_stale(t, job) and roll(s, t.id) is not None:  # a roll the spec allows: within the job's budget
@@ -166,7 +166,7 @@ def _index_problems(model: CellState, s: CellState, policy, key: str, i: int, t:
     return []
 
 
-def _room_for(s: CellState, key: str, t: Task) -> str | None:
+def room_for(s: CellState, key: str, t: Task) -> str | None:
     job = s.jobs[key]
     if job.alloc is not None:
         # Task i of a job in an alloc set may run only in alloc i: room elsewhere is no room.

@@ -181,9 +181,9 @@ def test_a_drained_machine_takes_no_new_task_and_an_uncordon_is_seen() -> None:
 
 
 def test_a_drained_machine_has_no_room_for_a_pending_task() -> None:
-    from harness.checks import _room_for
+    from harness.checks import room_for
 
     pending = task(0, TaskState.PENDING)
-    assert _room_for(state(pending), JOB.key, pending) == "m0"
+    assert room_for(state(pending), JOB.key, pending) == "m0"
     only_drained = _drained().set("m1", Machine("m1", Resources.of(cpu=2000), up=False))
-    assert _room_for(state(pending, machines=only_drained), JOB.key, pending) is None
+    assert room_for(state(pending, machines=only_drained), JOB.key, pending) is None
