@@ -326,7 +326,7 @@ class JobSpec(BaseModel):
     name: str = Field(pattern=NAME_PATTERN)
     user: str = Field(pattern=NAME_PATTERN)
     priority: Annotated[int, WithJsonSchema(PRIORITY_SCHEMA)] = 0
-    task_count: int = Field(default=1, ge=0, le=10000, strict=True)
+    task_count: int = Field(default=1, ge=0, le=10000)
     request: Annotated[dict[str, int], WithJsonSchema(request_schema(nullable=True))] = Field(default_factory=dict)
     # The program (first item) must hold a non-space: `prefixItems` states it, with the NUL rule
     # that `items` states for the arguments after it.
@@ -353,8 +353,8 @@ class JobSpec(BaseModel):
     autoscale: AutoscaleSpec | None = None
     # How many processes and threads each task may have at once (its pids cgroup, a container's
     # pids limit): a fork bomb stops there. The default is a container's (borglet/containers.py).
-    pids_max: int = Field(default=1024, ge=1, le=1_000_000, strict=True)
-    max_unavailable: int = Field(default=1, ge=1, le=10000, strict=True, description=(
+    pids_max: int = Field(default=1024, ge=1, le=1_000_000)
+    max_unavailable: int = Field(default=1, ge=1, le=10000, description=(
         "how many of the job's tasks a rolling update (`job run` of a changed file) or a machine drain may take"
         " down at once; 1 by default: one task is replaced, and confirmed running (and healthy, with a health"
         " check), before the next"
@@ -364,6 +364,14 @@ class JobSpec(BaseModel):
     @classmethod
     def _priority(cls, value: Any) -> int:
         return parse_priority(value)
+
+    @field_validator("task_count", "pids_max", "max_unavailable", mode="before")
+    @classmethod
+    def _whole(cls, value: Any) -> Any:
+        # A count is a JSON integer (3 or 3.0), never true/false nor a string.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("must be a whole number, e.g. 3")
+        return value
 
     @field_validator("request", mode="before")
     @classmethod
