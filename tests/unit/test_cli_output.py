@@ -5,10 +5,8 @@ on the fast path; the fast path and the full command line print the same."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from typer.testing import CliRunner
 from reference.cli import fast as cli_fast
 from reference.cli import output as cli_output
 from reference.cli.app import app
+from tests.unit.fakehttp import JsonHandler, serving
 
 JOB = {"key": "demo/web", "name": "web", "user": "demo", "priority": 200, "task_count": 2,
        "request": {"cpu": "100m", "ram": 67108864}, "env": {"cpu": "4"}, "restart_policy": "always",
@@ -92,7 +91,7 @@ def test_a_template_outside_the_subset_is_refused_with_what_is_understood(templa
 def master() -> Iterator[tuple[str, list[Any]]]:
     posted: list[Any] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_GET(self) -> None:  # noqa: N802
             path, _, query = self.path.partition("?")
             if "watch=true" in query:
@@ -136,23 +135,8 @@ def master() -> Iterator[tuple[str, list[Any]]]:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             self.wfile.write(b"0\r\n\r\n")
 
-        def answer(self, status: int, data: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", posted
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, posted
 
 
 def full(args: list[str]) -> Any:

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from reference import execspec
 from reference.borglet import execute, processes
 from reference.execspec import ExecError, parse_exec
+from tests.unit.fakehttp import JsonHandler, serving
 
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "GREETING": "hello"}
 
@@ -108,28 +107,15 @@ def master() -> Iterator[tuple[str, list[dict[str, object]]]]:
     """A master that answers every exec with ANSWER (timed out when the command is `sleep`); the bodies it got."""
     got: list[dict[str, object]] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_POST(self) -> None:  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             got.append(body)
             answer = {**ANSWER, "timed_out": True, "exit_code": 137, "signal": 9} if body["command"][0] == "sleep" else ANSWER
-            data = json.dumps(answer).encode()
-            self.send_response(200 if self.path == "/v1/jobs/demo/web/tasks/0/exec" else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.answer(200 if self.path == "/v1/jobs/demo/web/tasks/0/exec" else 404, json.dumps(answer).encode())
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", got
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, got
 
 
 @pytest.mark.parametrize(("command", "code"), [(["sh", "-c", "exit 3", "--json"], 3), (["sleep", "30"], 124)])
