@@ -123,8 +123,9 @@ def fauxmaster(
     Placed tasks with their machines, pending ones with the scheduler's reasons, preempted
     tasks by job and priority. Nothing touches a live cell."""
     from reference import jobspec
-    from reference.fauxmaster import CheckpointError, Fauxmaster, answers
+    from reference.fauxmaster import CheckpointError, Fauxmaster
     from reference.fauxmaster import checkpoint as ckpt
+    from reference.master import answers
     from reference.master.mutations import ApiError
 
     try:

@@ -4,7 +4,8 @@
   stub borglets; `apply_job`, `schedule_all_pending(seed)`, `fail_machine`, `fail_rack`,
   `advance(seconds)`, each through the code the leader runs.
 - `checkpoint`: the cell at one etcd revision as a versioned JSON file (docs/checkpoint.md).
-- `whatif.remove_machine`: which tasks would move (to where) or stay pending if a machine left.
+- What would move if a machine left, and where a job would go, are the master's dry run
+  (`master.dryrun`), one pass on a draft: the pass each `schedule_all_pending` runs.
 - `pack(machines, jobs, seed)`: one scheduling pass of a workload on an empty cell, for
   experiments that pack through the scheduler; returns {task id: machine} of what was placed.
   For the reasons of what was not, use `Fauxmaster.from_workload(...).schedule_all_pending(seed).plan`.

@@ -3,9 +3,9 @@
 Borg's Fauxmaster is the Borgmaster's code with the borglets stubbed out. Here every change
 goes through a `Draft` (spec actions only) and every decision is the master's: a submitted
 job through `mutations.submit_job` (validation, admission, quota), a scheduling pass through
-the leader's `restart_dead`, `roll_stale`, `plan_for`, `commit_plan` and
-`record_pending_reasons`, a machine failure through the poller's `machine_down` step. What
-is simulated is only what a borglet would do: a placed task's process starts at once or after
+the leader's pass as the master's dry run runs it (`master.dryrun.one_pass`: `restart_dead`,
+`roll_stale`, `plan_for`, `commit_plan`, `record_pending_reasons`), a machine failure
+through the poller's `machine_down` step. What is simulated is only what a borglet would do: a placed task's process starts at once or after
 `start_delay_s`, and a task of a job given a runtime finishes that long after it started;
 what a borglet would report of a task's usage is given to `reclaim`, which runs the
 leader's reclaimer tick on it.
@@ -24,25 +24,15 @@ from typing import Any, TypeVar
 from reference.elastic.reservation import DEFAULT_HALF_LIFE_S, DEFAULT_MARGIN
 from reference.jobspec import JobSpec
 from reference.master.cell import Cell, Draft, JobInfo
-from reference.master.leader import (
-    commit_plan,
-    pass_work,
-    record_pending_reasons,
-    restart_dead,
-    roll_stale,
-)
+from reference.master.dryrun import one_pass
+from reference.master.leader import pass_work
 from reference.master.mutations import submit_job
 from reference.master.reclaimer import apply_reservations, reservation_changes
-from reference.scheduler import Plan, SchedulerConfig, plan_for
+from reference.scheduler import Plan, SchedulerConfig
 from spec.model import CellState, Job, Machine, QuotaKey, Resources, TaskId, TaskState
 
 T = TypeVar("T")
 RECLAIM_INTERVAL_S = 5.0  # the leader's reclaimer ticks this often (`Reclaimer` interval)
-
-
-def _all(wanted: int) -> int:
-    """No rate limit: simulated time has no burst to protect."""
-    return wanted
 
 
 def job_file_of(job: Job) -> JobSpec:
@@ -177,16 +167,7 @@ class Fauxmaster:
         """One leader pass: restart what its job's policy restarts, roll stale tasks, plan every
         PENDING task with `seed`, commit the plan and record why the rest found no place."""
 
-        def one_pass(d: Draft) -> PassResult:
-            candidates = pass_work(d.state)
-            restarted = restart_dead(d, candidates, _all)
-            rolled = roll_stale(d, candidates, _all)
-            plan = plan_for(d.state, self.config, seed=seed)
-            placed, conflicts = commit_plan(d, plan)
-            record_pending_reasons(d, plan)
-            return PassResult(plan, placed, conflicts, restarted, rolled, self.now)
-
-        result = self.change(one_pass)
+        result = self.change(lambda d: PassResult(*one_pass(d, self.config, seed), self.now))
         self.passes.append(result)
         self._run_due()
         return result

@@ -1,8 +1,9 @@
-"""Would it fit? A job submitted with `dry_run=true`, and a machine's removal asked `GET /v1/whatif`, answered by a Fauxmaster on a copy of the watch cache's cell: nothing is written.
+"""Would it fit? A job submitted with `dry_run=true`, and a machine's removal asked `GET /v1/whatif`, answered by one leader pass on a draft of the watch cache's cell: nothing is written.
 
-The Fauxmaster (reference/fauxmaster/) runs the leader's own code on the copy: the submit's
-validation and quota admission, then one scheduling pass over every pending task (the new
-job's tasks compete with those already waiting, as they would in the cell). The pass uses
+The draft runs the leader's own code: the submit's validation and quota admission, then one
+scheduling pass over every pending task (`one_pass`: the new job's tasks compete with those
+already waiting, as they would in the cell). The Fauxmaster (reference/fauxmaster/, a layer
+above the master) runs the same `one_pass` for each of its passes. The pass uses
 seed 0; the leader's seed is its pass count, so on a cell of more machines than relaxed
 randomization samples (`SchedulerConfig.sample_size`) the machine named may differ from the
 one the cell picks, while whether a task fits, and its reasons when it does not, do not.
@@ -10,15 +11,53 @@ one the cell picks, while whether a task fits, and its reasons when it does not,
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
-from reference.fauxmaster import Fauxmaster, answers, whatif
-from reference.master.cell import Cell
-from reference.scheduler import Plan
+from reference.master import answers
+from reference.master.cell import Cell, Draft
+from reference.master.leader import (
+    commit_plan,
+    pass_work,
+    record_pending_reasons,
+    restart_dead,
+    roll_stale,
+)
+from reference.master.mutations import remove_machine as drain_and_remove
+from reference.master.mutations import submit_job
+from reference.scheduler import Plan, SchedulerConfig, plan_for
+from spec.model import TaskState
 
 SEED = 0
+
+
+class Pass(NamedTuple):
+    """One scheduling pass on a draft: its plan, what it committed, and the restarts and rolls before it."""
+
+    plan: Plan
+    placed: int
+    conflicts: int
+    restarted: int
+    rolled: int
+
+
+def _all(wanted: int) -> int:
+    """No rate limit: a pass on a copy has no burst to protect."""
+    return wanted
+
+
+def one_pass(d: Draft, config: SchedulerConfig, seed: int = SEED) -> Pass:
+    """The leader's pass on draft `d`, unlimited: restart what its job's policy restarts, roll
+    stale tasks, plan every PENDING task with `seed`, commit the plan and record why the rest
+    found no place."""
+    candidates = pass_work(d.state)
+    restarted = restart_dead(d, candidates, _all)
+    rolled = roll_stale(d, candidates, _all)
+    plan = plan_for(d.state, config, seed=seed)
+    placed, conflicts = commit_plan(d, plan)
+    record_pending_reasons(d, plan)
+    return Pass(plan, placed, conflicts, restarted, rolled)
 
 
 class WouldPlace(BaseModel):
@@ -79,10 +118,10 @@ class WhatIf(BaseModel):
 
 def submit(cell: Cell, payload: Any, seed: int = SEED) -> dict[str, Any]:
     """The dry run of submitting `payload` on `cell`; raises ApiError as the submit would."""
-    fm = Fauxmaster(cell)
-    key = fm.apply_job(payload)
-    result = fm.schedule_all_pending(seed)
-    state = fm.state
+    d = Draft(cell, 0.0)
+    key = submit_job(d, payload)
+    result = one_pass(d, SchedulerConfig(), seed)
+    state = d.state
     mine = state.task_ids_of(key)
     job = state.jobs[key]
     quota = state.quota_for(job.user, job.band)
@@ -102,6 +141,22 @@ def submit(cell: Cell, payload: Any, seed: int = SEED) -> dict[str, Any]:
     ).model_dump(mode="json")
 
 
-def remove_machine(cell: Cell, name: str, seed: int = SEED) -> dict[str, Any]:
-    """`whatif.remove_machine` in the answer's declared shape; ApiError 404 for an unknown machine."""
-    return WhatIf.model_validate(whatif.remove_machine(cell, name, seed)).model_dump(mode="json", by_alias=True)
+def remove_machine(cell: Cell, name: str, seed: int = SEED, config: SchedulerConfig | None = None) -> dict[str, Any]:
+    """Remove machine `name` as `DELETE /v1/machines/{name}` does (its tasks evicted for
+    maintenance), run one scheduling pass, and say where each of its tasks went or why it
+    stays pending, and what the moves preempt. Raises `mutations.ApiError` (404) for an
+    unknown machine. `cell` is not changed."""
+    d = Draft(cell, 0.0)
+    on = [t.id for t in d.state.running_on(name)]
+    drain_and_remove(d, name)
+    result = one_pass(d, config or SchedulerConfig(), seed)
+    state = d.state
+    moves = [
+        {"task": str(tid), "from": name, "to": state.tasks[tid].machine}
+        for tid in on
+        if state.tasks[tid].state is TaskState.RUNNING
+    ]
+    return WhatIf.model_validate({
+        "remove_machine": name, "moves": moves, "pending": answers.pending(state, result.plan, on),
+        "preempted": answers.preempted(state, [result.plan]), "revision": cell.revision, "seed": seed,
+    }).model_dump(mode="json", by_alias=True)  # fmt: skip

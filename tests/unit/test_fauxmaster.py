@@ -9,8 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from reference.cli.app import app
-from reference.fauxmaster import CheckpointError, Fauxmaster, pack, whatif
+from reference.fauxmaster import CheckpointError, Fauxmaster, pack
 from reference.fauxmaster import checkpoint as ckpt
+from reference.master import dryrun
 from reference.master.leader import commit_plan
 from reference.master.mutations import ApiError
 from reference.scheduler import plan_for
@@ -156,12 +157,12 @@ def test_whatif_remove_machine_moves_its_tasks_and_changes_nothing() -> None:
     before = fm.cell
     # m0 holds 2 tasks (3000m of 4000m), m1 one: of m0's two, one more fits on m1.
     busy = max(("m0", "m1"), key=lambda m: len(before.state.running_on(m)))
-    answer = whatif.remove_machine(before, busy)
+    answer = dryrun.remove_machine(before, busy)
     assert len(answer["moves"]) == 1 and answer["moves"][0]["to"] != busy
     assert len(answer["pending"]) == 1 and "machines have 1500m free" in answer["pending"][0]["reason"]
     assert fm.cell is before and before.state.machines[busy].up
     with pytest.raises(ApiError):
-        whatif.remove_machine(before, "nowhere")
+        dryrun.remove_machine(before, "nowhere")
 
 
 def test_commit_of_a_fauxmaster_plan_on_the_same_state_has_no_conflict() -> None:

@@ -1,4 +1,4 @@
-"""What a Fauxmaster run says: where tasks went, what they preempted (by job and priority), and why the rest stay pending."""
+"""What a pass on a copy of the cell says (a dry run, a what-if, a Fauxmaster run): where tasks went, what they preempted (by job and priority), and why the rest stay pending."""
 
 from __future__ import annotations
 
