@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 
 from reference.cellfile import CELL_FILE, state_dir_path
+from reference.launcher.netns import Network
 from reference.store.tls import StoreTLS
 
 # Process start times agree to within this many seconds between two psutil reads.
@@ -104,6 +105,9 @@ class CellInfo:
     etcd_tls: StoreTLS | None = None
     # What etcd's /version said when its members last started (`cell status` shows it).
     etcd_version: str | None = None
+    # Set for a cell on hosts of its own (`--hosts netns`): its bridge, and each process's
+    # namespace and address; None: every process on the host's loopback.
+    network: Network | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -120,6 +124,10 @@ class CellInfo:
             del data["machine_shares"]
         if self.etcd_version is None:
             del data["etcd_version"]
+        if self.network is None:
+            del data["network"]
+        else:
+            data["network"] = self.network.to_json()
         if self.etcd_tls is None:
             del data["etcd_tls"]
         else:
@@ -149,6 +157,7 @@ class CellInfo:
             machine_shares=data.get("machine_shares"),
             etcd_tls=StoreTLS.from_json(data.get("etcd_tls")),
             etcd_version=data.get("etcd_version"),
+            network=Network.from_json(data.get("network")),
         )
 
     def save(self) -> None:
@@ -169,6 +178,10 @@ class CellInfo:
 
     def of_role(self, role: Role) -> list[ProcessRecord]:
         return [p for p in self.processes if p.role is role]
+
+    def address_of(self, name: str) -> str | None:
+        """The address of process `name`'s host on a netns cell; None on a loopback cell."""
+        return self.network.address(name) if self.network is not None else None
 
     def running(self) -> list[ProcessRecord]:
         return [p for p in self.processes if is_alive(p)]
