@@ -38,6 +38,11 @@ class ErrorBody(BaseModel):
     detail: list[FieldError]
 
 
+def detail(field: str, error: str) -> dict[str, Any]:
+    """An `ErrorBody` of one problem."""
+    return {"detail": [{"field": field, "error": error}]}
+
+
 class GoneError(FieldError):
     floor: int = Field(description="the oldest revision this replica can replay")
 
