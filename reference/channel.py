@@ -11,8 +11,11 @@ The borglet (`Verifier`, an ASGI middleware) answers 401, before any handler run
 that lacks them, is signed with another key, was altered, is meant for another machine, or was
 signed more than `WINDOW_S` seconds from its own clock. Naming the machine keeps a sync signed
 for one borglet from being replayed to another inside the window; a replay to the same borglet
-is refused by the sync protocol's (epoch, seq) fence. The channel authenticates; it does not
-encrypt (docs/security.md), and docs/decisions.md says why HMAC and not mutual TLS.
+is refused by the sync protocol's (epoch, seq) fence. The signature authenticates the master;
+in a cell run with TLS (`cell up --tls`) the channel is HTTPS besides: each borglet serves
+with its own certificate from the cell's CA, which the masters verify (`trust_ca`, `peer_verify`),
+so the borglet is authenticated to the master and nothing crosses the link in clear.
+docs/decisions.md says why the signature stays on top of TLS rather than client certificates.
 
 Use: `key = load_key(path)`; a client passes `auth=ClientAuth(key)` to its `httpx.Client` or
 `httpx.AsyncClient` and `headers=to_machine(name)` to each request; a server wraps its ASGI app
@@ -22,15 +25,18 @@ a request is addressed to.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import hmac
 import json
 import math
 import os
 import secrets
+import ssl
 import stat
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +183,88 @@ def verify(
             "the signature does not match: another cell's key, or an altered request",
         )
     return None
+
+
+# --- TLS: whom a master trusts ------------------------------------------------------------------
+
+_trusted: ssl.SSLContext | None = None
+
+
+def ca_context(ca_file: str | os.PathLike[str]) -> ssl.SSLContext:
+    """A client's TLS context that trusts the CA in `ca_file` alone and checks each server's
+    name (its certificate's subjectAltNames) against the address it was reached at."""
+    return ssl.create_default_context(cafile=os.fspath(ca_file))
+
+
+def trust_ca(ca_file: str | os.PathLike[str] | None) -> None:
+    """Verify every https server this process calls (borglets, other replicas, the leader)
+    with the cell's CA in `ca_file`, from now on; None: the system's CAs again."""
+    global _trusted
+    _trusted = None if ca_file is None else ca_context(ca_file)
+
+
+def peer_verify() -> ssl.SSLContext | bool:
+    """httpx's `verify` for a request to a peer of the cell: the cell's CA when `trust_ca`
+    named one, else True (the system's CAs). An http URL ignores it."""
+    return _trusted if _trusted is not None else True
+
+
+@dataclass(frozen=True)
+class ServerTLS:
+    """The certificate (PEM, its chain to the cell's CA) and private key a server answers with."""
+
+    cert_file: str
+    key_file: str
+
+    def args(self) -> list[str]:
+        return ["--tls-cert-file", self.cert_file, "--tls-key-file", self.key_file]
+
+    def options(self) -> dict[str, Any]:
+        """uvicorn.Config's options: TLS 1.2 at least (OpenSSL 3's floor), no client certificate."""
+        return {"ssl_certfile": self.cert_file, "ssl_keyfile": self.key_file, "ssl_version": ssl.PROTOCOL_TLS_SERVER}
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser, *, serves: bool = True, calls: bool = True) -> None:
+    """A process's TLS flags, named as the Kubernetes API server names them: the certificate
+    it serves with (`serves`), the CA that verifies the https servers it calls (`calls`)."""
+    if calls:
+        parser.add_argument(
+            "--tls-ca-file", default=None,
+            help="the cell's CA (PEM): the https borglets and replicas this process calls must show a "
+            "certificate it signed, for the address they are called at",
+        )
+    if not serves:
+        return
+    parser.add_argument(
+        "--tls-cert-file", default=None,
+        help="serve HTTPS only, with this certificate (PEM; `cell up --tls` issues one from the cell's CA)",
+    )
+    parser.add_argument("--tls-key-file", default=None, help="the private key of --tls-cert-file")
+
+
+def tls_from_arguments(args: argparse.Namespace) -> ServerTLS | None:
+    """The server's flags of `add_tls_arguments`: both or neither (plain HTTP); a ValueError saying
+    what to fix for one alone, a file that cannot be read, or a key that is not the
+    certificate's. A readable --tls-ca-file is made the process's trust (`trust_ca`)."""
+    ca = getattr(args, "tls_ca_file", None)
+    if ca:
+        try:
+            trust_ca(ca)
+        except (ssl.SSLError, OSError) as err:
+            raise ValueError(f"--tls-ca-file {ca}: {err}") from None
+    cert, key = getattr(args, "tls_cert_file", None), getattr(args, "tls_key_file", None)
+    if not cert and not key:
+        return None
+    if not (cert and key):
+        raise ValueError("--tls-cert-file and --tls-key-file go together: give both or neither")
+    unreadable = [p for p in (cert, key) if not os.access(p, os.R_OK)]
+    if unreadable:
+        raise ValueError(f"cannot read the server's TLS files: {', '.join(unreadable)}")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as err:
+        raise ValueError(f"--tls-cert-file {cert} with --tls-key-file {key}: {err}") from None
+    return ServerTLS(cert, key)
 
 
 # --- the client side -----------------------------------------------------------------------------

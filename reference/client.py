@@ -1,8 +1,14 @@
-"""HTTP client of the master's API v1: finds the cell, fails over between replicas, retries 503."""
+"""HTTP client of the master's API v1: finds the cell, fails over between replicas, retries 503.
+
+An https cell is verified with its CA: the one given, else $MINBORG_CA (a context's `ca`), else
+the local cell's `<state dir>/pki/ca.crt` (`cli.http.ca_file`); a replica whose
+certificate that CA does not vouch for fails at once with one line saying what to do.
+"""
 
 from __future__ import annotations
 
 import os
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,7 +32,13 @@ from reference.cellfile import (  # re-exported: the client's public names
     split_urls,
     state_dir_path,
 )
-from reference.cli.http import Message, parse_sse  # the fast path's too: one parser
+from reference.cli.http import (  # the fast path's too
+    Message,
+    ca_file,
+    parse_sse,
+    tls_context,
+    untrusted,
+)
 from reference.endpoints import Endpoints
 
 __all__ = [
@@ -60,6 +72,8 @@ class CellClient:
     A replica that answered last is tried first next time. `503` (no leader yet) is retried
     for at most `retry_s` seconds, honouring Retry-After; other errors raise ClientError.
     Every request carries `token` (default: $MINBORG_TOKEN) as `Authorization: Bearer`.
+    https replicas must show a certificate of `ca` (a CA file; default `cli.http.ca_file`:
+    $MINBORG_CA, else the local cell's), or `verify` (an ssl.SSLContext) when given.
     """
 
     def __init__(
@@ -72,6 +86,8 @@ class CellClient:
         clock: Callable[[], float] = time.monotonic,
         transport: httpx.BaseTransport | None = None,
         token: str | None = None,
+        ca: str | None = None,
+        verify: ssl.SSLContext | None = None,
     ) -> None:
         if not urls:
             raise ValueError("CellClient needs at least one master URL")
@@ -79,7 +95,10 @@ class CellClient:
         self.retry_s = retry_s
         self._sleep, self._clock = sleep, clock
         token = token or os.environ.get(TOKEN_ENV)
-        self._http = httpx.Client(timeout=timeout, transport=transport, headers=auth_headers(token))
+        https = any(url.startswith("https://") for url in urls)
+        self.ca = (ca or ca_file()) if https and verify is None else ca
+        tls: ssl.SSLContext | bool = verify or (tls_context(self.ca) if https else True)
+        self._http = httpx.Client(timeout=timeout, transport=transport, headers=auth_headers(token), verify=tls)
 
     @classmethod
     def discover(
@@ -90,8 +109,12 @@ class CellClient:
         **kw: Any,
     ) -> CellClient:
         """A client of the cell that --master, $MINBORG_MASTER or the state dir names, with the
-        token --token, $MINBORG_TOKEN or the state dir's admin token gives."""
-        return cls(master_urls(master, state_dir), token=find_token(token, state_dir), **kw)
+        token --token, $MINBORG_TOKEN or the state dir's admin token gives, trusting the CA
+        $MINBORG_CA or the state dir's gives."""
+        urls = master_urls(master, state_dir)
+        if any(url.startswith("https://") for url in urls) and not kw.get("verify"):
+            kw.setdefault("ca", ca_file(state_dir))
+        return cls(urls, token=find_token(token, state_dir), **kw)
 
     def close(self) -> None:
         self._http.close()
@@ -121,6 +144,7 @@ class CellClient:
                 try:
                     response = self._http.request(method, url + path, json=json, params=params)
                 except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+                    self._refuse_untrusted(url, err)
                     failures.append(f"{url}: {_reason(err)}")  # never reached the replica
                     continue
                 except httpx.TransportError as err:
@@ -150,6 +174,15 @@ class CellClient:
                     ", ".join(self.masters.urls) if status == NO_ANSWER else None,
                 )
             self._sleep(wait)
+
+    def _refuse_untrusted(self, url: str, err: Exception) -> None:
+        """The one-line ClientError of `cli.http.untrusted` for a failed certificate check:
+        another replica would fail it as well, so it is not retried."""
+        cause: BaseException | None = err
+        while cause is not None and not isinstance(cause, ssl.SSLCertVerificationError):
+            cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            raise untrusted(url, self.ca, cause.verify_message or str(cause)) from None
 
     # --- API v1, one method per route ------------------------------------------------------
 
@@ -210,6 +243,7 @@ class CellClient:
             except httpx.TransportError as err:
                 if began:
                     return  # cut after it began: the stream just ends
+                self._refuse_untrusted(url, err)
                 failures.append(f"{url}: {_reason(err)}")
         raise ClientError(NO_ANSWER, "no master replica could serve the stream: " + "; ".join(failures))
 

@@ -7,7 +7,9 @@ the exit signal, so shutting down is as prompt as before.
 
 Every server run here (masters, borglets, hollow borglets) speaks HTTP through
 `wirelimits.LimitedProtocol`: uvicorn's httptools protocol with limits on header size, body
-size, header-read time and connections per client.
+size, header-read time and connections per client. Given a certificate (`channel.ServerTLS`, from
+the `--tls-cert-file`/`--tls-key-file` flags of `channel.add_tls_arguments`), a server speaks HTTPS only: a
+plain HTTP request to its port fails the TLS handshake and gets no HTTP answer at all.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
 from reference import gctune, wirelimits
+from reference.channel import ServerTLS
 
 TICK_S = 1.0
 
@@ -47,15 +50,22 @@ class QuietServer(uvicorn.Server):
                 await asyncio.wait_for(self._exit_asked.wait(), TICK_S)
 
 
-def run(app: Any, host: str, port: int, limits: wirelimits.WireLimits = wirelimits.MASTER, **options: Any) -> None:
+def run(
+    app: Any, host: str, port: int, limits: wirelimits.WireLimits = wirelimits.MASTER, *, tls: ServerTLS | None = None,
+    **options: Any,
+) -> None:  # fmt: skip
     """uvicorn.run(app, ...) for an app object, through QuietServer, with `limits` on the wire
-    (as the MINBORG_* variables of `wirelimits.ENV` change them): a server that could not start
-    (its port taken, say) ends the process with uvicorn's own exit status."""
+    (as the MINBORG_* variables of `wirelimits.ENV` change them), over HTTPS only with `tls`: a
+    server that could not start (its port taken, say) ends the process with uvicorn's own exit
+    status."""
     try:
         limits = wirelimits.from_env(limits)
     except ValueError as err:
         sys.exit(f"limits on the wire: {err}")
-    config = uvicorn.Config(app, host=host, port=port, http=wirelimits.limited(limits), ws="none", **options)
+    config = uvicorn.Config(
+        app, host=host, port=port, http=wirelimits.limited(limits), ws="none",
+        **(tls.options() if tls else {}), **options,
+    )  # fmt: skip
     server = QuietServer(config)
     gctune.tune()
     with contextlib.suppress(KeyboardInterrupt):

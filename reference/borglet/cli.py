@@ -134,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run without a channel key, obeying anyone who reaches the port, who can then run any "
         "command on this machine: for experiments run by hand on a private machine only",
     )
+    channel.add_tls_arguments(parser, calls=False)
     parser.add_argument(
         "--join-cgroup",
         action="append",
@@ -170,10 +171,13 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--start-rate must be a positive number of starts per second, not {args.start_rate}")
     try:
         join_cgroups(args.join_cgroup)
+        tls = channel.tls_from_arguments(args)
     except OSError as err:
         parser.error(f"--join-cgroup: {err}")
+    except ValueError as err:
+        parser.error(str(err))
     if args.hollow:
-        _serve_hollow(parser, args, host, port, capacity, attrs)
+        _serve_hollow(parser, args, host, port, capacity, attrs, tls)
         return
     if not args.name or not args.state_dir:
         parser.error("--name and --state-dir are required (except with --hollow N)")
@@ -240,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     # uvicorn shuts down gracefully on SIGTERM and then re-raises it to the handler that was
     # there before; making that handler exit 0 reports the requested stop as a clean exit.
     signal.signal(signal.SIGTERM, _exit_cleanly)
-    serve.run(app, host=host, port=port, limits=WIRE_LIMITS, log_level="warning", access_log=False)
+    serve.run(app, host=host, port=port, limits=WIRE_LIMITS, tls=tls, log_level="warning", access_log=False)
 
 
 def _serve_hollow(
@@ -250,6 +254,7 @@ def _serve_hollow(
     port: int,
     capacity: dict[str, int],
     attrs: dict[str, str],
+    tls: channel.ServerTLS | None = None,
 ) -> None:
     """Serve `--hollow N` simulated machines from this one process until SIGTERM/SIGINT."""
     from reference import serve
@@ -283,7 +288,7 @@ def _serve_hollow(
     signal.signal(signal.SIGTERM, _exit_cleanly)
     # httptools parses a request in C: the per-request cost is the simulated machine's own.
     serve.run(
-        HollowApp(machines, channel_key=key), host=host, port=port, limits=WIRE_LIMITS, log_level="warning",
+        HollowApp(machines, channel_key=key), host=host, port=port, limits=WIRE_LIMITS, tls=tls, log_level="warning",
         access_log=False, lifespan="off",
     )  # fmt: skip
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 
 from reference.cellfile import client_error_message, find_token
-from reference.cli.http import cell_urls
+from reference.cli.http import ca_file, cell_urls
 from reference.cli.output import TemplateError, is_data
 from reference.cli.output import valid as valid_output
 from reference.cli.plain import OUTPUTS, dump, error_text, job_by_name
@@ -121,6 +121,7 @@ class Credentials:
 
 def client(master: str | None, state_dir: str | None, **kw: Any) -> CellClient:
     """The cell's client, as CellClient.discover finds it; a stopped local cell fails at once."""
+    kw.setdefault("ca", ca_file(state_dir))  # an https cell's: $MINBORG_CA, else the state dir's
     return CellClient(cell_urls(master, state_dir), token=find_token(Credentials.token, state_dir), **kw)
 
 

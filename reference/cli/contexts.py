@@ -13,11 +13,14 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is imported by type checkers only: it costs the fast path's start
+    from typing import Any
 
 CONFIG_ENV = "MINBORG_CONFIG"  # another file than ~/.config/minborg/config (tests, several setups)
 CONTEXT_ENV = "MINBORG_CONTEXT"  # a context for this shell only, as --context for one command
-CA_ENV = "SSL_CERT_FILE"  # the CA bundle httpx (the full command line's client) trusts
+CA_ENV = "MINBORG_CA"  # the CA both command lines' clients trust for an https cell (cli/http.py)
 IN_USE_ENV = "MINBORG_CONTEXT_IN_USE"  # set by `apply`: the context this command talks to, for its messages
 NAME_RULE = "letters, digits, '.', '_' and '-', at most 63, starting with a letter or digit"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -133,7 +136,7 @@ def chosen(doc: dict[str, Any], name: str | None) -> tuple[str, dict[str, Any]] 
 def apply(args: list[str], environ: Any = None) -> list[str]:
     """Take a leading `--context NAME` off `args` and, for a command that talks to a cell and
     names none, put the chosen context's master, token, user and CA in the environment (as
-    $MINBORG_MASTER, $MINBORG_TOKEN, $MINBORG_USER, $SSL_CERT_FILE), each only where nothing
+    $MINBORG_MASTER, $MINBORG_TOKEN, $MINBORG_USER, $MINBORG_CA), each only where nothing
     more explicit is set. Returns the arguments left."""
     env = os.environ if environ is None else environ
     name = None

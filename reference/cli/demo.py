@@ -16,6 +16,7 @@ import typer
 
 from reference import jobspec, launcher
 from reference.cellfile import read_admin_token
+from reference.cli.http import ca_file
 from reference.cli.render import console, errors, table, tasks_table
 from reference.client import CellClient, ClientError, Endpoint, RoundRobin
 from reference.waiting import wait_until
@@ -89,7 +90,9 @@ class Demo:
             machines=self.machines,
             progress=lambda msg: console.print(f"   [dim]{msg}[/dim]"),
         )
-        self.client = CellClient(list(self.info.master_urls), token=read_admin_token(self.state_dir))
+        self.client = CellClient(
+            list(self.info.master_urls), token=read_admin_token(self.state_dir), ca=ca_file(self.state_dir)
+        )
         return f"leader {self.client.cell().get('leader')}, state in {self.state_dir}"
 
     def submit(self) -> str:

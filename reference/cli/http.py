@@ -1,9 +1,14 @@
-"""The master's API over plain HTTP/1.1 with the standard library alone: the requests, streams and server-sent events of the `minborg` fast path (cli_fast.py).
+"""The master's API over HTTP/1.1 (plain, or HTTPS with the cell's CA) with the standard library alone: the requests, streams and server-sent events of the `minborg` fast path (cli_fast.py).
 
 A few lines of socket code instead of urllib or http.client, whose imports cost more than the
 request. `PlainCell` answers as the full client (reference/client.py) does for what the fast
 path asks: replicas tried in turn, a 503 (no leader yet) retried for a while, a write that
 may have been applied never sent twice, and the same ClientError for a refusal.
+
+An https URL is verified with the cell's CA (`ca_file`: $MINBORG_CA, which a context's `ca`
+sets, else the local cell's `<state dir>/pki/ca.crt`, else the system's CAs); a certificate that
+CA did not sign, or not for the address called, fails at once with one line saying what to do
+(`untrusted`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ import time
 import urllib.parse
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from reference.cellfile import (
     MASTER_ENV,
@@ -23,9 +27,54 @@ from reference.cellfile import (
     format_detail,
     master_urls,
     read_cell_file,
+    state_dir_path,
 )
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is imported by type checkers only: it costs the fast path's start
+    from typing import Any
+
 RETRY_S = 12.0  # as the full client: 503s (no leader yet) are retried this long
+# The CA a client of the cell trusts; a context's `ca` sets it. Not $SSL_CERT_FILE: many hosts
+# set that to the system's bundle for every program, which would hide the cell's own CA.
+CA_ENV = "MINBORG_CA"
+CELL_CA = ("pki", "ca.crt")  # a local cell's CA, in its state dir (reference/pki.py)
+
+
+def ca_file(state_dir: Any = None) -> str | None:
+    """The CA a client of the cell trusts for https: $MINBORG_CA, else the local cell's own in
+    its state dir (--state-dir, $MINBORG_STATE_DIR, ./.minborg) when it has one, else None (the
+    system's CAs, $SSL_CERT_FILE among them)."""
+    import os
+
+    if os.environ.get(CA_ENV):
+        return os.environ[CA_ENV]
+    path = state_dir_path(state_dir).joinpath(*CELL_CA)
+    return str(path) if path.is_file() else None
+
+
+def tls_context(ca: str | None) -> Any:
+    """An ssl.SSLContext trusting `ca` alone (None: the system's CAs), checking the server's
+    name. `ssl` is imported here: the fast path's plain http never pays for it."""
+    import ssl
+
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as err:
+        raise ClientError(NO_ANSWER, f"cannot read the CA {ca}: {err}; give the cell's CA with "
+                          f"${CA_ENV}=FILE or `minborg config set-context NAME --ca FILE`") from None  # fmt: skip
+
+
+def untrusted(url: str, ca: str | None, why: str) -> ClientError:
+    """The one line for a replica whose certificate the client's CA does not vouch for."""
+    trusted = f"the CA in {ca}" if ca else "the system's CAs"
+    return ClientError(
+        NO_ANSWER,
+        f"{url}: its TLS certificate is not trusted by {trusted} ({why}): give the cell's CA with "
+        f"${CA_ENV}=FILE or `minborg config set-context NAME --ca FILE` (a local cell's is "
+        "<state dir>/pki/ca.crt, used by default)",
+        url,
+    )
 
 
 # One server-sent event of a watch: its type (str), the revision it reflects (int), its JSON
@@ -116,18 +165,33 @@ class Response:
 
 
 def open_request(
-    url: str, method: str, target: str, *, body: bytes | None = None, token: str | None = None, timeout: float = 5.0
-) -> Response:
+    url: str, method: str, target: str, *, body: bytes | None = None, token: str | None = None, timeout: float = 5.0,
+    tls: Any = None, ca: str | None = None,
+) -> Response:  # fmt: skip
     """Send one request on a fresh connection (Connection: close) and read the answer's head.
-    NotSent when no connection could be made."""
+    NotSent when no connection could be made. An https URL goes over TLS with `tls` (an
+    ssl.SSLContext; default: one trusting `ca`); a certificate it does not trust is the
+    ClientError of `untrusted`."""
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise ValueError(f"the fast path speaks plain http only, not {url}")
-    host, port = parts.hostname, parts.port or 80
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"the fast path speaks http and https only, not {url}")
+    host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        sock = socket.create_connection((host, port), timeout=timeout)
+        # An ASCII name as bytes: a str is encoded by the idna codec, whose import costs more than the request.
+        sock = socket.create_connection((host.encode() if host.isascii() else host, port), timeout=timeout)
     except OSError as err:
         raise NotSent(err.errno, err.strerror or str(err)) from None
+    if parts.scheme == "https":
+        import ssl
+
+        try:
+            sock = (tls or tls_context(ca)).wrap_socket(sock, server_hostname=host)
+        except ssl.SSLCertVerificationError as err:
+            sock.close()
+            raise untrusted(url, ca, err.verify_message or str(err)) from None
+        except BaseException:
+            sock.close()
+            raise
     try:
         head = f"{method} {target} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\nConnection: close\r\n"
         if token:
@@ -167,9 +231,12 @@ class PlainCell:
 
     def __init__(
         self, urls: list[str], token: str | None, *, retry_s: float = RETRY_S,
-        sleep: Callable[[float], None] = time.sleep, timeout: float = 5.0,
+        sleep: Callable[[float], None] = time.sleep, timeout: float = 5.0, state_dir: Any = None,
     ) -> None:  # fmt: skip
         self.urls, self.token, self.retry_s, self.sleep, self.timeout = list(urls), token, retry_s, sleep, timeout
+        https = any(url.startswith("https://") for url in self.urls)
+        self.ca = ca_file(state_dir) if https else None
+        self.tls = tls_context(self.ca) if https else None
 
     def __enter__(self) -> PlainCell:
         return self
@@ -189,7 +256,8 @@ class PlainCell:
             for url in self.urls:
                 try:
                     answer = open_request(url, method, path + query, body=body, token=self.token,
-                                          timeout=self.timeout if timeout is None else timeout)  # fmt: skip
+                                          timeout=self.timeout if timeout is None else timeout,
+                                          tls=self.tls, ca=self.ca)  # fmt: skip
                 except NotSent as err:
                     failures.append(f"{url}: {err.strerror or err}")
                     continue

@@ -9,6 +9,7 @@ import httpx
 
 from reference.cellfile import auth_headers, read_admin_token
 from reference.client import CellClient, ClientError
+from reference.launcher import tls as cell_tls
 from reference.launcher.cellfile import CellInfo, LauncherError, Role, is_alive
 from reference.launcher.processes import check_running, log_tail
 from reference.launcher.roles import is_hollow, rack_of
@@ -66,7 +67,8 @@ def wait_for_leader(
     masters = info.of_role(Role.MASTER)
     own = {m.name for m in masters}
     problems: list[str] = []
-    with httpx.Client(timeout=1.0, headers=auth_headers(read_admin_token(info.state_dir))) as http:
+    headers = auth_headers(read_admin_token(info.state_dir))
+    with httpx.Client(timeout=1.0, headers=headers, verify=cell_tls.client_verify(info.state_dir)) as http:
 
         def leader_named() -> str | None:
             live = [m for m in masters if is_alive(m)]
@@ -102,7 +104,8 @@ def register_machines(info: CellInfo, capacity: str) -> None:
                 "failure_domain": rack_of(i),
             }
         )
-    with CellClient(list(info.master_urls), token=read_admin_token(info.state_dir)) as client:
+    ca = str(cell_tls.ca_file(info.state_dir))  # an https cell's
+    with CellClient(list(info.master_urls), token=read_admin_token(info.state_dir), ca=ca) as client:
 
         def register(machine: dict[str, object]) -> None:
             try:

@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", required=True, help="HOST:PORT to serve the API on")
     p.add_argument("--etcd", required=True, help="etcd client URLs, comma separated")
     store_tls.add_arguments(p)
+    channel.add_tls_arguments(p)
     p.add_argument("--cell", required=True, help="cell name (part of every BNS name)")
     p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between borglet polls")
     p.add_argument("--down-after", type=int, default=3, help="missed polls before a machine is down")
@@ -156,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         quota = parse_quota(args.default_quota) if args.default_quota else None
         checks = access_config(args)
         etcd_tls = store_tls.from_arguments(args)
+        api_tls = channel.tls_from_arguments(args)
     except ValueError as err:
         parser.error(str(err))
     try:
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
             "--insecure-channel obey them"
         )
     sys.setswitchinterval(args.gil_switch_ms / 1000)
-    url = args.advertise or f"http://{host}:{port}"
+    url = args.advertise or f"{'https' if api_tls else 'http'}://{host}:{port}"
     config = LeaderConfig(
         cell_name=args.cell,
         master_name=args.name,
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
             logging.getLogger(__name__).warning("could not record the admin's token hash in etcd: %s", err)
     signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
-        serve.run(make_app(replica, checks), host=host, port=port, log_level="warning", access_log=False)
+        serve.run(make_app(replica, checks), host=host, port=port, tls=api_tls, log_level="warning", access_log=False)
     finally:
         replica.stop()
 

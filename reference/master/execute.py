@@ -17,7 +17,7 @@ from fastapi import Body, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from reference import channel, execspec
-from reference.master import contract, guard, logs
+from reference.master import contract, guard, logs, terminal
 from reference.master.cell import Cell, borglet_task_id
 from spec.model import TaskState
 
@@ -42,7 +42,9 @@ class ExecProxy:
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:  # made on the event loop that uses it
-            self._http = httpx.AsyncClient(timeout=self._timeout, transport=self._transport, auth=self._auth)
+            self._http = httpx.AsyncClient(
+                timeout=self._timeout, transport=self._transport, auth=self._auth, verify=channel.peer_verify()
+            )
         return self._http
 
     async def run(self, cell: Cell, job: str, index: int, payload: Any, who: str = "?") -> JSONResponse:
@@ -92,6 +94,7 @@ class ExecProxy:
 def register(app: FastAPI, replica: Any) -> None:
     """Add `POST /v1/jobs/{user}/{name}/tasks/{index}/exec` to a master's app."""
     proxy = ExecProxy(auth=channel.client_auth(replica.config.channel_key))
+    terminal.register(app, replica, proxy._client)  # task exec -it: the sessions' routes, on the same client
 
     @app.post(
         "/v1/jobs/{user}/{name}/tasks/{index}/exec",

@@ -26,6 +26,8 @@ import httpx
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from reference import channel
+
 if TYPE_CHECKING:
     from reference.master.replica import Replica
 
@@ -42,7 +44,7 @@ CATCH_UP_S = 2.0  # the longest a forwarded write's answer waits for this replic
 class Forwarder:
     def __init__(self, replica: Replica) -> None:
         self.replica = replica
-        self.http = httpx.Client(timeout=httpx.Timeout(FORWARD_TIMEOUT_S, connect=1.0))
+        self.http = httpx.Client(timeout=httpx.Timeout(FORWARD_TIMEOUT_S, connect=1.0), verify=channel.peer_verify())
 
     def forward(self, request: Request, payload: Any) -> Response:
         leader = self.replica.leader()
@@ -128,7 +130,7 @@ def send_once_more_if_unread(
             raise
         log.info("forward to %s met a closed kept-alive connection (%s): sent once more", url, err)
     # The pool's other idle connections to the leader may be as stale: a fresh one for sure.
-    with httpx.Client(timeout=http.timeout) as fresh:
+    with httpx.Client(timeout=http.timeout, verify=channel.peer_verify()) as fresh:
         return fresh.request(method, url, content=body, headers=headers)
 
 

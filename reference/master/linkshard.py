@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import os
+import ssl
 import threading
 import time
 from collections import deque
@@ -107,7 +108,8 @@ class LinkShard:
         self.interval = interval
         self.clock = clock
         self._http = http or httpx.Client(
-            timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5), auth=channel.client_auth(key)
+            timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5), auth=channel.client_auth(key),
+            verify=channel.peer_verify(),
         )
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"shard-{name}")
         self._relay_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"relay-{name}")
@@ -446,10 +448,11 @@ class KeptAlive:
         if tagged is not None:
             headers = {**(headers or {}), "If-None-Match": tagged[0]}
         parts = urlsplit(url)
-        key = (parts.hostname or "", parts.port or 80)
+        https = parts.scheme == "https"
+        key = (parts.hostname or "", parts.port or (443 if https else 80))
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         for attempt in (0, 1):
-            conn = self._take(key, fresh=bool(attempt))
+            conn = self._take(key, fresh=bool(attempt), https=https)
             try:
                 conn.request("GET", path or "/", headers=headers or {})
                 response = conn.getresponse()
@@ -493,13 +496,18 @@ class KeptAlive:
             return doc
         return None
 
-    def _take(self, key: tuple[str, int], fresh: bool = False) -> http.client.HTTPConnection:
-        """An idle connection to the host (the last one given back), or a new one."""
+    def _take(self, key: tuple[str, int], fresh: bool = False, https: bool = False) -> http.client.HTTPConnection:
+        """An idle connection to the host (the last one given back), or a new one (over TLS,
+        verified with the cell's CA, to an https borglet)."""
         with self._idle_lock:
             idle = self._idle.get(key)
             if idle and not fresh:
                 return idle.pop()
             self.connects += 1
+        if https:
+            trusted = channel.peer_verify()
+            context = trusted if isinstance(trusted, ssl.SSLContext) else None
+            return http.client.HTTPSConnection(key[0], key[1], timeout=self.timeout, context=context)
         return http.client.HTTPConnection(key[0], key[1], timeout=self.timeout)
 
     def _give_back(self, key: tuple[str, int], conn: http.client.HTTPConnection) -> None:
@@ -530,7 +538,9 @@ class ShardRelay:
 
     def __init__(self, shard: LinkShard, timeout: float = 30.0) -> None:
         self.shard = shard
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=1.0), auth=channel.client_auth(shard.key))
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=1.0), auth=channel.client_auth(shard.key), verify=channel.peer_verify()
+        )
         self.fallbacks = 0
 
     def close(self) -> None:

@@ -71,7 +71,9 @@ class LogProxy:
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:  # made on the event loop that uses it
-            self._http = httpx.AsyncClient(timeout=self._timeout, transport=self._transport, auth=self._auth)
+            self._http = httpx.AsyncClient(
+                timeout=self._timeout, transport=self._transport, auth=self._auth, verify=channel.peer_verify()
+            )
         return self._http
 
     async def fetch(

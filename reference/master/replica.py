@@ -97,7 +97,8 @@ class Replica:
         self._campaigning = threading.Lock()
         self._registration = threading.Thread(target=self._register, name="register", daemon=True)
         self._leader_http = httpx.Client(
-            timeout=httpx.Timeout(30.0, connect=1.0), auth=channel.client_auth(config.channel_key)
+            timeout=httpx.Timeout(30.0, connect=1.0), auth=channel.client_auth(config.channel_key),
+            verify=channel.peer_verify(),
         )
         # Every replica's link shard polls its share of the borglets; the leader's syncs go
         # through them (`relay`).

@@ -58,7 +58,9 @@ class HttpLeader:
     for that replica (`channel.replica_peer`)."""
 
     def __init__(self, key: bytes | None) -> None:
-        self._http = httpx.Client(timeout=httpx.Timeout(30.0, connect=1.0), auth=channel.client_auth(key))
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(30.0, connect=1.0), auth=channel.client_auth(key), verify=channel.peer_verify()
+        )
 
     def propose(self, leader: tuple[str, str], doc: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
         name, url = leader

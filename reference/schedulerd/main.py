@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", required=True, help="this scheduler's name, unique in the cell")
     parser.add_argument("--etcd", required=True, help="etcd client URLs, comma separated")
     store_tls.add_arguments(parser)
+    channel.add_tls_arguments(parser, serves=False)
     parser.add_argument("--cell", required=True, help="cell name")
     parser.add_argument("--lease-ttl", type=float, default=2.0, help="scheduler lease TTL in seconds")
     parser.add_argument("--channel-key-file", default=None, help="the cell's channel key: plans are signed with it")
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         key = channel.load_key(args.channel_key_file) if args.channel_key_file else None
         etcd_tls = store_tls.from_arguments(args)
+        channel.tls_from_arguments(args)  # the leader's https URL is verified with the cell's CA
     except (channel.ChannelKeyError, ValueError) as err:
         parser.error(str(err))
     process = connect(

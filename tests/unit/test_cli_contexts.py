@@ -17,7 +17,7 @@ from reference.cli import contexts
 from reference.cli import plain as cli_plain
 from reference.cli.app import app
 
-CELL_ENV = ("MINBORG_MASTER", "MINBORG_STATE_DIR", "MINBORG_TOKEN", "MINBORG_USER", "MINBORG_CONTEXT", "SSL_CERT_FILE")
+CELL_ENV = ("MINBORG_MASTER", "MINBORG_STATE_DIR", "MINBORG_TOKEN", "MINBORG_USER", "MINBORG_CONTEXT", "MINBORG_CA")
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def test_a_context_applies_to_commands_that_talk_to_a_cell_and_name_none(config:
     rest, env = applied(["job", "show", "web"])
     assert rest == ["job", "show", "web"]
     assert env == {"MINBORG_MASTER": "http://10.0.0.5:8080", "MINBORG_TOKEN": "mbt_p", "MINBORG_USER": "alice",
-                   "SSL_CERT_FILE": "/etc/ca.pem", contexts.IN_USE_ENV: "prod"}  # fmt: skip
+                   "MINBORG_CA": "/etc/ca.pem", contexts.IN_USE_ENV: "prod"}  # fmt: skip
     # --context picks another for one command, and is taken off the arguments; --token stays.
     rest, env = applied(["--token", "t", "--context", "lab", "task", "list", "web"])
     assert rest == ["--token", "t", "task", "list", "web"]
