@@ -2,7 +2,7 @@
 
 The core (core.py) decides what each sync, launch, exit and probe means; this shell carries
 it out. A sync only records what the master wants: new tasks join a queue that a starter
-thread works through at a bounded rate, so a sync of thousands of tasks is answered at once and
+thread (starter.py) works through at a bounded rate, so a sync of thousands of tasks is answered at once and
 a busy borglet keeps answering its polls. Each task is recorded as launching (and the record
 saved) before its process is spawned, so a borglet restarted at any moment finds the process by
 its environment marker instead of starting it a second time.
@@ -14,17 +14,14 @@ import contextlib
 import logging
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from reference import ports
 from reference.borglet import containers as runtime
-from reference.borglet import decisions, processes, store, taskusers
+from reference.borglet import decisions, processes, store
 from reference.borglet.config import MachineConfig
 from reference.borglet.core import Ready, SyncRefused, TaskTable
 from reference.borglet.health import Prober
@@ -32,6 +29,7 @@ from reference.borglet.isolation import Isolation
 from reference.borglet.launch import Launcher, alloc_group
 from reference.borglet.protocol import SyncRequest
 from reference.borglet.release import Releases
+from reference.borglet.starter import Starter
 from reference.borglet.task import Task
 
 __all__ = ["Borglet", "MachineConfig", "SyncRefused"]
@@ -47,7 +45,6 @@ SAMPLE_EVERY_S = 3.0
 SAVE_EVERY_S = 1.0  # the task table is rewritten at most this often, except before a start
 RELEASES_PER_TICK = 200  # cgroups of ended tasks removed per pass, outside the lock
 OBSERVE_CHUNK = 200  # tasks observed per hold of the lock in a pass
-CONTAINER_STARTS = 8  # containers the starter makes at once (--runtime docker)
 # The longest the supervisor loop sleeps when nothing is under way (no kill, start, cleanup or
 # unsaved change; no backoff or probe due sooner). A child's exit (SIGCHLD) or a sync wakes it
 # at once. A pass every tick_s whatever the state made a hundred idle borglets on one host
@@ -55,7 +52,7 @@ CONTAINER_STARTS = 8  # containers the starter makes at once (--runtime docker)
 IDLE_TICK_S = 1.0
 
 
-class Borglet:
+class Borglet(Starter):
     """One machine's task table (core.TaskTable) behind one lock, and what carries out its
     decisions; the HTTP layer and the loop call in.
 
@@ -96,10 +93,6 @@ class Borglet:
         self._starter: threading.Thread | None = None
         self.releases = Releases(self.launcher)  # what ended tasks left, removed outside the lock
         self._sweep_due = False  # after the first sync: remove the containers no task wants
-
-    @property
-    def tasks(self) -> dict[str, Task]:
-        return self.table.tasks
 
     @property
     def table_path(self) -> str:
@@ -291,155 +284,6 @@ class Borglet:
             if self.table.dirty:
                 due = min(due, now + self._saved_at + SAVE_EVERY_S - self.clock())
         return min(IDLE_TICK_S, max(tick, due - now))
-
-    # --- starting -----------------------------------------------------------------------------
-
-    def _start_loop(self) -> None:
-        """Work through the queue: at most `start_rate` starts a second, one batch per second."""
-        batch = max(1, int(self.config.start_rate))
-        while not self._stop.is_set():
-            with self._lock:
-                if not self.table.queue:
-                    # Until a sync queues a start or stop() is called: both notify under the
-                    # lock, and stop is looked at under it, so neither can be missed.
-                    if not self._stop.is_set():
-                        self._queued.wait()
-                    continue
-            began = self.clock()
-            try:
-                started = self.start_queued(batch)
-            except Exception:
-                log.exception("starting queued tasks failed")
-                started = 0
-            if started:
-                # Spread the next batch so the rate holds; stop promptly when asked.
-                self._stop.wait(max(0.0, started / self.config.start_rate - (self.clock() - began)))
-            else:
-                self._stop.wait(self.config.tick_s)
-
-    def start_queued(self, limit: int | None = None) -> int:
-        """Start up to `limit` queued tasks whose index has no process still stopping here.
-
-        The batch is first marked launching and saved (core.TaskTable.take_batch); each
-        process is then spawned under the lock, released between spawns so syncs and polls are
-        answered meanwhile. A task killed while its batch waits is skipped. Returns how many
-        processes were started.
-        """
-        with self._lock:
-            batch = self.table.take_batch(limit, ports.free_port)  # a port not given to a task
-            write_ahead = self._carry_out(self.table.take())
-        if not batch:
-            return 0
-        if write_ahead:
-            self._save_if_dirty(force=True)  # launching is on disk before a spawn
-        started = 0
-        if self.containers is not None:
-            # A container takes the engine a second or so to make and start, mostly waiting on
-            # runc and the file system: several at once, where a process spawn takes a millisecond.
-            with ThreadPoolExecutor(CONTAINER_STARTS, thread_name_prefix="borglet-start") as pool:
-                started = sum(pool.map(lambda tid: not self._stop.is_set() and self._start_one(tid), batch))
-        else:
-            for tid in batch:
-                if self._stop.is_set():
-                    break
-                if self._start_one(tid):
-                    started += 1
-        with self._lock:
-            self.table.requeue(batch)  # any the loop did not reach go back to the front
-        return started
-
-    def _start(self, tid: str) -> bool:
-        """First start of a queued, launching task. Its cgroup and its process are made
-        outside the lock (they take milliseconds of kernel time each), so syncs and polls are
-        answered between starts; a task killed meanwhile has its new process killed at once."""
-        with self._lock:
-            task = self.tasks.get(tid)
-            if task is None or task.phase != "QUEUED" or not task.launching:
-                return False
-            if task.kill_reason is not None:
-                task.launching = False
-                return False
-            env = self.launcher.env(task)
-            uid = self._run_as(task)
-        proc: subprocess.Popen | runtime.Started | None = None
-        try:
-            group = self.launcher.prepare(task)
-        except Exception as err:  # whatever it is, it is this task's alone
-            with self._lock:
-                self._failed_to_start(task, f"setup: {err}")
-            return False
-        try:
-            proc = self.launcher.spawn(task, group, env, uid)
-            error = None
-        except Exception as err:  # a NUL byte, a missing program, a bad cwd: this task's alone
-            error = self.launcher.spawn_error(task, err, env, uid)
-        with self._lock:
-            task.group = group
-            if error is not None or proc is None:
-                self._failed_to_start(task, error or "spawn: no process")
-                return False
-            if task.kill_reason is not None or self.tasks.get(tid) is not task:
-                # Killed (or forgotten) while its process was being made: it never ran for
-                # the cell; the process goes now, and its group with it.
-                processes.signal_session(proc.pid, signal.SIGKILL)
-                if isinstance(proc, runtime.Started):
-                    self.releases.containers.append(proc.container_id)
-                task.launching = False
-                self.releases.add(task)
-                return False
-            self._launched(task, proc, self.wall_clock())
-        return True
-
-    def _start_one(self, tid: str) -> bool:
-        """`_start`, with anything it raises made that task's failure: one task's bad input
-        never stops the rest of its batch."""
-        try:
-            return self._start(tid)
-        except Exception as err:
-            log.exception("starting %s failed", tid)
-            with self._lock:
-                task = self.tasks.get(tid)
-                if task is not None and task.phase == "QUEUED" and task.launching:
-                    self._failed_to_start(task, f"spawn: {err}")
-            return False
-
-    def _failed_to_start(self, task: Task, reason: str) -> None:
-        self.table.failed_to_start(task, reason)
-        self._carry_out(self.table.take())
-
-    def _run_as(self, task: Task) -> int | None:
-        """The uid the task runs as (its job user's, recorded on first use), or None: as the
-        borglet's own user. Under the lock. A container always runs as its job user's uid."""
-        if not self.config.task_uids and not self.launcher.in_container(task):
-            return None
-        user = taskusers.user_of(task.spec.job, task.spec.task_id)
-        uid = taskusers.assign(user, self.uids)
-        if self.uids.get(user) != uid:
-            self.uids[user] = uid
-            self.table.dirty = True
-        return uid
-
-    def _launch(self, task: Task, now: float) -> None:
-        """A restart in place, under the lock (rare: backoffs spread restarts out)."""
-        env, uid = self.launcher.env(task), self._run_as(task)
-        try:
-            proc = self.launcher.spawn(task, task.group, env, uid)
-        except Exception as err:  # this task's alone, as in _start
-            self._failed_to_start(task, self.launcher.spawn_error(task, err, env, uid))
-            return
-        self._launched(task, proc, now)
-
-    def _launched(self, task: Task, proc: subprocess.Popen | runtime.Started, now: float) -> None:
-        oom_base = self.isolation.oom_kills(task.group)
-        if isinstance(proc, runtime.Started):
-            # Watched as an adopted process is, by its init's host pid; the engine is asked
-            # only when it ends.
-            self.table.launched(
-                task, proc.pid, proc.create_time, now, container=proc.container_id, oom_base=oom_base
-            )
-        else:
-            self.table.launched(task, proc.pid, processes.create_time(proc.pid), now, proc=proc, oom_base=oom_base)
-        log.info("started %s as pid %d on port %d", task.spec.task_id, proc.pid, task.port)
 
     # --- one supervisor pass -------------------------------------------------------------------
 
