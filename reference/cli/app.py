@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from reference.cli import cellnet
 from reference.cli import drain as cli_drain
 from reference.cli import execute as cli_execute
 from reference.cli import faux as cli_faux
@@ -74,6 +75,7 @@ app.add_typer(image_app, name="image", rich_help_panel=LIFECYCLE)
 app.command("demo", rich_help_panel=LIFECYCLE, epilog=examples("minborg demo", "minborg demo --replicas 5"))(demo)
 cell_app.command("checkpoint", epilog=examples("minborg cell checkpoint --out cell.json"))(cli_faux.checkpoint)
 cell_app.command("whatif", epilog=examples("minborg cell whatif --remove-machine machine1"))(cli_faux.whatif)
+cellnet.register(cell_app)  # partition, heal, pause, unpause, kill, hosts: faults on netns hosts
 
 
 def _print_version(asked: bool) -> None:

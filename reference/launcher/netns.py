@@ -38,6 +38,7 @@ ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
 MASTER_PORT = 8080
 BORGLET_PORT = 7100
 GUEST_IF = "eth0"  # the namespace's end of its veth
+CHAIN = "MINBORG-FAULTS"  # each namespace's INPUT and OUTPUT go through it (netfaults.py)
 
 
 class NetnsError(RuntimeError):
@@ -151,8 +152,9 @@ def forward_rule(net: Network) -> list[str]:
 
 
 def host_commands(net: Network, host: Host, *, make_netns: bool = True) -> list[list[str]]:
-    """The `ip` commands that give `host` its namespace (unless it exists), its veth on the
-    bridge, its address and its loopback (a task's health check reaches it at 127.0.0.1)."""
+    """The commands that give `host` its namespace (unless it exists) with its fault chain,
+    its veth on the bridge, its address and its loopback (a task's health check reaches it
+    at 127.0.0.1)."""
     ns = host.netns
     return [
         *([["ip", "netns", "add", ns]] if make_netns else []),
@@ -162,6 +164,17 @@ def host_commands(net: Network, host: Host, *, make_netns: bool = True) -> list[
         ["ip", "-n", ns, "addr", "add", f"{host.address}/{PREFIX_LEN}", "dev", GUEST_IF],
         ["ip", "-n", ns, "link", "set", GUEST_IF, "up"],
         ["ip", "-n", ns, "link", "set", "lo", "up"],
+        *(hook_commands(ns) if make_netns else []),
+    ]
+
+
+def hook_commands(netns: str) -> list[list[str]]:
+    """The iptables commands that make the fault chain in `netns` (empty until a fault is
+    injected: netfaults.py) and send its INPUT and OUTPUT through it."""
+    return [
+        in_netns(netns, ["iptables", "-w", "-N", CHAIN]),
+        in_netns(netns, ["iptables", "-w", "-A", "INPUT", "-j", CHAIN]),
+        in_netns(netns, ["iptables", "-w", "-A", "OUTPUT", "-j", CHAIN]),
     ]
 
 

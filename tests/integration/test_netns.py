@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from reference import launcher
-from reference.launcher import netns
+from reference.launcher import netfaults, netns
 from tests.integration.cellkit import REPO, sleeper_job, wait_for
 
 pytestmark = [
@@ -120,3 +120,75 @@ def _running(state: Path) -> int:
     if answer.returncode != 0:
         return -1
     return sum(t.get("state") == "RUNNING" for t in json.loads(answer.stdout))
+
+
+def answers(address: str, port: int, netns_name: str | None = None, timeout: float = 1.5) -> bool:
+    """Whether a process answers at address:port within `timeout` (any bytes or a close after a
+    request: an HTTPS server closes on a plain request), from this host or from `netns_name`.
+    A cut link times the connect out; a paused process accepts (the kernel does) and says nothing."""
+    probe = (
+        "import socket,sys\n"
+        "try:\n"
+        f"    s=socket.create_connection(({address!r},{port}),timeout={timeout}); s.sendall(b'GET /healthz HTTP/1.0\\r\\n\\r\\n'); s.recv(1)\n"
+        "except OSError:\n"
+        "    sys.exit(1)\n"
+    )
+    command = [sys.executable, "-c", probe]
+    if netns_name is not None:
+        command = netns.in_netns(netns_name, command)
+    return subprocess.run(command, capture_output=True, timeout=30).returncode == 0
+
+
+def test_partitions_by_packet_filter_pauses_and_kills_and_heal(netns_cell: tuple[str, Path]) -> None:
+    cell, state = netns_cell
+    started = time.monotonic()
+    info = launcher.up(state, cell=cell, replicas=1, machines=2, schedulers=0, hosts="netns")
+    net = info.network
+    assert net is not None
+    m0, m1, master = net.host("machine0"), net.host("machine1"), net.host("master0")
+    port = netns.BORGLET_PORT
+    assert answers(m0.address, port) and answers(m0.address, port, master.netns)
+
+    isolated = minborg("cell", "partition", "isolate", "machine0", state_dir=state)
+    assert isolated.returncode == 0, isolated.stderr
+    assert not answers(m0.address, port)  # from this host
+    assert not answers(m0.address, port, master.netns)  # from the master's host
+    assert answers(m1.address, port, master.netns)  # the other machine is still reached
+    shown = json.loads(minborg("cell", "hosts", "--json", state_dir=state).stdout)
+    rules = {h["host"]: h["rules"] for h in shown["hosts"]}
+    assert {k: v for k, v in rules.items() if v} == netfaults.rules(info)
+    assert len(rules["machine0"]) == 2 * (len(net.hosts) - 1 + 1)  # both ways, every host and this one
+    assert sorted(rules["master0"]) == [f"-A {netns.CHAIN} -d {m0.address}/32 -j DROP",
+                                        f"-A {netns.CHAIN} -s {m0.address}/32 -j DROP"]  # fmt: skip
+
+    healed = minborg("cell", "heal", "--json", state_dir=state)
+    assert healed.returncode == 0 and json.loads(healed.stdout)["rules_removed"] > 0, healed.stderr
+    assert answers(m0.address, port) and answers(m0.address, port, master.netns)
+
+    # One way: what master0 sends to machine1 is dropped; machine1's own rules hold no cut of its sends.
+    one_way = minborg("cell", "partition", "split", "master0", "--from", "machine1", "--one-way", state_dir=state)
+    assert one_way.returncode == 0, one_way.stderr
+    assert not answers(m1.address, port, master.netns) and answers(m0.address, port, master.netns)
+    rules = netfaults.rules(info)
+    assert rules["master0"] == [f"-A {netns.CHAIN} -d {m1.address}/32 -j DROP"]
+    assert rules["machine1"] == [f"-A {netns.CHAIN} -s {master.address}/32 -j DROP"]
+    refused = minborg("cell", "partition", "split", "master0", "--from", "master0", state_dir=state)
+    assert refused.returncode != 0 and "both sides" in refused.stderr
+
+    # A pause: the kernel still accepts, the process answers nothing; heal continues it.
+    assert minborg("cell", "heal", state_dir=state).returncode == 0
+    assert answers(m1.address, port, master.netns)
+    paused = minborg("cell", "pause", "machine1", state_dir=state)
+    assert paused.returncode == 0, paused.stderr
+    assert not answers(m1.address, port)
+    procs = {p.name: p for p in info.processes}
+    assert netfaults.state_of(procs["machine1"]) == "paused" and netfaults.state_of(procs["machine0"]) == "running"
+    assert "machine1" in json.loads(minborg("cell", "heal", "--json", state_dir=state).stdout)["continued"]
+    assert answers(m1.address, port)
+
+    killed = minborg("cell", "kill", "machine0", state_dir=state)
+    assert killed.returncode == 0, killed.stderr
+    assert not answers(m0.address, port)  # nothing listens: refused at once
+    launcher.down(state)
+    assert leftovers(cell) == []
+    print(f"whole test {time.monotonic() - started:.1f} s")
