@@ -7,8 +7,11 @@ stderr collected up to `OUTPUT_CAP_BYTES` each, killed after `timeout_s` seconds
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections import namedtuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the fast path's start as much as a module of its own
+    from typing import Any
 
 DEFAULT_TIMEOUT_S = 60.0
 MAX_TIMEOUT_S = 600.0
@@ -26,10 +29,12 @@ class ExecError(ValueError):
         self.errors = [{"field": field, "error": error}]
 
 
-@dataclass(frozen=True)
-class ExecRequest:
-    command: tuple[str, ...]
-    timeout_s: float = DEFAULT_TIMEOUT_S
+class ExecRequest(namedtuple("ExecRequest", ["command", "timeout_s"], defaults=(DEFAULT_TIMEOUT_S,))):
+    """A checked request: the command (a tuple of strings) and its limit in seconds. A named
+    tuple, not a dataclass: importing dataclasses (and inspect) costs the fast path as much as
+    all the rest of it."""
+
+    __slots__ = ()
 
     def body(self) -> dict[str, Any]:
         return {"command": list(self.command), "timeout_s": self.timeout_s}
@@ -37,12 +42,25 @@ class ExecRequest:
 
 def parse_exec(payload: Any) -> ExecRequest:
     """The request in `payload`, or ExecError naming the field and what to change."""
+    body(payload, ("command", "timeout_s"), '{"command": ["PROGRAM", "ARG", ...]}')
+    command = parse_command(payload.get("command"))
+    timeout = payload.get("timeout_s", DEFAULT_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT_S:
+        raise ExecError("timeout_s", f"must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:.0f}")
+    return ExecRequest(command, float(timeout))
+
+
+def body(payload: Any, fields: tuple[str, ...], example: str) -> None:
+    """ExecError unless `payload` is a JSON object of `fields` only."""
     if not isinstance(payload, dict):
-        raise ExecError("", 'the body must be a JSON object: {"command": ["PROGRAM", "ARG", ...]}')
-    unknown = sorted(set(payload) - {"command", "timeout_s"})
+        raise ExecError("", f"the body must be a JSON object: {example}")
+    unknown = sorted(set(payload) - set(fields))
     if unknown:
-        raise ExecError(unknown[0], "unknown field: the body takes command and timeout_s")
-    command = payload.get("command")
+        raise ExecError(unknown[0], f"unknown field: the body takes {', '.join(fields)}")
+
+
+def parse_command(command: Any) -> tuple[str, ...]:
+    """A command's program and arguments, checked as the kernel and a shell would take them."""
     if not isinstance(command, list) or not command:
         raise ExecError("command", "must be a non-empty list of strings: the program, then its arguments")
     if len(command) > MAX_ARGS:
@@ -58,10 +76,7 @@ def parse_exec(payload: Any) -> ExecRequest:
         raise ExecError("command.0", "the program is empty: name one, e.g. /bin/sh")
     if size > MAX_ARGV_BYTES:
         raise ExecError("command", f"is {size} bytes long; at most {MAX_ARGV_BYTES}: pass large input in a file")
-    timeout = payload.get("timeout_s", DEFAULT_TIMEOUT_S)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT_S:
-        raise ExecError("timeout_s", f"must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:.0f}")
-    return ExecRequest(tuple(command), float(timeout))
+    return tuple(command)
 
 
 def exit_code(returncode: int) -> tuple[int, int | None]:
@@ -70,3 +85,84 @@ def exit_code(returncode: int) -> tuple[int, int | None]:
     if returncode < 0:
         return 128 - returncode, -returncode
     return returncode, None
+
+
+# --- `task exec -it`: a terminal session -----------------------------------------------------
+#
+# A session is a command on a pseudo-terminal in the task, driven by small requests through the
+# master, each checked there (the job's owner or the admin) and signed on the channel to the
+# borglet (docs/decisions.md, "task exec -it"): POST .../terminal starts it; .../input writes
+# keys (and a new window size); .../output waits for what it printed after an offset, and says
+# when it ended and how; .../close ends it. A session nobody asks about for IDLE_S is killed.
+
+SESSION_IDLE_S = 60.0
+OUTPUT_WAIT_S = 20.0  # the longest an output request waits for something new
+MAX_INPUT_BYTES = 64 * 1024  # keys in one input request
+OUTPUT_KEPT_BYTES = 1024 * 1024  # the output a session keeps for a reader behind it
+MAX_WINDOW = 10000  # rows and columns
+SESSION_ID_CHARS = frozenset("0123456789abcdef")
+
+
+class TerminalRequest(namedtuple("TerminalRequest", ["command", "rows", "cols"], defaults=(24, 80))):
+    """A session to start: the command, and the window's rows and columns."""
+
+    __slots__ = ()
+
+    def body(self) -> dict[str, Any]:
+        return {"command": list(self.command), "rows": self.rows, "cols": self.cols}
+
+
+def window(payload: dict[str, Any], rows: int | None, cols: int | None) -> tuple[int | None, int | None]:
+    """The window's size in `payload` (each defaulting to the given one); ExecError naming a bad one."""
+    sizes = []
+    for name, default in (("rows", rows), ("cols", cols)):
+        value = payload.get(name, default)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WINDOW):
+            raise ExecError(name, f"must be an integer from 1 to {MAX_WINDOW}: the terminal's size")
+        sizes.append(value)
+    return sizes[0], sizes[1]
+
+
+def parse_terminal(payload: Any) -> TerminalRequest:
+    """A session to start, or ExecError naming the field and what to change."""
+    body(payload, ("command", "rows", "cols"), '{"command": ["/bin/sh"], "rows": 24, "cols": 80}')
+    rows, cols = window(payload, 24, 80)
+    return TerminalRequest(parse_command(payload.get("command")), rows, cols)
+
+
+def parse_input(payload: Any) -> tuple[bytes, int | None, int | None]:
+    """(the keys, the new rows, the new columns) of an input request; ExecError else. The keys
+    are base64 in `data`; Ctrl-D is the byte 4, which the terminal reads as the end of input."""
+    import base64
+    import binascii
+
+    body(payload, ("data", "rows", "cols"), '{"data": "BASE64 OF THE KEYS", "rows": 24, "cols": 80}')
+    data = payload.get("data", "")
+    if not isinstance(data, str):
+        raise ExecError("data", "must be a string: the keys, base64-encoded")
+    try:
+        keys = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ExecError("data", "is not base64: encode the keys (RFC 4648, with padding)") from None
+    if len(keys) > MAX_INPUT_BYTES:
+        raise ExecError("data", f"holds {len(keys)} bytes; at most {MAX_INPUT_BYTES} a request")
+    rows, cols = window(payload, None, None)
+    return keys, rows, cols
+
+
+def parse_output(payload: Any) -> tuple[int, float]:
+    """(offset, wait_s) of an output request: what was printed from byte `offset` on, waited
+    for at most `wait_s` seconds; ExecError else."""
+    body(payload, ("offset", "wait_s"), '{"offset": 0, "wait_s": 20}')
+    offset = payload.get("offset", 0)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ExecError("offset", "must be an integer of 0 or more: the bytes of output already read")
+    wait = payload.get("wait_s", OUTPUT_WAIT_S)
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= OUTPUT_WAIT_S:
+        raise ExecError("wait_s", f"must be a number of seconds from 0 to {OUTPUT_WAIT_S:.0f}")
+    return offset, float(wait)
+
+
+def valid_session(session: str) -> bool:
+    """Whether `session` can name a session (32 hex digits); another is no session's name."""
+    return len(session) == 32 and set(session) <= SESSION_ID_CHARS

@@ -205,7 +205,10 @@ def _refuse(status: int, field: str, error: str) -> JSONResponse:
 
 
 def register(app: FastAPI, borglet: Any) -> None:
-    """Add `POST /v1/tasks/{task_id}/exec` to a borglet's app."""
+    """Add `POST /v1/tasks/{task_id}/exec` to a borglet's app, and the sessions of `task exec -it` (borglet/terminal.py)."""
+    from reference.borglet import terminal
+
+    terminal.register(app, borglet)
     limiter = anyio.CapacityLimiter(MAX_CONCURRENT)  # its own threads: syncs never wait on an exec
 
     @app.post("/v1/tasks/{task_id:path}/exec", response_model=None)

@@ -1,4 +1,4 @@
-"""`task exec` attacked on a live cell whose borglet runs as root with cgroup isolation: a command exec'd into one's own task reads none of the cell's keys nor another user's files, cannot signal another user's task nor the borglet, and the borglet's exec endpoint obeys no one but its masters (unsigned, or signed with another key: 401).
+"""`task exec` attacked on a live cell whose borglet runs as root with cgroup isolation: a command exec'd into one's own task reads none of the cell's keys nor another user's files, cannot signal another user's task nor the borglet, and the borglet's exec endpoint obeys no one but its masters (unsigned, or signed with another key: 401); a terminal session (`task exec -it`) is opened and driven by its owner alone, at the master and at the borglet, whose session answers only the user who opened it.
 
 The cell's directory is made passable by other users (0711), as in tests/security/test_spawn.py,
 so that only each file's own protection stands between the command and it.
@@ -115,3 +115,69 @@ def test_the_borglets_exec_endpoint_obeys_only_its_masters(cell: LocalCell, key:
             headers=channel.to_machine(task["machine"]),
         )  # fmt: skip
     assert r.status_code == expected, r.text
+
+
+# --- task exec -it: terminal sessions -----------------------------------------------------------
+
+
+def test_a_terminal_session_is_refused_to_another_user_at_every_step(cell: LocalCell) -> None:
+    master = cell.masters[0].url
+    mallory = {"Authorization": f"Bearer {api_token(cell, 'mallory')}"}
+    victor = {"Authorization": f"Bearer {api_token(cell, 'victor')}"}
+    assert cell.submit(sleeper_job("own", user="victor")).status_code == 201
+    wait_for(lambda: cell.running("victor", "own", 1), 30, "victor/own to run")
+    opened = httpx.post(f"{master}/v1/jobs/mallory/shell/tasks/0/terminal", json={"command": ["/bin/sh"]}, headers=mallory, timeout=30)
+    assert opened.status_code == 200, opened.text
+    session = opened.json()["session"]
+    try:
+        # Victor may not open a session in mallory's task, nor drive hers through her job's path...
+        r = httpx.post(f"{master}/v1/jobs/mallory/shell/tasks/0/terminal", json={"command": ["/bin/sh"]}, headers=victor, timeout=30)
+        assert r.status_code == 403, r.text
+        for action in ("input", "output", "close"):
+            r = httpx.post(f"{master}/v1/jobs/mallory/shell/tasks/0/terminal/{session}/{action}", json={}, headers=victor, timeout=30)
+            assert r.status_code == 403, r.text
+        # ...nor through his own job's path, with her session's id: the borglet knows no such
+        # session of his task (the same answer as for an id that never was).
+        for action in ("input", "output", "close"):
+            r = httpx.post(f"{master}/v1/jobs/victor/own/tasks/0/terminal/{session}/{action}", json={}, headers=victor, timeout=30)
+            assert r.status_code == 404 and r.json()["detail"][0]["field"] == "session", r.text
+        # Her session still runs: her keys reach it.
+        r = httpx.post(f"{master}/v1/jobs/mallory/shell/tasks/0/terminal/{session}/output", json={"offset": 0, "wait_s": 0},
+                       headers=mallory, timeout=30)  # fmt: skip
+        assert r.status_code == 200 and not r.json()["exited"], r.text
+    finally:
+        httpx.post(f"{master}/v1/jobs/mallory/shell/tasks/0/terminal/{session}/close", json={}, headers=mallory, timeout=30)
+
+
+@pytest.mark.parametrize("key", [None, b"\x01" * channel.KEY_BYTES, "cell"], ids=["unsigned", "another-key", "the-cells-key"])
+def test_the_borglets_terminal_endpoints_obey_only_its_masters(cell: LocalCell, key: bytes | str | None) -> None:
+    """An unsigned or forged request to open or drive a session is refused by the channel
+    (401); one signed with the cell's key but for a session and user that do not match (a
+    forged `by`) finds no session (404), and opens none for a task that is not there."""
+    task = cell.tasks("mallory", "shell")[0]
+    expected = (404, 404) if key == "cell" else (401, 401)
+    key = cell.channel_key if key == "cell" else key
+    auth = channel.ClientAuth(key) if isinstance(key, bytes) else None
+    base = f"{cell.borglets[0].url}/v1/tasks/{quote('mallory/shell/0#0', safe='')}/terminal"
+    with httpx.Client(auth=auth, timeout=10, headers=channel.to_machine(task["machine"])) as http:
+        opened = http.post(base, params={"by": "mallory"}, json={"command": ["/bin/sh"]})
+        driven = http.post(f"{base}/{'0' * 32}/input", params={"by": "victor"}, json={"data": "aWQK"})
+    assert (opened.status_code, driven.status_code) == expected, (opened.text, driven.text)
+
+
+def test_a_signed_request_naming_another_user_cannot_drive_a_session(cell: LocalCell) -> None:
+    """Even with the channel's key, a session answers only the user who opened it (the `by` its
+    master signed), in the task it runs in."""
+    master = cell.masters[0].url
+    mallory = {"Authorization": f"Bearer {api_token(cell, 'mallory')}"}
+    opened = httpx.post(f"{master}/v1/jobs/mallory/shell/tasks/0/terminal", json={"command": ["/bin/sh"]},
+                        headers=mallory, timeout=30).json()  # fmt: skip
+    session, task_id, machine = opened["session"], opened["task"], opened["machine"]
+    url = f"{cell.borglets[0].url}/v1/tasks/{quote(task_id, safe='')}/terminal/{session}/output"
+    try:
+        with httpx.Client(auth=channel.ClientAuth(cell.channel_key), timeout=10, headers=channel.to_machine(machine)) as http:
+            seen = {who: http.post(url, params={"by": who}, json={"offset": 0, "wait_s": 0}).status_code
+                    for who in ("victor", "admin", "", "mallory")}  # fmt: skip
+    finally:
+        httpx.post(f"{master}/v1/jobs/mallory/shell/tasks/0/terminal/{session}/close", json={}, headers=mallory, timeout=30)
+    assert seen == {"victor": 404, "admin": 404, "": 404, "mallory": 200}
