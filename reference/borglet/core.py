@@ -58,7 +58,7 @@ class Ready:
     signals: (task, pid, signal) for the process session of a task being killed; start: a
     sync queued new tasks (wake the starter); release: tasks that ended, whose cgroups,
     container and working directory go; save: write the table now, not on the next pass (a
-    write-ahead before a spawn, a task turning RUNNING)."""
+    write-ahead before a spawn, a sync that queued tasks, a task turning RUNNING)."""
 
     signals: list[tuple[Task, int, int]] = field(default_factory=list)
     start: list[str] = field(default_factory=list)
@@ -139,6 +139,12 @@ class TaskTable:
             self.tasks[tid] = Task(spec=specs[tid], key=self.key(tid))
             self.queue.append(tid)
         self._ready.start.extend(plan.start)
+        if plan.start:
+            # On disk before the sync is answered: a borglet restarted before it starts them
+            # restores each with the file it was sent. A task id is known by id alone, and the
+            # master sends its job's current file for every task of the job, stale ones too:
+            # a task lost from the table would come back with a later version's file.
+            self._ready.save = True
 
     # --- kills -----------------------------------------------------------------------------------
 

@@ -107,10 +107,10 @@ class Borglet(Starter):
             self.table.apply_sync(request, self.wall_clock())
             if self.table.syncs == 1 and self.containers is not None:
                 self._sweep_due = True
-            self._carry_out(self.table.take())
+            save_now = self._carry_out(self.table.take())
             report = self._report()
         self.wake()  # the pass that escalates the kills and saves the change
-        self._save_if_dirty(force=False)
+        self._save_if_dirty(force=save_now)  # new tasks are on disk before the answer
         return report
 
     def report(self) -> dict[str, Any]:
