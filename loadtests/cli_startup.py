@@ -5,8 +5,9 @@
 
 Runs `python -c pass` (the interpreter's own start-up, the baseline), `minborg --help`,
 `--version`, `cell status`, `job list|show|update`, `job submit --detach` then `job kill` of a
-second job, `job submit --dry-run`, `task list|show|logs`, `machine list`, `events` and `bns
-resolve`, one after another, `--runs` times each (interleaved, so a burst of load on the
+second job, `job submit --dry-run`, `job run` of a third job's file (the first run creates the
+job and waits for its task; every measured one finds it unchanged), `task list|show|logs`,
+`machine list`, `events` and `bns resolve`, one after another, `--runs` times each (interleaved, so a burst of load on the
 machine hits all alike), each in a new process, and prints each one's median and p90 and its
 median over the baseline's. The target of every everyday command: a median under 0.3 s and
 within 3 times the baseline's, measured in the same run.
@@ -41,11 +42,13 @@ NOT_EVERYDAY = ("job submit --dry-run",)
 
 
 def job_file(user: str, name: str, directory: Path) -> Path:
-    """A job file of one small task that sleeps, for `job submit`."""
+    """A job file of one small task that sleeps, for `job submit` and `job run`: a Python the task's user may run."""
+    from reference.borglet.taskusers import task_python
+
     path = directory / f"{name}.yaml"
     path.write_text(
         f"name: {name}\nuser: {user}\npriority: 100\ntask_count: 1\nrequest: {{cpu: 10m, ram: 64MiB}}\n"
-        f"command: [{json.dumps(sys.executable)}, -c, 'import time; time.sleep(3600)']\n"
+        f"command: [{json.dumps(task_python())}, -c, 'import time; time.sleep(3600)']\n"
     )
     return path
 
@@ -54,6 +57,7 @@ def commands(job: str, cell: str, task_count: int, files: Path) -> dict[str, lis
     """The commands measured, by name: each one's arguments after `minborg`."""
     user, name = job.split("/", 1)
     other = job_file(user, f"{name}-k", files)
+    declared = job_file(user, f"{name}-r", files)
     return {
         "minborg --help": ["--help"],
         "minborg --version": ["--version"],
@@ -64,6 +68,7 @@ def commands(job: str, cell: str, task_count: int, files: Path) -> dict[str, lis
         "minborg job submit --detach": ["job", "submit", "--detach", str(other)],
         "minborg job kill": ["job", "kill", f"{user}/{name}-k"],
         "minborg job submit --dry-run": ["job", "submit", "--dry-run", str(other)],
+        "minborg job run": ["job", "run", str(declared)],
         "minborg task list": ["task", "list", job],
         "minborg task show": ["task", "show", job, "0"],
         "minborg task logs": ["task", "logs", job, "0"],
@@ -170,14 +175,19 @@ def main(argv: list[str] | None = None) -> int:
                            find_token(env.get("MINBORG_TOKEN"), env.get("MINBORG_STATE_DIR")))  # fmt: skip
         cell_name = reader.request("GET", "/v1/cell").get("cell", "local")
         task_count = reader.request("GET", f"/v1/jobs/{args.job}")["job"]["task_count"]
-        try:  # the second job, left by a run that was stopped between its submit and its kill
-            reader.request("DELETE", f"/v1/jobs/{args.job}-k")
-        except ClientError:
-            pass
+        for left in ("k", "r"):  # the second job, left by a run stopped between its submit and its kill; the third
+            try:
+                reader.request("DELETE", f"/v1/jobs/{args.job}-{left}")
+            except ClientError:
+                pass
         with tempfile.TemporaryDirectory(prefix="bench-cli-files-") as files:
             named = commands(args.job, cell_name, task_count, Path(files))
             measure(2, trees, named, env)  # compile the bytecode, warm the file cache; not counted
             times = measure(args.runs, trees, named, env)
+            try:  # the third job, which `job run` made
+                reader.request("DELETE", f"/v1/jobs/{args.job}-r")
+            except ClientError:
+                pass
     finally:
         if cell is not None:
             import shutil

@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is imported by type checkers only: it costs the fast path's start
+    from typing import Any
 
 CELL_FILE = "cell.json"
 DEFAULT_STATE_DIR = ".minborg"

@@ -19,7 +19,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is imported by type checkers only: it costs the fast path's start
+    from typing import Any
 
 _BYTE_UNITS: dict[str, int] = {
     "": 1,

@@ -2,7 +2,7 @@
 
 Importing the full command line (typer, rich, httpx, pydantic, the launcher) costs most of a
 second on a busy machine; reading a cell needs none of it. The fast path answers `--help`,
-`--version`, `completion SHELL`, `cell status`, `job list|show|update|kill`, `task
+`--version`, `completion SHELL`, `cell status`, `job list|show|submit|run|update|kill`, `task
 list|show|logs|exec`, `machine list`, `events` and `bns resolve` with the options each declares in
 FAST; any other argument (a subcommand's --help, -w, -f, a bad value, a typo) goes to the full
 command line, which owns every usage message. What it prints is the full command line's: the
@@ -16,7 +16,6 @@ import os
 import sys
 from collections import namedtuple
 from collections.abc import Callable
-from typing import Any
 
 from reference import cellfile, execspec
 from reference.cli import output as cli_output
@@ -34,6 +33,10 @@ from reference.cli.help import (  # noqa: F401  (the fast path's names, as befor
     version,
 )
 from reference.cli.http import PlainCell, cell_urls
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is imported by type checkers only: it costs the fast path's start
+    from typing import Any
 
 
 class Fallback(Exception):
@@ -74,6 +77,18 @@ class Args:
             raise Fallback
         return value
 
+    def float_option(self, name: str, default: float, low: float = 1.0) -> float:
+        """A number of seconds of at least `low`; Fallback (the full command line words the error) else."""
+        if name not in self.options:
+            return default
+        try:
+            value = float(self.options[name])
+        except ValueError:
+            raise Fallback from None
+        if not low <= value < float("inf"):
+            raise Fallback
+        return value
+
     def output(self) -> str:
         output = "json" if "--json" in self.options else self.options.get("--output", "table")
         if not cli_output.valid(output):
@@ -82,9 +97,8 @@ class Args:
 
     def cell(self, timeout: float = 5.0) -> PlainCell:
         urls = cell_urls(self.options.get("--master"), self.options.get("--state-dir"))
-        if any(not url.startswith("http://") for url in urls):
-            raise Fallback  # https (a context's CA): the full command line's client
-        return PlainCell(urls, cellfile.find_token(self.token, self.options.get("--state-dir")), timeout=timeout)
+        return PlainCell(urls, cellfile.find_token(self.token, self.options.get("--state-dir")), timeout=timeout,
+                         state_dir=self.options.get("--state-dir"))  # fmt: skip
 
     def job(self, cell: PlainCell | None = None) -> str:
         """USER/NAME; with the `cell` (a reading command), NAME alone too (cli_plain.job_by_name)."""
@@ -169,35 +183,23 @@ def job_show(a: Args) -> int:
 
 
 def job_submit(a: Args) -> int:
-    """`job submit --detach FILE`: the file as it is written, validated by the cell (the same
-    model, reference/jobspec.py, with the same field errors). Anything the cell refuses as
-    invalid (422), and a file that is not YAML, goes to the full command line, which
-    validates the file locally and names each bad field; without --detach it waits for the
-    tasks, which the full command line does."""
-    if not a.has("--detach") or a.has("--dry-run"):
-        raise Fallback
-    try:
-        import yaml
+    """`job submit FILE`: the file as it is written, validated by the cell (cli/fastjobs.py)."""
+    from reference.cli import fastjobs
 
-        with open(a.positional[0], encoding="utf-8") as f:
-            document = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, ValueError, yaml.YAMLError):
-        raise Fallback from None  # unreadable, or not YAML: the full command line words it
-    if not isinstance(document, dict):
-        raise Fallback
     try:
-        with a.cell() as cell:
-            answer = cell.request("POST", "/v1/jobs", json=document)
-    except cellfile.ClientError as err:
-        if err.status == 422:
-            raise Fallback from None  # the full command line names each bad field, locally
-        raise
-    except TypeError:  # a YAML value JSON has no word for (a date): the full command line refuses it
+        return fastjobs.submit(a)
+    except fastjobs.Refused:
         raise Fallback from None
-    if a.has("--json"):
-        return show(answer, "json", str)
-    print(cli_views.submitted_line(answer, color=cli_plain.color_on()))
-    return 0
+
+
+def job_run(a: Args) -> int:
+    """`job run FILE`: the whole file PUT, validated by the cell, its rollout followed (cli/fastjobs.py)."""
+    from reference.cli import fastjobs
+
+    try:
+        return fastjobs.run(a)
+    except fastjobs.Refused:
+        raise Fallback from None
 
 
 def job_update(a: Args) -> int:
@@ -269,8 +271,19 @@ def task_logs(a: Args) -> int:
     return 0
 
 
+INTERACTIVE = ("-it", "-ti", "-i", "-t", "--stdin", "--tty")
+
+
 def task_exec(a: Args, command: list[str]) -> int:
-    """`task exec JOB INDEX [--timeout S] [--json] -- CMD...` (reference/cli/execute.py's)."""
+    """`task exec JOB INDEX [--timeout S] [--json] -- CMD...` (reference/cli/execute.py's);
+    with -it, a terminal session (reference/cli/terminal.py)."""
+    if any(a.has(flag) for flag in INTERACTIVE):
+        if a.has("--json") or a.has("--timeout") or not command:
+            raise Fallback  # the full command line words it
+        from reference.cli.terminal import interactive
+
+        with a.cell() as cell:
+            return interactive(cell, a.job(cell), task_index(a), command)
     index, timeout = task_index(a), a.options.get("--timeout", str(execspec.DEFAULT_TIMEOUT_S))
     try:
         timeout_s = float(timeout)
@@ -299,9 +312,10 @@ def events(a: Args) -> int:
     output = a.output()
     since = a.int_option("--since", 0)
     job = a.options.get("--job")
+    for_s = a.float_option("--for", 3600.0)
     with a.cell() as cell:
-        follow(cell, "/v1/events", since=since, for_s=3600, line=event_lines(output),
-               say=lambda text: print(text, flush=True), follow=False, job=job)  # fmt: skip
+        follow(cell, "/v1/events", since=since, for_s=for_s, line=event_lines(output),
+               say=lambda text: print(text, flush=True), follow=a.has("--follow") or a.has("-f"), job=job)  # fmt: skip
     return 0
 
 
@@ -321,7 +335,8 @@ def cell_status(a: Args) -> int:
     local = local_status(a.options.get("--state-dir"))
     if not local["running"]:
         raise Fallback  # the full command line says what to do
-    cell = PlainCell(local["master_urls"], cellfile.find_token(a.token, a.options.get("--state-dir")), retry_s=3.0)
+    cell = PlainCell(local["master_urls"], cellfile.find_token(a.token, a.options.get("--state-dir")), retry_s=3.0,
+                     state_dir=a.options.get("--state-dir"))  # fmt: skip
     overview = counts = None
     try:
         overview = cell.request("GET", "/v1/cell")
@@ -406,19 +421,20 @@ OUTPUT = ("--output",)
 FAST: dict[tuple[str, ...], Fast] = {
     ("job", "list"): Fast(0, job_list, ("--user", *OUTPUT), ("--json",)),
     ("job", "show"): Fast(1, job_show, OUTPUT, ("--json",)),
-    ("job", "submit"): Fast(1, job_submit, (), ("--detach", "--json")),
+    ("job", "submit"): Fast(1, job_submit, ("--wait-timeout",), ("--detach", "--wait", "--json")),
+    ("job", "run"): Fast(1, job_run, ("--timeout",), ("--detach", "-d", "--json")),
     ("job", "update"): Fast(1, job_update, ("--tasks",), ("--json",)),
     ("job", "kill"): Fast(1, job_kill, (), ("--json",)),
     ("task", "list"): Fast(1, task_list, OUTPUT, ("--json",)),
     ("task", "show"): Fast(2, task_show, ("--incarnation", *OUTPUT), ("--json",)),
     ("task", "logs"): Fast(2, task_logs, ("--tail", "--incarnation"), ("--stderr",)),
     ("machine", "list"): Fast(0, machine_list, OUTPUT, ("--json",)),
-    ("events",): Fast(0, events, ("--since", "--job", *OUTPUT), ("--json",)),
+    ("events",): Fast(0, events, ("--since", "--job", "--for", *OUTPUT), ("--json", "--follow", "-f")),
     ("bns", "resolve"): Fast(1, bns_resolve, OUTPUT, ("--json",)),
     ("cell", "status"): Fast(0, cell_status, OUTPUT, ("--json",)),
 }
 # `task exec`'s options, before its `--` (what follows is the command, whatever it holds).
-EXEC = Fast(2, task_exec, ("--timeout",), ("--json",))
+EXEC = Fast(2, task_exec, ("--timeout",), ("--json", *INTERACTIVE))
 
 
 def run(args: list[str]) -> int:
@@ -464,7 +480,7 @@ def complete(words: list[str], token: str | None) -> int:
 
     def jobs() -> list[str]:
         cell = PlainCell(cellfile.master_urls(None, state_dir), cellfile.find_token(token, state_dir), retry_s=0.0,
-                         timeout=1.0)  # fmt: skip
+                         timeout=1.0, state_dir=state_dir)  # fmt: skip
         return [j.get("key") or f"{j.get('user')}/{j.get('name')}" for j in cell.request("GET", "/v1/jobs")["jobs"]]
 
     print("\n".join(candidates(words, jobs)))

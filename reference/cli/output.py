@@ -13,7 +13,10 @@ import json
 import re
 import time
 from collections.abc import Mapping
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is imported by type checkers only: it costs the fast path's start
+    from typing import Any
 
 FORMATS = ("table", "wide", "json", "yaml", "name", "jsonpath=TEMPLATE")
 BYTE_KEYS = ("ram", "disk")  # resources.BYTE_RESOURCES: their figures are bytes

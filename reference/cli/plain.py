@@ -12,9 +12,12 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
 
 from reference.resources import format_resources
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is imported by type checkers only: it costs the fast path's start
+    from typing import Any
 
 COLORS = {"bold": "1", "green": "32", "yellow": "33", "red": "31", "cyan": "36", "dim": "2"}
 STATE_COLOR = {

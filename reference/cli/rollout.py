@@ -11,7 +11,6 @@ fails (exit 1, with the reason). `job plan FILE` says what `job run` would do an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -29,10 +28,10 @@ from reference.cli.common import (
 )
 from reference.cli.jobs import job_app, print_field_errors, wait_for_start
 from reference.cli.render import console, errors, print_json
+from reference.cli.rolling import follow_rollout, plan_text
 from reference.client import ClientError
 
 EXIT_PLAN_ERROR = 255  # `job plan`: neither "no change" (0) nor "would change" (1)
-POLL_S = 1.0
 DetachOpt = Annotated[bool, typer.Option("--detach", "-d", help="Return once the cell took the new version.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to follow the rollout.")]
 
@@ -49,34 +48,6 @@ def _load(file: str) -> Any:
         raise typer.Exit(EXIT_USAGE) from None
 
 
-def plan_text(answer: dict[str, Any], current: dict[str, Any] | None) -> str:
-    """What a version changes, field by field (old -> new where the job is known), and what
-    happens to each task."""
-    key, plan = answer["job"], answer["plan"]
-    if answer.get("unchanged"):
-        return f"{key}: unchanged (version {answer['version']})"
-    if answer.get("created"):
-        return f"{key}: new job, {len(plan['added'])} task(s) to start"
-    lines = [f"{key}: version {answer['version'] - 1} -> {answer['version']}" + (" (dry run: nothing written)" if answer.get("dry_run") else "")]
-    for name in answer["changed"]:
-        if current is not None:
-            lines.append(f"  ~ {name}: {_short(current.get(name))} -> {_short(answer.get('file', {}).get(name, '?'))}")
-        else:
-            lines.append(f"  ~ {name}")
-    for word, indices in (("replaced (rolling)", plan["replaced"]), ("changed in place", plan["in_place"]),
-                          ("added", plan["added"]), ("killed", plan["removed"])):  # fmt: skip
-        if indices:
-            lines.append(f"  {word}: task(s) {', '.join(map(str, indices))}")
-    if plan["replaced"]:
-        lines.append(f"  at most {answer['max_unavailable']} task(s) down at once")
-    return "\n".join(lines)
-
-
-def _short(value: Any) -> str:
-    text = str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _put(cell: Any, spec: Any, dry_run: bool) -> dict[str, Any]:
     key = spec.key
     return cell.request("PUT", f"/v1/jobs/{key}", json=spec.canonical(), params={"dry_run": "true"} if dry_run else None)
@@ -89,31 +60,6 @@ def _current_file(cell: Any, key: str) -> dict[str, Any] | None:
         if err.status == 404:
             return None
         raise
-
-
-def follow_rollout(
-    read: Callable[[], dict[str, Any]], say: Callable[[str], None], timeout_s: float,
-    sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-) -> str:
-    """Follow a job's rollout (`read` is GET of the job) until every task runs the current
-    version and is up ("complete"), a replacement fails ("stopped") or `timeout_s` passes
-    ("timeout"); says each change of where it stands."""
-    deadline = clock() + timeout_s
-    last = None
-    while True:
-        r = read().get("rollout") or {}
-        seen = (r.get("state"), tuple(r.get("stale", ())), tuple(r.get("down", ())))
-        if seen != last:
-            last = seen
-            say(f"rollout of version {r.get('version')}: {r.get('state')}, {len(r.get('stale', []))} to replace, "
-                f"{len(r.get('down', []))} down" + (f": {r['reason']}" if r.get("state") == "stopped" else ""))  # fmt: skip
-        if r.get("state") == "stopped":
-            return "stopped"
-        if r.get("state") == "complete" and not r.get("down"):
-            return "complete"
-        if clock() >= deadline:
-            return "timeout"
-        sleep(POLL_S)
 
 
 def _watch(cell: Any, key: str, timeout_s: float, quiet: bool) -> None:

@@ -10,11 +10,14 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from reference import execspec
 from reference.cli.plain import STATE_COLOR, ago, dump, health_text, paint, render, started
 from reference.resources import USAGE_NAMES, format_quantity, format_resources
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is imported by type checkers only: it costs the fast path's start
+    from typing import Any
 
 EVENT_COLOR = {
     "scheduled": "cyan", "started": "green", "healthy": "green", "finished": "green",

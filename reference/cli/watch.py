@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
 
 from reference.cellfile import ClientError
 from reference.cli.http import Message
 from reference.cli.output import is_data, one_unit, render
 
-if TYPE_CHECKING:  # the fast path follows events through cli_http.PlainCell, without httpx
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the fast path's start; the fast path follows events through cli_http.PlainCell, without httpx
+    from typing import Any
+
     from reference.client import CellClient
 
 

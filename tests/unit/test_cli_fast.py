@@ -101,7 +101,7 @@ def test_version_and_completion_are_answered_on_the_fast_path(capsys: pytest.Cap
     "args",
     [["job", "list", "-w"], ["job", "list", "--help"], ["task", "show", "demo/web", "x"], ["job", "list", "-o"],
      ["job", "list", "-o", "xml"], ["task", "list", "a/b/c", "--master", "http://127.0.0.1:9"], ["cell", "up"], ["task", "logs", "demo/web", "0", "-f"],
-     ["job", "update", "demo/web", "--cpu", "1"], ["job", "update", "demo/web", "--tasks", "-1"], ["events", "-f"],
+     ["job", "update", "demo/web", "--cpu", "1"], ["job", "update", "demo/web", "--tasks", "-1"], ["events", "-f", "--for", "0"],
      ["completion", "tcsh"], ["job", "submit", "x.yaml"]],
 )  # fmt: skip
 def test_what_the_fast_path_does_not_know_goes_to_the_full_command_line(args: list[str]) -> None:
