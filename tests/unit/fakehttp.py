@@ -10,11 +10,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class JsonHandler(BaseHTTPRequestHandler):
-    """A handler that answers JSON bytes and logs nothing."""
+    """A handler that answers JSON bytes (or bytes of another `kind`) and logs nothing."""
 
-    def answer(self, status: int, data: bytes) -> None:
+    def answer(self, status: int, data: bytes, kind: str = "application/json") -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

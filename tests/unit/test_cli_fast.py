@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from reference.cli import complete as cli_complete
 from reference.cli import fast as cli_fast
 from reference.cli import plain as cli_plain
 from reference.cli.app import app
+from tests.unit.fakehttp import JsonHandler, serving
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = [{"key": "demo/web", "name": "web", "user": "demo", "priority": 200, "task_count": 2, "request": {"cpu": "100m", "ram": 67108864},
@@ -111,7 +110,7 @@ def test_what_the_fast_path_does_not_know_goes_to_the_full_command_line(args: li
 
 @pytest.fixture
 def master() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_GET(self) -> None:  # noqa: N802
             path = self.path.partition("?")[0]
             if "ghost" in self.path:
@@ -144,13 +143,6 @@ def master() -> Iterator[str]:
         def do_DELETE(self) -> None:  # noqa: N802
             self.answer(200, json.dumps({"killed": 2, "revision": 5}).encode())
 
-        def answer(self, status: int, data: bytes, kind: str = "application/json") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
         def events(self) -> None:  # a replay, then a bookmark, then the stream would go on
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -161,17 +153,8 @@ def master() -> Iterator[str]:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             self.wfile.write(b"0\r\n\r\n")
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url
 
 
 def full_output(args: list[str]) -> str:
