@@ -29,14 +29,13 @@ from .cellview import CellView, Victim, gpu_take
 from .classes import TaskClass, class_key, make_class
 from .config import SchedulerConfig
 from .feasibility import (
+    Feasibility,
     Prefilter,
+    Rejection,
     Tally,
-    choose_victims,
     constraint_holds,
     constraints_hold,
-    rejection,
     release,
-    room,
 )
 from .fgdbatch import fgd_many
 from .fragmentation import ShapeMix, fgd_place
@@ -117,7 +116,7 @@ class Pass:
         self.mix = ShapeMix(threshold) if config.policy == "fgd" else None
         self.gpu_max = max((sum(g) for g in self.cell.gcap), default=0)
         self.dom = np.array(self.cell.dom, dtype=np.int64)
-        self.disrupted: dict[str, int] = dict(recent_disruptions or {})
+        self.feasible = Feasibility(self.cell, config.preemption, config.max_disruptions_per_job, recent_disruptions)
         # Where each job's tasks are (running, then placed by this pass), and, once a task of
         # the job is scored beside them, the same counted per failure domain and per machine.
         self.job_on: dict[str, list[int]] = {}
@@ -137,39 +136,23 @@ class Pass:
 
     # --- scoring of one (class, machine) pair ---------------------------------------------
 
-    def evaluate(self, cls: TaskClass, mi: int, preempt: bool = True) -> float | None:
-        """The machine's score for the class, or None when it is not feasible (without
-        preemption when `preempt` is False).
-
-        `feasibility.room`'s checks with the common case (up, constraints hold, the request
-        fits what is free) inlined: this is the unit of work the scalability techniques save,
-        so it is kept as cheap as it can be. A property test holds the two to one verdict.
-        """
+    def evaluate(self, cls: TaskClass, mi: int, preempt: bool = True) -> float | Rejection:
+        """The machine's score for the class, or why it is not feasible (without preemption
+        when `preempt` is False): `Feasibility.check`, then the policy's score less what the
+        victims cost."""
         self.stats.evaluations += 1
+        got = self.feasible.check(cls, mi, preempt)
+        if got.__class__ is Rejection:
+            return got  # type: ignore[return-value]
         cell = self.cell
-        if not cell.up[mi]:
-            return None
-        if cls.compiled:
-            attrs = cell.attrs[mi]
-            for attr, positive, values in cls.compiled:
-                if (attrs.get(attr) in values) is not positive:
-                    return None
         free = cell.free[mi]
         if cell.reclaimed[mi] and not is_prod(cls.priority):
             free = cell.free_for(mi, False)
-        for d, a in cls.nz:
-            if free[d] < a:
-                break
-        else:
-            if not cls.gpu or gpu_take(cell.gfree[mi], cell.gcap[mi], cls.gpu_whole, cls.gpu_share) is not None:
-                if self.policy is None:
-                    return self._gpu_score(cls, mi, free)
-                return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi])
-        if not preempt or not self.cfg.preemption or cls.priority <= cell.vmin[mi]:
-            return None
-        victims = choose_victims(cls, cell, mi, self.disrupted, self.cfg.max_disruptions_per_job)
-        if victims is None:
-            return None
+        if not got:
+            if self.policy is None:
+                return self._gpu_score(cls, mi, free)
+            return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi])
+        victims: list[Victim] = got  # type: ignore[assignment]
         free = list(free)
         gfree = list(cell.gfree[mi]) if self.policy is None else None
         for v in victims:
@@ -234,14 +217,15 @@ class Pass:
             return self.n
         return min(self.n, max(self.k, job_tasks))
 
-    def _set(self, cls: TaskClass, s: _Sample, slot: int, mi: int, score: float | None) -> None:
-        if score is None:
+    def _set(self, s: _Sample, slot: int, mi: int, score: float | Rejection) -> None:
+        """A slot's new score, or its machine's rejection: a hole, and the reason counted."""
+        if score.__class__ is Rejection:
             if s.scores[slot] != -np.inf:
                 s.scores[slot] = -np.inf
                 s.holes.append(slot)
                 s.valid -= 1
                 if s.tally is not None:
-                    s.tally.add(rejection(cls, self.cell, mi, s.preempting))
+                    s.tally.add(score)  # type: ignore[arg-type]
             return
         s.scores[slot] = score
         s.versions[slot] = self.cell.version[mi]
@@ -293,12 +277,14 @@ class Pass:
         good = mis[ok]
         s.scores[slots[ok]] = self._scores(cls, good, free[ok])
         s.versions[slots[ok]] = self.cell.version[good]
-        for slot, mi in zip(slots[~ok].tolist(), mis[~ok].tolist(), strict=True):
-            self._set(cls, s, slot, mi, None)
+        # Each machine that stopped fitting is short of what it no longer covers (it is up and
+        # meets the class's constraints, or it would not be in the sample).
+        for slot, mi, row in zip(slots[~ok].tolist(), mis[~ok].tolist(), free[~ok].tolist(), strict=True):
+            self._set(s, slot, mi, Rejection(short=tuple(d for d, a in cls.nz if row[d] < a)))
 
     def _rescore(self, cls: TaskClass, s: _Sample, slot: int) -> None:
         mi = int(s.machines[slot])
-        self._set(cls, s, slot, mi, self.evaluate(cls, mi, s.preempting))
+        self._set(s, slot, mi, self.evaluate(cls, mi, s.preempting))
 
     def _refill(self, cls: TaskClass, s: _Sample) -> None:
         """Relaxed randomization: walk the random order until the sample holds its feasible machines."""
@@ -323,9 +309,9 @@ class Pass:
             for h in hits.tolist():
                 mi = int(ids[lo + h])
                 score = self.evaluate(cls, mi, s.preempting)
-                if score is None:
+                if score.__class__ is Rejection:
                     if s.tally is not None:
-                        s.tally.add(rejection(cls, self.cell, mi, s.preempting))
+                        s.tally.add(score)  # type: ignore[arg-type]
                     continue
                 slot = s.holes.pop() if s.holes else s.size
                 if slot == s.size:
@@ -440,11 +426,11 @@ class Pass:
                 slot = int(ties[s.ranks[ties].argmin()])
             mi = int(s.machines[slot])
             # A cached score may be stale within the threshold; feasibility is checked exactly.
-            victims = room(cls, self.cell, mi, s.preempting, self.disrupted, self.cfg.max_disruptions_per_job)
-            if victims is not None:
+            got = self.feasible.check(cls, mi, s.preempting)
+            if got.__class__ is not Rejection:
                 self.stats.cache_hits += self.cfg.score_cache
-                return slot, mi, victims, float(total[slot])
-            self._set(cls, s, slot, mi, None)
+                return slot, mi, got, float(total[slot])  # type: ignore[return-value]
+            self._set(s, slot, mi, got)
 
     # --- committing a placement -----------------------------------------------------------
 
@@ -456,7 +442,7 @@ class Pass:
             cell.victims[mi].remove(v)
             release(v, free, gfree)
             cell.forget_kind(mi, v.req)
-            self.disrupted[v.job] = self.disrupted.get(v.job, 0) + 1
+            self.feasible.evicted(v.job)
             self.plan.preemptions.append(
                 Preemption(v.id, task.id, name, f"priority {task.priority} preempts {v.priority} on {name}")
             )

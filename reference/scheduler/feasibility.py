@@ -1,14 +1,15 @@
-"""Feasibility of a class on a machine: the checks, why a machine fails them, and its preemption victims.
+"""Feasibility of a class on a machine: one check that says why it rejects, its numpy twin, and the tally of reasons.
 
-The checks are filters in Borg's order, each returning a `Rejection` (data, not a bare bool)
-or None when the machine passes: the machine is up, the class's constraints hold, the request
-fits what the class may use there (free, plus what preemptible tasks hold when preempting).
-The pass asks `rejection` for the reason at the moment it rejects a machine and records it
-in a `Tally`, whose counts `reasons.explain` names. `room` is the exact verdict a placement is
-made on; `engine.Pass.evaluate` inlines its common case for speed, and a property test holds
-the two (and `spec.actions.task_fits`) to one answer. `Prefilter` applies necessary conditions
-of the same checks to a run of machines at once, and its verdict on the run gives the reasons
-of the machines it rejects.
+`Feasibility.check` runs the filters in Borg's order and returns, where a machine fails one,
+a `Rejection` naming every check of that filter the machine fails (data, not a bare bool),
+else the victims the placement needs ([] when it fits as it is): Nomad's checkers record the
+reason at the moment they filter a node out, and Kubernetes' Filter returns a status with its
+reason, in the same way. A pass records each rejection in a `Tally` when it makes it, and
+`reasons.explain` names the counts: nothing is worked out again afterwards. `Prefilter`
+applies necessary conditions of the same checks to a run of machines at once; its verdict
+(`RunCheck`) holds the reasons of the machines it rejects, read one by one (`rejection`) or
+summed into a tally (`count_rejected`), and a property test holds both to `check`'s. The
+spec's `task_fits` is the reference a property test holds `check` to.
 """
 
 from __future__ import annotations
@@ -53,25 +54,11 @@ def constraints_hold(cls: TaskClass, attrs: Mapping[str, str]) -> bool:
     return all(constraint_holds(c, attrs) for c in cls.compiled)
 
 
-def machine_down(cell: CellView, mi: int) -> Rejection | None:
-    return None if cell.up[mi] else DOWN
-
-
-def constraints_unmet(cls: TaskClass, cell: CellView, mi: int) -> Rejection | None:
-    if not cls.compiled:
-        return None
-    attrs = cell.attrs[mi]
-    unmet = [j for j, c in enumerate(cls.compiled) if not constraint_holds(c, attrs)]
-    return Rejection(unmet=tuple(unmet)) if unmet else None
-
-
-def resources_short(
-    cls: TaskClass, free: list[int], gfree: list[int], gcap: list[int], gpu_dim: int | None
-) -> Rejection | None:
+def short_of(cls: TaskClass, free: list[int], gfree: list[int], gcap: list[int], gpu_dim: int | None) -> Rejection | None:
     """What the request lacks: each resource on its own (GPUs aside), then the GPUs one by one."""
-    short = [d for d, a in cls.nz if free[d] < a and d != gpu_dim]
+    short = tuple(d for d, a in cls.nz if free[d] < a and d != gpu_dim)
     gpus = cls.gpu and gpu_take(gfree, gcap, cls.gpu_whole, cls.gpu_share) is None
-    return Rejection(short=tuple(short), gpus=gpus) if short or gpus else None
+    return Rejection(short=short, gpus=gpus) if short or gpus else None
 
 
 def fits(cls: TaskClass, free: list[int], gfree: list[int], gcap: list[int]) -> bool:
@@ -94,46 +81,72 @@ def release(v: Victim, free: list[int], gfree: list[int] | None = None, sign: in
             gfree[g] += sign * a
 
 
-def available(cls: TaskClass, cell: CellView, mi: int, preempt: bool) -> tuple[list[int], list[int]]:
-    """What the class may use on the machine: what is free to it, plus, with `preempt`, what
-    every task it may preempt holds. Read only: the lists may be the cell's own."""
-    free, gfree = cell.free_for(mi, is_prod(cls.priority)), cell.gfree[mi]
-    if preempt:
-        victims = [v for v in cell.victims[mi] if may_preempt(cls.priority, v.priority)]
-        if victims:
-            free, gfree = list(free), list(gfree)
-            for v in victims:
-                release(v, free, gfree)
+def with_victims(cls: TaskClass, cell: CellView, mi: int) -> tuple[list[int], list[int]]:
+    """What the class may use on the machine if every task it may preempt there were evicted."""
+    free, gfree = list(cell.free_for(mi, is_prod(cls.priority))), list(cell.gfree[mi])
+    for v in cell.victims[mi]:
+        if may_preempt(cls.priority, v.priority):
+            release(v, free, gfree)
     return free, gfree
 
 
-def rejection(cls: TaskClass, cell: CellView, mi: int, preempt: bool) -> Rejection:
-    """Why the machine cannot take the class: the first filter that fails, with every check of
-    it that fails. Resources count what preemptible tasks hold when `preempt`."""
-    r = machine_down(cell, mi) or constraints_unmet(cls, cell, mi)
-    if r is None:
-        free, gfree = available(cls, cell, mi, preempt)
-        r = resources_short(cls, free, gfree, cell.gcap[mi], cell.gpu_dim)
-    return HELD_BACK if r is None else r
+class Feasibility:
+    """The feasibility stage of one pass: whether a class fits a machine, and if not, why.
 
+    `check` runs the filters in Borg's order and returns at the first that fails, with the
+    reason it fails there: the machine is up, the class's constraints hold, the request fits
+    what the class may use (free, plus slack for a non-prod task), else, when preempting, what
+    lower-priority tasks hold. The pass keeps its disruptions here: each job's tasks evicted
+    in the caller's window and by this pass, for `max_disruptions_per_job`.
+    """
 
-def room(
-    cls: TaskClass,
-    cell: CellView,
-    mi: int,
-    preempt: bool,
-    disrupted: Mapping[str, int],
-    limit: int | None,
-) -> list[Victim] | None:
-    """[] when the request fits as is, the victims to evict when it fits only so (with
-    `preempt`), else None."""
-    if not cell.up[mi] or not constraints_hold(cls, cell.attrs[mi]):
-        return None
-    if fits(cls, cell.free_for(mi, is_prod(cls.priority)), cell.gfree[mi], cell.gcap[mi]):
-        return []
-    if not preempt or cls.priority <= cell.vmin[mi]:
-        return None
-    return choose_victims(cls, cell, mi, disrupted, limit)
+    __slots__ = ("cell", "preemption", "limit", "disrupted")
+
+    def __init__(self, cell: CellView, preemption: bool, limit: int | None, disrupted: Mapping[str, int] | None) -> None:
+        self.cell = cell
+        self.preemption = preemption  # the config's: without it `check` never preempts
+        self.limit = limit
+        self.disrupted: dict[str, int] = dict(disrupted or {})
+
+    def check(self, cls: TaskClass, mi: int, preempt: bool) -> list[Victim] | Rejection:
+        """[] when the request fits as it is, the victims to evict when it fits only so (with
+        `preempt`), else the `Rejection` of the filter that failed, with every check of that
+        filter that fails; resources count what preemptible tasks hold when preempting. A
+        machine whose victims are held back by their jobs' disruption limits is `HELD_BACK`.
+
+        The hot path of a pass: the common case (up, constraints hold, the request fits what
+        is free) costs no allocation but the empty list, and a reason is built only where a
+        machine is rejected.
+        """
+        cell = self.cell
+        if not cell.up[mi]:
+            return DOWN
+        if cls.compiled:
+            attrs = cell.attrs[mi]
+            for attr, positive, values in cls.compiled:
+                if (attrs.get(attr) in values) is not positive:
+                    return Rejection(unmet=tuple(j for j, c in enumerate(cls.compiled) if not constraint_holds(c, attrs)))
+        free = cell.free[mi]
+        if cell.reclaimed[mi] and not is_prod(cls.priority):
+            free = cell.free_for(mi, False)
+        gfree = cell.gfree[mi]
+        for d, a in cls.nz:
+            if free[d] < a:
+                break
+        else:
+            if not cls.gpu or gpu_take(gfree, cell.gcap[mi], cls.gpu_whole, cls.gpu_share) is not None:
+                return []
+        if preempt and self.preemption and cls.priority > cell.vmin[mi]:
+            victims = choose_victims(cls, cell, mi, self.disrupted, self.limit)
+            if victims is not None:
+                return victims
+            free, gfree = with_victims(cls, cell, mi)
+        # Below vmin no task here may be preempted: what is free is all the class may use.
+        return short_of(cls, free, gfree, cell.gcap[mi], cell.gpu_dim) or HELD_BACK
+
+    def evicted(self, job: str) -> None:
+        """One more task of `job` disrupted by this pass."""
+        self.disrupted[job] = self.disrupted.get(job, 0) + 1
 
 
 def choose_victims(
@@ -190,7 +203,7 @@ def choose_victims(
 class Prefilter:
     """Necessary conditions for fitting, checked on a run of machines at once (numpy).
 
-    It never rejects a machine that the exact check (`room`) would accept: a machine passes
+    It never rejects a machine that the exact check (`Feasibility.check`) would accept: a machine passes
     when it is up, its constraints hold, and either every resource it has free (slack
     included for non-prod tasks) covers the request or, with `preempt`, it runs something of
     lower priority. GPUs are judged on their total here, one by one in the exact check. The
@@ -324,13 +337,31 @@ class RunCheck:
         """Offsets from `lo` of the positions whose machines may fit."""
         return np.flatnonzero(self.ok)
 
+    def rejection(self, h: int) -> Rejection | None:
+        """Why the prefilter rejected the machine at offset `h` of the run, as `Feasibility.check`
+        names it (None: it may fit). What is free is as the prefilter saw it; the GPUs one by
+        one are read from the cell (see `gpus_short`)."""
+        if self.ok[h]:
+            return None
+        pre, cls, p = self.pre, self.cls, self.lo + h
+        if not pre.up[p]:
+            return DOWN
+        unmet = tuple(j for j, c in enumerate(cls.compiled) if not pre.holds(c)[p])
+        if unmet:
+            return Rejection(unmet=unmet)
+        cell, gpu_dim = pre.cell, pre.cell.gpu_dim
+        short = tuple(d for d, _ in cls.nz if d != gpu_dim and not self.covered[h, d])
+        mi = int(pre.ids[p])
+        gpus = cls.gpu and gpu_take(cell.gfree[mi], cell.gcap[mi], cls.gpu_whole, cls.gpu_share) is None
+        return Rejection(short=short, gpus=gpus)
+
     def _short_rows(self, upto: int) -> np.ndarray:
         # Rejected with its constraints met: it runs nothing the class may preempt (its lowest
         # victim is not below the class, or there is no preempting), so what it has free is all.
         return self.pre.allowed(self.cls)[self.lo : self.lo + upto] & ~self.ok[:upto]
 
     def count_rejected(self, upto: int, tally: Tally) -> None:
-        """Count, as `rejection` names them, the reasons of the machines rejected among the
+        """Count, as `Feasibility.check` names them, the reasons of the machines rejected among the
         first `upto` positions of the run, GPUs aside (see `gpus_short`)."""
         pre, cls, lo = self.pre, self.cls, self.lo
         tally.machines += upto - int(np.count_nonzero(self.ok[:upto]))

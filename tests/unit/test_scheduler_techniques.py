@@ -48,8 +48,8 @@ class Checked(Pass):
 
     def commit(self, task, cls, mi, victims, score):
         fresh = [self.evaluate(cls, m) for m in range(self.n)]
-        best = max(s for s in fresh if s is not None)
-        assert fresh[mi] is not None, "the chosen machine must fit"
+        best = max(s for s in fresh if isinstance(s, float))
+        assert isinstance(fresh[mi], float), "the chosen machine must fit"
         self.worst_gap = max(self.worst_gap, best - fresh[mi])
         super().commit(task, cls, mi, victims, score)
 
