@@ -3,15 +3,17 @@ an unchanged report is answered 304 with no body, and the shard keeps the object
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
-import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from reference.borglet.server import StateReports, state_tag
 from reference.master.linkshard import KeptAlive
+from tests.unit.fakehttp import JsonHandler, serving
 
 
 def test_equal_reports_have_equal_tags_and_a_matching_tag_gets_304() -> None:
@@ -30,22 +32,30 @@ def test_equal_reports_have_equal_tags_and_a_matching_tag_gets_304() -> None:
 
 
 class _Server:
-    """A real HTTP server answering GET with its current JSON body and ETag, counting 304s."""
+    """A real HTTP server (fakehttp) answering GET with its current JSON body and ETag; it
+    counts the connections it accepted and can close them all, as a server's keep-alive
+    timeout would."""
 
-    def __init__(self, idle_timeout: float | None = None) -> None:
+    def __init__(self) -> None:
         self.doc: dict[str, Any] = {"n": 1}
         self.tagged = True
         self.seen_tags: list[str | None] = []
         self.connections = 0  # accepted
+        self.open: list[socket.socket] = []
+        self.closed = threading.Event()  # a connection ended on the server's side
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.1"
-            timeout = idle_timeout  # a kept-alive connection idle this long is closed (as uvicorn's keep-alive)
 
             def setup(self) -> None:
                 outer.connections += 1
                 super().setup()
+                outer.open.append(self.connection)
+
+            def finish(self) -> None:
+                super().finish()
+                outer.closed.set()
 
             def do_GET(self) -> None:  # noqa: N802
                 body = json.dumps(outer.doc).encode()
@@ -65,65 +75,63 @@ class _Server:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args: Any) -> None:
-                pass
+        self.handler = Handler
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1/state"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def close_connections(self) -> None:
+        """Close every connection on the server's side and wait until one has ended."""
+        for conn in self.open:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        assert self.closed.wait(5), "the server's side of the connection did not end"
 
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[str]:
+        with serving(self.handler) as base:
+            yield f"{base}/v1/state"
 
 
 def test_kept_alive_reads_send_the_tag_back_and_keep_the_object() -> None:
     server = _Server()
-    try:
+    with server.serving() as url:
         reads = KeptAlive(timeout=2.0)
-        first = reads.get_json(server.url)
+        first = reads.get_json(url)
         assert first == {"n": 1} and server.seen_tags == [None]
-        second = reads.get_json(server.url)
+        second = reads.get_json(url)
         assert second is first  # 304: the same object, not decoded again
         assert reads.not_modified == 1 and server.seen_tags[-1] is not None
         server.doc = {"n": 2}
-        third = reads.get_json(server.url)
+        third = reads.get_json(url)
         assert third == {"n": 2} and reads.not_modified == 1
-        assert reads.get_json(server.url) is third and reads.not_modified == 2
+        assert reads.get_json(url) is third and reads.not_modified == 2
         # A server that stops tagging is read whole every time; no stale object is returned.
         server.tagged = False
         server.doc = {"n": 3}
-        assert reads.get_json(server.url) == {"n": 3}
-        assert reads.get_json(server.url) == {"n": 3}
+        assert reads.get_json(url) == {"n": 3}
+        assert reads.get_json(url) == {"n": 3}
         assert server.seen_tags[-1] is None and reads.not_modified == 2
-    finally:
-        server.close()
 
 
 def test_the_threads_of_a_shard_share_each_hosts_kept_alive_connection() -> None:
-    # Polls of one host come from any of the shard's threads. Each waits its turn here, so the
-    # server closes any connection idle for 0.3 s: a connection per thread (used every 16th
-    # poll, 0.8 s apart) would be closed before each use; the one shared is used every 0.05 s.
-    server = _Server(idle_timeout=0.3)
-    try:
+    # Polls of one host come from any of the shard's threads, one at a time here: a connection
+    # per thread would be 16 connections; the one shared is one.
+    server = _Server()
+    with server.serving() as url:
         reads = KeptAlive(timeout=2.0)
         turn = threading.Lock()
         answers: list[Any] = []
 
         def poll(_: int) -> None:
             with turn:
-                answers.append(reads.get_json(server.url))
-                time.sleep(0.05)
+                answers.append(reads.get_json(url))
 
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(poll, range(48)))
         assert len(answers) == 48 and all(a == {"n": 1} for a in answers)
         assert server.connections == 1 and reads.connects == 1
-        # A connection the server closed meanwhile is replaced, and the read still answers.
-        time.sleep(0.5)
-        assert reads.get_json(server.url) == {"n": 1} and server.connections == reads.connects == 2
-    finally:
-        server.close()
+        # A connection the server closed meanwhile (its keep-alive ran out) is replaced, and
+        # the read still answers.
+        server.close_connections()
+        assert reads.get_json(url) == {"n": 1} and server.connections == reads.connects == 2
 
 
 def test_an_equal_report_reuses_the_last_json_and_tag_and_a_changed_one_does_not() -> None:
