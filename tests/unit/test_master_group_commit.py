@@ -40,8 +40,13 @@ class FakeElection:
         self.fail_with: Exception | None = None
         self.fenced = False
         self.client = None
+        self.committing = threading.Event()  # a commit began
+        self.gate: threading.Event | None = None  # when set: each commit waits for it
 
     def fenced_commit(self, batch: list[ops.Op]) -> int | None:
+        self.committing.set()
+        if self.gate is not None:
+            assert self.gate.wait(10), "the test never let the commit go on"
         time.sleep(self.delay)
         if self.fail_with is not None:
             raise self.fail_with
@@ -78,6 +83,14 @@ def writer(delay: float = 0.0) -> tuple[Writer, FakeElection]:
     return Writer(cache, election, codec.Keys("c1")), election  # type: ignore[arg-type]
 
 
+def queued(w: Writer, n: int) -> None:
+    """Wait (polling, 10 s at most) until `n` changes wait in the writer's queue."""
+    deadline = time.monotonic() + 10
+    while len(w._queue) < n:
+        assert time.monotonic() < deadline, f"{len(w._queue)} of {n} changes queued"
+        time.sleep(0.005)
+
+
 def test_one_change_commits_one_txn_and_returns_its_revision() -> None:
     w, election = writer()
     assert w.mutate(add("m0")) == (1, 2)
@@ -106,7 +119,8 @@ def test_concurrent_changes_share_txns_and_see_each_other() -> None:
 
 
 def test_a_change_that_raises_is_dropped_alone() -> None:
-    w, election = writer(delay=0.05)
+    w, election = writer()
+    election.gate = threading.Event()
     errors: list[BaseException] = []
     done: list[int] = []
 
@@ -122,14 +136,17 @@ def test_a_change_that_raises_is_dropped_alone() -> None:
 
     blocker = threading.Thread(target=run, args=(add("m0"),))
     blocker.start()
-    time.sleep(0.01)  # m0 is committing: the next three queue behind it and form one group
+    assert election.committing.wait(10)  # m0 is committing: the next three queue behind it
     threads = [threading.Thread(target=run, args=(c,)) for c in (add("m1"), bad, add("m2"))]
     for t in threads:
         t.start()
+    queued(w, 3)
+    election.gate.set()
     for t in [blocker, *threads]:
         t.join(10)
     assert len(errors) == 1 and str(errors[0]) == "refused"
     assert sorted(done) == [1, 2, 3]
+    assert [len(b) for b in election.txns] == [1, 2]  # the three made one group, less the bad one
     assert "bad" not in w.cache.cell().state.machines
     assert sorted(w.cache.cell().state.machines.keys()) == ["m0", "m1", "m2"]
 
@@ -150,15 +167,18 @@ def test_a_failed_commit_fails_every_change_of_its_group() -> None:
 
 
 def test_group_size_is_bounded() -> None:
-    w, election = writer(delay=0.05)
+    w, election = writer()
     w.max_group = 3
+    election.gate = threading.Event()
     threads = [threading.Thread(target=w.mutate, args=(add(f"m{i}"),)) for i in range(10)]
     for t in threads:
         t.start()
-        time.sleep(0.001)
+    assert election.committing.wait(10)
+    queued(w, 7)  # the first group took 3 at most: 7 or more wait behind it
+    election.gate.set()
     for t in threads:
         t.join(10)
-    assert max(len(b) for b in election.txns) <= 3
+    assert max(len(b) for b in election.txns) == 3  # full groups, none larger
     assert len(w.cache.cell().state.machines) == 10
 
 
