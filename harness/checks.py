@@ -51,7 +51,7 @@ def check_observation(
     for v in explain_all(prev.state, cur.state, known, histories, replaced):
         cov.transitions += 1
         if v.path is None:
-            bad.append(("spec_transition", v.describe()))
+            bad.append(("spec_transition", v.describe() + _told(cur, v.after)))
             continue
         for step in v.path:
             if step.action in ENV_ACTIONS:
@@ -71,6 +71,15 @@ def check_observation(
     for name, _ in bad:
         cov.invariant_failures[name] += 1
     return bad
+
+
+def _told(cur: Observation, task: Task) -> str:
+    """What the cell's own history of a task says (its last moves, each with its reason),
+    so that a move no spec path explains names where the task went and why."""
+    moves = cur.task_views.get(task.id, {}).get("history", [])[-4:]
+    if not moves:
+        return ""
+    return "; the cell says: " + ", ".join(f"{h.get('state')} ({h.get('reason') or '-'})" for h in moves)
 
 
 def _replaced(prev: Observation, cur: Observation) -> frozenset:

@@ -161,6 +161,10 @@ def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job
         wider = _submitted_wider(new, after)
         if wider is not None:
             yield Step("submit", (wider,))  # submitted, then resized down, between two polls
+        if new.version > 0:
+            # Submitted, then changed, before any poll saw it: submitted as an earlier version
+            # (of another template, so a task placed before the change is rolled by it).
+            yield Step("submit", (replace(new, version=0, template=f"{new.template}~before"),))
     if new is None and cur is None and job in known:
         yield Step("submit", (known[job],))  # submitted and killed between two polls
     ref = new if new is not None else known.get(job)  # updated, then killed since the last poll
@@ -385,7 +389,13 @@ def alloc_changes(before: CellState, after: CellState) -> list[Change]:
     machines as seen in either poll, beside the tasks as they are now, the least room), then
     each gone alloc deleted (with the jobs as they are now: its set's jobs are killed in the
     same write)."""
-    up = {n: replace(m, up=m.up or (n in before.machines and before.machines[n].up)) for n, m in after.machines.items()}
+    # A machine up, or schedulable, in either poll: the alloc may have come before it went
+    # down or was drained (each judged on its own, machine_changes).
+    up = {
+        n: replace(m, up=m.up or (n in before.machines and before.machines[n].up),
+                   schedulable=m.schedulable or (n in before.machines and before.machines[n].schedulable))
+        for n, m in after.machines.items()
+    }  # fmt: skip
     gone = [n for n in sorted(before.allocs) if n not in after.allocs]
     s = before.with_(machines=FMap({**before.machines, **up}), tasks=after.tasks, jobs=after.jobs,
                      allocs=before.allocs.edit({}, gone))  # fmt: skip
@@ -395,7 +405,7 @@ def alloc_changes(before: CellState, after: CellState) -> list[Change]:
             continue
         nxt = alloc_create(s, a)
         out.append(Change(Step("alloc_create", (a,)), None if nxt is not None else
-                          f"alloc {name} on {a.machine} ({a.resources}) is no spec alloc_create: the machine is not up, "
+                          f"alloc {name} on {a.machine} ({a.resources}) is no spec alloc_create: the machine is not up and schedulable, "
                           f"another alloc of its set is there, or {a.resources} does not fit beside {s.machine_reserved(a.machine)}"))  # fmt: skip
         s = nxt or s
     back = s.with_(allocs=FMap({**s.allocs, **{n: before.allocs[n] for n in gone}}))

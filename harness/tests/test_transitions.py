@@ -187,3 +187,31 @@ def test_a_drained_machine_has_no_room_for_a_pending_task() -> None:
     assert room_for(state(pending), JOB.key, pending) == "m0"
     only_drained = _drained().set("m1", Machine("m1", Resources.of(cpu=2000), up=False))
     assert room_for(state(pending, machines=only_drained), JOB.key, pending) is None
+
+
+def test_a_job_submitted_and_changed_before_any_poll_is_explained_by_a_roll() -> None:
+    # Version 1 is the first the polls see, with #1 running: #0 was placed at version 0,
+    # then rolled by the change. With restart_policy never, only that roll explains #1.
+    from dataclasses import replace
+
+    from spec.model import task_template
+
+    v1 = replace(JOB, restart_policy=RestartPolicy.NEVER, template="c", version=1)
+    ran = replace(task(1, TaskState.RUNNING, "m0"), template=task_template(v1))
+    v = explain(CellState(machines=M), state(ran, jobs=FMap({JOB.key: v1})), JOB.key, 0)
+    assert v.ok and [s.action for s in v.path or ()] == ["submit", "schedule", "update", "roll", "schedule"], v
+    # Seen at version 0, a job no change came to has no earlier template to roll from.
+    v0 = replace(v1, version=0)
+    assert not explain(CellState(machines=M), state(ran, jobs=FMap({JOB.key: v0})), JOB.key, 0).ok
+
+
+def test_an_alloc_created_then_its_machine_drained_before_a_poll_is_explained() -> None:
+    from harness.transitions import alloc_changes
+    from spec.model import Alloc
+
+    a = Alloc("u/s", 0, "m0", CPU, 100, "u")
+    before = CellState(machines=M)
+    after = CellState(machines=_drained(), allocs=FMap({a.name: a}))
+    assert [(c.step.action, c.ok) for c in alloc_changes(before, after)] == [("alloc_create", True)]
+    (change,) = alloc_changes(after.with_(allocs=FMap()), after)  # drained in both polls: refused
+    assert not change.ok and "schedulable" in (change.problem or "")
