@@ -15,11 +15,11 @@ POLL_S = 1.0
 def plan_text(answer: dict[str, Any], current: dict[str, Any] | None) -> str:
     """What a version changes, field by field (old -> new where the job is known), and what
     happens to each task."""
-    key, plan = answer["job"], answer["plan"]
+    key, plan, kept = answer["job"], answer["plan"], answer.get("task_count_kept")
     if answer.get("unchanged"):
-        return f"{key}: unchanged (version {answer['version']})"
+        return f"{key}: unchanged (version {answer['version']}" + (f"; task_count {kept} kept, the autoscaler's)" if kept is not None else ")")
     if answer.get("created"):
-        return f"{key}: new job, {len(plan['added'])} task(s) to start"
+        return "\n".join([f"{key}: new job, {len(plan['added'])} task(s) to start", *_where(answer.get("placements"))])
     lines = [f"{key}: version {answer['version'] - 1} -> {answer['version']}" + (" (dry run: nothing written)" if answer.get("dry_run") else "")]
     for name in answer["changed"]:
         if current is not None:
@@ -32,7 +32,21 @@ def plan_text(answer: dict[str, Any], current: dict[str, Any] | None) -> str:
             lines.append(f"  {word}: task(s) {', '.join(map(str, indices))}")
     if plan["replaced"]:
         lines.append(f"  at most {answer['max_unavailable']} task(s) down at once")
-    return "\n".join(lines)
+    if kept is not None:
+        lines.append(f"  task_count {kept} kept: the autoscaler's (the file declares the count it declared before)")
+    return "\n".join(lines + _where(answer.get("placements")))
+
+
+def _where(placements: list[dict[str, Any]] | None) -> list[str]:
+    """Where a dry run says each replaced or added task would go (none: not a dry run)."""
+    if not placements:
+        return []
+    lines = ["  where they would go:"]
+    for p in placements:
+        src = p["was_on"] if p.get("was_on") else "(added)"
+        dst = p["machine"] if p.get("machine") else f"waits: {p.get('reason') or '?'}"
+        lines.append(f"    task {p['index']}: {src} -> {dst}")
+    return lines
 
 
 def _short(value: Any) -> str:

@@ -46,6 +46,10 @@ class JobInfo:
     # Its versions, oldest first, the last `jobhistory.KEPT` of them: (version, when, the job
     # file as canonical JSON, the fields changed since the version before).
     versions: tuple[tuple[int, float, str, tuple[str, ...]], ...] = ()
+    # The task count its file last declared (submit, PUT, revert; None: a record older than
+    # this field). A resize (PATCH, the autoscaler) changes the job's count, not this: a PUT of
+    # an autoscaled job that declares this count again keeps the resize (master/jobhistory.py).
+    declared_count: int | None = None
 
 
 @dataclass(frozen=True)

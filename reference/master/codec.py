@@ -196,6 +196,7 @@ def encode_job(job: Job, info: JobInfo) -> bytes:
             "file": info.spec.canonical(),
             "submitted_at": info.submitted_at,
             "versions": [[v, at, f, list(ch)] for v, at, f, ch in info.versions],
+            "declared_count": info.declared_count,
         }
     )
 
@@ -222,7 +223,10 @@ def decode_job(raw: bytes) -> tuple[Job, JobInfo]:
         template=str(j.get("template", "")),
     )
     versions = tuple((int(v), float(at), str(f), tuple(ch)) for v, at, f, ch in d.get("versions", ()))
-    return job, JobInfo(JobSpec.model_validate(d["file"]), float(d.get("submitted_at", 0.0)), versions)
+    declared = d.get("declared_count")
+    info = JobInfo(JobSpec.model_validate(d["file"]), float(d.get("submitted_at", 0.0)), versions,
+                   None if declared is None else int(declared))  # fmt: skip
+    return job, info
 
 
 # --- tasks -----------------------------------------------------------------------------------

@@ -6,7 +6,14 @@ A PUT of the file a job already runs changes nothing (no new version; the answer
 field at once; what a running task cannot take without a restart (its command, environment,
 image, health check, constraints, request, band...) is rolled out by the leader
 (master/rollout.py); the task count, a priority within its band, the restart policy and
-`max_unavailable` apply in place. `dry_run=true` answers the same plan and writes nothing.
+`max_unavailable` apply in place. `dry_run=true` answers the same plan and writes nothing,
+and says where each replaced or added task would go (`whatif`: the leader's passes on the
+draft, wave by wave).
+
+An autoscaled job's count belongs to its autoscaler: a PUT whose file declares the count its
+last file declared (`JobInfo.declared_count`) keeps the count the autoscaler (or a PATCH) set
+since, within the file's min and max, as `kubectl apply`'s three-way merge leaves alone a field
+the file did not change; a file that changes the count sets it (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from starlette.concurrency import run_in_threadpool
 
 from reference.jobspec import JobFileError, JobSpec, parse_job
 from reference.master import contract, rollout, versions
-from reference.master.cell import Cell, Draft
+from reference.master.cell import Cell, Draft, JobInfo
 from reference.master.mutations import ApiError, check_alloc_set, submit_job
 from reference.scheduler import admit
 from spec.model import CellState, Job, TaskState, is_stale
@@ -38,6 +45,16 @@ class Plan(BaseModel):
     removed: list[int] = Field(description="indices killed (the task count shrinks)")
 
 
+class WouldGo(BaseModel):
+    """Where a replaced or added task would run, by the dry run's passes."""
+
+    index: int
+    task: str = Field(description="the new task's id, user/job/index#incarnation")
+    was_on: str | None = Field(description="the machine of the task it replaces; null for an added task")
+    machine: str | None = Field(description="where it would run; null: it would wait (see reason)")
+    reason: str = Field("", description="why it would wait: the scheduler's reasons")
+
+
 class JobChange(BaseModel):
     """`PUT /v1/jobs/{user}/{name}` and `POST .../revert`: the version the job is at and what changed."""
 
@@ -50,6 +67,15 @@ class JobChange(BaseModel):
     plan: Plan
     max_unavailable: int
     file: dict[str, Any] = Field(description="the job file of this version")
+    placements: list[WouldGo] | None = Field(None, description=(
+        "dry run only: where each replaced or added task would go, by the leader's own passes on a copy of the"
+        " cell (the rollout's waves, each replacement taken as started), as `POST /v1/jobs?dry_run=true` says"
+        " for a new job; the seed is 0, so on a cell larger than the scheduler samples the machine may differ"
+    ))  # fmt: skip
+    task_count_kept: int | None = Field(None, description=(
+        "an autoscaled job's count kept instead of the file's: the file declares the count it declared before, so"
+        " the count the autoscaler set stands (within the file's autoscale min and max); null: the file's count"
+    ))  # fmt: skip
 
 
 class Version(BaseModel):
@@ -116,8 +142,12 @@ def put_job(d: Draft, key: str, payload: Any) -> dict[str, Any]:
         return answer(key, new.version, False, versions.changed_fields(None, spec.canonical()), plan(d.state, None, new), new, spec, created=True)
     info = d.jobs[key]
     current = info.spec.canonical()
+    declared = spec.task_count
+    kept = kept_count(info, old, spec)
+    if kept is not None:
+        spec = spec.model_copy(update={"task_count": kept})
     if spec.canonical() == current:
-        return answer(key, old.version, True, [], plan(d.state, old, old), old, spec)
+        return answer(key, old.version, True, [], plan(d.state, old, old), old, spec, kept)
     new = spec.to_spec_job(version=old.version)
     if new.alloc is not None:
         check_alloc_set(d.state, new.alloc, new.task_count)
@@ -128,9 +158,75 @@ def put_job(d: Draft, key: str, payload: Any) -> dict[str, Any]:
     if not d.step("update", key, None, None, new, reason=f"job updated to version {old.version + 1}"):
         raise ApiError(409, "max_unavailable", f"the cell refuses this change of {key}: a rolling update holds more of its tasks down than the new max_unavailable {new.max_unavailable}; wait until it settles")
     version = d.state.jobs[key].version
-    d.jobs[key] = versions.recorded(info, spec, d.now, version)
+    d.jobs[key] = dataclasses.replace(versions.recorded(info, spec, d.now, version), declared_count=declared)
     retry_now(d, key)
-    return answer(key, version, False, list(versions.changed_fields(current, spec.canonical())), the_plan, new, spec)
+    return answer(key, version, False, list(versions.changed_fields(current, spec.canonical())), the_plan, new, spec, kept)
+
+
+def planned(d: Draft, key: str, payload: Any) -> dict[str, Any]:
+    """A dry run of `put_job` on draft `d`: its answer, and where the tasks it replaces or adds would go."""
+    before = d.state
+    body = put_job(d, key, payload)
+    if not body["unchanged"]:
+        body["placements"] = whatif(d, key, Plan.model_validate(body["plan"]), before)
+    return body
+
+
+def kept_count(info: JobInfo, old: Job, spec: JobSpec) -> int | None:
+    """The task count a PUT keeps instead of its file's: an autoscaled job (its file and the
+    new one name `autoscale`) whose new file declares the count its last file declared keeps
+    the count the autoscaler (or a resize) set since, within the new file's min and max, as
+    `kubectl apply` leaves a field alone that the file did not change. None: the file's count
+    stands (it changed the count, or the job is not autoscaled)."""
+    scale = spec.autoscale
+    if scale is None or info.spec.autoscale is None or info.declared_count is None:
+        return None
+    if spec.task_count != info.declared_count:
+        return None
+    return min(max(old.task_count, scale.min), scale.max)
+
+
+#: Waves of a rollout a dry run follows at most: a rollout of more waves is followed taking
+#: more tasks at once than its max_unavailable, so a what-if costs at most this many passes.
+WHATIF_WAVES = 10
+
+
+def whatif(d: Draft, key: str, the_plan: Plan, before: CellState) -> list[dict[str, Any]]:
+    """Where the tasks `the_plan` replaces or adds would go: after a dry run's `put_job` on
+    draft `d` (`before`: the cell it started from), the leader's passes run on `d`, each
+    replacement taken as started and healthy at once (a copy has no borglet), until nothing of
+    the job is left to roll or place."""
+    from reference.master.dryrun import one_pass  # the leader's pass: imported by dry runs only
+    from reference.scheduler import SchedulerConfig
+
+    job = d.state.jobs.get(key)
+    indices = sorted({*the_plan.replaced, *the_plan.added})
+    if job is None or not indices:
+        return []
+    waves = -(-len(the_plan.replaced) // job.max_unavailable)
+    if waves > WHATIF_WAVES:
+        wider = dataclasses.replace(job, max_unavailable=-(-len(the_plan.replaced) // WHATIF_WAVES))
+        d.state = d.state.with_(jobs=d.state.jobs.set(key, wider))
+    for _ in range(WHATIF_WAVES + 1):
+        result = one_pass(d, SchedulerConfig())
+        for t in d.state.live_indices(key).values():
+            if t.state is TaskState.RUNNING:
+                d.tasks[t.id] = dataclasses.replace(d.task_info(t.id), seen=True, borglet_state="RUNNING", pid=1,
+                                                    started_at=0.0, healthy=True)  # fmt: skip
+        if not (result.rolled or result.placed):
+            break
+    out = []
+    for i in indices:
+        t = d.state.latest(key, i)
+        old = before.latest(key, i)
+        if t is None:
+            continue
+        out.append(WouldGo(
+            index=i, task=str(t.id), was_on=old.machine if i in the_plan.replaced and old is not None else None,
+            machine=t.machine if t.state is TaskState.RUNNING else None,
+            reason="" if t.state is TaskState.RUNNING else (d.task_info(t.id).pending or "not placed by the dry run's passes"),
+        ).model_dump(mode="json"))  # fmt: skip
+    return out
 
 
 def retry_now(d: Draft, key: str) -> None:
@@ -143,10 +239,10 @@ def retry_now(d: Draft, key: str) -> None:
 
 
 def answer(key: str, version: int, unchanged: bool, changed: Any, the_plan: Plan, job: Job, spec: JobSpec,
-           created: bool = False) -> dict[str, Any]:  # fmt: skip
+           kept: int | None = None, created: bool = False) -> dict[str, Any]:  # fmt: skip
     return JobChange(
         job=key, version=version, unchanged=unchanged, created=created, changed=list(changed), plan=the_plan,
-        max_unavailable=job.max_unavailable, file=spec.canonical(),
+        max_unavailable=job.max_unavailable, file=spec.canonical(), task_count_kept=kept,
     ).model_dump(mode="json")  # fmt: skip
 
 
@@ -204,7 +300,7 @@ def register(app: FastAPI, replica: Any, write: Write, read: Callable[..., Any],
     async def put(user: str, name: str, request: Request, payload: Any = Body(None), dry_run: bool = False) -> Response:
         key = f"{user}/{name}"
         if dry_run:
-            return await run_in_threadpool(would, lambda d: put_job(d, key, payload))
+            return await run_in_threadpool(would, lambda d: planned(d, key, payload))
         return await write(request, payload, lambda d: put_job(d, key, payload), rendered)
 
     @app.post("/v1/jobs/{user}/{name}/revert", responses={

@@ -40,8 +40,8 @@ def recorded(info: JobInfo, spec: JobSpec, at: float, version: int) -> JobInfo:
 
 
 def first(spec: JobSpec, at: float) -> JobInfo:
-    """The record of a job just submitted: its file, as version 0."""
-    return recorded(JobInfo(spec, at), spec, at, 0)
+    """The record of a job just submitted: its file, as version 0, and the count it declares."""
+    return recorded(JobInfo(spec, at, declared_count=spec.task_count), spec, at, 0)
 
 
 def find(info: JobInfo, version: int) -> dict[str, Any] | None:

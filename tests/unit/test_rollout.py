@@ -10,7 +10,7 @@ import pytest
 from reference.jobspec import parse_job
 from reference.master import jobhistory, rollout, versions
 from reference.master.cell import Cell, Draft, TaskInfo
-from reference.master.mutations import ApiError, submit_job
+from reference.master.mutations import ApiError, submit_job, update_job
 from spec.actions import machine_add, schedule
 from spec.model import CellState, Machine, Resources, TaskId, TaskState
 
@@ -171,3 +171,77 @@ def test_crash_memory_forgets_a_job():
         memory.record(job, index, "m0")
     memory.forget("alice/web")
     assert memory.counts("alice/web", 0) == {} and memory.counts("bob/db", 0) == {"m0": 1}
+
+
+AUTOSCALED = {**FILE, "autoscale": {"min": 2, "max": 6, "metric": "cpu", "target": 70}}
+
+
+def resized(cell: Cell, count: int) -> Cell:
+    """`cell` after the autoscaler (or a PATCH) set alice/web's count: the path both take."""
+    d = Draft(cell, NOW)
+    update_job(d, "alice/web", {"task_count": count})
+    return replace(cell, state=d.state, jobs=dict(d.jobs.data), tasks={**cell.tasks, **d.tasks.data})
+
+
+def test_a_put_that_declares_the_count_again_keeps_the_autoscalers():
+    cell = resized(cell_running(AUTOSCALED), 5)
+    same = jobhistory.put_job(Draft(cell, NOW), "alice/web", dict(AUTOSCALED))
+    assert same["unchanged"] and same["task_count_kept"] == 5  # the file as sent before: nothing to do
+    cell, body = put(cell, {**AUTOSCALED, "env": {"V": "2"}})
+    assert body["changed"] == ["env"] and body["task_count_kept"] == 5 and body["plan"]["removed"] == []
+    assert cell.state.jobs["alice/web"].task_count == 5 and body["file"]["task_count"] == 5
+    cell, body = put(cell, {**AUTOSCALED, "env": {"V": "3"}})  # declared 3 still: kept again
+    assert cell.state.jobs["alice/web"].task_count == 5
+
+
+def test_a_put_that_changes_the_count_sets_it():
+    cell, body = put(resized(cell_running(AUTOSCALED), 5), {**AUTOSCALED, "task_count": 4})
+    assert body["task_count_kept"] is None and cell.state.jobs["alice/web"].task_count == 4
+    cell, body = put(resized(cell, 6), {**AUTOSCALED, "task_count": 4, "env": {"V": "2"}})
+    assert body["task_count_kept"] == 6  # 4 is now what the file declares: the autoscaler's 6 stands
+
+
+def test_a_kept_count_stays_within_the_new_bounds_and_only_for_autoscaled_jobs():
+    cell = resized(cell_running(AUTOSCALED), 5)
+    _, body = put(cell, {**AUTOSCALED, "autoscale": {**AUTOSCALED["autoscale"], "max": 4}})
+    assert body["task_count_kept"] == 4 and body["file"]["task_count"] == 4
+    cell, body = put(cell, {**FILE})  # autoscale taken away: the file's count is the job's
+    assert body["task_count_kept"] is None and cell.state.jobs["alice/web"].task_count == 3
+    plain = resized(cell_running(), 5)
+    plain, body = put(plain, {**FILE, "env": {"V": "2"}})  # never autoscaled: a PUT sets its count
+    assert body["task_count_kept"] is None and plain.state.jobs["alice/web"].task_count == 3
+
+
+def test_the_declared_count_survives_the_store():
+    from reference.master.codec import decode_job, encode_job
+
+    cell = resized(cell_running(AUTOSCALED), 5)
+    job, info = decode_job(encode_job(cell.state.jobs["alice/web"], cell.jobs["alice/web"]))
+    assert info.declared_count == 3 and job.task_count == 5
+
+
+def test_a_dry_run_says_where_each_replacement_would_go_and_writes_nothing():
+    cell = cell_running()
+    d = Draft(cell, NOW)
+    body = jobhistory.planned(d, "alice/web", {**FILE, "command": ["sleep", "2000"], "task_count": 4})
+    assert cell.state.jobs["alice/web"].version == 0  # the cell itself is untouched
+    went = {p["index"]: p for p in body["placements"]}
+    assert sorted(went) == [0, 1, 2, 3]
+    assert [went[i]["was_on"] for i in range(4)] == ["m0", "m1", "m0", None]  # 3 is added: it replaces nothing
+    assert all(p["machine"] in ("m0", "m1") and p["reason"] == "" for p in went.values())
+    assert went[0]["task"] == "alice/web/0#1" and went[3]["task"] == "alice/web/3#0"
+
+
+def test_a_dry_run_says_why_a_replacement_would_wait():
+    # 3000m each: the first two replacements take the room their old tasks leave on m0 and m1;
+    # the third finds 1000m free on either machine, so it would wait.
+    body = jobhistory.planned(Draft(cell_running(), NOW), "alice/web", {**FILE, "request": {"cpu": "3000m"}})
+    went = {p["index"]: p for p in body["placements"]}
+    assert sorted(p["machine"] for p in went.values() if p["machine"]) == ["m0", "m1"]
+    waiting = [p for p in went.values() if p["machine"] is None]
+    assert len(waiting) == 1 and "cpu" in waiting[0]["reason"]
+
+
+def test_an_unchanged_file_has_nothing_to_place():
+    body = jobhistory.planned(Draft(cell_running(), NOW), "alice/web", dict(FILE))
+    assert body["unchanged"] and body.get("placements") is None

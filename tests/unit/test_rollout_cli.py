@@ -54,3 +54,28 @@ def test_follow_rollout_stops_with_the_reason_or_times_out():
     clock = iter([0.0, 0.0, 100.0])
     rolling = {"state": "rolling", "version": 4, "stale": [1], "down": []}
     assert follow_rollout(rollouts(rolling, rolling), said.append, 60, sleep=lambda s: None, clock=lambda: next(clock)) == "timeout"
+
+
+def test_plan_text_says_where_a_dry_run_would_put_each_task():
+    where = [
+        {"index": 0, "task": "demo/web/0#1", "was_on": "m1", "machine": "m2", "reason": ""},
+        {"index": 1, "task": "demo/web/1#1", "was_on": "m2", "machine": None, "reason": "0 of 2 machines fit"},
+        {"index": 2, "task": "demo/web/2#0", "was_on": None, "machine": "m0", "reason": ""},
+    ]
+    lines = plan_text(answer(dry_run=True, placements=where), None).splitlines()
+    assert lines[-4:] == [
+        "  where they would go:",
+        "    task 0: m1 -> m2",
+        "    task 1: m2 -> waits: 0 of 2 machines fit",
+        "    task 2: (added) -> m0",
+    ]
+    new = plan_text(answer(created=True, version=0, plan={**PLAN, "replaced": []}, placements=where[2:]), None)
+    assert new.splitlines() == ["demo/web: new job, 1 task(s) to start", "  where they would go:", "    task 2: (added) -> m0"]
+    assert "where" not in plan_text(answer(), None)  # not a dry run: no placements
+
+
+def test_plan_text_says_when_the_autoscalers_count_is_kept():
+    assert plan_text(answer(unchanged=True, version=2, task_count_kept=5), None) == (
+        "demo/web: unchanged (version 2; task_count 5 kept, the autoscaler's)"
+    )
+    assert "task_count 5 kept" in plan_text(answer(task_count_kept=5), None)
