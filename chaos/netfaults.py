@@ -22,18 +22,23 @@ def _names(hosts: list[str] | str | None) -> list[str]:
     return [h.strip() for h in (hosts.split(",") if isinstance(hosts, str) else hosts) if h.strip()]
 
 
-def _cut(state_dir: str, run: str, fault: str, cuts: faults.Cuts, **detail: Any) -> dict[str, Any]:
+def _cut(state_dir: str, run: str, fault: str, cuts: faults.Cuts, loss: float | None = None,
+         **detail: Any) -> dict[str, Any]:  # fmt: skip
     info = CellInfo.load(state_dir)
     made = cuts(faults.network_of(info))
-    rules = faults.apply(info, made)
+    rules = faults.apply(info, made, loss)
+    detail |= {"loss": loss} if loss else {}
     events.record("fault-start", run, fault=fault, rules=rules, **detail)
     return {"fault": fault, "cuts": len(made), "rules": rules, **detail}
 
 
-def isolate_host(state_dir: str, run: str, host: str, from_this_host: bool = True) -> dict[str, Any]:
-    """Cut `host` from every other host of the cell (and this one), both ways."""
+def isolate_host(
+    state_dir: str, run: str, host: str, from_this_host: bool = True, loss: float | None = None
+) -> dict[str, Any]:
+    """Cut `host` from every other host of the cell (and this one), both ways; `loss`: drop
+    that fraction of its packets instead of all (this kernel has no netem)."""
     return _cut(state_dir, run, "isolate", lambda net: faults.isolate(net, host, from_this_host=from_this_host),
-                host=host)  # fmt: skip
+                loss, host=host)  # fmt: skip
 
 
 def isolate_leader(state_dir: str, run: str, from_this_host: bool = False) -> dict[str, Any]:
@@ -46,11 +51,11 @@ def isolate_leader(state_dir: str, run: str, from_this_host: bool = False) -> di
 
 
 def split_hosts(state_dir: str, run: str, side: list[str] | str, other: list[str] | str | None = None,
-                one_way: bool = False) -> dict[str, Any]:  # fmt: skip
+                one_way: bool = False, loss: float | None = None) -> dict[str, Any]:  # fmt: skip
     """Cut the hosts of `side` from those of `other` (default every other host); `one_way`:
-    only what `side` sends is dropped."""
+    only what `side` sends is dropped; `loss`: that fraction of the packets."""
     a, b = _names(side), _names(other)
-    return _cut(state_dir, run, "split", lambda net: faults.split(net, a, b, one_way=one_way),
+    return _cut(state_dir, run, "split", lambda net: faults.split(net, a, b, one_way=one_way), loss,
                 side=a, other=b, one_way=one_way)  # fmt: skip
 
 

@@ -24,10 +24,19 @@ def _names(text: str | None) -> list[str]:
     return [n.strip() for n in (text or "").split(",") if n.strip()]
 
 
-def _cut(state_dir: str | None, what: str, make: faults.Cuts, as_json: bool) -> None:
+LossOpt = Annotated[
+    float | None,
+    typer.Option("--loss", help="Drop this fraction of the packets (0.3), not all: the packet filter's random "
+                 "match, as this kernel has no netem. Latency is not offered on netns hosts."),
+]  # fmt: skip
+
+
+def _cut(state_dir: str | None, what: str, make: faults.Cuts, as_json: bool, loss: float | None = None) -> None:
+    faults.check_loss(loss)
     info = CellInfo.load(state_dir)
     cuts = make(faults.network_of(info))
-    added = faults.apply(info, cuts)
+    added = faults.apply(info, cuts, loss)
+    what += f", {loss:.0%} of packets dropped" if loss else ""
     if as_json:
         print_json({"fault": what, "cuts": sorted([c.src, c.dst] for c in cuts), "rules": added})
         return
@@ -42,11 +51,13 @@ def isolate(
     keep_this_host: Annotated[
         bool, typer.Option("--keep-this-host", help="Leave its link to this host (the command line, Sigma) open.")
     ] = False,
+    loss: LossOpt = None,
     state_dir: StateDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Cut HOST from every other host of the cell, both ways (and from this host, unless --keep-this-host)."""
-    _cut(state_dir, f"{host} isolated", lambda net: faults.isolate(net, host, from_this_host=not keep_this_host), as_json)
+    _cut(state_dir, f"{host} isolated", lambda net: faults.isolate(net, host, from_this_host=not keep_this_host),
+         as_json, loss)  # fmt: skip
 
 
 @partition_app.command("split", epilog=examples(
@@ -61,13 +72,14 @@ def split(
         str | None, typer.Option("--from", help="Hosts on the other side (default: every other host of the cell).")
     ] = None,
     one_way: Annotated[bool, typer.Option("--one-way", help="Drop only what SIDE sends to the other side.")] = False,
+    loss: LossOpt = None,
     state_dir: StateDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Cut the hosts of SIDE from the others (a minority from a majority, a replica from its borglets)."""
     hosts, rest = _names(side), _names(other)
     what = f"{','.join(hosts)} cut from {','.join(rest) or 'the rest'}" + (" one way" if one_way else "")
-    _cut(state_dir, what, lambda net: faults.split(net, hosts, rest, one_way=one_way), as_json)
+    _cut(state_dir, what, lambda net: faults.split(net, hosts, rest, one_way=one_way), as_json, loss)
 
 
 @partition_app.command("bridge", epilog=examples("minborg cell partition bridge", "minborg cell partition bridge --via etcd2,master2"))

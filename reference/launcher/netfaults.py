@@ -9,9 +9,10 @@ match addresses, so established connections are cut too, as by a real partition;
 cut off sees no reset, only silence. A pause is SIGSTOP of the host's process (its sockets stay
 open and answer nothing), a kill SIGKILL; `heal` continues every paused process.
 
-Loss and latency (`tc qdisc ... netem`) need the kernel's sch_netem, which this kernel lacks:
-`netem_available()` says so, and a slow link falls back to Toxiproxy's latency toxic on a
-loopback cell (chaos/README.md).
+Loss and latency (`tc qdisc ... netem`) need the kernel's sch_netem, which this kernel lacks
+(`netem_available()` says why). Loss falls back to the packet filter: a cut's rules with the
+statistic match drop a fraction of its packets at random (`--loss`). Latency has no fallback
+on netns hosts: a slow link is Toxiproxy's latency toxic on a loopback cell (chaos/README.md).
 """
 
 from __future__ import annotations
@@ -82,9 +83,13 @@ def bridge(net: Network, via: Sequence[str] = ()) -> set[Cut]:
     return split(net, left, right)
 
 
-def rule_commands(net: Network, cuts: Iterable[set[Cut] | Cut]) -> dict[str, list[list[str]]]:
+def rule_commands(
+    net: Network, cuts: Iterable[set[Cut] | Cut], loss: float | None = None
+) -> dict[str, list[list[str]]]:
     """The iptables commands, by namespace, that drop every cut: OUTPUT -d in the sender's
-    namespace, INPUT -s in the receiver's."""
+    namespace, INPUT -s in the receiver's. `loss`: drop that fraction of the packets at random
+    (the statistic match; with both ends filtering, a packet passes each with 1 - loss)."""
+    drop = [*(["-m", "statistic", "--mode", "random", "--probability", f"{loss:g}"] if loss else []), "-j", "DROP"]
     ns_of = {h.address: h.netns for h in net.hosts}
     flat: set[Cut] = set()
     for c in cuts:
@@ -93,10 +98,10 @@ def rule_commands(net: Network, cuts: Iterable[set[Cut] | Cut]) -> dict[str, lis
     for cut in sorted(flat, key=lambda c: (c.src, c.dst)):
         if cut.src in ns_of:
             out.setdefault(ns_of[cut.src], []).append(
-                in_netns(ns_of[cut.src], ["iptables", "-w", "-A", CHAIN, "-d", cut.dst, "-j", "DROP"]))  # fmt: skip
+                in_netns(ns_of[cut.src], ["iptables", "-w", "-A", CHAIN, "-d", cut.dst, *drop]))  # fmt: skip
         if cut.dst in ns_of:
             out.setdefault(ns_of[cut.dst], []).append(
-                in_netns(ns_of[cut.dst], ["iptables", "-w", "-A", CHAIN, "-s", cut.src, "-j", "DROP"]))  # fmt: skip
+                in_netns(ns_of[cut.dst], ["iptables", "-w", "-A", CHAIN, "-s", cut.src, *drop]))  # fmt: skip
     return out
 
 
@@ -114,12 +119,19 @@ def network_of(info: CellInfo) -> Network:
     return info.network
 
 
-def apply(info: CellInfo, cuts: set[Cut]) -> int:
-    """Drop every cut in the cell's namespaces; returns the number of rules added."""
+def check_loss(loss: float | None) -> None:
+    if loss is not None and not 0 < loss < 1:
+        raise LauncherError(f"--loss must be a fraction between 0 and 1 (0.3: 30% of packets dropped), got {loss}")
+
+
+def apply(info: CellInfo, cuts: set[Cut], loss: float | None = None) -> int:
+    """Drop every cut in the cell's namespaces (`loss`: that fraction of its packets); returns
+    the number of rules added."""
+    check_loss(loss)
     net = network_of(info)
     added = 0
     try:
-        for commands in rule_commands(net, [cuts]).values():
+        for commands in rule_commands(net, [cuts], loss).values():
             for command in commands:
                 run(command)
                 added += 1

@@ -74,6 +74,15 @@ def test_each_cut_drops_output_at_the_sender_and_input_at_the_receiver() -> None
     assert set(rules) == {"c-master0", "c-machine1"}  # this host has no namespace: the other end filters
 
 
+def test_loss_drops_a_fraction_of_a_cuts_packets_and_refuses_a_fraction_out_of_range() -> None:
+    rules = faults.rule_commands(NET, [{Cut(A["master0"], A["machine1"])}], loss=0.25)
+    assert rules["c-master0"][0][-8:] == ["-m", "statistic", "--mode", "random", "--probability", "0.25", "-j", "DROP"]
+    for bad in (0.0, 1.0, 1.5, -0.1):
+        with pytest.raises(LauncherError, match="--loss must be a fraction between 0 and 1"):
+            faults.check_loss(bad)
+    faults.check_loss(None)
+
+
 def test_every_namespace_sends_its_traffic_through_the_fault_chain_and_heal_empties_each() -> None:
     assert hook_commands("c-etcd0") == [
         ["nsenter", "--net=/run/netns/c-etcd0", "--", "iptables", "-w", "-N", CHAIN],
