@@ -109,3 +109,17 @@ def test_a_client_trusting_another_ca_is_refused_in_one_line(cell: launcher.Cell
         assert "not trusted" in lines[0] and "$MINBORG_CA=FILE" in lines[0] and cell.master_urls[0] in lines[0]
     with pytest.raises(httpx.ConnectError), httpx.Client(verify=channel.ca_context(stranger), timeout=5.0) as http:
         http.get(f"{cell.master_urls[0]}/healthz")
+
+
+def test_a_stopped_tls_cell_resumes_on_its_certificates(cell: launcher.CellInfo) -> None:
+    before = {p.name: p.read_bytes() for p in (Path(cell.state_dir) / cell_tls.PKI_DIR).glob("*-https.crt")}
+    launcher.down(cell.state_dir)
+    resumed = launcher.up(cell.state_dir)  # a stopped cell: resumed on its data, TLS and all
+    assert resumed.master_urls == cell.master_urls and resumed.borglet_urls == cell.borglet_urls
+    after = {p.name: p.read_bytes() for p in (Path(cell.state_dir) / cell_tls.PKI_DIR).glob("*-https.crt")}
+    assert after == before and set(before) == {"master0-https.crt", "machine0-https.crt", "machine1-https.crt"}
+    assert not plain_http_answer(resumed.master_urls[0]).startswith(b"HTTP/")
+    listed = minborg(resumed, "machine", "list", "--json", full=True)
+    assert listed.returncode == 0, listed.stderr
+    wait_for(lambda: [m["state"] for m in json.loads(minborg(resumed, "machine", "list", "--json", full=True).stdout)]
+             == ["up", "up"], 30, "both machines up again")  # fmt: skip
