@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import httpx
 from starlette.requests import Request
@@ -15,24 +16,24 @@ from reference.master.forward import Forwarder
 
 
 class SlowCache:
-    """A watch cache that reaches revision `to` `after` seconds from now."""
+    """A watch cache that reaches revision `to` when the test says so (`advance`)."""
 
-    def __init__(self, to: int, after: float) -> None:
+    def __init__(self, to: int) -> None:
+        self.to = to
         self.revision = 1
         self.cond = threading.Condition()
         self.waited: list[int] = []
+        self.waiting = threading.Event()  # someone waits for a revision
 
-        def advance() -> None:
-            time.sleep(after)
-            with self.cond:
-                self.revision = to
-                self.cond.notify_all()
-
-        threading.Thread(target=advance, daemon=True).start()
+    def advance(self) -> None:
+        with self.cond:
+            self.revision = self.to
+            self.cond.notify_all()
 
     def wait_revision(self, revision: int, timeout: float) -> bool:
         self.waited.append(revision)
         with self.cond:
+            self.waiting.set()
             return self.cond.wait_for(lambda: self.revision >= revision, timeout)
 
 
@@ -52,17 +53,22 @@ def post() -> Request:
 
 
 def test_the_answer_waits_for_the_followers_cache() -> None:
-    cache = SlowCache(to=42, after=0.3)
-    started = time.monotonic()
-    r = forwarder(cache).forward(post(), {"name": "x"})
+    cache = SlowCache(to=42)
+    answer: list[Any] = []
+    asked = threading.Thread(target=lambda: answer.append(forwarder(cache).forward(post(), {"name": "x"})))
+    asked.start()
+    assert cache.waiting.wait(10)  # the leader answered; the follower waits for its cache
+    assert answer == []  # not answered before the cache holds revision 42
+    cache.advance()
+    asked.join(10)
+    r = answer[0]
     assert r.status_code == 201 and r.headers["X-Minborg-Revision"] == "42"
     assert cache.waited == [42] and cache.revision == 42
-    assert time.monotonic() - started >= 0.25
 
 
 def test_a_cache_too_slow_still_gets_the_answer_out(monkeypatch) -> None:
     monkeypatch.setattr(forward, "CATCH_UP_S", 0.2)
-    cache = SlowCache(to=42, after=5.0)
+    cache = SlowCache(to=42)  # never advanced
     started = time.monotonic()
     r = forwarder(cache).forward(post(), {"name": "x"})
     assert r.status_code == 201 and time.monotonic() - started < 2.0
@@ -71,6 +77,6 @@ def test_a_cache_too_slow_still_gets_the_answer_out(monkeypatch) -> None:
 
 def test_answers_without_a_revision_do_not_wait() -> None:
     for status, revision in ((422, None), (503, "42")):
-        cache = SlowCache(to=42, after=5.0)
+        cache = SlowCache(to=42)
         r = forwarder(cache, status=status, revision=revision).forward(post(), {})
         assert r.status_code == status and cache.waited == []
