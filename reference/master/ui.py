@@ -101,7 +101,7 @@ def install(app: FastAPI, replica: Any, proxy: LogProxy, overview: Any) -> None:
     @app.get("/ui/events", response_class=HTMLResponse)
     async def ui_events(request: Request, q: str = "", kind: str = "", sort: str = "", page: int = 1) -> Response:
         params = _params(q=q, kind=kind, sort=sort, page=page)
-        return HTMLResponse(events_page(replica.cache.cell(), replica.name, params, who(request)))
+        return HTMLResponse(events_page(replica.cache.cell(), replica.name, params, who(request), replica.cache.changes))
 
     @app.get("/ui/jobs/{user}/{name}", response_class=HTMLResponse, responses=missing_page)
     async def ui_job(

@@ -290,6 +290,13 @@ def test_the_dashboard_signs_in_lists_follows_and_acts(cell: LocalCell, browser:
     kinds = {row.split("\t")[2] for row in browser.rows()}
     assert kinds == {"killed"}, kinds
     browser.screenshot(out / "sigma-events.png", 700)
+    # Jobs submitted are there too, from the replica's change log, each linked to its job.
+    browser.open(f"{follower.url}/ui/events?kind=submitted")
+    rows = [row.split("\t") for row in browser.rows()]
+    assert {r[1] for r in rows} >= {"job alice/web", "job bob/batch"} and {r[2] for r in rows} == {"submitted"}, rows
+    browser.click('table.listing tbody a[href="/ui/jobs/bob/batch"]')
+    browser.shows("Job bob/batch")
+    browser.open(f"{follower.url}/ui/events")  # off the job's page: the next opens it anew, with a token
 
     # A rolling update that fails stops, and the job page says so, with the versions and which tasks are older.
     broken = {**batch, "command": [TASK_PYTHON, "-c", "raise SystemExit(3)"]}
@@ -320,6 +327,11 @@ def test_a_down_machine_is_red_and_an_unknown_job_is_a_404(cell: LocalCell, brow
     details = [e["detail"] for e in lost]
     assert all(d.startswith("no replica reached machine b2 (") and d.endswith(" (was on b2)") for d in details), details
     assert {"machine": "b2", "kind": "down"} in down
+    # Sigma's events page says so too: the machine down, beside its tasks lost.
+    browser.open(f"{cell.masters[0].url}/ui/events?q=b2#token={cell.admin_token}")
+    text = browser.shows("machine b2\tdown", "lost")
+    browser.screenshot(tmp_path / "sigma-events-machine.png", 700)
+    assert all("b2" in row for row in browser.rows()), text
     browser.open(f"{cell.masters[0].url}/ui#token={cell.admin_token}")
     browser.shows("1 down")
     browser.click("a.bad")  # the cell's "1 down" leads to the machines down
