@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -383,3 +384,87 @@ def test_a_replica_cut_from_its_borglets_alone_takes_no_machine_down(netns_cell:
         assert not watch.down, f"machines declared down while a replica alone was cut: {watch.down[:3]}"
         assert not watch.doubles, f"task indices ran twice: {watch.doubles[:3]}"
     launcher.down(state)
+
+
+# --- docs/deploy.md, run as written on netns hosts ----------------------------------------------
+
+GUIDE = REPO / "docs" / "deploy.md"
+
+
+def guide_blocks(text: str) -> list[tuple[str, str]]:
+    """The guide's blocks marked with a host (```sh host=NAME), in order: (host, script)."""
+    blocks, host, lines = [], None, []
+    for line in text.splitlines():
+        if host is None and line.startswith("```sh host="):
+            host, lines = line.removeprefix("```sh host=").strip(), []
+        elif host is not None and line.startswith("```"):
+            blocks.append((host, "\n".join(lines) + "\n"))
+            host = None
+        elif host is not None:
+            lines.append(line)
+    return blocks
+
+
+def guide_network(blocks: list[tuple[str, str]]) -> netns.Network:
+    """The hosts the guide's addresses block names, as netns hosts with exactly those addresses."""
+    script = next(s for h, s in blocks if "addresses.sh <<" in s)
+    wanted = dict(line.split("=", 1) for line in script.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0].splitlines())
+    cell = wanted.pop("CELL")
+    names = {k.lower(): v for k, v in wanted.items()}
+    subnet = ".".join(next(iter(names.values())).split(".")[:3])
+    hosts = tuple(netns.Host(n, netns.netns_name(cell, n), netns.veth_name(cell, n), a) for n, a in names.items())
+    return netns.Network(cell, netns.bridge_name(cell), f"{subnet}.0/24", f"{subnet}.1", hosts)
+
+
+def test_the_deploy_guide_runs_as_written(tmp_path: Path) -> None:
+    blocks = guide_blocks(GUIDE.read_text())
+    assert len(blocks) >= 8 and {h for h, _ in blocks} >= {"admin", "etcd0", "master0", "machine0", "machine1"}
+    net = guide_network(blocks)
+    taken = [n for n in netns.used_networks() if n.split("/")[0].rsplit(".", 1)[0] == net.gateway.rsplit(".", 1)[0]]
+    if taken:
+        pytest.skip(f"the guide's subnet {net.subnet} is in use here: {taken}")
+    netns.check_free(net)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINBORG_")}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), str(REPO / "tools" / "bin"), env["PATH"]])
+    env["PYTHONPATH"] = str(REPO)
+    env["HOME"] = str(tmp_path)  # no context of the operator's
+    dirs = {h: tmp_path / h for h, _ in blocks}
+    for d in dirs.values():
+        d.mkdir(exist_ok=True)
+    started = time.monotonic()
+    netns.ensure(net)
+    try:
+        for host, script in blocks:
+            if host != "admin":  # "copy to each host what its role needs": here, the whole bundle
+                subprocess.run(["cp", "-a", str(dirs["admin"] / "bundle"), str(dirs[host])], check=True)
+            command = ["bash", "-euo", "pipefail", "-c", script]
+            if host != "admin":
+                command = netns.in_netns(net.host(host).netns, command)
+            done = subprocess.run(command, cwd=dirs[host], env=env, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, f"block on {host} failed:\n{script}\n{done.stdout}\n{done.stderr}"
+            print(f"--- {host} ({time.monotonic() - started:.1f} s)\n{done.stdout.strip()}")
+        admin = {**env, "MINBORG_MASTER": ",".join(f"https://{net.address(m)}:8080" for m in ("master0", "master1")),
+                 "MINBORG_CA": str(dirs["admin"] / "bundle" / "pki" / "ca.crt"),
+                 "MINBORG_TOKEN": (dirs["admin"] / "bundle" / "admin.token").read_text().strip()}  # fmt: skip
+
+        def tasks() -> list[dict[str, Any]]:
+            done = subprocess.run([*MINBORG, "task", "list", "ops/sleeper", "-o", "json"], env=admin,
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+            return json.loads(done.stdout) if done.returncode == 0 else []
+
+        running = wait_for(lambda: [t for t in tasks() if t["state"] == "RUNNING"] if
+                           sum(t["state"] == "RUNNING" for t in tasks()) == 4 else None, 40, "4 tasks running")  # fmt: skip
+        assert {t["machine"] for t in running} <= {"machine0", "machine1"}
+        for host in net.hosts:  # every process listens on its own host's address only
+            assert all(s.rsplit(":", 1)[0] == host.address for s in netns.listening(host.netns)), host
+        print(f"the guide ran in {time.monotonic() - started:.1f} s")
+    finally:
+        for host in net.hosts:
+            pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        netns.remove(net)
+    assert not any(netns.netns_exists(h.netns) for h in net.hosts) and not netns.link_exists(net.bridge)
