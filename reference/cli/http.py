@@ -14,7 +14,6 @@ CA did not sign, or not for the address called, fails at once with one line sayi
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.parse
 from collections import namedtuple
@@ -113,7 +112,7 @@ class NotSent(OSError):
 class Response:
     """An HTTP answer being read: status, headers, then the body (whole, or chunk by chunk)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: Any) -> None:  # a socket, or an ssl.SSLSocket
         self.sock = sock
         self.buffer = b""
         while b"\r\n\r\n" not in self.buffer:
@@ -164,6 +163,30 @@ class Response:
         return b"".join(self.chunks())
 
 
+def _socket_module() -> Any:
+    import socket  # for TLS, which wraps a socket.socket; plain http needs only _socket
+
+    return socket
+
+
+def connect(address: tuple[Any, int], timeout: float) -> Any:
+    """A connected TCP socket (the C module's: `socket` builds its enums on import, a few ms
+    of every command), as socket.create_connection makes it: each address in turn."""
+    import _socket
+
+    problem: OSError | None = None
+    for family, kind, proto, _, where in _socket.getaddrinfo(*address, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(where)
+            return sock
+        except OSError as err:
+            problem = err
+            sock.close()
+    raise problem or OSError(f"no address for {address[0]!r}")
+
+
 def open_request(
     url: str, method: str, target: str, *, body: bytes | None = None, token: str | None = None, timeout: float = 5.0,
     tls: Any = None, ca: str | None = None,
@@ -178,7 +201,8 @@ def open_request(
     host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
     try:
         # An ASCII name as bytes: a str is encoded by the idna codec, whose import costs more than the request.
-        sock = socket.create_connection((host.encode() if host.isascii() else host, port), timeout=timeout)
+        address = (host.encode() if host.isascii() else host, port)
+        sock = connect(address, timeout) if parts.scheme == "http" else _socket_module().create_connection(address, timeout)
     except OSError as err:
         raise NotSent(err.errno, err.strerror or str(err)) from None
     if parts.scheme == "https":
