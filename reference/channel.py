@@ -220,7 +220,7 @@ class ServerTLS:
         return ["--tls-cert-file", self.cert_file, "--tls-key-file", self.key_file]
 
     def options(self) -> dict[str, Any]:
-        """uvicorn.Config's options: TLS 1.2 at least (OpenSSL 3's floor), no client certificate."""
+        """uvicorn.Config's options: TLS 1.2 at least (Python's floor since 3.10), no client certificate."""
         return {"ssl_certfile": self.cert_file, "ssl_keyfile": self.key_file, "ssl_version": ssl.PROTOCOL_TLS_SERVER}
 
 
