@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right, insort
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+from .feasibility import constraint_holds
 
 GPU_UNIT = 1000
 MAX_SCORE = 100
@@ -33,6 +35,11 @@ class ShapeMix:
     `version` moves when the mix has drifted more than `threshold` in L1 distance from the mix
     at the last move; `frozen` is the mix as of that move, which is what scores read, so a
     cached score is exact for the mix it was computed with.
+
+    `place` is `fgd_place` against the frozen mix, remembered until the version moves: within
+    a version the score is a pure function of the machine's free CPU and GPUs, the task's
+    CPU and GPU demand and which groups' constraints hold there, and most calls of a pass
+    repeat one (many classes ask the same CPU; a machine keeps its state between placements).
     """
 
     def __init__(self, threshold: float = 0.0) -> None:
@@ -46,6 +53,13 @@ class ShapeMix:
         self.constrained = False  # some group has constraints: check them per machine
         self._at_freeze: dict[tuple[Group, int], int] = {}
         self._shapes: dict[tuple[Group, int], int] = {}
+        # No drift can pass the threshold before the mix holds this many tasks (see `add`).
+        self._quiet_until = 0
+        # Per machine, its attributes as a hashable key (fixed for the mix's life, one pass);
+        # per version, per such key, which frozen groups' constraints hold (None: all).
+        self._attrs_key: dict[int, tuple] = {}
+        self._allowed: dict[tuple, tuple[int, list[bool] | None]] = {}
+        self._memo: dict[tuple, tuple[float, list[tuple[int, int]]]] = {}
 
     def add(self, group: Group | None, cpu: int) -> bool:
         """Counts one task (group None: no GPU); True when the frozen mix moved."""
@@ -56,13 +70,30 @@ class ShapeMix:
             insort(self.live.setdefault(group, []), cpu)
         key = (group, cpu)
         self._shapes[key] = self._shapes.get(key, 0) + 1
-        if self.frozen_total and self._drift() <= self.threshold:
+        if self.frozen_total and (self.total < self._quiet_until or self._stays(self._drift())):
             return False
         self.frozen = tuple((g, list(c)) for g, c in self.live.items())
         self.frozen_total = self.total
         self.constrained = any(g[2] for g, _ in self.frozen)
         self._at_freeze = dict(self._shapes)
         self.version += 1
+        self._quiet_until = 0
+        self._allowed.clear()
+        self._memo.clear()
+        return True
+
+    def _stays(self, drift: float) -> bool:
+        """Whether `drift`, the mix's now, is within the threshold; if so, how many more tasks
+        the mix may take before its drift could pass it. One task moves the mix by
+        2 (n - c) / (n (n + 1)) <= 2 / (n + 1) in L1 (n tasks, c of the new one's shape), so
+        after j more the drift is at most drift + 2 j / (n + 1): while that stays under the
+        threshold by a margin far above float rounding, `_drift` would say the same and is
+        not computed. Exact as it was: the version moves at the same task."""
+        if drift > self.threshold:
+            return False
+        room = self.threshold - drift - 1e-9
+        if room > 0:
+            self._quiet_until = self.total + 1 + int(room * (self.total + 1) / 2)
         return True
 
     def _drift(self) -> float:
@@ -70,6 +101,30 @@ class ShapeMix:
         before = self._at_freeze
         d = sum(abs(c / n - before.get(k, 0) / m) for k, c in self._shapes.items())
         return d + sum(c / m for k, c in before.items() if k not in self._shapes)
+
+    def place(
+        self, mi: int, attrs: Mapping[str, str], cpu_free: int, cpu_ask: int, gfree: Sequence[int], whole: int, share: int
+    ) -> tuple[float, list[tuple[int, int]]]:
+        """`fgd_place` of the task on machine `mi` (attributes `attrs`) against the frozen mix:
+        the same score and GPUs, remembered for the version."""
+        if not whole and not share and not any(gfree):
+            return NO_FREE_GPU, []  # F is 0 before and after: what fgd_place gives, without the work
+        if self.constrained:
+            k = self._attrs_key.get(mi)
+            if k is None:
+                k = self._attrs_key[mi] = tuple(sorted(attrs.items()))
+            held = self._allowed.get(k)
+            if held is None:
+                allowed = [all(constraint_holds(c, attrs) for c in g[2]) for g, _ in self.frozen]
+                held = self._allowed[k] = (len(self._allowed), allowed)
+            which, allowed = held
+        else:
+            which, allowed = -1, None
+        key = (cpu_free, cpu_ask, tuple(gfree), whole, share, which)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = fgd_place(cpu_free, cpu_ask, gfree, whole, share, self.frozen, self.frozen_total, allowed)
+        return got[0], list(got[1])
 
 
 def usable(gfree: Sequence[int], whole: int, share: int) -> int:
@@ -152,3 +207,6 @@ def fgd_place(
             best = (frag, g)
     assert best is not None, "the caller checked that the share fits"
     return fgd_score(before, best[0]), [*picks, (best[1], share)]
+
+
+NO_FREE_GPU = fgd_score(0.0, 0.0)  # F = 0 before and after: 50.0
