@@ -87,6 +87,13 @@ def kill_host(state_dir: str, run: str, host: str) -> dict[str, Any]:
     return {"fault": "kill", "host": host, "pid": record.pid}
 
 
+def skew_clock(state_dir: str, run: str, host: str, seconds: float) -> dict[str, Any]:
+    """Start `host`'s process again with its clock `seconds` off (faketime; 0: on time)."""
+    record = faults.skew(CellInfo.load(state_dir), host, seconds)
+    events.record("fault-start" if seconds else "fault-end", run, fault="clock_skew", host=host, seconds=seconds)
+    return {"fault": "clock_skew", "host": host, "seconds": seconds, "pid": record.pid}
+
+
 def heal(state_dir: str, run: str) -> dict[str, Any]:
     """Remove every fault rule of the cell and continue every paused host."""
     removed, continued = faults.heal(CellInfo.load(state_dir))

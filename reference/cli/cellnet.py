@@ -1,4 +1,4 @@
-"""`minborg cell hosts|partition|heal|pause|unpause|kill`: the faults of a real network and real hosts on a cell of netns hosts (reference/launcher/netfaults.py)."""
+"""`minborg cell hosts|partition|heal|pause|unpause|kill|skew`: the faults of a real network and real hosts on a cell of netns hosts (reference/launcher/netfaults.py)."""
 
 from __future__ import annotations
 
@@ -130,6 +130,18 @@ def kill(host: HostArg, state_dir: StateDirOpt = None) -> None:
 
 
 @handles_errors
+def skew(
+    host: HostArg,
+    seconds: Annotated[float, typer.Argument(help="How far ahead its clock runs (negative: behind; 0: on time).")],
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Start HOST's process again with its clock SECONDS off (faketime): a master, scheduler or borglet."""
+    record = faults.skew(CellInfo.load(state_dir), host, seconds)
+    console.print(f"{host} started again (pid {record.pid})"
+                  + (f" with its clock {seconds:+g} s off; `minborg cell skew {host} 0` puts it back" if seconds else ""))  # fmt: skip
+
+
+@handles_errors
 def hosts(state_dir: StateDirOpt = None, as_json: JsonOpt = False) -> None:
     """Each host of a netns cell: its namespace, address, process and the fault rules on it."""
     info = CellInfo.load(state_dir)
@@ -159,5 +171,6 @@ def register(cell_app: typer.Typer) -> None:
     cell_app.command("pause", epilog=examples("minborg cell pause etcd1"))(pause)
     cell_app.command("unpause", epilog=examples("minborg cell unpause etcd1"))(unpause)
     cell_app.command("kill", epilog=examples("minborg cell kill master0"))(kill)
+    cell_app.command("skew", epilog=examples("minborg cell skew machine1 60", "minborg cell skew machine1 0"))(skew)
     cell_app.command("hosts", epilog=examples("minborg cell hosts", "minborg cell hosts --json"))(hosts)
 

@@ -17,14 +17,16 @@ on netns hosts: a slow link is Toxiproxy's latency toxic on a loopback cell (cha
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from reference.launcher.cellfile import CellInfo, LauncherError, ProcessRecord, Role
+from reference.launcher.cellfile import CellInfo, LauncherError, ProcessRecord, Role, with_records
 from reference.launcher.netns import CHAIN, NetnsError, Network, in_netns, run
-from reference.launcher.processes import kill_process, signal_process
+from reference.launcher.processes import child_env, kill_process, signal_process, spawn
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,35 @@ def kill(info: CellInfo, host: str) -> ProcessRecord:
     record = process_of(info, host)
     kill_process(record, signal.SIGKILL)
     return record
+
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"  # Debian's faketime
+
+
+def skew_env(seconds: float) -> dict[str, str]:
+    """The variables that start a process with its wall clock `seconds` off (libfaketime;
+    its monotonic clock left true, as an NTP-less host's would be)."""
+    if not seconds:
+        return {}
+    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": f"{seconds:+g}s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+def skew(info: CellInfo, host: str, seconds: float) -> ProcessRecord:
+    """Start `host`'s process again with its clock `seconds` ahead (negative: behind; 0: on
+    time again), as a host whose clock drifted: SIGKILLed (a borglet's tasks live on and are
+    re-adopted), then its recorded command under libfaketime, recorded in the cell file. A
+    master, scheduler or borglet; an etcd member is brought back by its cluster, not here."""
+    record = process_of(info, host)
+    if record.role not in (Role.MASTER, Role.SCHEDULER, Role.BORGLET) or not record.command:
+        raise LauncherError(f"{host} is an etcd member: clock skew is offered on masters, schedulers and borglets")
+    if seconds and not os.path.exists(LIBFAKETIME):
+        raise LauncherError(f"no {LIBFAKETIME}: apt-get install -y faketime")
+    if signal_process(record, 0):
+        kill_process(record, signal.SIGKILL)
+    env = child_env(info.workdir) | skew_env(seconds)
+    started = spawn(record.role, record.name, list(record.command), record.url, Path(record.log), info.workdir, env)
+    with_records(info, record.role, [started])
+    return started
 
 
 def _signal(record: ProcessRecord, sig: int) -> bool:

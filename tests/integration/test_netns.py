@@ -538,3 +538,37 @@ def test_an_etcd_members_full_disk_leaves_the_cell_on_a_quorum_through_restart_a
         launcher.down(state)
     finally:
         subprocess.run(["umount", "-l", str(data)], capture_output=True)
+
+
+# --- a host's clock skewed -----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.path.exists(netfaults.LIBFAKETIME), reason="no libfaketime: apt-get install -y faketime")
+def test_a_machine_whose_clock_runs_60_s_ahead_comes_back_and_nothing_runs_twice_past_the_bound(
+    netns_cell: tuple[str, Path],
+) -> None:
+    cell, state = netns_cell
+    info = launcher.up(state, cell=cell, replicas=1, machines=2, schedulers=0, hosts="netns")
+    with Watch(state, info) as watch:
+        _steady(watch, 4)
+        skewed = minborg("cell", "skew", "machine1", "60", state_dir=state)
+        assert skewed.returncode == 0, skewed.stderr
+        restarted = time.monotonic()
+
+        def reason() -> str | None:
+            r = watch.http.get(watch.urls["master0"] + "/v1/machines")
+            m = next(m for m in r.json()["machines"] if m["name"] == "machine1")
+            return m.get("reason") if m["state"] == "up" and "clock skew" in m.get("reason", "") else None
+
+        said = wait_for(reason, 30, "machine1 up again, its reason the skew")
+        came_back = time.monotonic() - restarted
+        assert "60 s ahead" in said, said
+        settled = restarted + 15.0  # the borglet heard again, then its kill grace (test_borglet_clock_skew.py)
+        wait_for(lambda: time.monotonic() >= settled + 5 or None, 25, "5 s past the bound")
+        late = [(round(t - restarted, 1), d) for t, d in watch.doubles if t > settled]
+        print(f"FIGURES clock-skew: machine1 +60 s up again {came_back:.1f} s after its restart, reason {said!r}; "
+              f"samples with an index twice {len(watch.doubles)}, past 15 s {len(late)}")  # fmt: skip
+        assert not late, late
+    back = minborg("cell", "skew", "machine1", "0", state_dir=state)
+    assert back.returncode == 0 and "FAKETIME" not in open(f"/proc/{launcher.CellInfo.load(state).of_role(launcher.Role.BORGLET)[1].pid}/environ").read()
+    launcher.down(state)
