@@ -245,9 +245,8 @@ LAYERED = (
     "reference.borglet", "reference.store", "spec",
 )  # fmt: skip
 #: Circles still there, each to be taken out of this list when it is broken (a new one fails).
-#: master <-> fauxmaster: the dry run (master/dryrun.py) runs the Fauxmaster, which runs the
-#: master's code; breaking it means the master's pure core (cell, codec, mutations, the leader's
-#: pass functions) as a package below both.
+#: None: the last, master <-> fauxmaster, went when the dry run became the master's own pass on
+#: a draft (master/dryrun.one_pass), which the Fauxmaster, above the master, runs too.
 KNOWN_CIRCLES: list[list[str]] = []
 
 
