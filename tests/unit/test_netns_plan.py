@@ -109,3 +109,14 @@ def test_etcd_members_listen_advertise_and_peer_on_their_own_hosts(tmp_path: Pat
         "etcd0=http://10.200.0.2:2380,etcd1=http://10.200.0.3:2380,etcd2=http://10.200.0.4:2380"
     )
     assert "127.0.0.1" not in " ".join(command)
+
+
+def test_up_names_what_netns_hosts_cannot_be_combined_with_before_making_anything(tmp_path: Path) -> None:
+    from reference import launcher
+    from reference.launcher import LauncherError
+
+    with pytest.raises(LauncherError, match="--hosts must be one of loopback, netns, not 'vm'"):
+        launcher.up(tmp_path / "a", hosts="vm")
+    with pytest.raises(LauncherError, match="--hosts netns cannot be combined with --hollow, --runtime docker"):
+        launcher.up(tmp_path / "b", hosts="netns", hollow=2, runtime="docker")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
