@@ -1,10 +1,10 @@
-"""fgd's scores for a class without GPUs over a run of machines: what `Pass.evaluate` gives each one, cheaper.
+"""fgd's scores for a class without GPUs over a run of machines: what `Scorer.evaluate` gives each one, cheaper.
 
 A task without GPUs changes a machine's GPU fragmentation only through the CPU it takes, and
 only where there is free GPU to fragment: on a machine with no free GPU, F is 0 before and
 after, so the score is exactly `fgd_score(0, 0)` (50). Those machines, most of a cell's, are
-scored here without a call each; the others go through the pass's own `_fgd`, the function
-`evaluate` calls, so every score is the same float either way and a pass places the same.
+scored here without a call each; the others go through the pass's own `Scorer.fgd`, the
+function `evaluate` calls, so every score is the same float either way and a pass places the same.
 """
 
 from __future__ import annotations

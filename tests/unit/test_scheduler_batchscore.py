@@ -41,7 +41,7 @@ def test_every_batched_policy_is_a_scalar_one():
 
 @pytest.mark.parametrize("policy", ["borg_hybrid", "best_fit", "random_fit"])
 def test_a_pass_places_the_same_with_batches_or_one_machine_at_a_time(monkeypatch, policy):
-    from reference.scheduler import PendingTask, SchedulerConfig, Snapshot, engine, plan_pass
+    from reference.scheduler import PendingTask, SchedulerConfig, Snapshot, plan_pass, sample
     from spec.model import Machine, Resources, TaskId
 
     rng = random.Random(7)
@@ -57,7 +57,7 @@ def test_a_pass_places_the_same_with_batches_or_one_machine_at_a_time(monkeypatc
     snap = Snapshot(ms, pending=tuple(pending))
     cfg = SchedulerConfig(policy=policy)
     batched = plan_pass(snap, cfg, seed=3)
-    monkeypatch.setattr(engine, "BATCH_MIN", 1 << 30)
+    monkeypatch.setattr(sample, "BATCH_MIN", 1 << 30)
     one_by_one = plan_pass(snap, cfg, seed=3)
     assert batched.placements == one_by_one.placements
     assert batched.stats.evaluations == one_by_one.stats.evaluations

@@ -3,11 +3,11 @@
 import numpy as np
 
 from bench.scheduler.workload import synthetic_cell
-from reference.scheduler import PendingTask, SchedulerConfig, Snapshot, plan_pass
-from reference.scheduler import engine as engine_module
+from reference.scheduler import PendingTask, SchedulerConfig, Snapshot, plan_pass, scoring
 from reference.scheduler.classes import class_key, make_class
 from reference.scheduler.engine import Pass
 from reference.scheduler.fgdbatch import NO_FREE_GPU, fgd_many
+from reference.scheduler.scoring import Scorer
 from spec.model import Machine, Resources, TaskId
 
 GiB = 2**30
@@ -34,14 +34,15 @@ def test_each_batched_score_is_what_evaluate_gives_that_machine():
     p = Pass(snap, SchedulerConfig(policy="fgd"), 1, None)
     for t in snap.pending[:30]:  # the mix: the GPU tasks' shapes
         cls = make_class(t, p.cell, class_key(t))
-        p.mix.add((cls.gpu_whole, cls.gpu_share, cls.compiled), cls.req[0])
+        p.scorer.mix.add((cls.gpu_whole, cls.gpu_share, cls.compiled), cls.req[0])
     p.cell.gfree[0][:3] = [0, 200, 500]  # some GPUs of the first machine in use
     p.cell.gfree[1][:] = [0] * 8  # every GPU of the second
     cls = make_class(snap.pending[-1], p.cell, class_key(snap.pending[-1]))
-    mis = np.arange(p.n, dtype=np.int64)
-    free = np.array([p.cell.free[mi] for mi in range(p.n)], dtype=np.int64)
-    got = fgd_many(p.cell, mis, free, lambda mi, cpu, gfree: p._fgd(cls, mi, [cpu], gfree)[0]).tolist()
-    want = [p.evaluate(cls, mi, False) for mi in range(p.n)]
+    n = len(p.cell.names)
+    mis = np.arange(n, dtype=np.int64)
+    free = np.array([p.cell.free[mi] for mi in range(n)], dtype=np.int64)
+    got = fgd_many(p.cell, mis, free, lambda mi, cpu, gfree: p.scorer.fgd(cls, mi, [cpu], gfree)[0]).tolist()
+    want = [p.scorer.evaluate(cls, mi, False) for mi in range(n)]
     assert got == want
     # A 10-core task leaves 6 of 16 cores on g0: the 12-core shapes no longer fit beside its free GPUs,
     # F grows, the score drops below 50; machines without GPUs (c*) and g1 (no free GPU) score 50 exactly.
@@ -57,10 +58,10 @@ def test_a_pass_places_the_same_with_and_without_the_batch(monkeypatch):
         calls.append(len(mis))
         return fgd_many(cell, mis, free, score)
 
-    monkeypatch.setattr(engine_module, "fgd_many", counted)
+    monkeypatch.setattr(scoring, "fgd_many", counted)
     batched = plan_pass(snap, cfg, 3)
     assert calls, "the batch was used"
-    monkeypatch.setattr(Pass, "_batched", lambda self, cls, s: False)  # every machine through evaluate
+    monkeypatch.setattr(Scorer, "batched", lambda self, cls, preempting: False)  # every machine through evaluate
     single = plan_pass(snap, cfg, 3)
     assert [(x.task, x.machine) for x in batched.placements] == [(x.task, x.machine) for x in single.placements]
     assert [u.task for u in batched.unschedulable] == [u.task for u in single.unschedulable]

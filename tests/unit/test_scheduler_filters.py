@@ -142,7 +142,7 @@ def test_the_check_says_why_and_agrees_with_the_spec(s, prio, request, constrain
                 assert got is HELD_BACK and preempt and limit is not None, (name, got)
             else:
                 assert got == why, (name, preempt)
-            scored = p.evaluate(cls, mi, preempt)  # the score stage: a score exactly where check passes
+            scored = p.scorer.evaluate(cls, mi, preempt)  # the score stage: a score exactly where check passes
             assert (scored == got) if isinstance(got, Rejection) else isinstance(scored, float), (name, preempt)
         as_is = p.feasible.check(cls, mi, False) == []
         machine = state.machines[name]
@@ -157,7 +157,7 @@ def test_the_check_says_why_and_agrees_with_the_spec(s, prio, request, constrain
 @given(cells(), NEW, requests(), st.sampled_from(CONSTRAINTS), st.booleans(), st.integers(0, 5))
 def test_the_prefilter_and_the_check_agree_on_verdict_and_reason(s, prio, request, constraints, preempt, lo):
     _, p, cls = a_pass(s, Job("ann", "new", prio, 1, request, constraints), None)
-    n = p.n
+    n = len(p.cell.names)
     lo %= n
     check = p.pre.check(cls, lo, lo + n, preempt)
     passing = set(check.passing().tolist())
@@ -288,7 +288,7 @@ def test_without_preemption_the_counted_reasons_bound_a_recount(s, jobs, cfg):
         assert [r for r in u.reasons if r.subject == "machines" or r.subject.startswith("constraint")] == fixed
         # A machine with room when it was rejected may be full at the end, never the reverse.
         # A resource not named is one every machine that meets the constraints had.
-        e = sum(1 for mi in range(p.n) if p.cell.up[mi] and constraints_hold(cls, p.cell.attrs[mi]))
+        e = sum(1 for mi in range(len(p.cell.names)) if p.cell.up[mi] and constraints_hold(cls, p.cell.attrs[mi]))
         counted, recounted = resource_counts(u.reasons), resource_counts(after)
         for subject in counted.keys() | recounted.keys():
             assert counted.get(subject, e) >= recounted.get(subject, e), subject

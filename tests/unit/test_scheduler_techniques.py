@@ -47,7 +47,7 @@ class Checked(Pass):
     worst_gap = 0.0
 
     def commit(self, task, cls, mi, victims, score):
-        fresh = [self.evaluate(cls, m) for m in range(self.n)]
+        fresh = [self.scorer.evaluate(cls, m) for m in range(len(self.cell.names))]
         best = max(s for s in fresh if isinstance(s, float))
         assert isinstance(fresh[mi], float), "the chosen machine must fit"
         self.worst_gap = max(self.worst_gap, best - fresh[mi])

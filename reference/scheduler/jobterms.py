@@ -1,0 +1,114 @@
+"""The job's own score terms of a pass, added to a class's cached scores when one of the job's tasks is picked.
+
+Tasks of different jobs with the same needs share a class, its sample and its scores; what
+tells them apart is added here, over the whole sample at once: failure-domain and machine
+spreading of the job's tasks, the locality of its package, and the machines its task index
+crashed on lately (`pairing`). The pass tells this stage each placement (`placed`), so the
+spreading and locality of later tasks see it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cellview import CellView
+from .config import SchedulerConfig
+from .pairing import penalties
+from .sample import Sample
+from .snapshot import PendingTask, Snapshot
+from .terms import locality_bonus, skew_penalty, spread_penalty
+
+
+class JobTerms:
+    """Where each job's tasks are, which machines hold each package, and recent crashes, as the pass moves on."""
+
+    __slots__ = ("cell", "cfg", "job_on", "job_spread", "job_hosts", "pkg_has", "pkg_machines", "crashes")
+
+    def __init__(self, snapshot: Snapshot, cell: CellView, cfg: SchedulerConfig) -> None:
+        self.cell, self.cfg = cell, cfg
+        # Where each job's tasks are (running, then placed by this pass), and, once a task of
+        # the job is scored beside them, the same counted per failure domain and per machine.
+        self.job_on: dict[str, list[int]] = {}
+        self.job_spread: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.job_hosts: dict[str, int] = {}  # machines holding a task of the job, for the jobs in job_spread
+        for t in snapshot.running:
+            mi = cell.index.get(t.machine)
+            if mi is not None:
+                self.job_on.setdefault(t.id.job, []).append(mi)
+        self.pkg_has: dict[str, np.ndarray] = {}
+        self.pkg_machines: dict[str, list[int]] | None = None
+        # Recent crashes of a task index by machine row (pairing.py).
+        self.crashes = {k: {cell.index[m]: n for m, n in c.items() if m in cell.index}
+                        for k, c in snapshot.crashes.items()}  # fmt: skip
+
+    def totals(self, s: Sample, task: PendingTask) -> np.ndarray:
+        """The sample's cached class scores plus the job's own terms, one per slot."""
+        size = s.size
+        total = s.scores[:size]
+        machines = s.machines[:size]
+        cfg = self.cfg
+        if cfg.spread_weight or cfg.skew_weight:
+            placed = len(self.job_on.get(task.job, ()))
+            if placed:
+                per_dom, per_machine = self._job_spread(task.job)
+                if cfg.spread_weight:
+                    total = total - spread_penalty(cfg.spread_weight, placed, per_dom[s.doms[:size]])
+                if cfg.skew_weight:
+                    # A sample of distinct machines (one walk) larger than the job's hosts holds
+                    # a machine without the job's tasks: its least count is 0.
+                    least = 0 if not s.preempting and self.job_hosts[task.job] < size else None
+                    total = total - skew_penalty(cfg.skew_weight, per_machine[machines], least)
+        if cfg.locality_weight and task.package:
+            total = total + locality_bonus(cfg.locality_weight, self._package_on(task.package)[machines])
+        crashes = self.crashes.get((task.id.job, task.id.index))
+        if crashes:
+            total = total - penalties(crashes, machines)
+        return total
+
+    def _job_spread(self, job: str) -> tuple[np.ndarray, np.ndarray]:
+        """The job's tasks counted per failure domain and per machine (a machine is the
+        smallest failure domain: a job's tasks spread over machines within a rack too).
+        Built only for a job that has a task to place beside others, so a cell of many
+        one-task jobs keeps no per-machine array."""
+        spread = self.job_spread.get(job)
+        if spread is None:
+            cell = self.cell
+            doms = np.zeros(cell.domains, dtype=np.int64)
+            machines = np.zeros(len(cell.names), dtype=np.int32)
+            for mi in self.job_on.get(job, ()):
+                doms[cell.dom[mi]] += 1
+                machines[mi] += 1
+            spread = self.job_spread[job] = (doms, machines)
+            self.job_hosts[job] = int(np.count_nonzero(machines))
+        return spread
+
+    def _package_on(self, package: str) -> np.ndarray:
+        """Which machines hold the package."""
+        has = self.pkg_has.get(package)
+        if has is None:
+            if self.pkg_machines is None:  # one inverted index instead of a scan per package
+                self.pkg_machines = {}
+                for mi, pkgs in enumerate(self.cell.pkgs):
+                    for p in pkgs:
+                        self.pkg_machines.setdefault(p, []).append(mi)
+            has = np.zeros(len(self.cell.names), dtype=bool)
+            has[self.pkg_machines.get(package, [])] = True
+            self.pkg_has[package] = has
+        return has
+
+    def placed(self, task: PendingTask, mi: int) -> None:
+        """The task now runs on machine `mi`: the job's spreading counts it, and the machine holds its package."""
+        cfg, cell = self.cfg, self.cell
+        if cfg.spread_weight or cfg.skew_weight:
+            self.job_on.setdefault(task.job, []).append(mi)
+            spread = self.job_spread.get(task.job)
+            if spread is not None:
+                spread[0][cell.dom[mi]] += 1
+                self.job_hosts[task.job] += not spread[1][mi]
+                spread[1][mi] += 1
+        if task.package and task.package not in cell.pkgs[mi]:
+            cell.pkgs[mi].add(task.package)
+            if self.pkg_machines is not None:
+                self.pkg_machines.setdefault(task.package, []).append(mi)
+            if task.package in self.pkg_has:
+                self.pkg_has[task.package][mi] = True
