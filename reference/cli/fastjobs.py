@@ -21,8 +21,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the fast path's start
     from typing import Any
 
-    from reference.cli.fast import Args
     from reference.cli.http import PlainCell
+
+    Args = Any  # fast.Args: a fast command's arguments (not imported: fast imports this module)
 
 # As cli/jobs.py's: how long every task must stay started before `job submit` says so.
 STEADY_S = 2.0
