@@ -123,3 +123,21 @@ def test_a_stopped_tls_cell_resumes_on_its_certificates(cell: launcher.CellInfo)
     assert listed.returncode == 0, listed.stderr
     wait_for(lambda: [m["state"] for m in json.loads(minborg(resumed, "machine", "list", "--json", full=True).stdout)]
              == ["up", "up"], 30, "both machines up again")  # fmt: skip
+
+
+def test_a_machine_added_to_a_tls_cell_serves_https_only_too(cell: launcher.CellInfo) -> None:
+    from reference.client import CellClient
+    from reference.elastic.provider import LocalProvider
+
+    with CellClient.discover(state_dir=cell.state_dir) as client:  # the state dir's CA, as the cell autoscaler's
+        added = LocalProvider(cell.state_dir, client).add()  # as `--autoscale-machines` adds one
+    assert added.address.startswith("https://127.0.0.1:")
+    assert not plain_http_answer(added.address).startswith(b"HTTP/")
+    cert = Path(cell.state_dir) / cell_tls.PKI_DIR / f"{added.name}{cell_tls.CERT_SUFFIX}.crt"
+    assert pki.signed_by(cert, cell_tls.ca_file(cell.state_dir))
+
+    def state() -> str | None:
+        listed = minborg(cell, "machine", "list", "--json", full=True)
+        return next((m["state"] for m in json.loads(listed.stdout) if m["name"] == added.name), None)
+
+    wait_for(lambda: state() == "up", 30, f"{added.name} polled over HTTPS")
