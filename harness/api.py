@@ -59,6 +59,9 @@ class Api:
         # revision stay on the master that answered last (`read_together`).
         self._rr = itertools.cycle(range(len(self.urls)))
         self._readers = Endpoints(self.urls)
+        # The highest revision a poll was read at: every later poll is read at it or after,
+        # whichever master answers it (`read_together`).
+        self.revision_seen = 0
 
     def close(self) -> None:
         self._http.close()
@@ -87,27 +90,41 @@ class Api:
         """GET every path from one master at one cache revision: each answer is stamped with
         the revision it was read at, and a set of answers at different revisions (the cell
         moved between them) is read again. A 404 reads as None. None if no master gave a
-        consistent set in `tries`."""
+        consistent set in `tries`.
+
+        Polls never go back in time: each read carries the highest revision a poll was read
+        at as its floor (`X-Minborg-Min-Revision`; a replica behind it waits a moment, then
+        refuses), and an answer below it (a cell that ignores the floor) is read elsewhere.
+        Without the floor, the poll after a failover could be read from a replica whose
+        watch cache is behind the last poll's: the cell seen moving backwards, which the
+        checker would judge as moves the cell never made."""
         for _ in range(tries):
             # The master that answered last: polls of one master never go back in time.
             url = self._readers.current()
             out: list[Any] = []
             revisions = set()
+            floor = {"X-Minborg-Min-Revision": str(self.revision_seen)} if self.revision_seen else None
             try:
                 for path in paths:
-                    r = self._http.get(url + path)
+                    r = self._http.get(url + path, headers=floor)
                     if r.status_code == 404:
                         out.append(None)
                         continue
                     if r.status_code != 200:
                         raise ValueError(f"{path}: {r.status_code}")
                     body = r.json()
-                    revisions.add(body.get("revision"))
+                    revision = body.get("revision")
+                    if isinstance(revision, int) and revision < self.revision_seen:
+                        raise ValueError(f"{path}: revision {revision}, behind {self.revision_seen}")
+                    revisions.add(revision)
                     out.append(body)
             except (httpx.HTTPError, ValueError):
-                self._readers.failed(url)  # down or not serving: the next one
+                self._readers.failed(url)  # down, not serving or behind: the next one
                 continue
             if len(revisions) <= 1:
+                seen = next(iter(revisions), None)
+                if isinstance(seen, int):
+                    self.revision_seen = max(self.revision_seen, seen)
                 return out
         return None
 

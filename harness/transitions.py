@@ -152,7 +152,7 @@ def _least_room(old: Task | None, t: Task) -> Task:
     return replace(t, reservation=None if low == t.request else low)
 
 
-def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job]) -> Iterator[Step]:
+def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job], index: int | None = None) -> Iterator[Step]:
     cur, new = s.jobs.get(job), after.jobs.get(job)
     if cur is not None and new is None:
         yield Step("kill_job", (job,))
@@ -172,10 +172,14 @@ def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job
         yield Step("update", (job, None, None, ref))  # any field: the whole job as it is now
     if ref is not None and cur is not None and ref.version > cur.version + 1:
         # Versions no poll saw came in between: one of them, of another template, lets an
-        # index be rolled more than once between two polls (version by version).
+        # index be rolled more than once between two polls (version by version); one of
+        # fewer tasks, then the count back, kills this index and starts it anew (a resize
+        # down and up, its new incarnation after one a user killed).
         between = replace(ref, template=f"{ref.template}~between")
         if cur.template != between.template:
             yield Step("update", (job, None, None, between))
+        if index is not None and index < cur.task_count and index < ref.task_count:
+            yield Step("update", (job, index, None, None))
     if new is not None and cur is not None and cur.version > new.version:
         yield Step("kill_job", (job,))  # killed and submitted again since the last poll
     for name, m in after.machines.items():
@@ -256,7 +260,7 @@ def explain(
         s, path, n = queue.popleft()
         if path and _looks(s.latest(job, index)) == goal:
             return Verdict(job, index, prev, after.latest(job, index), path)  # type: ignore[arg-type]
-        steps = [(st, False) for st in _env_steps(s, after, job, known or {})]
+        steps = [(st, False) for st in _env_steps(s, after, job, known or {}, index)]
         if n < MAX_TASK_STEPS:
             steps += [(st, True) for st in _task_steps(s, job, index, goal_machine, first, evicts)]
         for step, counts in steps:

@@ -215,3 +215,17 @@ def test_an_alloc_created_then_its_machine_drained_before_a_poll_is_explained() 
     assert [(c.step.action, c.ok) for c in alloc_changes(before, after)] == [("alloc_create", True)]
     (change,) = alloc_changes(after.with_(allocs=FMap()), after)  # drained in both polls: refused
     assert not change.ok and "schedulable" in (change.problem or "")
+
+
+def test_an_index_killed_then_resized_away_and_back_between_two_polls_is_explained() -> None:
+    # #5 was killed by its user (killed tasks stay dead); two versions later #6 runs: the job
+    # was resized below the index and back, which no poll saw (a failover's gap in the polls).
+    from dataclasses import replace
+
+    two = replace(JOB, task_count=2, version=1)
+    before = state(task(5, TaskState.DEAD, cause=DeathCause.KILLED), jobs=FMap({JOB.key: two}))
+    after = state(task(6, TaskState.RUNNING, "m0"), jobs=FMap({JOB.key: replace(two, version=3)}))
+    v = explain(before, after, JOB.key, 0)
+    assert v.ok and [s.action for s in v.path or ()] == ["update", "update", "schedule"], v
+    # One version later, a single resize cannot have gone below the index and back.
+    assert not explain(before, after.with_(jobs=FMap({JOB.key: replace(two, version=2)})), JOB.key, 0).ok
