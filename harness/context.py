@@ -120,6 +120,7 @@ class ExampleState(RuleBasedStateMachine):
         # the alloc rules' preconditions read this, so a replay draws the same rules even
         # where the cell answers otherwise (a refusal, an unknown outcome).
         self.alloc_keys: list[str] = []
+        self.releases = 0  # new versions `each_step` has made (harness/user_rules.py)
         self._rotate_residents()
 
     def _rotate_residents(self) -> None:
@@ -144,6 +145,11 @@ class ExampleState(RuleBasedStateMachine):
             if self.api.submit(doc).outcome is Outcome.FAILED:
                 return
             self.c.residents[f"carol/{name}"] = now
+
+    def each_step(self) -> None:
+        """What goes on beside the rules, once a step before the poll that judges it (the
+        admin's rolling maintenance, the user's releases): each rule module that adds to it
+        calls super() first, so every one of them runs."""
 
     def _live(self) -> list[str]:
         """The example's jobs the spec model holds, in order."""

@@ -1,5 +1,11 @@
 """The maintenance rules of the stateful test: an admin drains a machine (optionally with a deadline) and uncordons it, over the API.
 
+Besides the rules, a rolling maintenance runs through every example: each step, before the
+poll that judges it, the machine drained the step before is uncordoned and the next one in
+turn drained (`each_step`). Hypothesis's swarm testing turns each rule off for a whole
+example with some chance, and CI's short run has three examples: counts the report must
+reach (100 drains, uncordons and moves) cannot hang on a rule being drawn.
+
 A drain is an operation, not a fault: the cell's own maintenance, which the spec's `drain`,
 `drain_move` and `uncordon` describe. Its effects are judged from the observations like every
 other move (harness/transitions.py): the machine's `schedulable` flag moving is a spec
@@ -19,8 +25,8 @@ from hypothesis.stateful import precondition, rule
 from harness.context import SHELTERED, ConformanceViolation, ExampleState
 from harness.history import Outcome
 
-#: Machines an example holds drained at once: with the sheltered one never drained, two of
-#: the started cell's three machines stay schedulable.
+#: Machines an example holds drained at once: with the sheltered one never drained, four of
+#: the started cell's five machines stay schedulable.
 MAX_DRAINED = 1
 #: A drain's deadline: none (its tasks leave only within their budgets), or seconds after
 #: which the rest are evicted.
@@ -36,6 +42,7 @@ class DrainRules(ExampleState):
         # (False: the answer was unknown, so a 409 on uncordon is legal).
         self.drained: dict[str, bool] = {}
         self.uncordoned_at: dict[str, float] = {}  # when this example last uncordoned each machine
+        self.maintenance_rounds = 0
 
     def _drainable(self) -> list[str]:
         """The started cell's own machines (never removed by a rule), but the sheltered one,
@@ -53,11 +60,19 @@ class DrainRules(ExampleState):
             )
         ]  # fmt: skip
 
+    def each_step(self) -> None:
+        """The rolling maintenance: one drain round a step, the machines and deadlines in turn."""
+        super().each_step()
+        if self.c.cell is not None and self.c.drains:
+            self.maintenance_rounds += 1
+            n = self.maintenance_rounds
+            self.drain_machine(n, DEADLINES[n % len(DEADLINES)])
+
     @precondition(lambda self: self.c.cell is not None and self.c.drains)
     @rule(i=st.integers(0, 10), deadline=st.sampled_from(DEADLINES))
     def drain_machine(self, i: int, deadline: float | None) -> None:
         """Uncordon the machine drained before (if MAX_DRAINED are), then drain another (one
-        uncordoned by this step waits until a poll sees it schedulable)."""
+        uncordoned since the last poll waits until a poll sees it schedulable)."""
         back = sorted(self.drained)
         for name in back[: len(back) - MAX_DRAINED + 1]:
             self._uncordon(name)

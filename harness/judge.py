@@ -27,6 +27,8 @@ class Judging(ExampleState):
 
     @invariant()
     def conforms(self) -> None:
+        """After every step: what goes on beside the rules (`each_step`), then a poll, judged."""
+        self.each_step()
         self._observe_and_check()
 
     def _observe_and_check(self) -> Observation | None:

@@ -26,6 +26,10 @@ CHANGE_OPS = ("resize", "update_request", "update_request", "update_field", "upd
 FIELD_CHANGES = ("env", "command", "priority", "max_unavailable", "env")
 # The fields of a job file a task must restart to take (its template; reference/jobspec.py).
 RESTART_FIELDS = ("command", "env", "cwd", "image", "health_check", "pids_max")
+# What the user's releases change, one a step in turn (`each_step`): half of them roll (a new
+# environment or command), half apply in place (a priority within its band, the budget), so a
+# settle step waits on fewer rollouts.
+RELEASES = ("env", "priority", "command", "max_unavailable")
 
 
 class UserRules(ExampleState):
@@ -72,6 +76,18 @@ class UserRules(ExampleState):
         """A 404/409 must match a false spec guard; 403 (quota) and 422 (input) are the cell's to give."""
         if status in (404, 409) and legal:
             raise ConformanceViolation(f"[api_guard] the cell refused {what} with {status}, but the spec allows it")
+
+    def each_step(self) -> None:
+        """The user's releases: each step, a new version of one of the example's jobs (one
+        last seen with a task not DEAD, where there is one), the jobs and the changes in turn.
+        Like the rolling maintenance (harness/drain_rules.py), this runs whichever rules an
+        example draws, so CI's short run reaches 100 updates and rolls."""
+        super().each_step()
+        if not self.model.jobs:
+            return
+        self.releases += 1
+        n = self.releases
+        self.update_field(self._pick_busy(n), n, RELEASES[n % len(RELEASES)])
 
     # --- API operations ---------------------------------------------------------------------------
 
