@@ -133,3 +133,11 @@ def test_ip_sans_are_addresses_not_names(cell: Path) -> None:
     cert = pki.load_cert(cell_tls.server_certificate(cell, "m", ["::1"]).cert_file)
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert ipaddress.ip_address("::1") in names.get_values_for_type(x509.IPAddress)
+
+
+def test_tls_with_toxiproxy_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    from reference import launcher
+
+    with pytest.raises(launcher.LauncherError, match="--tls cannot be combined with --toxiproxy"):
+        launcher.up(tmp_path / "cell", tls=True, toxiproxy=True)
+    assert not (tmp_path / "cell").exists()
