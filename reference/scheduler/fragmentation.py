@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right, insort
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .feasibility import constraint_holds
 
@@ -40,6 +40,8 @@ class ShapeMix:
     a version the score is a pure function of the machine's free CPU and GPUs, the task's
     CPU and GPU demand and which groups' constraints hold there, and most calls of a pass
     repeat one (many classes ask the same CPU; a machine keeps its state between placements).
+    Where one is new, the fragmentation of each (free CPU, free GPUs) it reads is remembered
+    too: F before a placement is the same for every task asked on that machine state.
     """
 
     def __init__(self, threshold: float = 0.0) -> None:
@@ -60,6 +62,7 @@ class ShapeMix:
         self._attrs_key: dict[int, tuple] = {}
         self._allowed: dict[tuple, tuple[int, list[bool] | None]] = {}
         self._memo: dict[tuple, tuple[float, list[tuple[int, int]]]] = {}
+        self._frag: dict[tuple, float] = {}
 
     def add(self, group: Group | None, cpu: int) -> bool:
         """Counts one task (group None: no GPU); True when the frozen mix moved."""
@@ -80,6 +83,7 @@ class ShapeMix:
         self._quiet_until = 0
         self._allowed.clear()
         self._memo.clear()
+        self._frag.clear()
         return True
 
     def _stays(self, drift: float) -> bool:
@@ -123,7 +127,16 @@ class ShapeMix:
         key = (cpu_free, cpu_ask, tuple(gfree), whole, share, which)
         got = self._memo.get(key)
         if got is None:
-            got = self._memo[key] = fgd_place(cpu_free, cpu_ask, gfree, whole, share, self.frozen, self.frozen_total, allowed)
+            known = self._frag
+
+            def frag(cpu: int, g: Sequence[int]) -> float:
+                at = (cpu, tuple(g), which)  # F before is shared by every task asking there
+                f = known.get(at)
+                if f is None:
+                    f = known[at] = fragmentation(cpu, g, self.frozen, self.frozen_total, allowed)
+                return f
+
+            got = self._memo[key] = fgd_place(cpu_free, cpu_ask, gfree, whole, share, self.frozen, self.frozen_total, allowed, frag)
         return got[0], list(got[1])
 
 
@@ -175,14 +188,20 @@ def fgd_place(
     mix: Sequence[tuple[Group, list[int]]],
     total: int,
     allowed: Sequence[bool] | None = None,
+    frag: Callable[[int, Sequence[int]], float] | None = None,
 ) -> tuple[float, list[tuple[int, int]]]:
     """FGD's score for placing the task on this machine and the GPUs it would take.
 
     A share goes to the GPU that leaves the least fragmentation (the first such GPU); whole
     GPUs are untouched ones, the first in index order (which untouched GPUs does not matter).
-    The caller has checked that the task fits.
+    The caller has checked that the task fits. `frag(cpu free, GPUs free)`, if given, is
+    `fragmentation` against this mix on this machine (ShapeMix's remembers its answers).
     """
-    before = fragmentation(cpu_free, gfree, mix, total, allowed)
+    if frag is None:
+        def frag(cpu: int, g: Sequence[int]) -> float:
+            return fragmentation(cpu, g, mix, total, allowed)
+
+    before = frag(cpu_free, gfree)
     cpu_after = cpu_free - cpu_ask
     after = list(gfree)
     picks = []
@@ -193,7 +212,7 @@ def fgd_place(
             picks.append((g, GPU_UNIT))
             after[g] = 0
     if not share:
-        return fgd_score(before, fragmentation(cpu_after, after, mix, total, allowed)), picks
+        return fgd_score(before, frag(cpu_after, after)), picks
     best: tuple[float, int] | None = None
     tried: set[int] = set()
     for g, f in enumerate(after):
@@ -201,10 +220,10 @@ def fgd_place(
             continue  # GPUs with the same free milli leave the same fragmentation
         tried.add(f)
         after[g] = f - share
-        frag = fragmentation(cpu_after, after, mix, total, allowed)
+        here = frag(cpu_after, after)
         after[g] = f
-        if best is None or frag < best[0]:
-            best = (frag, g)
+        if best is None or here < best[0]:
+            best = (here, g)
     assert best is not None, "the caller checked that the share fits"
     return fgd_score(before, best[0]), [*picks, (best[1], share)]
 
