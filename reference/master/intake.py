@@ -1,7 +1,7 @@
 """The master's reading of what the borglets say, with no I/O: a sync's body (a delta or the
-whole set), what an answer's status means, whether a shard's report is taken, stale or from a
-later term (judged once, from its fence), a shard's change applied to its last report, and
-how an answer's facts merge into the cell.
+whole set), what an answer's status means, whether a shard's report is taken and against
+which sync's tasks (judged once, from its fence), a shard's change applied to its last report,
+and how a report's facts merge into the cell.
 
 The poller (poller.py) is the shell: it holds the locks, the clock and the connections, and
 calls these. The borglet's side of the same protocol is `borglet/decisions.accept_sync`.
@@ -60,14 +60,14 @@ class Said(enum.Enum):
     LATER_TERM = "later_term"  # 409 stale_epoch: the borglet has seen a newer leader
     REFUSED = "refused"  # 409 for another reason (an old seq, a bad delta base): alive, send whole
     DISTRUSTED = "distrusted"  # 401/403: alive, but it refuses this cell's signature
-    REPLY = "reply"  # 200 with its report: the sync is acknowledged
+    REPLY = "reply"  # 200: the sync is acknowledged (the facts come in the shard's report)
 
 
 @dataclass(frozen=True)
 class Answer:
     said: Said
     reason: str = ""  # why it refused (REFUSED, LATER_TERM, DISTRUSTED)
-    reply: dict[str, Any] | None = None  # the report (REPLY)
+    reply: dict[str, Any] | None = None  # the acknowledgement, or a removed machine's whole report (REPLY)
 
 
 def read_answer(status: int, body: Any, text: str) -> Answer:
@@ -129,23 +129,26 @@ def fence_of(report: Mapping[str, Any]) -> Fence:
 
 
 class Reading(enum.Enum):
-    TAKE = "take"  # this term's, current: taken with the acknowledged sync's tasks
-    TAKE_UNFENCED = "take_unfenced"  # an earlier term's: taken, but it acknowledges no sync of this one
-    STALE = "stale"  # read before the borglet applied a sync whose reply this term acted on
+    TAKE = "take"  # this term's: read against the tasks of the sync it says it applied
+    TAKE_UNFENCED = "take_unfenced"  # an earlier term's, or a sync this leader no longer holds: no tasks to read it against
     LATER_TERM = "later_term"  # the borglet has seen a newer leader: this term's is over
 
 
-def read_report(report: Mapping[str, Any], *, epoch: int, acked_seq: int) -> Reading:
-    """Whether a leader of `epoch`, whose last acknowledged sync of the machine is `acked_seq`,
-    takes a shard's report of it. A stale one is not applied, and the shard's next change
-    would be made against it (a process it shows started would never be confirmed): the
-    caller asks for the machine whole, read after the sync."""
+def read_report(
+    report: Mapping[str, Any], *, epoch: int, sent: Mapping[int, frozenset[TaskId]]
+) -> tuple[Reading, frozenset[TaskId]]:
+    """Whether a leader of `epoch` takes a shard's report of a machine, and the tasks it reads
+    it against: those of the sync the report says the borglet applied last (`sent`: seq ->
+    the tasks of each sync of the machine this leader still holds). The facts of a machine
+    come by the shard's reports alone (a relayed sync's answer is an acknowledgement), so no
+    report is stale against a sync's answer: one read before a newer sync was applied is read
+    against the sync it names, the tasks the borglet was told to run when it was read."""
     fence = fence_of(report)
     if fence.epoch > epoch:
-        return Reading.LATER_TERM
-    if fence.epoch < epoch:
-        return Reading.TAKE_UNFENCED
-    return Reading.STALE if fence.seq < acked_seq else Reading.TAKE
+        return Reading.LATER_TERM, frozenset()
+    if fence.epoch == epoch and (ids := sent.get(fence.seq)) is not None:
+        return Reading.TAKE, ids
+    return Reading.TAKE_UNFENCED, frozenset()
 
 
 # --- an answer merged into the cell --------------------------------------------------------------

@@ -21,7 +21,10 @@ even with nothing new, so the leader knows which replicas still vouch for what t
 
 A shard decides nothing: what a borglet runs comes from the leader's syncs, fenced by the
 leader's epoch and ordered by its sequence numbers; the shard owning a machine carries them
-(`relay`) and hands back the borglet's answer untouched.
+(`relay`). The borglet's answer to a sync is its state: the shard takes it as the machine's
+latest read (a read begun before it is older, and dropped) and reports it like any change,
+and hands the leader back the fence of the sync applied. A borglet's state thus reaches the
+leader once per change, by the shard's batches.
 
 The time between two polls of a machine is recorded, so the cell can show its polling
 interval (Borg's SLO: 95th percentile under 10 s).
@@ -72,6 +75,7 @@ class _Polled:
     latest: dict[str, Any] | None = None  # the last answer, not sent yet when `dirty`
     dirty: bool = False  # something to send: a new answer, or a miss
     refused: str = ""  # why the borglet refused the last poll (an answer: it is alive)
+    synced: int = 0  # sync answers taken as the latest read: a read begun before one is older
 
 
 @dataclass(frozen=True)
@@ -213,9 +217,16 @@ class LinkShard:
             if self._stop.is_set():
                 return
             chunk = names[i : i + CHUNK]
-            self._record(list(self._pool.map(lambda m: (m, self._read(m, share[m])), chunk)))
+            self._record(list(self._pool.map(lambda m: self._poll(m, share[m]), chunk)))
             self._news.set()
         self.rounds += 1
+
+    def _poll(self, machine: str, address: str) -> tuple[str, int, dict[str, Any] | Refused | None]:
+        """Read `machine`'s state; with the count of sync answers taken for it before the read."""
+        with self._lock:
+            p = self._machines.get(machine)
+            synced = p.synced if p is not None else 0
+        return machine, synced, self._read(machine, address)
 
     def _read(self, machine: str, address: str) -> dict[str, Any] | Refused | None:
         url = f"{self._routes.route(address).rstrip('/')}/v1/state"
@@ -224,17 +235,20 @@ class LinkShard:
             headers = channel.sign(self.key, "GET", urlsplit(url).path.encode(), b"", machine, time.time())
         return self._reads.get_json(url, headers)
 
-    def _record(self, replies: list[tuple[str, dict[str, Any] | Refused | None]]) -> None:
+    def _record(self, replies: list[tuple[str, int, dict[str, Any] | Refused | None]]) -> None:
+        """Take a chunk's reads: (machine, sync answers taken before the read, what it said)."""
         now = self.clock()
         with self._lock:
             self.polls += len(replies)
-            for m, reply in replies:
+            for m, synced, reply in replies:
                 p = self._machines.get(m)
                 if p is None:
                     continue
                 if p.polled_at is not None:
                     self.gaps.append(now - p.polled_at)
                 p.polled_at = now
+                if p.synced != synced:
+                    continue  # a sync's answer came meanwhile: newer than this read, and an answer
                 if reply is None:
                     p.misses += 1
                     p.report = p.latest = None  # the answer after a silence goes whole
@@ -345,8 +359,30 @@ class LinkShard:
 
     def relay(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Send each {"machine", "address", "body"} to its borglet's /v1/sync, at once; each
-        answer is {"machine", "status", "body"}, status 0 when the borglet did not answer."""
-        return list(self._relay_pool.map(self._relay_one, items))
+        answer is {"machine", "status", "body"}, status 0 when the borglet did not answer.
+
+        A borglet's answer to a sync is its state, as a poll reads it: for a machine this shard
+        polls it is taken as the machine's latest read and reaches the leader in the next
+        batch, once, like any change; the leader is handed back only the fence of the sync
+        applied. A machine the shard does not poll (removed from the cell, or relayed for an
+        owner the leader cannot reach) is answered whole."""
+        return [self._took(answer) for answer in self._relay_pool.map(self._relay_one, items)]
+
+    def _took(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """Take a 200's state as the machine's latest read, when the shard polls it; what the
+        leader is handed back."""
+        body = answer.get("body")
+        if answer.get("status") != 200 or not isinstance(body, dict):
+            return answer
+        with self._lock:
+            p = self._machines.get(str(answer.get("machine")))
+            if p is None:
+                return answer
+            p.synced += 1
+            p.dirty = p.dirty or p.misses > 0 or p.report is None or body != p.latest
+            p.misses, p.refused, p.latest = 0, "", body
+        self._news.set()
+        return {**answer, "body": {"fence": body.get("fence"), "epoch": body.get("epoch")}}
 
     def _relay_one(self, item: dict[str, Any]) -> dict[str, Any]:
         machine, address = str(item.get("machine", "")), str(item.get("address", ""))
@@ -361,6 +397,11 @@ class LinkShard:
             body: Any = fastjson.loads(response.content)
         except ValueError:
             body = {"error": response.text[:200]}
+        if isinstance(body, dict) and (skew := response.headers.get(channel.SKEW_HEADER)) is not None:
+            try:
+                body["channel_skew_s"] = float(skew)  # as a poll's read shows it (KeptAlive.get_json)
+            except ValueError:
+                pass
         return {"machine": machine, "status": response.status_code, "body": body}
 
     # --- what it shows -------------------------------------------------------------------------

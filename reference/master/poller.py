@@ -7,7 +7,10 @@ many polls; a machine is down only when no replica that can vouch for it reaches
 sends no reads of its own: a machine is known from its shard's first report.
 
 The leader decides every sync, numbers it and sends it through the shard that carries the
-machine (`Link.relay`), one request per shard and chunk. Syncs go out when a desired set
+machine (`Link.relay`), one request per shard and chunk. Its answer is an acknowledgement
+(and the base of the next delta): the shard that relayed it takes the borglet's answer as its
+latest read of the machine and reports it with its other changes, so what the borglet runs
+reaches the leader once, by the shards' reports (`ShardReports.accept`). Syncs go out when a desired set
 changed (a placement, a kill, so a task starts without waiting), while a machine blocks a
 held task, after a refusal, and every `sync_every` seconds. A sync that is not answered is
 sent again, whole, at the next turn, and does not count against the machine, whose liveness
@@ -64,7 +67,9 @@ class Link(Protocol):
 
     def relay(self, owner: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Send each {"machine", "address", "body"} as a sync through `owner`'s shard; one
-        {"machine", "status", "body"} per item, status 0 when the borglet did not answer."""
+        {"machine", "status", "body"} per item, status 0 when the borglet did not answer. The
+        body of a 200 is the acknowledgement (the fence of the sync applied); the whole report
+        only for a machine the shard does not poll (`LinkShard.relay`)."""
         ...
 
 
@@ -183,7 +188,7 @@ class Poller(ShardReports):
                     continue  # its shard's first report makes it known
                 st = self._machines.setdefault(name, MachineSync())
                 if st.inflight:
-                    continue  # `_free` looks at it again
+                    continue  # `_poll_through` looks at it again once it is answered
                 # The signatures compared last: equal sets cost a walk of each.
                 if not pollclock.sync_due(st.schedule, now, name in blocking) and signature == st.signature:
                     self._queue(name, st)
@@ -334,42 +339,31 @@ class Poller(ShardReports):
     def _poll_through(self, owner: str, items: list[tuple[Any, ...]]) -> None:
         """Sync several machines through the shard of `owner`, in one request.
 
-        A machine whose answer changes nothing is free for its next sync at once; the changes
-        the others' answers make are queued to the writer together (one group commit, not one
-        commit after another on this thread) and each machine is freed once its own is written.
-        (Written one by one here, each waiting out a group commit of a busy leader, the last
-        answers of a request waited a minute, and their machines with them: a 10,000-task job
-        reached some machines a minute after it was placed.)"""
-        queued: set[str] = set()
+        An answer is an acknowledgement: what the borglet runs reaches the leader once, in the
+        report of the shard that relayed the sync (`ShardReports.accept`), so no answer is
+        written here and each machine is free for its next sync as soon as its answer is read.
+        (When the answers carried the facts too, each was written again beside the shard's
+        report of the same state, and checked against it for staleness a second time.)"""
         try:
             sent = []
-            for name, address, desired, signature, _ids, revision in items:
-                seq, body = self._prepare(name, desired, signature, revision)
+            for name, address, desired, signature, ids, revision in items:
+                seq, body = self._prepare(name, desired, signature, ids, revision)
                 sent.append({"machine": name, "address": address, "body": body, "seq": seq})
             try:
                 answers = {str(a.get("machine")): a for a in self.link.relay(owner, sent)}
             except Exception:
                 log.exception("relay through %s failed", owner)
                 answers = {}
-            writes: list[tuple[str, Callable[[Draft], None]]] = []
             for (name, address, _desired, signature, ids, _revision), item in zip(items, sent, strict=True):
                 said = answers.get(name) or {}
                 answer = self._settle(name, address, item["seq"], signature, int(said.get("status") or 0),
                                       said.get("body"), str(said.get("body") or said.get("error") or ""))  # fmt: skip
-                change = self._handle(name, answer, ids)
-                if change is None:
-                    self._free(name)
-                else:
-                    writes.append((name, change))
-            for name, change in writes:
-                self.writer.submit(change, self._written(name, change))
-                queued.add(name)
+                self._handle(name, answer, ids)
         finally:
             with self._lock:
                 for name, *_ in items:
-                    if name not in queued:
-                        self._machines[name].inflight = False
-                        self._pending.add(name)
+                    self._machines[name].inflight = False
+                    self._pending.add(name)
             self._wake.set()
 
     def _carrier(self, name: str) -> str:
@@ -378,38 +372,16 @@ class Poller(ShardReports):
         with self._lock:
             return self._sightings.carrier(name, owner, self.clock())
 
-    def _free(self, name: str) -> None:
-        """The machine may be sent its next sync."""
-        with self._lock:
-            self._machines[name].inflight = False
-            self._pending.add(name)
-        self._wake.set()
-
-    def _written(self, name: str, change: Callable[[Draft], None]) -> Callable[[Any], None]:
-        """What the writer calls once the change an answer of `name` made is written or failed."""
-
-        def done(request: Any) -> None:
-            try:
-                error = request.error
-                if error is None:
-                    self._usage_written(name, change)
-                elif isinstance(error, (NotLeader, WriteFailed)):
-                    log.info("poll of %s not recorded: %s", name, error)
-                else:
-                    log.error("poll of %s failed", name, exc_info=error)
-            finally:
-                self._free(name)
-
-        return done
-
-    def _handle(self, name: str, answer: Answer, ids: set[TaskId]) -> Callable[[Draft], None] | None:
-        """Act on a sync's answer; returns the change it makes to the cell, for the caller to
-        queue to the writer (None: nothing to write)."""
+    def _handle(self, name: str, answer: Answer, ids: set[TaskId]) -> None:
+        """Act on a sync's answer. An acknowledgement changes nothing in the cell: the machine's
+        facts come in its shard's report. Only a removed machine, which no shard polls, is
+        answered with its whole report, read here for the processes it may still run."""
         try:
             if answer.said is Said.REPLY:
-                with self._lock:
-                    self._machines[name].acked_ids = frozenset(ids)
-                return self._answer(name, answer.reply or {}, ids)
+                reply = answer.reply or {}
+                if "tasks" in reply and name not in self.cache.cell().state.machines:
+                    self._answer(name, reply, ids)  # writes nothing: the machine is not in the cell
+                return
             if answer.said is Said.REFUSED:
                 with self._lock:
                     st = self._machines[name]
@@ -428,18 +400,19 @@ class Poller(ShardReports):
             log.info("poll of %s not recorded: %s", name, err)
         except Exception:
             log.exception("poll of %s failed", name)
-        return None
 
     def _prepare(
-        self, name: str, desired: list[dict[str, Any]], ids: frozenset[str], revision: int
+        self, name: str, desired: list[dict[str, Any]], ids: frozenset[str], tasks: set[TaskId], revision: int
     ) -> tuple[int, dict[str, Any]]:
-        """The next sync of `name`: its sequence number and body (`intake.sync_body`)."""
+        """The next sync of `name`: its sequence number and body (`intake.sync_body`); `tasks`,
+        its tasks as the cell names them, are kept for the reports that will name it."""
         if self._on_poll is not None:
             self._on_poll("sent")
         with self._lock:
             self._seq += 1
             seq = self._seq
             st = self._machines[name]
+            st.sent(seq, frozenset(tasks))
             base, base_seq = st.acked, st.acked_seq
             st.acked = None  # unknown until this one is answered
         body = intake.sync_body(

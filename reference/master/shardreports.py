@@ -1,5 +1,10 @@
 """The leader's intake of what the link shards report: each shard's batch of reports, misses and refusals, taken, judged and merged into the cell.
 
+A borglet's facts reach the leader by this road alone, once per change: the shard that relays
+a sync takes the borglet's answer as its latest read of the machine and reports it with the
+rest, and hands the leader back an acknowledgement (`poller`). Each report is read against the
+tasks of the sync its fence names, kept per machine from when the sync was sent.
+
 A shard sends the leader each machine's report whole or as a change to the last one it sent
 (`accept`), the machines that missed polls and those that refused the cell. Whether a report
 is taken and how it merges into the cell are `intake`'s pure functions; who may still reach a
@@ -14,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reference.master import intake, pollclock, reports
@@ -30,6 +35,7 @@ log = logging.getLogger(__name__)
 # How long a removed machine that still ran processes may stay silent before they are taken
 # as stopped: longer than a borglet's kill of its tasks on exit (3 s of grace, 2 s more).
 DEPARTED_SILENT_S = 10.0
+SENT_KEPT = 16  # syncs of a machine whose tasks are kept for the reports that will name them
 
 
 @dataclass
@@ -42,7 +48,20 @@ class MachineSync:
     # The seq and task ids of the last sync the borglet acknowledged: the base of a delta.
     acked_seq: int = 0
     acked: frozenset[str] | None = None
-    acked_ids: frozenset[TaskId] = frozenset()  # the same sync's tasks, as the cell names them
+    # seq -> the tasks of each sync sent, as the cell names them, while a report may still name
+    # it: a report is read against the sync its fence names (`intake.read_report`).
+    sent_ids: dict[int, frozenset[TaskId]] = field(default_factory=dict)
+
+    def sent(self, seq: int, ids: frozenset[TaskId]) -> None:
+        """Sync `seq` lists `ids` (kept until a report names a later one, SENT_KEPT at most)."""
+        self.sent_ids[seq] = ids
+        while len(self.sent_ids) > SENT_KEPT:
+            del self.sent_ids[next(iter(self.sent_ids))]
+
+    def applied(self, seq: int) -> None:
+        """A report names sync `seq`: the borglet has moved past the earlier ones."""
+        for old in [s for s in self.sent_ids if s < seq]:
+            del self.sent_ids[old]
 
 
 class ShardReports:
@@ -105,20 +124,21 @@ class ShardReports:
                     continue
                 self._sightings.answered(name, shard)
                 merged = intake.merge_entry(entry, self._copies.get((name, shard)))
-                reading, st = None, None
-                if merged is not None and name in cell.state.machines:
-                    st = self._machines.setdefault(name, MachineSync())
-                    reading = intake.read_report(merged[1], epoch=self.epoch, acked_seq=st.acked_seq)
-                if merged is None or reading is Reading.STALE:
-                    # A change on a base this leader lacks, or a stale report, whose facts are
-                    # not applied (`intake.read_report`): the shard sends the machine whole
-                    # next time, read after the sync.
+                if merged is None:
+                    # A change on a base this leader lacks: the shard sends the machine whole
+                    # next time.
                     need_full.append(name)
                     self._copies.pop((name, shard), None)
                     continue
                 self._copies[(name, shard)] = merged
-                if st is not None and reading in (Reading.TAKE, Reading.TAKE_UNFENCED):
-                    known.append((name, merged[1], set(st.acked_ids) if reading is Reading.TAKE else set()))
+                if name not in cell.state.machines:
+                    continue
+                st = self._machines.setdefault(name, MachineSync())
+                reading, ids = intake.read_report(merged[1], epoch=self.epoch, sent=st.sent_ids)
+                if reading is Reading.TAKE:
+                    st.applied(intake.fence_of(merged[1]).seq)
+                if reading is not Reading.LATER_TERM:
+                    known.append((name, merged[1], set(ids)))
         # One write for the whole batch: a round of a thousand machines is one group commit.
         changes: list[tuple[str, Callable[[Draft], None]]] = []
         for name, report, ids in known:

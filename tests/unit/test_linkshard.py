@@ -188,3 +188,31 @@ def test_a_heartbeat_arrives_with_nothing_new_and_the_answer_hands_machines_over
     shard.round()  # handed back: its own share again
     assert sorted(shard._machines) == mine
     shard.stop()
+
+
+def test_a_relayed_syncs_answer_is_reported_once_and_the_leader_gets_the_fence() -> None:
+    """The borglet's answer to a sync is its state: the shard reports it with its changes (the
+    leader gets it once, in a batch) and hands the leader back only the fence; a read begun
+    before the answer came is older, and dropped; a machine the shard does not poll is
+    answered whole."""
+    shard, leader, answers = _shard(["m1"])
+    answers["m1"] = _report(("a", "RUNNING"))
+    shard.round()
+    shard.flush()
+    after = {**_report(("a", "RUNNING"), ("b", "QUEUED")), "fence": {"epoch": 2, "seq": 9}}
+    relayed = {"m1": {"machine": "m1", "status": 200, "body": after},
+               "gone": {"machine": "gone", "status": 200, "body": _report(("c", "RUNNING"))}}  # fmt: skip
+    shard._relay_one = lambda item: relayed[item["machine"]]  # type: ignore[method-assign]
+    # A poll of m1 begins before the sync is relayed and ends after its answer was taken.
+    begun = shard._poll("m1", "http://b/m1")  # reads the state before the sync: only "a"
+    out = shard.relay([{"machine": "m1", "body": {}}, {"machine": "gone", "body": {}}])
+    assert out[0]["body"] == {"fence": {"epoch": 2, "seq": 9}, "epoch": None}  # no facts: an acknowledgement
+    assert out[1]["body"] == _report(("c", "RUNNING"))  # not polled here: answered whole
+    shard._record([begun])  # the older read does not overwrite the sync's answer
+    assert shard.flush() == 1
+    assert list(leader.batches[-1]["reports"]) == ["m1"]
+    assert leader.copies["m1"][1] == after
+    answers["m1"] = after  # the next poll reads what the answer said: nothing new to send
+    shard.round()
+    assert shard.flush() == 0
+    shard.stop()

@@ -12,7 +12,7 @@ from reference.master import intake
 from reference.master.cell import Draft, borglet_task_id
 from reference.master.intake import Reading, Said
 from reference.master.reports import Outcome, map_reply
-from spec.model import TaskState
+from spec.model import TaskId, TaskState
 from tests.unit import master_cells
 from tests.unit.master_cells import T0, T1
 
@@ -86,20 +86,29 @@ def test_a_shard_entry_is_merged_on_its_base_or_asked_for_whole(entry: dict, cop
     assert intake.merge_entry(entry, copy) == expected
 
 
+A5, A6 = frozenset({TaskId("u/a", 5)}), frozenset({TaskId("u/a", 6)})
+
+
 @pytest.mark.parametrize(
-    ("report", "acked_seq", "reading"),
+    ("report", "sent", "reading", "ids"),
     [
-        ({"fence": {"epoch": 2, "seq": 5}}, 5, Reading.TAKE),  # read after the acknowledged sync
-        ({"fence": {"epoch": 2, "seq": 4}}, 5, Reading.STALE),  # read before it: not applied
-        ({"fence": {"epoch": 2, "seq": 0}}, 0, Reading.TAKE),  # nothing acknowledged yet
-        ({"fence": {"epoch": 1, "seq": 99}}, 5, Reading.TAKE_UNFENCED),  # the last term's sync
-        ({"epoch": 1}, 5, Reading.TAKE_UNFENCED),  # an old borglet names only the epoch
-        ({}, 5, Reading.TAKE_UNFENCED),  # never synced
-        ({"fence": {"epoch": 3, "seq": 1}}, 5, Reading.LATER_TERM),  # a newer leader synced it
+        ({"fence": {"epoch": 2, "seq": 5}}, {5: A5}, Reading.TAKE, A5),  # read after sync 5: its tasks
+        # Read before sync 6 was applied, arriving after 6 was acknowledged: no longer stale (the
+        # answer to 6 carried no facts to be overtaken), read against sync 5's tasks, not 6's.
+        ({"fence": {"epoch": 2, "seq": 5}}, {5: A5, 6: A6}, Reading.TAKE, A5),
+        ({"fence": {"epoch": 2, "seq": 6}}, {5: A5, 6: A6}, Reading.TAKE, A6),
+        ({"fence": {"epoch": 2, "seq": 3}}, {5: A5}, Reading.TAKE_UNFENCED, frozenset()),  # a sync no longer held
+        ({"fence": {"epoch": 2, "seq": 0}}, {}, Reading.TAKE_UNFENCED, frozenset()),  # nothing sent yet
+        ({"fence": {"epoch": 1, "seq": 5}}, {5: A5}, Reading.TAKE_UNFENCED, frozenset()),  # the last term's sync
+        ({"epoch": 1}, {5: A5}, Reading.TAKE_UNFENCED, frozenset()),  # an old borglet names only the epoch
+        ({}, {5: A5}, Reading.TAKE_UNFENCED, frozenset()),  # never synced
+        ({"fence": {"epoch": 3, "seq": 5}}, {5: A5}, Reading.LATER_TERM, frozenset()),  # a newer leader synced it
     ],
-)
-def test_a_report_is_judged_once_from_its_fence(report: dict, acked_seq: int, reading: Reading) -> None:
-    assert intake.read_report(report, epoch=2, acked_seq=acked_seq) is reading
+)  # fmt: skip
+def test_a_report_is_judged_once_from_its_fence_and_read_against_the_sync_it_names(
+    report: dict, sent: dict, reading: Reading, ids: frozenset
+) -> None:
+    assert intake.read_report(report, epoch=2, sent=sent) == (reading, ids)
 
 
 # --- an answer merged into the cell --------------------------------------------------------------

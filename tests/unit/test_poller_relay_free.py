@@ -1,64 +1,105 @@
-"""A sync relayed through a shard frees each machine for its next sync as soon as its own
-answer is recorded, and the changes the answers make go to the writer together: one answer
-whose write waits (behind a job's kill of 10,000 records, say) holds back neither the other
-machines of the same request nor the thread that sent it."""
+"""One path for a borglet's facts: a sync relayed through a shard is answered with an
+acknowledgement, which writes nothing and frees its machine for its next sync at once; the
+facts come in the shard's report, read against the tasks of the sync its fence names, even
+when it was read before a newer sync that is already acknowledged (no second staleness check);
+and a removed machine, which no shard polls, is read from its whole answer."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
-from reference.master.intake import Answer, Said
+from reference.master.cell import MachineInfo
 from reference.master.poller import Poller
-from reference.master.writer import NotLeader
+from reference.master.shardreports import MachineSync
+from spec.model import TaskId
+
+A, B = TaskId("u/web", 0), TaskId("u/web", 1)
 
 
 class _Link:
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.sent: list[dict[str, Any]] = []
+
     def owner(self, machine: str) -> str:
         return "r1"
 
     def relay(self, owner: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{"machine": i["machine"], "status": 200, "body": {"tasks": []}} for i in items]
+        self.sent.extend(items)
+        return [{"machine": i["machine"], "status": 200, "body": self.body} for i in items]
 
 
-class _QueuingWriter:
-    """Queues what is submitted and commits it when the test says (a busy leader's writer)."""
+class _Writer:
+    """Any write from a relayed answer fails the test: an acknowledgement changes nothing."""
 
     def __init__(self) -> None:
-        self.queued: list[tuple[Any, Any]] = []
+        self.mutated: list[Any] = []
 
     def submit(self, change: Any, done: Any) -> None:
-        self.queued.append((change, done))
+        raise AssertionError("a relayed answer's facts are written from the shard's report, not here")
 
     def mutate(self, change: Any) -> None:
-        raise AssertionError("a relayed answer's change is queued, never written on the sending thread")
+        self.mutated.append(change)
 
 
-def _poller(writer: _QueuingWriter, names: tuple[str, ...]) -> tuple[Poller, dict[str, SimpleNamespace]]:
-    poller = Poller(None, writer, cell_name="c", master_name="m0", epoch=1, link=_Link())  # type: ignore[arg-type]
-    machines = {name: SimpleNamespace(inflight=True) for name in names}
-    poller._machines = machines  # type: ignore[assignment]
-    poller._prepare = lambda name, desired, signature, revision: (1, {"tasks": []})  # type: ignore[method-assign]
-    poller._settle = lambda name, address, seq, signature, status, body, text: Answer(Said.REPLY, reply=body)  # type: ignore[method-assign]
-    return poller, machines
+def _poller(body: dict[str, Any], machines: tuple[str, ...]) -> tuple[Poller, _Link, _Writer]:
+    cell = SimpleNamespace(state=SimpleNamespace(machines={"a": SimpleNamespace(up=True)}),
+                           machines={"a": MachineInfo(address="http://a")}, replicas={"r1": "http://r1"})  # fmt: skip
+    link, writer = _Link(body), _Writer()
+    poller = Poller(SimpleNamespace(cell=lambda: cell), writer, cell_name="c", master_name="m0", epoch=2, link=link)  # type: ignore[arg-type]
+    for name in machines:
+        poller._machines[name] = MachineSync(inflight=True)
+    return poller, link, writer
 
 
-def test_answers_that_change_the_cell_are_queued_together_and_free_their_machines_once_written() -> None:
-    writer = _QueuingWriter()
-    poller, machines = _poller(writer, ("a", "b", "c"))
+def test_an_acknowledgement_writes_nothing_and_frees_its_machine_at_once() -> None:
+    poller, link, writer = _poller({"fence": {"epoch": 2, "seq": 1}}, ("a",))
+    answered: list[str] = []
+    poller._answer = lambda name, reply, ids: answered.append(name)  # type: ignore[method-assign]
     try:
-        changes = {"a": object(), "c": object()}
-        # a's and c's answers change the cell (they must be written); b's does not.
-        poller._answer = lambda name, reply, ids: changes.get(name)  # type: ignore[method-assign]
-        items = [(name, f"http://{name}", [], frozenset(), set(), 1) for name in machines]
-        poller._poll_through("r1", items)  # returns with the writes still queued
-        assert [change for change, _ in writer.queued] == [changes["a"], changes["c"]]
-        assert machines["a"].inflight and not machines["b"].inflight and machines["c"].inflight
-        _, done_a = writer.queued[0]
-        done_a(SimpleNamespace(error=None))
-        assert not machines["a"].inflight and machines["c"].inflight
-        _, done_c = writer.queued[1]
-        done_c(SimpleNamespace(error=NotLeader("deposed")))  # a failed write frees it too
-        assert not any(m.inflight for m in machines.values())
+        poller._poll_through("r1", [("a", "http://a", [], frozenset({"t"}), {A}, 1)])
+        assert not answered and not writer.mutated  # the facts come in the shard's report
+        st = poller._machines["a"]
+        assert not st.inflight and "a" in poller._pending
+        seq = link.sent[0]["seq"]
+        assert st.acked_seq == seq and st.sent_ids == {seq: frozenset({A})}
+    finally:
+        poller._pool.shutdown(wait=False)
+
+
+def test_a_report_read_before_an_acknowledged_sync_is_taken_against_the_sync_it_names() -> None:
+    """The case the second staleness check used to drop (and ask the machine whole again for):
+    sync 2 is acknowledged, then the shard's report read after sync 1 arrives."""
+    poller, link, _ = _poller({"fence": {"epoch": 2, "seq": 2}}, ("a",))
+    taken: list[set[TaskId]] = []
+    poller._answer = lambda name, reply, ids: taken.append(ids)  # type: ignore[method-assign]
+    try:
+        poller._poll_through("r1", [("a", "http://a", [], frozenset({"t0"}), {A}, 1)])
+        poller._poll_through("r1", [("a", "http://a", [], frozenset({"t0", "t1"}), {A, B}, 2)])
+        first, second = (item["seq"] for item in link.sent)
+        old = {"tasks": [], "fence": {"epoch": 2, "seq": first}}
+        answer = poller.accept({"shard": "r1", "reports": {"a": {"version": 1, "report": old}}})
+        assert answer["need_full"] == [] and taken == [{A}]  # sync 1's tasks: B was not sent yet
+        new = {"fence": {"epoch": 2, "seq": second}}
+        poller.accept({"shard": "r1", "reports": {"a": {"version": 2, "base": 1, "change": {"fields": new}}}})
+        assert taken == [{A}, {A, B}]
+        assert set(poller._machines["a"].sent_ids) == {second}  # the borglet moved past sync 1
+        # A report of the last term names no sync of this one: taken, read against no tasks.
+        poller.accept({"shard": "r1", "reports": {"a": {"version": 3, "report": {"fence": {"epoch": 1, "seq": 9}}}}})
+        assert taken[-1] == set()
+    finally:
+        poller._pool.shutdown(wait=False)
+
+
+def test_a_removed_machine_is_read_from_its_whole_answer() -> None:
+    """No shard polls a machine removed from the cell: the shard that relays its sync hands
+    its whole answer back, and the processes it still runs are read from it."""
+    report = {"tasks": [{"task_id": "u/web/0#0@1", "state": "RUNNING"}], "fence": {"epoch": 2, "seq": 1}}
+    poller, _, writer = _poller(report, ("gone",))
+    try:
+        poller._poll_through("r1", [("gone", "http://gone", [], frozenset(), set(), 1)])
+        assert poller._reported["gone"] == {"u/web/0#0@1": "RUNNING"} and not writer.mutated
+        assert not poller._machines["gone"].inflight
     finally:
         poller._pool.shutdown(wait=False)

@@ -66,14 +66,15 @@ class _Borglets:
         self.running: dict[str, dict[str, dict[str, Any]]] = {}
         self.bytes_sent = 0
         self.lingering: set[str] = set()  # processes whose kill takes its time: they stay running
+        self.fence: dict[str, int] = {}  # machine -> the seq of the last sync it applied
 
     def owner(self, machine: str) -> str:
         return "r0"
 
-    def report(self, machine: str, seq: int = 0) -> dict[str, Any]:
+    def report(self, machine: str) -> dict[str, Any]:
         return {
             "tasks": [{"task_id": t, "state": "RUNNING", "port": 1, "started_at": 1.0} for t in self.running[machine]],
-            "fence": {"epoch": 1, "seq": seq},
+            "fence": {"epoch": 1, "seq": self.fence.get(machine, 0)},
         }
 
     def relay(self, owner: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -90,7 +91,9 @@ class _Borglets:
             else:
                 self.running[machine] = mine = {d["task_id"]: d for d in body["tasks"]}
             mine.update(stay)
-            out.append({"machine": machine, "status": 200, "body": self.report(machine, body["seq"])})
+            self.fence[machine] = body["seq"]
+            # As a shard answers: the fence alone; the state comes in the shard's report.
+            out.append({"machine": machine, "status": 200, "body": {"fence": {"epoch": 1, "seq": body["seq"]}}})
         return out
 
 
