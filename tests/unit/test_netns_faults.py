@@ -99,3 +99,25 @@ def test_faults_on_a_loopback_cell_say_what_to_do_instead(tmp_path: Path) -> Non
         faults.network_of(info)
     with pytest.raises(LauncherError, match="no host 'master7'"):
         faults.process_of(info, "master7")
+
+
+def test_each_chaos_action_takes_the_arguments_an_experiment_gives_it() -> None:
+    import importlib
+    import inspect
+
+    # Steps as a Chaos Toolkit experiment's JSON names them (provider: python, module, func, arguments).
+    steps = [
+        ("isolate_leader", {"state_dir": "s", "run": "r"}),
+        ("isolate_host", {"state_dir": "s", "run": "r", "host": "master0", "loss": 0.3}),
+        ("split_hosts", {"state_dir": "s", "run": "r", "side": "etcd0,master0", "other": ["etcd1", "etcd2"], "one_way": True}),
+        ("cut_replica_from_borglets", {"state_dir": "s", "run": "r", "master": "master1"}),
+        ("bridge", {"state_dir": "s", "run": "r", "via": "etcd1,master1"}),
+        ("pause_host", {"state_dir": "s", "run": "r", "host": "etcd1"}),
+        ("kill_host", {"state_dir": "s", "run": "r", "host": "machine0"}),
+        ("skew_clock", {"state_dir": "s", "run": "r", "host": "machine1", "seconds": 60}),
+        ("heal", {"state_dir": "s", "run": "r"}),
+        ("fault_rules", {"state_dir": "s"}),
+    ]
+    module = importlib.import_module("chaos.netfaults")
+    for func, arguments in steps:
+        inspect.signature(getattr(module, func)).bind(**arguments)
