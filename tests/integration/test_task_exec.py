@@ -173,12 +173,13 @@ def test_a_terminal_session_runs_as_the_task_and_exits_with_its_code(cell: Local
 def test_ctrl_d_ends_a_terminal_session_and_ctrl_c_reaches_its_foreground(cell: LocalCell) -> None:
     # Ctrl-C interrupts `sleep 300` (the terminal is the shell's controlling one: its line
     # discipline signals the foreground job), not the session; the prompt comes back, and
-    # Ctrl-D at the empty prompt then ends the shell, exit code 0.
+    # Ctrl-D at the empty prompt then ends the shell, whose exit code is its last command's:
+    # 130, sleep's end by SIGINT.
     code, seen = run_on_a_terminal(
         cell, ["task", "exec", "-it", "alice/web", "0", "--", "/bin/sh"],
         [b'echo sleep""ing; sleep 300\r', b"\x03", b"\x04"], [b"$ ", b"sleeping\r\n", b"$ "],
     )  # fmt: skip
-    assert code == 0, seen  # within the helper's 2 minutes: sleep 300 did not run on
+    assert code == 130, seen  # within the helper's 2 minutes: sleep 300 did not run on
 
 
 def test_piped_stdin_is_streamed_to_the_terminal(cell: LocalCell) -> None:
