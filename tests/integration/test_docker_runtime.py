@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,6 +103,28 @@ def test_task_exec_runs_in_the_container_as_its_user(cell: Any, docker_client: A
     assert result["stderr"].strip() == os.readlink(f"/proc/{box.attrs['State']['Pid']}/ns/pid")
     killed = api.request("POST", "/v1/jobs/dk/web/tasks/0/exec", json={"command": ["sleep", "30"], "timeout_s": 1})
     assert (killed["timed_out"], killed["exit_code"]) == (True, 137) and killed["duration_s"] < 10
+
+
+def test_task_exec_it_runs_a_terminal_in_the_container(cell: Any, docker_client: Any) -> None:
+    import base64
+
+    info, api = cell
+    wait_for(lambda: running(api, "dk/web", 2), 60, "2 web containers running")
+    (box,) = [c for c in containers_of(docker_client, info.cell, "dk/web") if c.labels["minborg.index"] == "0"]
+    base = "/v1/jobs/dk/web/tasks/0/terminal"
+    session = api.request("POST", base, json={"command": ["sh"], "rows": 20, "cols": 100})["session"]
+    keys = b'echo "u=$(id -u) t=$(tty) ns=$(readlink /proc/1/ns/pid)"; exit 5\n'
+    api.request("POST", f"{base}/{session}/input", json={"data": base64.b64encode(keys).decode()})
+    out, offset, answer = b"", 0, {"exited": False}
+    deadline = time.monotonic() + 30
+    while not answer["exited"] and time.monotonic() < deadline:
+        answer = api.request("POST", f"{base}/{session}/output", json={"offset": offset, "wait_s": 5})
+        out, offset = out + base64.b64decode(answer["data"]), answer["offset"]
+    assert answer["exited"] and answer["exit_code"] == 5, out
+    line = next(t for t in out.decode(errors="replace").splitlines() if t.startswith("u="))
+    said = dict(part.split("=", 1) for part in line.split())
+    assert said["u"] == box.attrs["Config"]["User"].split(":")[0] and said["t"].startswith("/dev/pts/"), line
+    assert said["ns"] == os.readlink(f"/proc/{box.attrs['State']['Pid']}/ns/pid"), "in the container's pid namespace"
 
 
 def test_a_container_killed_from_outside_is_restarted(cell: Any, docker_client: Any) -> None:
