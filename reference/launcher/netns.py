@@ -216,6 +216,12 @@ def used_networks() -> list[str]:
     return found
 
 
+def overlapping(subnet: str, taken: Sequence[str]) -> list[str]:
+    """The networks of `taken` (ADDRESS/PREFIX) that overlap `subnet`."""
+    mine = ipaddress.ip_network(subnet)
+    return [t for t in taken if ipaddress.ip_network(t, strict=False).overlaps(mine)]
+
+
 def netns_exists(netns: str) -> bool:
     return (NETNS_DIR / netns).exists()
 
@@ -246,6 +252,12 @@ def ensure(net: Network) -> list[str]:
     the names made."""
     made = []
     if not link_exists(net.bridge):
+        clash = overlapping(net.subnet, used_networks())
+        if clash:
+            raise NetnsError(
+                f"cell {net.cell}'s subnet {net.subnet} is now used by this host ({', '.join(clash)}; another "
+                "cell's bridge?): stop that first, or start this cell anew (--fresh) on a free one"
+            )
         for command in bridge_commands(net):
             run(command)
         made.append(net.bridge)

@@ -37,6 +37,13 @@ def test_addresses_are_the_gateway_then_each_process_in_order_on_a_free_subnet()
     assert moved.subnet == "10.201.0.0/24"
 
 
+def test_a_stopped_cell_whose_subnet_another_took_is_told_so() -> None:
+    assert netns.overlapping("10.200.0.0/24", ["10.200.0.1/24", "192.168.1.7/24", "10.0.0.0/8"]) == [
+        "10.200.0.1/24", "10.0.0.0/8"
+    ]
+    assert netns.overlapping("10.200.3.0/24", ["10.200.0.1/24"]) == []
+
+
 def test_a_plan_refuses_repeated_names_and_too_many_hosts_and_names_an_unknown_host() -> None:
     with pytest.raises(NetnsError, match="repeat"):
         plan_network("c", ["etcd0", "etcd0"])
