@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="Hypothesis seed: the same seed replays the same programs")
     p.add_argument("--replay", default=None, help="a failure blob printed by an earlier run (@reproduce_failure)")
     p.add_argument("--no-drains", action="store_true",
-                   help="leave out the admin's drain and uncordon rules (harness/drain_rules.py)")  # fmt: skip
+                   help="leave out the admin's drains: the drain and uncordon rules and the rolling maintenance (harness/drain_rules.py)")  # fmt: skip
     p.add_argument("--no-shrink", action="store_true", help="report the first failing program unshrunk (faster)")
     p.add_argument("--junit", default=None, help="write JUnit XML here")
     p.add_argument("--report", default="reports/conformance.md", help="write the Markdown report here")
