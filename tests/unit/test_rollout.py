@@ -245,3 +245,27 @@ def test_a_dry_run_says_why_a_replacement_would_wait():
 def test_an_unchanged_file_has_nothing_to_place():
     body = jobhistory.planned(Draft(cell_running(), NOW), "alice/web", dict(FILE))
     assert body["unchanged"] and body.get("placements") is None
+
+
+def test_the_dry_run_route_answers_placements_in_its_declared_shape():
+    import warnings
+
+    from reference.master.access import AccessConfig, hash_token
+    from reference.master.api import make_app
+    from reference.master.leader import LeaderConfig
+    from reference.master.replica import Replica
+
+    with warnings.catch_warnings():  # starlette's TestClient warns about its httpx
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    # Never started: its cache holds an empty cell, so the new job's tasks would all wait.
+    replica = Replica(name="m0", url="http://127.0.0.1:1", etcd=["http://127.0.0.1:9"],
+                      config=LeaderConfig(cell_name="c", master_name="m0"))  # fmt: skip
+    app = make_app(replica, AccessConfig(admin_hash=hash_token("mbt_plan-test")))
+    with TestClient(app, headers={"Authorization": "Bearer mbt_plan-test"}) as client:
+        r = client.put("/v1/jobs/alice/web", params={"dry_run": "true"}, json=FILE)
+    assert r.status_code == 200, r.text
+    answer = jobhistory.JobChange.model_validate(r.json())
+    assert answer.dry_run and answer.created and [p.index for p in answer.placements or []] == [0, 1, 2]
+    assert all(p.machine is None and p.reason.startswith("0 of 0 machines fit") for p in answer.placements or [])
