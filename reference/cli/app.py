@@ -273,6 +273,12 @@ def campaign_soak(ctx: typer.Context) -> None:
     _run_main("chaos.campaign", "the soak campaign", ["soak", *ctx.args], extra="campaigns")
 
 
+@campaign_app.command("nemesis", **PASS_THROUGH)
+def campaign_nemesis(ctx: typer.Context) -> None:
+    """Random faults of a real network on a netns cell under load, then the history and /proc judged (try --help)."""
+    _run_main("loadtests.nemesis", "the nemesis campaign", ctx.args, extra="campaigns")
+
+
 @campaign_app.command("elastic", **PASS_THROUGH)
 def campaign_elastic(ctx: typer.Context) -> None:
     """Autoscaling under a rising and falling load (try --help)."""

@@ -16,9 +16,9 @@ import typer
 
 from reference import jobspec, launcher
 from reference.cellfile import read_admin_token
-from reference.cli.http import ca_file
 from reference.cli.render import console, errors, table, tasks_table
 from reference.client import CellClient, ClientError, Endpoint, RoundRobin
+from reference.launcher import tls as cell_tls
 from reference.waiting import wait_until
 
 # Every wait is bounded so the demo can never hang; each bound is several times what the step
@@ -53,9 +53,9 @@ def default_job_file() -> Path:
 class Demo:
     """The demo's steps, in order; each records whether it worked and how long it took."""
 
-    def __init__(self, state_dir: Path, job_file: Path, replicas: int, machines: int) -> None:
+    def __init__(self, state_dir: Path, job_file: Path, replicas: int, machines: int, tls: bool = False) -> None:
         self.state_dir, self.job_file = state_dir, job_file
-        self.replicas, self.machines = replicas, machines
+        self.replicas, self.machines, self.tls = replicas, machines, tls
         self.steps: list[Step] = []
         self.info: launcher.CellInfo | None = None
         self.client: CellClient | None = None
@@ -89,9 +89,10 @@ class Demo:
             replicas=self.replicas,
             machines=self.machines,
             progress=lambda msg: console.print(f"   [dim]{msg}[/dim]"),
+            tls=self.tls,
         )
         self.client = CellClient(
-            list(self.info.master_urls), token=read_admin_token(self.state_dir), ca=ca_file(self.state_dir)
+            list(self.info.master_urls), token=read_admin_token(self.state_dir), ca=str(cell_tls.ca_file(self.state_dir))
         )
         return f"leader {self.client.cell().get('leader')}, state in {self.state_dir}"
 
@@ -194,6 +195,9 @@ def demo(
     keep: Annotated[
         bool, typer.Option("--keep", help="Keep the temporary state dir and its logs.")
     ] = False,
+    tls: Annotated[
+        bool, typer.Option("--tls", help="Run the cell with TLS (cell up --tls); the demo trusts its CA.")
+    ] = False,
 ) -> None:
     """Run hello_world on a 3-replica cell, call it through BNS, kill the leader, carry on.
 
@@ -205,7 +209,7 @@ def demo(
         )
         raise typer.Exit(2)
     state_dir = Path(tempfile.mkdtemp(prefix="minborg-demo-"))
-    run = Demo(state_dir, job_file or default_job_file(), replicas, machines)
+    run = Demo(state_dir, job_file or default_job_file(), replicas, machines, tls)
     failed = False
     try:
         run.run(

@@ -138,6 +138,22 @@ def cell_up(
             "(needs a Docker engine; `minborg image build` first).",
         ),
     ] = "process",
+    hosts: Annotated[
+        str,
+        typer.Option(
+            "--hosts",
+            help="loopback (every process on 127.0.0.1), or netns: each etcd member, master, scheduler and "
+            "borglet on a host of its own (a network namespace with its own address on a bridge; needs root).",
+        ),
+    ] = "loopback",
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="Serve the masters' API, Sigma and the borglets over HTTPS only, with certificates of the cell's CA "
+            "(the command line finds the CA in the state dir). Always on with --hosts netns.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a cell: etcd, the master replicas and the borglets. A state dir that holds a stopped
@@ -156,6 +172,8 @@ def cell_up(
         problem = cpubudget.shares_problem(machine_shares) or cpubudget.unusable()
         if problem:
             raise fail(f"--machine-cpu-shares: {problem}", EXIT_USAGE)
+    if hosts not in ("loopback", "netns"):
+        raise fail(f"--hosts must be loopback or netns, not {hosts!r}", EXIT_USAGE)
     bounds = None
     if autoscale_machines is not None:
         from reference.elastic.cellscaler import parse_bounds
@@ -164,6 +182,8 @@ def cell_up(
             bounds = parse_bounds(autoscale_machines)
         except ValueError as err:
             raise fail(f"--autoscale-machines: {err}") from None
+        if hosts != "loopback":  # its machines are borglets on 127.0.0.1 (elastic/provider.py)
+            raise fail("--autoscale-machines adds machines on loopback: it cannot be combined with --hosts netns", EXIT_USAGE)
 
     def say(msg: str) -> None:
         out.print(msg if msg.startswith("--fresh") else f"[dim]{msg}[/dim]")
@@ -184,6 +204,8 @@ def cell_up(
         schedulers=schedulers,
         runtime=runtime,
         machine_shares=machine_shares or None,
+        hosts=hosts,
+        tls=tls,
     )
     if bounds is not None and not resuming:  # a resumed cell brings back the autoscaler it had
         info = _start_autoscaler(info, bounds, machine_capacity, say)

@@ -17,6 +17,7 @@ from typing import Protocol
 from reference import launcher
 from reference.client import CellClient, ClientError
 from reference.launcher import CellInfo, Role
+from reference.launcher import tls as cell_tls
 from reference.ports import free_port
 from reference.resources import parse_pairs
 
@@ -70,7 +71,8 @@ class LocalProvider:
         port = free_port()
         env = launcher.child_env(info.workdir)
         # The launcher's own borglet start, so an added machine runs exactly as `cell up` starts one.
-        record = launcher.start_borglet(Path(self.state_dir), name, port, self.capacity, i, info.workdir, env)
+        tls = any(url.startswith("https://") for url in info.master_urls)  # a TLS cell's machines serve HTTPS too
+        record = launcher.start_borglet(Path(self.state_dir), name, port, self.capacity, i, info.workdir, env, tls=tls)
         with self._lock:
             info = CellInfo.load(self.state_dir)
             info = replace(
@@ -79,7 +81,7 @@ class LocalProvider:
                 processes=info.processes + (record,),
             )
             info.save()  # recorded before anything else, so `cell down` stops it whatever happens next
-        launcher.wait_ready([record], "/healthz", launcher.READY_TIMEOUT_S)
+        launcher.wait_ready([record], "/healthz", launcher.READY_TIMEOUT_S, cell_tls.client_verify(self.state_dir))
         machine = MachineInfo(name, record.url, self.capacity, {"rack": launcher.rack_of(i)}, launcher.rack_of(i))
         self.client.add_machine(
             {

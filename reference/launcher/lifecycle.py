@@ -16,7 +16,8 @@ import psutil
 from reference import procscan
 from reference.cellfile import CELL_FILE, read_admin_token, state_dir_path
 from reference.client import CellClient, ClientError
-from reference.launcher import cpubudget
+from reference.launcher import cpubudget, netns
+from reference.launcher import tls as cell_tls
 from reference.launcher.cellapi import LEADER_TIMEOUT_S, register_machines, wait_for_leader
 from reference.launcher.cellfile import (
     CellInfo,
@@ -104,6 +105,8 @@ def up(
     runtime: str | None = None,
     machine_shares: int | None = cpubudget.DEFAULT_MACHINE_SHARES,
     store_tls: bool = True,
+    hosts: str = "loopback",
+    tls: bool = False,
 ) -> CellInfo:
     """Start a local cell and return its cell file's contents once a leader exists and every
     machine is registered. On any failure everything started so far is stopped again.
@@ -123,7 +126,11 @@ def up(
     `runtime` "docker" starts the borglets with `--runtime docker`: a job that names an image
     runs in containers (borglet/containers.py); None: `default_runtime()`.
     `store_tls` False starts etcd on plain http, open to any local process: only to measure
-    what TLS costs (`minborg bench writes --store plain`), never for a cell in use."""
+    what TLS costs (`minborg bench writes --store plain`), never for a cell in use.
+    `hosts` "netns" gives each process a host of its own (`netns`: a network namespace and an
+    address on a bridge the cell makes); "loopback", the default: every process on 127.0.0.1.
+    `tls` (always on with netns hosts): the masters' API and the borglets serve HTTPS only,
+    with certificates of the cell's CA (launcher/tls.py); Toxiproxy is not offered with it."""
     runtime = runtime or default_runtime()
     say = progress or (lambda _msg: None)
     etcd_members = replicas if etcd_members is None else etcd_members
@@ -142,6 +149,10 @@ def up(
     root = state_dir_path(state_dir)
     if not fresh and (root / CELL_FILE).exists():
         return resume(root, progress=say)
+    if tls and toxiproxy:
+        raise LauncherError("--tls cannot be combined with --toxiproxy (its proxies and the CLI's URLs are plain http)")
+    tls = cell_tls.wanted(tls, hosts)  # always on netns hosts (which refuse --toxiproxy themselves)
+    net = _plan_hosts(hosts, cell, etcd_members, replicas, schedulers, machines, toxiproxy, hollow, base_port, runtime)
     server = find_toxiproxy_server() if toxiproxy else None
     prepare_state_dir(root, say)
     make_channel_key(root)
@@ -153,9 +164,16 @@ def up(
     signed = not insecure_channel
     info = CellInfo(cell, str(root), workdir, time.time(), (), (), {}, replica_cpu=replica_cpu)
     try:
+        if net is not None:
+            info = replace(info, network=net)
+            info.save()  # before any is made: a failure from here on removes them with the rest
+            say(f"hosts: {len(net.hosts)} network namespaces on bridge {net.bridge} ({net.subnet}; this host {net.gateway})")
+            netns.ensure(net)
         say(f"etcd: starting {etcd_members} member(s)")
-        cluster = EtcdCluster(
-            root / "etcd", members=etcd_members, host=HOST, base_port=base_port, tls=store_tls, pki_dir=ca_dir
+        cluster = (
+            EtcdCluster(root / "etcd", members=etcd_members, host=HOST, base_port=base_port, tls=store_tls, pki_dir=ca_dir)
+            if net is None
+            else netns.NetnsEtcdCluster(root / "etcd", net, etcd_members, tls=store_tls, pki_dir=ca_dir)
         )
         _clusters[str(root)] = cluster
         cluster.start()
@@ -174,10 +192,13 @@ def up(
             if base_port is None
             else list(range(base_port + 2 * etcd_members, base_port + 2 * etcd_members + count))
         )
+        if net is not None:  # each process has an address of its own: the same port on each
+            ports = [netns.MASTER_PORT] * replicas + [netns.BORGLET_PORT] * machines
         master_ports, borglet_ports = ports[:replicas], ports[replicas : replicas + machines]
         names = [f"master{i}" for i in range(replicas)]
         urls = {
-            name: f"http://{HOST}:{port}" for name, port in zip(names, master_ports, strict=True)
+            name: f"{cell_tls.scheme(tls)}://{_address(info, name)}:{port}"
+            for name, port in zip(names, master_ports, strict=True)
         }
         etcd_of = {name: list(cluster.client_urls) for name in names}
         if server is not None:
@@ -190,29 +211,34 @@ def up(
             info = replace(info, proxies=tuple(proxies))
             info.save()
             etcd_of = {name: proxied_etcd_urls(info.proxies, name, cluster.scheme) for name in names}
+        if tls:
+            say("tls: the masters' API, Sigma and the borglets serve HTTPS only, certificates of the cell's CA")
         say(f"masters: starting {replicas} replica(s)")
         masters = [
-            start_master(root, cell, name, urls, etcd_of[name], master_args, workdir, env, signed, etcd_tls)
+            start_master(root, cell, name, urls, etcd_of[name], master_args, workdir, env, signed, etcd_tls,
+                         netns=_netns(info, name))  # fmt: skip
             for name in names
         ]
         if schedulers:
             say(f"scheduler: starting {schedulers} process(es), one active at a time")
         masters += [
-            start_scheduler(root, cell, f"scheduler{i}", list(cluster.client_urls), workdir, env, signed, etcd_tls)
+            start_scheduler(root, cell, f"scheduler{i}", list(cluster.client_urls), workdir, env, signed, etcd_tls,
+                            netns=_netns(info, f"scheduler{i}"), tls=tls)  # fmt: skip
             for i in range(schedulers)
         ]
         say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
         info = replace(info, machine_shares=machine_shares if machines and machine_shares else None)
         joined = _machines_group(info)
         borglets = [
-            start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env, signed, runtime, cell, joined)
+            start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env, signed, runtime, cell, joined,
+                          host=_address(info, f"machine{i}"), netns=_netns(info, f"machine{i}"), tls=tls)  # fmt: skip
             for i, port in enumerate(borglet_ports)
         ]
         hollow_urls: dict[str, str] = {}
         if hollow:
             say(f"borglets: starting one process of {hollow} hollow machine(s) of {machine_capacity}")
             served = start_hollow(
-                root, hollow, ports[-1], machine_capacity, hollow_start_delay_s, workdir, env, signed
+                root, hollow, ports[-1], machine_capacity, hollow_start_delay_s, workdir, env, signed, tls
             )
             borglets.append(served)
             hollow_urls = hollow_addresses(served.url, hollow)
@@ -226,7 +252,7 @@ def up(
         info.save()
         _hold_to_budget(info, masters)  # once recorded: a failure here stops them with the rest
 
-        wait_borglets(borglets)
+        wait_borglets(borglets, verify=cell_tls.client_verify(root))
         if info.proxies:
             # Toxiproxy accepts a connection before its upstream listens and then drops it,
             # which a client cannot tell from a lost answer: wait until every master listens.
@@ -287,7 +313,7 @@ def restart(
     etcd = [m for m in info.of_role(Role.ETCD) if is_alive(m)]
     if etcd:
         say(f"etcd: stopping {len(etcd)} member(s)")
-        cluster = _clusters.pop(info.state_dir, None) or EtcdCluster.load(Path(info.state_dir) / "etcd")
+        cluster = _clusters.pop(info.state_dir, None) or _load_etcd(info)
         cluster.stop()
         stop_processes(etcd, timeout=5.0)
     if not control_plane:
@@ -307,8 +333,12 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
     root = Path(info.state_dir)
     env = child_env(info.workdir)
     try:
+        if info.network is not None:
+            made = netns.ensure(info.network)
+            if made:
+                say(f"hosts: made {', '.join(made)} again on bridge {info.network.bridge}")
         if any(not is_alive(m) for m in info.of_role(Role.ETCD)):
-            cluster = EtcdCluster.load(root / "etcd")
+            cluster = _load_etcd(info)
             _clusters[str(root)] = cluster
             say(f"etcd: starting {sum(not is_alive(m) for m in info.of_role(Role.ETCD))} member(s) on their data")
             cluster.resume(READY_TIMEOUT_S, quorum=True)
@@ -334,7 +364,7 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
                 if role in (Role.MASTER, Role.SCHEDULER):
                     _hold_to_budget(info, started)
         borglets = info.of_role(Role.BORGLET)
-        wait_borglets(borglets)
+        wait_borglets(borglets, verify=cell_tls.client_verify(root))
         if info.proxies:
             wait_ready(info.of_role(Role.MASTER), "/healthz", READY_TIMEOUT_S)
         leader = wait_for_leader(info, LEADER_TIMEOUT_S)
@@ -352,7 +382,51 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
         raise LauncherError(
             f"etcd did not come back on its data: {err}\n`minborg cell down` stops what runs"
         ) from None
+    except netns.NetnsError as err:
+        raise LauncherError(f"cell {info.cell}'s hosts: {err}") from None
     return info
+
+
+def _plan_hosts(
+    hosts: str, cell: str, etcd_members: int, replicas: int, schedulers: int, machines: int, toxiproxy: bool,
+    hollow: int, base_port: int | None, runtime: str,
+) -> netns.Network | None:  # fmt: skip
+    """The hosts of a new cell: None on loopback; on netns, one per process, checked free."""
+    if hosts not in netns.HOSTS_MODES:
+        raise LauncherError(f"--hosts must be one of {', '.join(netns.HOSTS_MODES)}, not {hosts!r}")
+    if hosts == "loopback":
+        return None
+    clash = [what for what, on in (("--toxiproxy (faults come by packet filter: `minborg cell partition`)", toxiproxy),
+                                   ("--hollow", hollow), ("--base-port", base_port is not None),
+                                   ("--runtime docker", runtime != "process")) if on]  # fmt: skip
+    if clash:
+        raise LauncherError(f"--hosts netns cannot be combined with {', '.join(clash)}")
+    problem = netns.usable()
+    if problem:
+        raise LauncherError(problem)
+    names = [*(f"etcd{i}" for i in range(etcd_members)), *(f"master{i}" for i in range(replicas)),
+             *(f"scheduler{i}" for i in range(schedulers)), *(f"machine{i}" for i in range(machines))]  # fmt: skip
+    try:
+        net = netns.plan_network(cell, names, netns.used_networks())
+        netns.check_free(net)
+    except netns.NetnsError as err:
+        raise LauncherError(str(err)) from None
+    return net
+
+
+def _address(info: CellInfo, name: str) -> str:
+    """Where process `name` listens: its host's address on a netns cell, else loopback."""
+    return info.address_of(name) or HOST
+
+
+def _netns(info: CellInfo, name: str) -> str | None:
+    return info.network.host(name).netns if info.network is not None else None
+
+
+def _load_etcd(info: CellInfo) -> EtcdCluster:
+    """The cell's etcd cluster from its state file (on its hosts, on a netns cell)."""
+    path = Path(info.state_dir) / "etcd"
+    return EtcdCluster.load(path) if info.network is None else netns.NetnsEtcdCluster.on(path, info.network)
 
 
 def _remove_groups(info: CellInfo) -> None:
@@ -474,11 +548,16 @@ def _stop_cell(info: CellInfo, say: Progress = lambda _msg: None) -> list[Proces
     say(f"etcd: stopping {sum(map(is_alive, etcd))} member(s)")
     cluster = _clusters.pop(info.state_dir, None)
     try:
-        (cluster or EtcdCluster.load(Path(info.state_dir) / "etcd")).stop()
+        (cluster or _load_etcd(info)).stop()
     except EtcdClusterError:
         pass  # no etcd state file: the records below still get stopped
     stop_processes(etcd, timeout=5.0)
-    return [r for r in (*info.processes, *tasks) if is_alive(r)]
+    left = [r for r in (*info.processes, *tasks) if is_alive(r)]
+    if info.network is not None:
+        say(f"hosts: removing {len(info.network.hosts)} network namespaces and bridge {info.network.bridge}")
+        for problem in netns.remove(info.network):
+            say(f"hosts: {problem}")
+    return left
 
 
 def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -505,6 +584,7 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "etcd_urls": list(info.etcd_urls),
         "etcd_version": info.etcd_version,
         "etcd_tls": info.etcd_tls is not None,
+        "hosts": {h.name: h.address for h in info.network.hosts} if info.network is not None else None,
         "replica_cpu": info.replica_cpu,
         "machine_shares": info.machine_shares,
         "processes": processes,
@@ -514,7 +594,8 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     if result["running"] and info.master_urls:
         try:
             token = read_admin_token(info.state_dir)
-            with CellClient(list(info.master_urls), timeout=2.0, retry_s=3.0, token=token) as client:
+            with CellClient(list(info.master_urls), timeout=2.0, retry_s=3.0, token=token,
+                            ca=str(cell_tls.ca_file(info.state_dir))) as client:  # fmt: skip
                 result["api"] = client.cell()
         except ClientError as err:
             result["api_error"] = str(err)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -15,6 +16,7 @@ import psutil
 import reference
 from reference import cpuweight
 from reference.launcher.cellfile import LauncherError, ProcessRecord, Role, is_alive, live_process
+from reference.launcher.netns import in_netns
 from reference.waiting import wait_until
 
 # Bounds on every wait. Python processes importing FastAPI take about a second each on a
@@ -55,10 +57,14 @@ AHEAD_OF_THE_MACHINES = frozenset({Role.MASTER})
 
 
 def spawn(
-    role: Role, name: str, command: list[str], url: str, log: Path, cwd: str, env: dict[str, str]
-) -> ProcessRecord:
+    role: Role, name: str, command: list[str], url: str, log: Path, cwd: str, env: dict[str, str],
+    netns: str | None = None,
+) -> ProcessRecord:  # fmt: skip
     """Start one process in its own session (a terminal's ^C or hang-up does not reach it); a
-    master's session gets the heavier CPU weight where root may ask for it."""
+    master's session gets the heavier CPU weight where root may ask for it. With `netns`, in
+    that network namespace (its host on a netns cell; the recorded command enters it again)."""
+    if netns is not None:
+        command = in_netns(netns, command)  # nsenter execs the command: the pid is the process's
     with open(log, "ab") as out:
         popen = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -187,11 +193,14 @@ def check_running(record: ProcessRecord) -> None:
         )
 
 
-def wait_ready(records: Sequence[ProcessRecord], path: str, timeout: float) -> None:
+def wait_ready(
+    records: Sequence[ProcessRecord], path: str, timeout: float, verify: ssl.SSLContext | bool = True
+) -> None:
     """Wait until every process answers 200 on `path`; LauncherError, with the end of a log,
-    if one exits first or some still do not answer after `timeout` seconds."""
+    if one exits first or some still do not answer after `timeout` seconds. `verify`: the
+    cell's CA for https processes (launcher/tls.py)."""
     pending = list(records)
-    with httpx.Client(timeout=1.0) as http:
+    with httpx.Client(timeout=1.0, verify=verify) as http:
 
         def all_answer() -> bool:
             for record in list(pending):
@@ -213,6 +222,6 @@ def wait_ready(records: Sequence[ProcessRecord], path: str, timeout: float) -> N
             ) from None
 
 
-def wait_borglets(borglets: Sequence[ProcessRecord]) -> None:
+def wait_borglets(borglets: Sequence[ProcessRecord], verify: ssl.SSLContext | bool = True) -> None:
     """Wait for borglets started together: the more of them, the longer they take to listen."""
-    wait_ready(borglets, "/healthz", READY_TIMEOUT_S + READY_PER_PROCESS_S * len(borglets))
+    wait_ready(borglets, "/healthz", READY_TIMEOUT_S + READY_PER_PROCESS_S * len(borglets), verify)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from reference import channel, pki
 from reference.borglet.taskusers import local_task_env
 from reference.cellfile import ADMIN_TOKEN_FILE
+from reference.launcher import tls as cell_tls
 from reference.launcher.cellfile import ProcessRecord, Role
 from reference.launcher.processes import spawn
 from reference.ports import HOST
@@ -80,51 +82,56 @@ def etcd_records(cluster: EtcdCluster) -> tuple[ProcessRecord, ...]:
 def start_master(
     root: Path, cell: str, name: str, urls: dict[str, str], etcd_urls: list[str],
     extra: Sequence[str], workdir: str, env: dict[str, str], signed: bool = True,
-    etcd_tls: StoreTLS | None = None,
+    etcd_tls: StoreTLS | None = None, netns: str | None = None,
 ) -> ProcessRecord:  # fmt: skip
     """Start master replica `name` of the cell in state dir `root`; `urls` holds every
-    replica's URL by name; `signed` False: its requests to borglets go unsigned."""
+    replica's URL by name (it listens on its own host); `signed` False: its requests to
+    borglets go unsigned. `netns`: its host's namespace on a netns cell."""
     # Every replica is told of the others so any of them can list all replicas in /v1/cell.
     peers = ",".join(f"{peer}={url}" for peer, url in urls.items() if peer != name)
     port = urls[name].rsplit(":", 1)[1]
+    host = urlsplit(urls[name]).hostname or HOST
     command = [
-        sys.executable, "-m", "reference.master", "--name", name, "--listen", f"{HOST}:{port}",
+        sys.executable, "-m", "reference.master", "--name", name, "--listen", f"{host}:{port}",
         "--etcd", ",".join(etcd_urls), *(etcd_tls.args() if etcd_tls else []),
         "--cell", cell, "--advertise", urls[name], *(["--peers", peers] if peers else []),
         # The cell's etcd takes larger txns than etcd's default (etcd_cluster.MAX_TXN_OPS).
         "--max-txn-ops", str(MASTER_MAX_TXN_OPS), *channel_args(root, signed, borglet=False),
-        "--admin-token-file", str(root / ADMIN_TOKEN_FILE), *extra,
+        "--admin-token-file", str(root / ADMIN_TOKEN_FILE), *cell_tls.master_args(root, name, urls[name]), *extra,
     ]  # fmt: skip
     log = root / "logs" / f"{name}.log"
-    return spawn(Role.MASTER, name, command, urls[name], log, workdir, env)
+    return spawn(Role.MASTER, name, command, urls[name], log, workdir, env, netns)
 
 
 def start_scheduler(
     root: Path, cell: str, name: str, etcd_urls: list[str], workdir: str, env: dict[str, str],
-    signed: bool = True, etcd_tls: StoreTLS | None = None,
+    signed: bool = True, etcd_tls: StoreTLS | None = None, netns: str | None = None, tls: bool = False,
 ) -> ProcessRecord:  # fmt: skip
-    """Start scheduler process `name` of the cell (`reference.schedulerd`): it has no
-    address of its own; it reads etcd and posts its plans to the leader."""
+    """Start scheduler process `name` of the cell (`reference.schedulerd`): it serves no
+    address; it reads etcd and posts its plans to the leader."""
     command = [
         sys.executable, "-m", "reference.schedulerd", "--name", name, "--etcd", ",".join(etcd_urls),
         *(etcd_tls.args() if etcd_tls else []), "--cell", cell, *channel_args(root, signed, borglet=False),
+        *(cell_tls.ca_args(root) if tls else []),  # the leader's https URL: verified with the cell's CA
     ]  # fmt: skip
-    return spawn(Role.SCHEDULER, name, command, "", root / "logs" / f"{name}.log", workdir, env)
+    return spawn(Role.SCHEDULER, name, command, "", root / "logs" / f"{name}.log", workdir, env, netns)
 
 
 def start_borglet(
     root: Path, name: str, port: int, capacity: str, i: int, workdir: str, env: dict[str, str],
     signed: bool = True, runtime: str = "process", cell: str = "", cgroups: Sequence[str] = (),
+    host: str = HOST, netns: str | None = None, tls: bool = False,
 ) -> ProcessRecord:  # fmt: skip
     """Start the borglet of machine `name` (the cell's `i`th) on `port`, its state in
     `root`/machines/`name`; it kills its tasks when it is stopped. `runtime` "docker": tasks of
     jobs that name an image run as containers, labelled with `cell`. `cgroups`: directories it
-    joins first (the cell's machines group)."""
+    joins first (the cell's machines group). `host`: the address it listens on (its own host's,
+    in namespace `netns`, on a netns cell)."""
     command = [
-        sys.executable, "-m", "reference.borglet", "--name", name, "--listen", f"{HOST}:{port}",
+        sys.executable, "-m", "reference.borglet", "--name", name, "--listen", f"{host}:{port}",
         "--capacity", capacity, "--attrs", f"rack={rack_of(i)}", "--failure-domain", rack_of(i),
         "--state-dir", str(root / "machines" / name), "--kill-tasks-on-exit",
-        *channel_args(root, signed, borglet=True),
+        *channel_args(root, signed, borglet=True), *(cell_tls.server_args(root, name, [host]) if tls else []),
         *(["--runtime", runtime, "--cell", cell] if runtime != "process" else []),
         *(arg for d in cgroups for arg in ("--join-cgroup", d)),
         *local_task_env(workdir),  # tasks get no other variable of the operator's
@@ -132,12 +139,12 @@ def start_borglet(
     log = root / "logs" / f"{name}.log"
     # The borglet's cwd is where `cell up` ran: tasks inherit it, so relative paths and
     # `python -m examples...` resolve from there.
-    return spawn(Role.BORGLET, name, command, f"http://{HOST}:{port}", log, workdir, env)
+    return spawn(Role.BORGLET, name, command, f"{cell_tls.scheme(tls)}://{host}:{port}", log, workdir, env, netns)
 
 
 def start_hollow(
     root: Path, count: int, port: int, capacity: str, start_delay_s: float | None, workdir: str,
-    env: dict[str, str], signed: bool = True,
+    env: dict[str, str], signed: bool = True, tls: bool = False,
 ) -> ProcessRecord:  # fmt: skip
     """Start the one process that serves `count` hollow machines on `port` (scale tests only);
     `start_delay_s` None leaves the hollow borglet's own default. Each machine checks the
@@ -146,10 +153,11 @@ def start_hollow(
         sys.executable, "-m", "reference.borglet", "--hollow", str(count), "--name", "hollow",
         "--listen", f"{HOST}:{port}", "--capacity", capacity,
         "--log-level", "warning", *channel_args(root, signed, borglet=True),
+        *(cell_tls.server_args(root, HOLLOW_PROCESS, [HOST]) if tls else []),
         *(["--hollow-start-delay", str(start_delay_s)] if start_delay_s is not None else []),
     ]  # fmt: skip
     log = root / "logs" / f"{HOLLOW_PROCESS}.log"
-    return spawn(Role.BORGLET, HOLLOW_PROCESS, command, f"http://{HOST}:{port}", log, workdir, env)
+    return spawn(Role.BORGLET, HOLLOW_PROCESS, command, f"{cell_tls.scheme(tls)}://{HOST}:{port}", log, workdir, env)
 
 
 def hollow_addresses(url: str, count: int) -> dict[str, str]:
