@@ -366,7 +366,9 @@ class LinkShard:
         batch, once, like any change; the leader is handed back only the fence of the sync
         applied. A machine the shard does not poll (removed from the cell, or relayed for an
         owner the leader cannot reach) is answered whole."""
-        return [self._took(answer) for answer in self._relay_pool.map(self._relay_one, items)]
+        out = [self._took(answer) for answer in self._relay_pool.map(self._relay_one, items)]
+        self._news.set()  # once a request: its answers go to the leader in one batch, not one each
+        return out
 
     def _took(self, answer: dict[str, Any]) -> dict[str, Any]:
         """Take a 200's state as the machine's latest read, when the shard polls it; what the
@@ -381,7 +383,6 @@ class LinkShard:
             p.synced += 1
             p.dirty = p.dirty or p.misses > 0 or p.report is None or body != p.latest
             p.misses, p.refused, p.latest = 0, "", body
-        self._news.set()
         return {**answer, "body": {"fence": body.get("fence"), "epoch": body.get("epoch")}}
 
     def _relay_one(self, item: dict[str, Any]) -> dict[str, Any]:
