@@ -4,8 +4,9 @@ One term of leadership runs, in order: catch the watch cache up with etcd (the n
 already holds the cell in memory, so this is a short wait, not a rebuild), write the
 configured default quotas, then loop. Each pass, in one fenced write: restart DEAD tasks
 that their job's policy restarts, roll tasks whose request is older than their job's (both
-at a limited rate), then schedule the pending tasks with the scheduler's plan applied
-through the spec's actions.
+at a limited rate), then schedule the pending tasks: chosen as a scheduler process chooses
+them (`SetAside.next`), planned by the scheduler library, and committed through the spec's
+actions by the one commit path a scheduler process's plan also takes (`commit`).
 """
 
 from __future__ import annotations
@@ -139,6 +140,15 @@ def record_pending_reasons(d: Draft, plan: Plan) -> int:
 def step_reason(step: Step) -> str:
     """Why a plan's step is taken, as a task's history records it."""
     return "scheduled" if step.action == "schedule" else f"preempted by {step.args[-1]}"
+
+
+def commit(d: Draft, plan: Plan) -> tuple[int, int]:
+    """The one way a plan enters the cell, whoever made it (the leader's own pass or a
+    scheduler process): its placements through `commit_plan`, then why each task it found no
+    place for is waiting (`record_pending_reasons`); returns (placed, conflicts)."""
+    placed, conflicts = commit_plan(d, plan)
+    record_pending_reasons(d, plan)
+    return placed, conflicts
 
 
 def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
@@ -326,7 +336,7 @@ class Term:
         log.info("leader term %d: scheduling", self.token)
         while not self._stop.is_set():
             try:
-                self._pass()
+                self.run_pass()
             except (NotLeader, WriteFailed) as err:
                 log.warning("scheduling pass not written: %s", err)
                 self._stop.wait(0.2)
@@ -351,7 +361,9 @@ class Term:
 
         self.writer.mutate(change)
 
-    def _pass(self) -> None:
+    def run_pass(self) -> None:
+        """One pass of the term's loop: restarts, rolls, drains, then, unless a scheduler
+        process plans for the cell, scheduling, all in one fenced write."""
         cell = self.cache.cell()
         draining = drain.has_work(cell)  # a drained machine still runs a task: move what budgets allow
         if not cell_has_work(cell) and not draining:
@@ -375,14 +387,9 @@ class Term:
         self._scheduler_heard = time.monotonic()
         self.scheduler_name = by
 
-        def change(d: Draft) -> tuple[int, int]:
-            placed, conflicts = commit_plan(d, plan)
-            record_pending_reasons(d, plan)
-            return placed, conflicts
-
         if not plan.placements and not plan.unschedulable:
             return {"placed": 0, "conflicts": 0, "revision": self.cache.revision}
-        (placed, conflicts), revision = self.writer.mutate(change)
+        (placed, conflicts), revision = self.writer.mutate(lambda d: commit(d, plan))
         self.proposals["plans"] += 1
         self.proposals["placed"] += placed
         self.proposals["conflicts"] += conflicts
@@ -402,42 +409,29 @@ class Term:
             self.crashes.forget(key)  # a new program: where the old one crashed says nothing of it
         record_failures(d, candidates, self.crashes)  # before restart_dead marks each death seen
         acted = self._restart_dead(d, candidates) + self._roll(d, candidates) + drain.advance(d)
-        state = d.state
-        pending = {
-            tid
-            for tid in candidates | d.touched
-            if (t := state.tasks.get(tid)) is not None and t.state is TaskState.PENDING
-        }
-        if not pending or self.scheduler_active():
-            return 0
-        if view.running is None:  # no watch cache's sets: plan every pending task
-            plan = plan_for(state, self.scheduler, seed=self.passes, images=machine_images(d.machines),
-                            crashes=self.crashes.snapshot())
-            return self._apply(d, plan)
-        # A roll or restart of this pass frees capacity the cache has not seen yet.
-        epoch = view.capacity_epoch if not acted else -1
-        to_plan = self.unschedulable.to_plan(pending, epoch)
+        if self.scheduler_active():
+            return 0  # a scheduler process plans: its plans come through accept_plan
+        # The pending tasks to plan, chosen as the scheduler process chooses them. A roll or
+        # restart of this pass frees capacity the cache has not seen yet, and without the
+        # cache's sets there is no epoch: every pending task is planned then.
+        epoch = view.capacity_epoch if not acted and view.running is not None else -1
+        to_plan = self.unschedulable.next(d.state, candidates | d.touched, epoch)
         if not to_plan:
             return 0
-        running = {
-            tid
-            for tid in view.running | d.touched
-            if (t := state.tasks.get(tid)) is not None and t.state is TaskState.RUNNING
-        }
+        state = d.state
+        running = None
+        if view.running is not None:
+            running = {
+                tid
+                for tid in view.running | d.touched
+                if (t := state.tasks.get(tid)) is not None and t.state is TaskState.RUNNING
+            }
         plan = plan_for(
             state, self.scheduler, seed=self.passes, pending_ids=to_plan, running_ids=running,
             images=machine_images(d.machines), crashes=self.crashes.snapshot(),
         )  # fmt: skip
-        placed = self._apply(d, plan)
-        self.unschedulable.found(to_plan - {p.task for p in plan.placements}, pending, epoch)
-        record_pending_reasons(d, plan)
-        return placed
-
-    def _apply(self, d: Draft, plan: Plan) -> int:
-        placed = 0
-        for step in plan_steps(plan):
-            if d.step(step.action, *step.args, reason=step_reason(step)) and step.action == "schedule":
-                placed += 1
+        placed, _ = commit(d, plan)
+        self.unschedulable.found((u.task for u in plan.unschedulable), epoch)
         return placed
 
     def _candidates(self, d: Draft) -> set[TaskId]:

@@ -1,13 +1,27 @@
-"""Pending tasks set aside as unschedulable until capacity may have changed: one record for
-the leader's own pass and the scheduler process (reference/schedulerd/)."""
+"""Which pending tasks a scheduling pass plans: one choice for the leader's own pass and the
+scheduler process (reference/schedulerd/), with the tasks set aside as unschedulable until
+capacity may have changed."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import Protocol
 
-from spec.model import TaskId
+from spec.model import CellState, TaskId, TaskState
+
+
+def plannable(state: CellState, work: Iterable[TaskId] | None) -> set[TaskId]:
+    """The PENDING tasks among `work` (every task of the cell when None) that a pass can plan:
+    those whose job record is in the cell. A task whose job record has not arrived yet (a
+    large job is written in several txns, tasks first) is left for the pass that sees its job,
+    rather than found unschedulable and set aside."""
+    tasks, jobs = state.tasks, state.jobs
+    return {
+        tid
+        for tid in (tasks if work is None else work)
+        if (t := tasks.get(tid)) is not None and t.state is TaskState.PENDING and tid.job in jobs
+    }
 
 
 class PassView(Protocol):
@@ -51,6 +65,13 @@ class SetAside:
         """The tasks known to be unschedulable at `epoch` (none once the set is stale)."""
         return self.tasks if self._valid(epoch) else set()
 
+    def next(self, state: CellState, work: Iterable[TaskId] | None, epoch: int) -> set[TaskId]:
+        """The tasks a pass over `state` at capacity epoch `epoch` plans: the `plannable` ones
+        among `work`, less those known to be unschedulable (all of them once the set is stale).
+        The leader's own pass and the scheduler process both choose with this."""
+        pending = plannable(state, work)
+        return self.to_plan(pending, epoch) if pending else set()
+
     def to_plan(self, pending: set[TaskId], epoch: int) -> set[TaskId]:
         """Which of the pending tasks to plan: all of them when the set is no longer valid."""
         if not self._valid(epoch):
@@ -60,9 +81,9 @@ class SetAside:
             return pending
         return pending - self.tasks
 
-    def found(self, unplaced: set[TaskId], pending: set[TaskId], epoch: int) -> None:
+    def found(self, unplaced: Iterable[TaskId], epoch: int) -> None:
         """After a pass at `epoch`: `unplaced` of its planned tasks found no place."""
         if epoch < 0:
             self.tasks, self.epoch = set(), -1
             return
-        self.tasks = self.tasks | unplaced  # killed ones linger harmlessly until the next reset
+        self.tasks = self.tasks.union(unplaced)  # killed ones linger harmlessly until the next reset

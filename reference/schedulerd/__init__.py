@@ -9,15 +9,17 @@ the scheduler's next pass. Here:
   one process schedules at a time, the others wait on standby. It reaches the cell only
   through two small interfaces: a `CellSource` (a `View` of the cell, a wait for a revision)
   and a `Leader` (a plan proposed, the answer back).
-- Each pass plans the pending tasks with the scheduler library (`plan_for`, the same config,
-  the same set-aside of tasks found unschedulable while nothing freed capacity,
-  `scheduler.setaside`), and proposes the plan, with the revision it was computed at, to the
-  leader (`scheduler.wire.PLANS_PATH`). It then waits for its view to reach the revision the
-  leader committed at, so it never plans twice on the same state.
-- The leader (`Term.accept_plan`) commits each placement, with its preemptions, only if every
-  one of its spec steps is still allowed in the cell as it is now (the task still pending, the
-  machine up and with room, each victim still running there): optimistic concurrency. A
-  placement that fails that check is a conflict; its task stays PENDING and is planned again.
+- Each pass chooses the pending tasks to plan exactly as the leader's own pass does (one
+  function, `SetAside.next`: PENDING tasks whose job record has arrived, less those found
+  unschedulable while nothing freed capacity, `scheduler.setaside`), plans them with the
+  scheduler library (`plan_for`, the same config), and proposes the plan, with the revision
+  it was computed at, to the leader (`scheduler.wire.PLANS_PATH`). It then waits for its view
+  to reach the revision the leader committed at, so it never plans twice on the same state.
+- The leader (`Term.accept_plan`) commits the plan through the one commit path its own pass
+  uses (`leader.commit`): each placement, with its preemptions, only if every one of its spec
+  steps is still allowed in the cell as it is now (the task still pending, the machine up and
+  with room, each victim still running there): optimistic concurrency. A placement that fails
+  that check is a conflict; its task stays PENDING and is planned again.
 - While the leader hears from a scheduler process (a plan, or an empty one as a heartbeat,
   every `HEARTBEAT_S`), it leaves scheduling to it and keeps restarts, rolling updates and
   polling; when it has heard nothing for `Term.SCHEDULER_GRACE_S`, it schedules again itself.

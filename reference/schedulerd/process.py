@@ -13,7 +13,7 @@ from reference.scheduler import SchedulerConfig, plan_for
 from reference.scheduler.setaside import SetAside
 from reference.scheduler.wire import plan_to_json
 from reference.store.client import StoreError
-from spec.model import CellState, TaskId, TaskState
+from spec.model import CellState, TaskId
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +64,6 @@ class Leader(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def pending_of(view: View) -> set[TaskId]:
-    """The pending tasks a pass plans. A task whose job record has not arrived yet (a large
-    job is written in several txns, tasks first) is left for the pass that sees its job."""
-    state = view.state
-    work = view.work if view.work is not None else state.tasks
-    return {
-        tid
-        for tid in work
-        if (t := state.tasks.get(tid)) is not None and t.state is TaskState.PENDING and tid.job in state.jobs
-    }
 
 
 class SchedulerProcess:
@@ -146,8 +134,8 @@ class SchedulerProcess:
         view = self.cell.view()
         if view.leader is None:
             return False
-        pending = pending_of(view) - self.unschedulable.known(view.capacity_epoch)
-        to_plan = self.unschedulable.to_plan(pending, view.capacity_epoch) if pending else set()
+        # The pending tasks to plan, chosen as the leader's own pass chooses them.
+        to_plan = self.unschedulable.next(view.state, view.work, view.capacity_epoch)
         if not to_plan and not heartbeat:
             return False
         doc: dict[str, Any] = {"scheduler": self.name, "revision": view.revision, "plan": {}}
@@ -174,7 +162,7 @@ class SchedulerProcess:
         if plan is not None:
             # Set aside only the tasks the pass found no place for, with reasons; a task it did
             # not get to is planned again at once.
-            self.unschedulable.found({u.task for u in plan.unschedulable}, pending, view.capacity_epoch)
+            self.unschedulable.found((u.task for u in plan.unschedulable), view.capacity_epoch)
             # Plan again only on the state the leader's commit made.
             self.cell.wait_revision(int(answer.get("revision") or 0), 5.0)
         return True

@@ -97,20 +97,20 @@ def test_unschedulable_tasks_are_planned_again_only_after_capacity_moved_or_a_wh
     clock = Clock()
     u = SetAside(retry_s=30.0, clock=clock)
     assert u.to_plan(ids(0, 1), epoch=5) == ids(0, 1)  # nothing known yet: plan all
-    u.found(ids(0, 1), ids(0, 1), epoch=5)
+    u.found(ids(0, 1), epoch=5)
     cell = Cell(work=frozenset(ids(0, 1)), running=frozenset(), capacity_epoch=5)
     assert u.covers(cell)
     assert not u.covers(Cell(work=frozenset(ids(0, 1, 2)), running=frozenset(), capacity_epoch=5))
     assert u.to_plan(ids(0, 1, 2), epoch=5) == ids(2)  # only the new one
-    u.found(set(), ids(0, 1, 2), epoch=5)  # it was placed
+    u.found(set(), epoch=5)  # it was placed
     assert u.to_plan(ids(0, 1), epoch=5) == set()
     assert not u.covers(Cell(work=frozenset(ids(0, 1)), running=frozenset(), capacity_epoch=6))
     assert u.to_plan(ids(0, 1), epoch=6) == ids(0, 1)  # capacity moved: all again
-    u.found(ids(1), ids(0, 1), epoch=6)
+    u.found(ids(1), epoch=6)
     assert u.to_plan(ids(1), epoch=6) == set()
     clock.now = 31.0
     assert not u.covers(Cell(work=frozenset(ids(1)), running=frozenset(), capacity_epoch=6))
     assert u.to_plan(ids(1), epoch=6) == ids(1)  # the periodic retry
-    u.found(ids(1), ids(1), epoch=-1)  # a pass that restarted or rolled: forget everything
+    u.found(ids(1), epoch=-1)  # a pass that restarted or rolled: forget everything
     assert u.to_plan(ids(1), epoch=6) == ids(1)
     assert not u.covers(Cell(work=frozenset(ids(1))))  # no cache sets: never skip

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from reference.schedulerd.process import SchedulerProcess, View, pending_of
+from reference.scheduler.setaside import plannable
+from reference.schedulerd.process import SchedulerProcess, View
 from spec.actions import machine_add, submit
 from spec.model import CellState, Machine, Resources
 from tests.unit.master_cells import SPEC
@@ -97,8 +98,8 @@ def test_a_refused_plan_is_counted_and_not_waited_for() -> None:
 def test_a_task_whose_job_record_has_not_arrived_is_left_for_a_later_pass() -> None:
     state = pending_state()
     without_job = CellState(machines=state.machines, jobs={}, tasks=state.tasks, quotas=state.quotas)
-    assert len(pending_of(View(revision=1, state=state, leader=LEADER))) == 2
-    assert pending_of(View(revision=1, state=without_job, leader=LEADER)) == set()
+    assert len(plannable(state, None)) == 2
+    assert plannable(without_job, None) == set()
     # The watch cache's work set narrows what is looked at.
     first = min(state.tasks)
-    assert pending_of(View(revision=1, state=state, leader=LEADER, work={first})) == {first}
+    assert plannable(state, {first}) == {first}
