@@ -160,8 +160,15 @@ class WatchCache:
             return self._view
 
     def _build(self, last: Cell | None) -> Cell:
-        """A view of the maps now: a C-level copy of each changed map, the others from `last`."""
+        """A view of the maps now: a C-level copy of each changed map, the others from `last`.
+
+        The copies of the maps that changed stay whole on purpose: at 100,000 tasks one costs
+        about 25 ns an entry (`loadtests/viewcost.py`), while carrying the map from the last
+        view as a Python mapping over the keys changed since would make every read of it
+        several times slower and a scan about ten times slower (docs/decisions.md, issue 43).
+        The counts are shared with `last` when no task changed."""
         dirty = self._dirty if last is not None else _ALL_MAPS
+        tasks_changed = "tasks" in dirty
         prev = last.state if last is not None else CellState()
         state = CellState(
             machines=FMap(self._machines) if "machines" in dirty else prev.machines,
@@ -182,8 +189,8 @@ class WatchCache:
             work=frozenset(self._work) if "work" in dirty else last.work,  # type: ignore[union-attr]
             running=frozenset(self._running) if "running" in dirty else last.running,  # type: ignore[union-attr]
             capacity_epoch=self._capacity_epoch,
-            counts=dict(self._counts),
-            job_counts=self._share_job_counts(),
+            counts=dict(self._counts) if tasks_changed else last.counts,  # type: ignore[union-attr]
+            job_counts=self._share_job_counts() if tasks_changed else last.job_counts,  # type: ignore[union-attr]
         )
 
     def _share_job_counts(self) -> dict[str, dict[str, int]]:

@@ -215,6 +215,12 @@ def test_unchanged_objects_and_maps_keep_their_identity() -> None:
     assert v2.state.machines is v1.state.machines and v2.machines is v1.machines
     assert v2.state.jobs is v1.state.jobs and v2.jobs is v1.jobs
     assert v2.work == {t0} and v1.work == frozenset()
+    # A revision that touched no task shares the task counts of the view before (no copy).
+    key = KEYS.machine("m0").encode()
+    cache._on_events([ops.WatchEvent("PUT", key, codec.encode_machine(m, MachineInfo(reason="r")), 3, 1, 3)], 3)
+    v3 = cache.cell()
+    assert v3.machines["m0"].reason == "r" and v3.counts is v2.counts and v3.job_counts is v2.job_counts
+    assert v3.counts == views.walk_counts(v3, None)
 
 
 def test_a_job_change_moves_its_tasks_in_and_out_of_the_work_set() -> None:
