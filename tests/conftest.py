@@ -24,6 +24,7 @@ SERIAL_MODULES = frozenset(
         "tests/integration/test_link_shards.py",
         "tests/integration/test_master.py",
         "tests/integration/test_master_freshness.py",
+        "tests/integration/test_nemesis.py",
         "tests/integration/test_netns.py",
         "tests/integration/test_no_double_running.py",
         "tests/integration/test_overload.py",
