@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from reference.master import backoff, drain, events, rollout
 from reference.master.cache import WatchCache
@@ -28,6 +29,7 @@ from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
 from reference.scheduler.pairing import CrashMemory
 from reference.scheduler.setaside import SetAside
+from reference.scheduler.wire import crashes_to_json
 from spec.actions import Step, apply, restart_allowed
 from spec.model import Band, CellState, DeathCause, QuotaKey, Resources, TaskId, TaskState, is_stale
 
@@ -380,22 +382,30 @@ class Term:
         """Whether a scheduler process plans for this cell (it was heard from lately)."""
         return time.monotonic() - self._scheduler_heard < self.SCHEDULER_GRACE_S
 
-    def accept_plan(self, plan: Plan, by: str = "") -> dict[str, int]:
+    def accept_plan(self, plan: Plan, by: str = "") -> dict[str, Any]:
         """Commit a scheduler process's plan: each placement with its preemptions only if every
         one of its spec steps is allowed in the cell as it is now, else it is a conflict and
-        its task stays PENDING for the next pass. Raises NotLeader or WriteFailed."""
+        its task stays PENDING for the next pass. Raises NotLeader or WriteFailed.
+
+        The answer carries, beside what was committed, the crashing pairings this term
+        remembers (`crashes`, as `wire.crashes_to_json` writes them): the process plans its next
+        pass with them, as this term's own pass would, so its placements avoid the machines a
+        task index crashed on repeatedly. An idle process's heartbeat (an empty plan) every
+        `schedulerd.process.HEARTBEAT_S` keeps them fresh."""
         self._scheduler_heard = time.monotonic()
         self.scheduler_name = by
-
         if not plan.placements and not plan.unschedulable:
-            return {"placed": 0, "conflicts": 0, "revision": self.cache.revision}
-        (placed, conflicts), revision = self.writer.mutate(lambda d: commit(d, plan))
-        self.proposals["plans"] += 1
-        self.proposals["placed"] += placed
-        self.proposals["conflicts"] += conflicts
-        if placed and self._on_pass is not None:
-            self._on_pass(0.0, placed)
-        return {"placed": placed, "conflicts": conflicts, "revision": revision}
+            answer: dict[str, Any] = {"placed": 0, "conflicts": 0, "revision": self.cache.revision}
+        else:
+            (placed, conflicts), revision = self.writer.mutate(lambda d: commit(d, plan))
+            self.proposals["plans"] += 1
+            self.proposals["placed"] += placed
+            self.proposals["conflicts"] += conflicts
+            if placed and self._on_pass is not None:
+                self._on_pass(0.0, placed)
+            answer = {"placed": placed, "conflicts": conflicts, "revision": revision}
+        answer["crashes"] = crashes_to_json(self.crashes.snapshot())
+        return answer
 
     def _change(self, d: Draft) -> int:
         view = d.base if d.base.running is not None else self.cache.cell()

@@ -11,11 +11,14 @@ are ones it crashed on still runs there, under its restart back-off (master/back
 crash loop stays a visible, slowed crash loop (BACKOFF, with its exit code) rather than a task
 PENDING for the memory's lifetime. The memory is bounded (`max_indices` indices, the
 `per_index` newest crashes of each) and forgets after `ttl_s`, so a machine repaired, or a task
-fixed, is preferred again.
+fixed, is preferred again. The leader keeps the memory; a scheduler process
+(reference/schedulerd/) reads it from the leader's answer to each plan it proposes
+(`wire.crashes_to_json`), so its placements avoid the same pairings.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -50,7 +53,10 @@ def penalties(crashes: Mapping[int, int], machines: np.ndarray, weight: float = 
 
 
 class CrashMemory:
-    """Recent crashes of each task index by machine: bounded, and each crash forgotten after `ttl_s`."""
+    """Recent crashes of each task index by machine: bounded, and each crash forgotten after `ttl_s`.
+
+    Safe to share between threads: the leader's pass records into it while the plans endpoint
+    reads it for a scheduler process."""
 
     def __init__(
         self,
@@ -61,6 +67,7 @@ class CrashMemory:
     ) -> None:
         self.ttl_s, self.max_indices, self.per_index, self.clock = ttl_s, max_indices, per_index, clock
         self._crashes: OrderedDict[IndexKey, list[tuple[float, str]]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._crashes)
@@ -68,21 +75,24 @@ class CrashMemory:
     def record(self, job: str, index: int, machine: str) -> None:
         """One incarnation of the index crashed on `machine` now."""
         key = (job, index)
-        kept = self._crashes.pop(key, [])
-        kept.append((self.clock(), machine))
-        self._crashes[key] = kept[-self.per_index :]
-        while len(self._crashes) > self.max_indices:
-            self._crashes.popitem(last=False)  # the index whose last crash is oldest
+        with self._lock:
+            kept = self._crashes.pop(key, [])
+            kept.append((self.clock(), machine))
+            self._crashes[key] = kept[-self.per_index :]
+            while len(self._crashes) > self.max_indices:
+                self._crashes.popitem(last=False)  # the index whose last crash is oldest
 
     def forget(self, job: str) -> None:
         """Forget the crashes of every index of `job`: a new version of it is a new program
         (master/rollout.py), which may run where the old one crashed."""
-        for key in [k for k in self._crashes if k[0] == job]:
-            del self._crashes[key]
+        with self._lock:
+            for key in [k for k in self._crashes if k[0] == job]:
+                del self._crashes[key]
 
     def counts(self, job: str, index: int) -> dict[str, int]:
         """The index's crashes of the last `ttl_s` seconds, by machine."""
-        kept = self._crashes.get((job, index))
+        with self._lock:
+            kept = list(self._crashes.get((job, index), ()))
         if not kept:
             return {}
         since = self.clock() - self.ttl_s
@@ -97,16 +107,20 @@ class CrashMemory:
         machine), for one scheduling pass; expired ones are dropped on the way."""
         since = self.clock() - self.ttl_s
         out: dict[IndexKey, dict[str, int]] = {}
-        for key in list(self._crashes):
-            kept = [c for c in self._crashes[key] if c[0] > since]
-            if not kept:
-                del self._crashes[key]
-                continue
-            self._crashes[key] = kept
-            counts: dict[str, int] = {}
-            for _, machine in kept:
-                counts[machine] = counts.get(machine, 0) + 1
-            counts = {m: n for m, n in counts.items() if n >= REPEATED}
-            if counts:
-                out[key] = counts
-        return out
+        with self._lock:
+            for key in list(self._crashes):
+                kept = [c for c in self._crashes[key] if c[0] > since]
+                if not kept:
+                    del self._crashes[key]
+                else:
+                    self._crashes[key] = kept
+                    out[key] = self._repeated(kept)
+        return {key: counts for key, counts in out.items() if counts}
+
+    @staticmethod
+    def _repeated(kept: list[tuple[float, str]]) -> dict[str, int]:
+        """The machines crashed on REPEATED times or more, with their counts."""
+        counts: dict[str, int] = {}
+        for _, machine in kept:
+            counts[machine] = counts.get(machine, 0) + 1
+        return {m: n for m, n in counts.items() if n >= REPEATED}

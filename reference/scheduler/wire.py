@@ -1,9 +1,10 @@
-"""A plan as JSON: what a scheduler process proposes to the leader, and back (pure)."""
+"""A plan as JSON: what a scheduler process proposes to the leader, and back; and the leader's memory of crashing pairings, which its answer carries (pure)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from reference.scheduler.pairing import IndexKey
 from reference.scheduler.plan import Placement, Plan, Reason, Unschedulable
 from spec.model import TaskId
 
@@ -55,3 +56,21 @@ def plan_from_json(doc: Any) -> Plan:
         reasons = tuple(Reason(str(s), str(d), int(n)) for s, d, n in u.get("reasons") or [])
         unschedulable.append(Unschedulable(task_of(u.get("task")), reasons))
     return Plan(placements=placements, unschedulable=unschedulable)
+
+
+def crashes_to_json(crashes: dict[IndexKey, dict[str, int]]) -> list[list[Any]]:
+    """`CrashMemory.snapshot` as [job, index, machine, crashes] rows."""
+    return [[job, index, machine, n] for (job, index), by in crashes.items() for machine, n in by.items()]
+
+
+def crashes_from_json(doc: Any) -> dict[IndexKey, dict[str, int]]:
+    """The crashes `crashes_to_json` wrote; ValueError naming a malformed row."""
+    out: dict[IndexKey, dict[str, int]] = {}
+    for row in doc or []:
+        if not isinstance(row, list) or len(row) != 4:
+            raise ValueError(f"a crash is [job, index, machine, crashes], not {row!r}")
+        job, index, machine, n = row
+        if not (isinstance(job, str) and isinstance(index, int) and isinstance(machine, str) and isinstance(n, int)):
+            raise ValueError(f"a crash is [job, index, machine, crashes], not {row!r}")
+        out.setdefault((job, index), {})[machine] = n
+    return out

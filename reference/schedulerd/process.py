@@ -9,9 +9,10 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from reference.scheduler import SchedulerConfig, plan_for
+from reference.scheduler import Plan, SchedulerConfig, plan_for
+from reference.scheduler.pairing import IndexKey
 from reference.scheduler.setaside import SetAside
-from reference.scheduler.wire import plan_to_json
+from reference.scheduler.wire import crashes_from_json, plan_to_json
 from reference.store.client import StoreError
 from spec.model import CellState, TaskId
 
@@ -84,6 +85,9 @@ class SchedulerProcess:
         self.unschedulable = SetAside()
         self.passes = 0
         self.proposed = {"plans": 0, "placements": 0, "placed": 0, "conflicts": 0, "refused": 0}
+        # The leader's memory of crashing task::machine pairings (scheduler/pairing.py), as its
+        # last answer carried it; None until this process has heard from a leader.
+        self.crashes: dict[IndexKey, dict[str, int]] | None = None
 
     def start(self) -> None:
         self.cell.start()
@@ -138,27 +142,19 @@ class SchedulerProcess:
         to_plan = self.unschedulable.next(view.state, view.work, view.capacity_epoch)
         if not to_plan and not heartbeat:
             return False
-        doc: dict[str, Any] = {"scheduler": self.name, "revision": view.revision, "plan": {}}
+        if to_plan and self.crashes is None and self._propose(view, None) is None:
+            return False  # the leader's crashing pairings come first: its answer to an empty plan holds them
         plan = None
         if to_plan:
             plan = plan_for(
                 view.state, self.config, seed=self.passes, pending_ids=to_plan,
-                running_ids=view.running, images=view.images,
+                running_ids=view.running, images=view.images, crashes=self.crashes,
             )  # fmt: skip
             self.passes += 1
-            doc["plan"] = plan_to_json(plan)
             self.proposed["placements"] += len(plan.placements)
-        answered = self.leader.propose(view.leader, doc)
-        if answered is None:
+        answer = self._propose(view, plan)
+        if answer is None:
             return False
-        status, answer = answered
-        if status != 200:
-            self.proposed["refused"] += 1
-            log.info("the leader refused the plan: %d %s", status, str(answer)[:200])
-            return False
-        self.proposed["plans"] += 1
-        self.proposed["placed"] += int(answer.get("placed") or 0)
-        self.proposed["conflicts"] += int(answer.get("conflicts") or 0)
         if plan is not None:
             # Set aside only the tasks the pass found no place for, with reasons; a task it did
             # not get to is planned again at once.
@@ -166,3 +162,26 @@ class SchedulerProcess:
             # Plan again only on the state the leader's commit made.
             self.cell.wait_revision(int(answer.get("revision") or 0), 5.0)
         return True
+
+    def _propose(self, view: View, plan: Plan | None) -> dict[str, Any] | None:
+        """Propose `plan` (None: an empty one, a heartbeat) computed on `view` to its leader;
+        the leader's answer, or None when it was not delivered or refused. Each answer carries
+        the crashing pairings the leader remembers, which the next pass plans with."""
+        assert view.leader is not None
+        doc = {"scheduler": self.name, "revision": view.revision, "plan": plan_to_json(plan) if plan is not None else {}}
+        answered = self.leader.propose(view.leader, doc)
+        if answered is None:
+            return None
+        status, answer = answered
+        if status != 200:
+            self.proposed["refused"] += 1
+            log.info("the leader refused the plan: %d %s", status, str(answer)[:200])
+            return None
+        self.proposed["plans"] += 1
+        self.proposed["placed"] += int(answer.get("placed") or 0)
+        self.proposed["conflicts"] += int(answer.get("conflicts") or 0)
+        try:
+            self.crashes = crashes_from_json(answer.get("crashes"))
+        except ValueError as err:
+            log.warning("the leader's crashing pairings not read: %s", err)
+        return answer

@@ -43,14 +43,20 @@ class FakeCell:
 
 
 class FakeLeader:
-    def __init__(self, status: int = 200, answer: dict[str, Any] | None = None) -> None:
+    """Answers a plan with `answer`, an empty plan with nothing placed; each answer with `crashes`."""
+
+    def __init__(self, status: int = 200, answer: dict[str, Any] | None = None, crashes: Any = ()) -> None:
         self.status, self.answer = status, answer if answer is not None else {"placed": 2, "revision": 41}
+        self.crashes = [list(c) for c in crashes]
         self.docs: list[dict[str, Any]] = []
 
     def propose(self, leader: tuple[str, str], doc: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
         assert leader == LEADER
         self.docs.append(doc)
-        return self.status, self.answer
+        if self.status != 200:
+            return self.status, self.answer
+        answer = dict(self.answer) if doc["plan"] else {"placed": 0, "revision": self.answer.get("revision", 0)}
+        return 200, {**answer, "crashes": self.crashes}
 
     def close(self) -> None: ...
 
@@ -65,11 +71,13 @@ def test_a_pass_plans_the_pending_tasks_proposes_them_and_waits_for_the_commit()
     leader = FakeLeader()
     p, cell = process(View(revision=40, state=pending_state(), leader=LEADER, capacity_epoch=3), leader)
     assert p.step() is True
-    (doc,) = leader.docs
+    # Before its first plan, an empty one: the leader's answer holds the crashing pairings it remembers.
+    ask, doc = leader.docs
+    assert ask == {"scheduler": "s0", "revision": 40, "plan": {}} and p.crashes == {}
     assert (doc["scheduler"], doc["revision"]) == ("s0", 40)
     assert sorted(pl["machine"] for pl in doc["plan"]["placements"]) == ["m1", "m1"]
     assert cell.waited == [41]  # plans again only on the state the leader's commit made
-    assert p.proposed == {"plans": 1, "placements": 2, "placed": 2, "conflicts": 0, "refused": 0}
+    assert p.proposed == {"plans": 2, "placements": 2, "placed": 2, "conflicts": 0, "refused": 0}
 
 
 def test_without_a_leader_nothing_is_planned() -> None:

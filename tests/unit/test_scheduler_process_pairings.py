@@ -1,0 +1,104 @@
+"""The scheduler process avoids the task::machine pairings that crashed repeatedly, as the
+leader's own pass does: the leader's answer to each plan carries its crash memory
+(scheduler/pairing.py), and the process's next pass plans with it.
+
+The leader here is a real `Term` (its plans endpoint, `accept_plan`, and its own pass) on one
+cell behind fakes of what it reads and writes; the process reaches it as it would over HTTP,
+through the plan's JSON and back.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from reference.master.cell import Cell
+from reference.master.leader import LeaderConfig, Term
+from reference.scheduler.wire import crashes_from_json, crashes_to_json, plan_from_json
+from reference.schedulerd.process import SchedulerProcess
+from spec.actions import machine_add, submit
+from spec.model import CellState, Job, Machine, Resources, TaskId, TaskState
+from tests.unit.test_scheduler_one_pending_set import Cached, Writer
+
+TASK = TaskId("alice/web", 0)
+
+
+def two_machines() -> Cell:
+    """m1 and m2 alike; alice/web's one task PENDING."""
+    state = CellState()
+    for name in ("m1", "m2"):
+        state = machine_add(state, Machine(name, Resources.of(cpu=4000, ram=2**30))) or state
+    state = submit(state, Job("alice", "web", 100, 1, Resources.of(cpu=1000))) or state
+    return Cell(state, revision=40, work=frozenset({TASK}), running=frozenset(), capacity_epoch=3)
+
+
+class Http:
+    """The process's `Leader`: each plan to the term's plans endpoint, as JSON both ways."""
+
+    def __init__(self, term: Term) -> None:
+        self.term = term
+        self.answers: list[dict[str, Any]] = []
+
+    def propose(self, leader: tuple[str, str], doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        answer = self.term.accept_plan(plan_from_json(doc["plan"]), by=doc["scheduler"])
+        self.answers.append(answer)
+        return 200, answer
+
+    def close(self) -> None: ...
+
+
+def term_on(cell: Cell) -> tuple[Term, Writer]:
+    writer = Writer(cell)
+    cache = SimpleNamespace(cell=lambda: cell, revision=cell.revision)
+    return Term(1, cache, writer, LeaderConfig("c1", "m0"), link=None), writer  # type: ignore[arg-type]
+
+
+def placed_by_process(term: Term, writer: Writer, cell: Cell) -> str:
+    """Where a fresh scheduler process places alice/web's task: the machine of the commit of its plan."""
+    lease = SimpleNamespace(start=lambda: None, resign=lambda: None)
+    http = Http(term)
+    proc = SchedulerProcess(name="s0", cell=Cached(cell), leader=http, lease=lambda elected, deposed: lease)
+    assert proc.step() is True
+    assert [a["placed"] for a in http.answers] == [0, 1]  # an empty plan first: the crash memory comes with it
+    task = writer.drafts[-1].state.tasks[TASK]
+    assert task.state is TaskState.RUNNING and task.machine is not None
+    return task.machine
+
+
+@pytest.mark.parametrize("crashes", [2, 3])
+def test_the_process_places_away_from_a_machine_the_task_crashed_on_repeatedly(crashes: int) -> None:
+    cell = two_machines()
+    term, writer = term_on(cell)
+    first = placed_by_process(term, writer, cell)  # nothing remembered yet: the policy's choice
+    # The leader records alice/web index 0 failing `crashes` times on that machine (its pass
+    # does so for each failed incarnation, master/crashes.py): REPEATED (2) or more.
+    for _ in range(crashes):
+        term.crashes.record(TASK.job, TASK.index, first)
+    assert crashes_from_json(term.accept_plan(plan_from_json({}))["crashes"]) == {(TASK.job, TASK.index): {first: crashes}}
+    other = placed_by_process(term, writer, cell)
+    assert other != first
+    # The leader's own pass, with the same memory, places it where the process did.
+    own, writer = term_on(cell)
+    for _ in range(crashes):
+        own.crashes.record(TASK.job, TASK.index, first)
+    own.run_pass()
+    assert writer.drafts[-1].state.tasks[TASK].machine == other
+
+
+def test_one_crash_is_chance_and_moves_nothing() -> None:
+    cell = two_machines()
+    term, writer = term_on(cell)
+    first = placed_by_process(term, writer, cell)
+    term.crashes.record(TASK.job, TASK.index, first)
+    assert term.accept_plan(plan_from_json({}))["crashes"] == []  # below REPEATED: not sent
+    assert placed_by_process(term, writer, cell) == first
+
+
+def test_crashes_cross_the_wire_and_a_malformed_row_is_named() -> None:
+    memory = {("alice/web", 0): {"m1": 3, "m2": 2}, ("bob/db", 4): {"m9": 2}}
+    assert crashes_from_json(crashes_to_json(memory)) == memory
+    assert crashes_from_json(None) == {}
+    with pytest.raises(ValueError, match="a crash is"):
+        crashes_from_json([["alice/web", "0", "m1", 3]])
