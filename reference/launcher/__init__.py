@@ -3,8 +3,9 @@
 The package's modules, by job: `cellfile` (what cell.json records), `processes` (spawning,
 signalling, stopping and awaiting a process), `roles` (how a master and a borglet are
 started), `toxiproxy` (a proxy on every link), `cellapi` (a leader, the machines registered),
-`statedir` (what a state dir must hold), `lifecycle` (`up`, `restart`, `down`, `status`) and
-`testcell` (a cell for the tests and benches, on the same process handling).
+`statedir` (what a state dir must hold), `newcell` (`up`), `restarts` (`resume`, `restart`),
+`shutdown` (`down`, `shut_down`), `cellstatus` (`status`), `lifecycle` (what those four share)
+and `testcell` (a cell for the tests and benches, on the same process handling).
 """
 
 from reference.cellfile import read_admin_token
@@ -18,8 +19,9 @@ from reference.launcher.cellfile import (
     is_alive,
     with_records,
 )
+from reference.launcher.cellstatus import status
 from reference.launcher.cpubudget import DEFAULT_MACHINE_SHARES
-from reference.launcher.lifecycle import Stopped, down, restart, resume, shut_down, status, up
+from reference.launcher.newcell import up
 from reference.launcher.processes import (
     READY_TIMEOUT_S,
     child_env,
@@ -30,6 +32,7 @@ from reference.launcher.processes import (
     stop_processes,
     wait_ready,
 )
+from reference.launcher.restarts import restart, resume
 from reference.launcher.roles import (
     DEFAULT_CAPACITY,
     borglet_auth,
@@ -37,6 +40,7 @@ from reference.launcher.roles import (
     start_borglet,
     start_master,
 )
+from reference.launcher.shutdown import Stopped, down, shut_down
 from reference.launcher.toxiproxy import TOXIPROXY_ENV, find_toxiproxy_server
 from reference.ports import HOST
 
