@@ -47,9 +47,12 @@ class Rollout:
 
     @property
     def state(self) -> str:
-        if not self.stale:
-            return "complete"
-        return "stopped" if self.failing else "rolling"
+        # A version whose tasks fail has stopped, whether or not stale tasks remain: once every
+        # task is replaced (a stale task down anyway is replaced at once), no stale task is left,
+        # and the rollout must not read complete while its new version crash-loops.
+        if self.failing:
+            return "stopped"
+        return "complete" if not self.stale else "rolling"
 
     @property
     def reason(self) -> str:

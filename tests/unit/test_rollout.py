@@ -107,6 +107,17 @@ def test_a_failing_replacement_stops_the_rollout_and_says_why():
     assert "task 0" in r.reason and "spawn: No such file" in r.reason
 
 
+def test_a_version_whose_every_task_was_replaced_and_fails_is_stopped_not_complete():
+    # Every task already runs the current version (none stale: stale tasks that were down were
+    # replaced at once), and each one crash-loops: the rollout has stopped, it is not complete.
+    cell = cell_running()
+    crashed = TaskInfo(seen=True, borglet_state="STARTING", reason="back-off", last_exit="exit code 3", restarts=4, failures=2)
+    view = replace(cell, tasks={tid: crashed for tid in cell.state.tasks})
+    r = decide(view)
+    assert r.stale == () and r.state == "stopped", r
+    assert "exit code 3" in r.reason
+
+
 def test_a_budget_of_two_replaces_two():
     cell, _ = put(cell_running(), {**FILE, "max_unavailable": 2, "image": ""} | {"env": {"V": "2"}})
     assert decide(cell).replace == (TaskId("alice/web", 0), TaskId("alice/web", 1))
