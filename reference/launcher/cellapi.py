@@ -28,18 +28,30 @@ def ask_leader(
     not_named: str | None = None,
     own: Collection[str] | None = None,
     problems: list[str] | None = None,
+    *,
+    itself: bool = False,
+    timeout: float | None = None,
 ) -> str | None:
     """Find the leader: the name the first of the masters at `urls` to answer /v1/cell gives
     (not `not_named`), or None. With `own` (the cell's master names), a leader outside it means
     the answer came from another cell, whose process took a master's port: LauncherError. Each
     master that names no leader (or `not_named`), or does not answer, is noted in `problems`.
+    `itself`: believe only a master that says it leads itself (its /healthz role, open to
+    anyone and answered however stale its cache), not the leader a replica's view names.
+    `timeout`: seconds for each request, where not the client's own.
 
-    The one reading of "who leads" from outside the masters: the launcher, chaos, the load
-    tests and the demo ask through it."""
+    The one reading of "who leads" from outside the masters: the launcher, the test cell,
+    chaos, the load tests and the demo ask through it."""
+    limit = {} if timeout is None else {"timeout": timeout}
     for url in urls:
         try:
-            response = http.get(url + "/v1/cell")
-            leader = response.json().get("leader") if response.status_code == 200 else None
+            if itself:
+                response = http.get(url + "/healthz", **limit)
+                body = response.json() if response.status_code == 200 else {}
+                leader = body.get("name") if body.get("role") == "leader" else None
+            else:
+                response = http.get(url + "/v1/cell", **limit)
+                leader = response.json().get("leader") if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError) as err:
             if problems is not None:
                 problems.append(f"{url}: {err}")

@@ -22,6 +22,7 @@ import reference
 from reference import channel
 from reference.borglet.taskusers import local_task_env
 from reference.cellfile import auth_headers
+from reference.launcher.cellapi import ask_leader
 from reference.launcher.cellfile import ProcessRecord, Role, is_alive
 from reference.launcher.lifecycle import default_runtime
 from reference.launcher.processes import (
@@ -280,15 +281,10 @@ class LocalCell:
         return str(r.json()["token"])
 
     def leader(self, skip: Proc | None = None) -> Proc | None:
-        for m in self.live_masters():
-            if m is skip:
-                continue
-            try:
-                if self.http.get(m.url + "/healthz", timeout=2).json().get("role") == "leader":
-                    return m
-            except httpx.HTTPError:
-                continue
-        return None
+        """The first live master (not `skip`) that says it leads (`ask_leader(itself=True)`)."""
+        live = {m.name: m for m in self.live_masters() if m is not skip}
+        name = ask_leader(self.http, [m.url for m in live.values()], itself=True, timeout=2.0)
+        return live.get(name) if name is not None else None
 
     def wait_leader(self, timeout: float = 15.0) -> Proc:
         return wait_for(self.leader, timeout, "a leader")

@@ -112,10 +112,7 @@ def test_a_leader_that_wins_its_lease_back_syncs_its_idle_machines(tmp_path: Pat
             time.sleep(5.0)  # past the 2 s lease
         finally:
             proc.resume()
-        wait_for(
-            lambda: cell.request("GET", "/healthz", master=leader).json()["role"] == "leader" or None,
-            30, "the replica to lead again",
-        )  # fmt: skip
+        wait_for(lambda: cell.leader() is leader or None, 30, "the replica to lead again")
         # Two tasks fit a machine: the six are spread over all three.
         job = sleeper_job("after", count=6, request={"cpu": "1500m", "ram": "16MiB"})
         assert cell.submit(job).status_code == 201

@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from reference.launcher import ask_leader
 from reference.launcher.testcell import Proc, wait_for
 from reference.ports import free_port
 from reference.store.etcd_cluster import EtcdCluster
@@ -52,7 +53,7 @@ def test_replica_cut_from_etcd_refuses_reads_while_another_serves(tmp_path: Path
         b = master("b", [urls[cut]], tmp_path, tls_args)
         procs += [a, b]
         a.start()
-        wait_for(lambda: http.get(a.url + "/healthz").json()["role"] == "leader", 30, "a leads")
+        wait_for(lambda: ask_leader(http, [a.url], itself=True) == "a", 30, "a leads")
         b.start()
         wait_for(lambda: http.get(b.url + "/healthz").json()["ready"], 30, "b ready")
 

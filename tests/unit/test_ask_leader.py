@@ -58,3 +58,25 @@ def test_a_leader_from_another_cell_means_a_taken_port() -> None:
         ask_leader(http, ["http://other", "http://m3"], own={"master0", "master1"})
     with _http() as http:
         assert ask_leader(http, ["http://m3"], own={"master0", "master1"}) == "master0"
+
+
+HEALTH = {
+    "http://m0": None,  # down
+    "http://m1": (200, {"name": "m1", "role": "follower"}),
+    "http://m2": (200, {"name": "m2", "role": "leader"}),
+    "http://m3": (200, {"name": "m3", "role": "leader"}),  # a deposed leader that has not noticed yet
+}
+
+
+def test_itself_believes_only_a_master_that_says_it_leads() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/healthz"
+        found = HEALTH[f"{request.url.scheme}://{request.url.host}"]
+        if found is None:
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(found[0], json=found[1])
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        assert ask_leader(http, ["http://m0", "http://m1", "http://m2"], itself=True) == "m2"
+        assert ask_leader(http, ["http://m0", "http://m1"], itself=True) is None
+        assert ask_leader(http, ["http://m2", "http://m3"], "m2", itself=True, timeout=2.0) == "m3"
