@@ -8,8 +8,8 @@ task records (a placement's write) and a view is built after each (`cell()`). Re
 milliseconds (median of the batches): the whole view; the C-level copies `_build` makes of the
 runtime-info maps (tasks, machines, jobs) and of the spec's task map (`_successor`); and, for
 the carried alternative (a view as the last view's dict plus the keys changed since, read
-through a Python `Mapping`), what it adds to one scan of the task infos and to 1,000 reads of
-one task each, beside a plain dict. Issue 43 weighs the two with these figures
+through a Python `Mapping`), what it adds to one scan of the task infos, to 1,000 reads of
+one task each and to the copy a writer's draft makes on its first write, beside a plain dict. Issue 43 weighs the two with these figures
 (docs/decisions.md).
 """
 
@@ -130,6 +130,8 @@ def run(tasks: int, machines: int, batch: int, batches: int = 20) -> dict[str, A
         "scan_carried_ms": _ms(lambda: [v for v in carried.values()], 5),
         "reads_1000_dict_ms": _ms(lambda: [infos.get(t) for t in probe]),
         "reads_1000_carried_ms": _ms(lambda: [carried.get(t) for t in probe]),
+        # A writer's draft copies the task infos on its first write (`cell.Tracked`).
+        "draft_copy_carried_ms": _ms(lambda: dict(carried), 5),
     }  # fmt: skip
 
 
