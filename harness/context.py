@@ -121,6 +121,7 @@ class ExampleState(RuleBasedStateMachine):
         # where the cell answers otherwise (a refusal, an unknown outcome).
         self.alloc_keys: list[str] = []
         self.releases = 0  # new versions `each_step` has made (harness/user_rules.py)
+        self.released_at = 0.0  # and when it made the last
         self._rotate_residents()
 
     def _rotate_residents(self) -> None:

@@ -171,11 +171,11 @@ def _env_steps(s: CellState, after: CellState, job: str, known: Mapping[str, Job
     if ref is not None and cur is not None and replace(cur, version=0) != replace(ref, version=0):
         yield Step("update", (job, None, None, ref))  # any field: the whole job as it is now
     if ref is not None and cur is not None and ref.version > cur.version + 1:
-        # Versions no poll saw came in between: one of them, of another template, lets an
-        # index be rolled more than once between two polls (version by version); one of
-        # fewer tasks, then the count back, kills this index and starts it anew (a resize
-        # down and up, its new incarnation after one a user killed).
-        between = replace(ref, template=f"{ref.template}~between")
+        # Versions no poll saw came in between: each, of another template, lets an index be
+        # rolled once more between two polls (version by version, as many as the versions
+        # between); one of fewer tasks, then the count back, kills this index and starts it
+        # anew (a resize down and up, its new incarnation after one a user killed).
+        between = replace(ref, template=f"{ref.template}~between{cur.version}")
         if cur.template != between.template:
             yield Step("update", (job, None, None, between))
         if index is not None and index < cur.task_count and index < ref.task_count:

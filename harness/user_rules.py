@@ -81,11 +81,14 @@ class UserRules(ExampleState):
         """The user's releases: each step, a new version of one of the example's jobs (one
         last seen with a task not DEAD, where there is one), the jobs and the changes in turn.
         Like the rolling maintenance (harness/drain_rules.py), this runs whichever rules an
-        example draws, so CI's short run reaches 100 updates and rolls."""
+        example draws, so CI's short run reaches 100 updates and rolls. A release waits for
+        a poll after the last one: a failover's gap in the polls would otherwise pile up
+        versions no poll saw, each a roll more between two polls."""
         super().each_step()
-        if not self.model.jobs:
-            return
+        if not self.model.jobs or self.prev is None or self.prev.t < self.released_at:
+            return  # no poll has seen the last release (a failover's gap): wait for one
         self.releases += 1
+        self.released_at = self.clock()
         n = self.releases
         self.update_field(self._pick_busy(n), n, RELEASES[n % len(RELEASES)])
 

@@ -229,3 +229,20 @@ def test_an_index_killed_then_resized_away_and_back_between_two_polls_is_explain
     assert v.ok and [s.action for s in v.path or ()] == ["update", "update", "schedule"], v
     # One version later, a single resize cannot have gone below the index and back.
     assert not explain(before, after.with_(jobs=FMap({JOB.key: replace(two, version=2)})), JOB.key, 0).ok
+
+
+def test_three_rolls_between_polls_are_explained_by_the_versions_no_poll_saw() -> None:
+    # Version 0 runs #2; the poll after sees version 3 and #5 running: three rolls, one for
+    # each version since (a failover's gap in the polls while new versions came).
+    from dataclasses import replace
+
+    from spec.model import task_template
+
+    never = replace(JOB, restart_policy=RestartPolicy.NEVER)
+    v3 = replace(never, template="c", version=3)
+    before = state(replace(task(2, TaskState.RUNNING, "m0"), template=task_template(never)), jobs=FMap({JOB.key: never}))
+    ran = replace(task(5, TaskState.RUNNING, "m1"), template=task_template(v3))
+    v = explain(before, state(ran, jobs=FMap({JOB.key: v3})), JOB.key, 0)
+    assert v.ok and [s.action for s in v.path or ()].count("roll") == 3, v
+    # Two versions later, three rolls are one too many.
+    assert not explain(before, state(ran, jobs=FMap({JOB.key: replace(v3, version=2)})), JOB.key, 0).ok
