@@ -1,4 +1,4 @@
-"""Starts a local reference cell for the suite and injects its faults; the one harness module that imports the cell's implementation (`reference/launcher`)."""
+"""Starts a local reference cell for the suite (the tests' `LocalCell` in `cell up`'s shape) and injects its faults; the one harness module that imports the cell's implementation (`reference/launcher`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,15 @@ from pathlib import Path
 import httpx
 
 from reference import launcher
-from reference.launcher import CellInfo, LauncherError, ProcessRecord, Role
+from reference.launcher import (
+    DEFAULT_MACHINE_SHARES,
+    CellInfo,
+    LauncherError,
+    ProcessRecord,
+    Role,
+    testcell,
+)
+from reference.launcher.newcell import Names
 from reference.ports import HOST, free_port
 
 #: Faster failure detection than the defaults, so a run sees many machine-down events, yet
@@ -22,10 +30,8 @@ from reference.ports import HOST, free_port
 #: its machine is declared down, so its killed tasks are reported lost one by one. Rolls are
 #: not rate-limited below what a run needs, and every user has a quota in every band but best
 #: effort, so admission is judged against one.
-MASTER_ARGS = (
-    "--poll-interval", "0.3", "--down-after", "5", "--lease-ttl", "2", "--roll-rate", "20",
-    "--default-quota", "cpu=24,ram=4GiB",
-)  # fmt: skip
+POLL_INTERVAL_S, DOWN_AFTER, LEASE_TTL_S = 0.3, 5, 2.0
+MASTER_ARGS = ("--roll-rate", "20", "--default-quota", "cpu=24,ram=4GiB")
 CAPACITY = "cpu=4000m,ram=8GiB"
 READY_TIMEOUT_S = 20.0
 
@@ -45,13 +51,19 @@ class LocalCell:
     down_borglets: dict[str, ProcessRecord] = field(default_factory=dict)
     paused: dict[str, float] = field(default_factory=dict)  # name -> when it was stopped
     _next_machine: int = 0
+    _cell: testcell.LocalCell | None = None
 
     def up(self) -> None:
+        """The tests' `LocalCell` in `cell up`'s shape: its names, registration, a scheduler
+        process, the machines' CPU group, the borglets' own isolation and kill grace."""
         self.state_dir = tempfile.mkdtemp(prefix="minborg-conformance-")
-        info = launcher.up(
-            self.state_dir, replicas=self.replicas, machines=self.machines, master_args=MASTER_ARGS,
-            runtime=self.runtime,
-        )
+        self._cell = testcell.LocalCell(
+            Path(self.state_dir), masters=self.replicas, borglets=self.machines, capacity=CAPACITY, cell="local",
+            poll_interval=POLL_INTERVAL_S, down_after=DOWN_AFTER, lease_ttl=LEASE_TTL_S, master_args=MASTER_ARGS,
+            schedulers=1, isolation=None, kill_grace_s=None, names=Names(), cell_up_registration=True,
+            machine_shares=DEFAULT_MACHINE_SHARES, task_dir=Path.cwd(), runtime=self.runtime,
+        ).start()  # fmt: skip
+        info = CellInfo.load(self.state_dir)
         self.master_urls = list(info.master_urls)
         self.masters = {p.name: p for p in info.of_role(Role.MASTER)}
         self.borglets = {p.name: p for p in info.of_role(Role.BORGLET)}
@@ -68,6 +80,8 @@ class LocalCell:
     def down(self) -> list[str]:
         """Stop the cell; returns what is still running."""
         leftovers: list[str] = []
+        if self._cell is not None:
+            self._cell.http.close()  # its processes are the cell file's: `down` stops them
         try:
             launcher.down(self.state_dir)
         except LauncherError as err:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from reference.cellfile import CELL_FILE, state_dir_path
 from reference.launcher import cpubudget, netns
@@ -60,6 +60,24 @@ from reference.ports import HOST, free_ports
 from reference.store.etcd_cluster import EtcdCluster
 
 
+@dataclass(frozen=True)
+class Names:
+    """The prefixes of a cell's process names: the `i`th master is `master` + i, and so on."""
+
+    masters: str = "master"
+    machines: str = "machine"
+    schedulers: str = "scheduler"
+
+    def master(self, i: int) -> str:
+        return f"{self.masters}{i}"
+
+    def machine(self, i: int) -> str:
+        return f"{self.machines}{i}"
+
+    def scheduler(self, i: int) -> str:
+        return f"{self.schedulers}{i}"
+
+
 def up(
     state_dir: str | os.PathLike[str] | None = None,
     cell: str = "local",
@@ -83,6 +101,11 @@ def up(
     store_tls: bool = True,
     hosts: str = "loopback",
     tls: bool = False,
+    workdir: str | None = None,
+    etcd_timing_ms: tuple[int, int] | None = None,
+    borglet_args: Sequence[str] = (),
+    register: bool = True,
+    names: Names | None = None,
 ) -> CellInfo:
     """Start a local cell and return its cell file's contents once a leader exists and every
     machine is registered. On any failure everything started so far is stopped again.
@@ -106,7 +129,12 @@ def up(
     `hosts` "netns" gives each process a host of its own (`netns`: a network namespace and an
     address on a bridge the cell makes); "loopback", the default: every process on 127.0.0.1.
     `tls` (always on with netns hosts): the masters' API and the borglets serve HTTPS only,
-    with certificates of the cell's CA (launcher/tls.py); Toxiproxy is not offered with it."""
+    with certificates of the cell's CA (launcher/tls.py); Toxiproxy is not offered with it.
+    `workdir`: where the processes run (their tasks' working directory); None: this process's.
+    `etcd_timing_ms`: etcd's (heartbeat, election) timeouts; None: EtcdCluster's own.
+    `borglet_args`: more flags for every borglet (`roles.borglet_flags`: isolation, kill grace).
+    `register` False leaves the machines unregistered: the caller registers them its own way.
+    `names`: how the masters, machines and scheduler processes are named (`Names`)."""
     runtime = runtime or default_runtime()
     say = progress or (lambda _msg: None)
     etcd_members = replicas if etcd_members is None else etcd_members
@@ -128,14 +156,15 @@ def up(
     if tls and toxiproxy:
         raise LauncherError("--tls cannot be combined with --toxiproxy (its proxies and the CLI's URLs are plain http)")
     tls = cell_tls.wanted(tls, hosts)  # always on netns hosts (which refuse --toxiproxy themselves)
-    net = _plan_hosts(hosts, cell, etcd_members, replicas, schedulers, machines, toxiproxy, hollow, base_port, runtime)
+    named = names or Names()
+    net = _plan_hosts(hosts, cell, etcd_members, replicas, schedulers, machines, toxiproxy, hollow, base_port, runtime, named)
     server = find_toxiproxy_server() if toxiproxy else None
     prepare_state_dir(root, say)
     make_channel_key(root)
     say("pki: a new CA for the cell, certificates for etcd and its clients")
     ca_dir = make_cell_ca(root, cell)
     ensure_admin_token(root)
-    workdir = os.getcwd()
+    workdir = workdir or os.getcwd()
     env = child_env(workdir)
     signed = not insecure_channel
     info = CellInfo(cell, str(root), workdir, time.time(), (), (), {}, replica_cpu=replica_cpu)
@@ -147,7 +176,8 @@ def up(
             netns.ensure(net)
         say(f"etcd: starting {etcd_members} member(s)")
         cluster = (
-            EtcdCluster(root / "etcd", members=etcd_members, host=HOST, base_port=base_port, tls=store_tls, pki_dir=ca_dir)
+            EtcdCluster(root / "etcd", members=etcd_members, host=HOST, base_port=base_port, tls=store_tls, pki_dir=ca_dir,
+                        **_etcd_timing(etcd_timing_ms))
             if net is None
             else netns.NetnsEtcdCluster(root / "etcd", net, etcd_members, tls=store_tls, pki_dir=ca_dir)
         )
@@ -171,7 +201,7 @@ def up(
         if net is not None:  # each process has an address of its own: the same port on each
             ports = [netns.MASTER_PORT] * replicas + [netns.BORGLET_PORT] * machines
         master_ports, borglet_ports = ports[:replicas], ports[replicas : replicas + machines]
-        names = [f"master{i}" for i in range(replicas)]
+        names = [named.master(i) for i in range(replicas)]
         urls = {
             name: f"{cell_tls.scheme(tls)}://{address_of(info, name)}:{port}"
             for name, port in zip(names, master_ports, strict=True)
@@ -198,16 +228,17 @@ def up(
         if schedulers:
             say(f"scheduler: starting {schedulers} process(es), one active at a time")
         masters += [
-            start_scheduler(root, cell, f"scheduler{i}", list(cluster.client_urls), workdir, env, signed, etcd_tls,
-                            netns=netns_of(info, f"scheduler{i}"), tls=tls)  # fmt: skip
+            start_scheduler(root, cell, named.scheduler(i), list(cluster.client_urls), workdir, env, signed, etcd_tls,
+                            netns=netns_of(info, named.scheduler(i)), tls=tls)  # fmt: skip
             for i in range(schedulers)
         ]
         say(f"borglets: starting {machines} machine(s) of {machine_capacity}")
         info = replace(info, machine_shares=machine_shares if machines and machine_shares else None)
         joined = machines_group(info)
         borglets = [
-            start_borglet(root, f"machine{i}", port, machine_capacity, i, workdir, env, signed, runtime, cell, joined,
-                          host=address_of(info, f"machine{i}"), netns=netns_of(info, f"machine{i}"), tls=tls)  # fmt: skip
+            start_borglet(root, named.machine(i), port, machine_capacity, i, workdir, env, signed, runtime, cell, joined,
+                          host=address_of(info, named.machine(i)), netns=netns_of(info, named.machine(i)), tls=tls,
+                          extra=borglet_args)  # fmt: skip
             for i, port in enumerate(borglet_ports)
         ]
         hollow_urls: dict[str, str] = {}
@@ -235,8 +266,9 @@ def up(
             wait_ready([m for m in masters if m.role is Role.MASTER], "/healthz", READY_TIMEOUT_S)
         leader = wait_for_leader(info, LEADER_TIMEOUT_S)
         say(f"masters: {leader} is the leader")
-        register_machines(info, machine_capacity)
-        say(f"machines: {len(info.borglet_urls)} registered")
+        if register:
+            register_machines(info, machine_capacity)
+            say(f"machines: {len(info.borglet_urls)} registered")
     except BaseException:
         stop_cell(info)
         info.save()
@@ -246,7 +278,7 @@ def up(
 
 def _plan_hosts(
     hosts: str, cell: str, etcd_members: int, replicas: int, schedulers: int, machines: int, toxiproxy: bool,
-    hollow: int, base_port: int | None, runtime: str,
+    hollow: int, base_port: int | None, runtime: str, named: Names,
 ) -> netns.Network | None:  # fmt: skip
     """The hosts of a new cell: None on loopback; on netns, one per process, checked free."""
     if hosts not in netns.HOSTS_MODES:
@@ -261,11 +293,16 @@ def _plan_hosts(
     problem = netns.usable()
     if problem:
         raise LauncherError(problem)
-    names = [*(f"etcd{i}" for i in range(etcd_members)), *(f"master{i}" for i in range(replicas)),
-             *(f"scheduler{i}" for i in range(schedulers)), *(f"machine{i}" for i in range(machines))]  # fmt: skip
+    names = [*(f"etcd{i}" for i in range(etcd_members)), *map(named.master, range(replicas)),
+             *map(named.scheduler, range(schedulers)), *map(named.machine, range(machines))]  # fmt: skip
     try:
         net = netns.plan_network(cell, names, netns.used_networks())
         netns.check_free(net)
     except netns.NetnsError as err:
         raise LauncherError(str(err)) from None
     return net
+
+
+def _etcd_timing(timing_ms: tuple[int, int] | None) -> dict[str, int]:
+    """EtcdCluster's heartbeat_ms and election_ms from `up`'s etcd_timing_ms; {}: its defaults."""
+    return {} if timing_ms is None else {"heartbeat_ms": timing_ms[0], "election_ms": timing_ms[1]}

@@ -120,13 +120,13 @@ def start_scheduler(
 def start_borglet(
     root: Path, name: str, port: int, capacity: str, i: int, workdir: str, env: dict[str, str],
     signed: bool = True, runtime: str = "process", cell: str = "", cgroups: Sequence[str] = (),
-    host: str = HOST, netns: str | None = None, tls: bool = False,
+    host: str = HOST, netns: str | None = None, tls: bool = False, extra: Sequence[str] = (),
 ) -> ProcessRecord:  # fmt: skip
     """Start the borglet of machine `name` (the cell's `i`th) on `port`, its state in
     `root`/machines/`name`; it kills its tasks when it is stopped. `runtime` "docker": tasks of
     jobs that name an image run as containers, labelled with `cell`. `cgroups`: directories it
     joins first (the cell's machines group). `host`: the address it listens on (its own host's,
-    in namespace `netns`, on a netns cell)."""
+    in namespace `netns`, on a netns cell). `extra`: more flags (`borglet_flags`)."""
     command = [
         sys.executable, "-m", "reference.borglet", "--name", name, "--listen", f"{host}:{port}",
         "--capacity", capacity, "--attrs", f"rack={rack_of(i)}", "--failure-domain", rack_of(i),
@@ -135,11 +135,23 @@ def start_borglet(
         *(["--runtime", runtime, "--cell", cell] if runtime != "process" else []),
         *(arg for d in cgroups for arg in ("--join-cgroup", d)),
         *local_task_env(workdir),  # tasks get no other variable of the operator's
+        *extra,
     ]  # fmt: skip
     log = root / "logs" / f"{name}.log"
     # The borglet's cwd is where `cell up` ran: tasks inherit it, so relative paths and
     # `python -m examples...` resolve from there.
     return spawn(Role.BORGLET, name, command, f"{cell_tls.scheme(tls)}://{host}:{port}", log, workdir, env, netns)
+
+
+def borglet_flags(isolation: str | None = None, kill_grace_s: float | None = None, more: Sequence[str] = ()) -> list[str]:
+    """A cell's flags for every borglet beyond those `start_borglet` gives: how its tasks are
+    isolated (`--isolation`) and the seconds from SIGTERM to SIGKILL (`--kill-grace`); None
+    leaves the borglet's default."""
+    return [
+        *(["--isolation", isolation] if isolation is not None else []),
+        *(["--kill-grace", f"{kill_grace_s:g}"] if kill_grace_s is not None else []),
+        *more,
+    ]
 
 
 def start_hollow(

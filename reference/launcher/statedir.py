@@ -28,8 +28,10 @@ OWNED_DIRS = {
 def check_arguments(
     cell: str, replicas: int, machines: int, capacity: str, etcd_members: int
 ) -> None:
-    """LauncherError saying what to change if the cell's shape or name is not one `up` starts."""
-    if replicas not in CLUSTER_SIZES:
+    """LauncherError saying what to change if the cell's shape or name is not one `up` starts.
+    Master replicas elect through etcd's leases, so any count runs on an etcd of its own
+    size; the count must be an etcd size only where etcd has as many members."""
+    if replicas < 1 or (replicas not in CLUSTER_SIZES and replicas == etcd_members):
         raise LauncherError(f"--replicas must be one of {CLUSTER_SIZES}, got {replicas}")
     if etcd_members not in CLUSTER_SIZES:
         raise LauncherError(f"etcd members must be one of {CLUSTER_SIZES}, got {etcd_members}")

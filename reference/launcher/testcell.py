@@ -1,15 +1,15 @@
 """A local cell for tests and benches: a 3-member etcd, master replicas and borglets as real processes on loopback.
 
-Every process is started, awaited and stopped as `cell up` and `cell down` do it (spawn,
-wait_ready, stop_processes): `LocalCell.stop()` leaves no process behind, task processes a
-SIGKILLed borglet left running included (their records are taken before each kill or stop),
-and `leftovers()` lists any process of the cell still alive.
+The cell is started by `launcher.up` (with the tests' names, etcd timing, borglet flags and
+registration) and each process is then handled as `cell down` does it (spawn, wait_ready,
+stop_processes): `LocalCell.stop()` leaves no process behind, task processes a SIGKILLed
+borglet left running included (their records are taken before each kill or stop), and
+`leftovers()` lists any process of the cell still alive.
 """
 
 from __future__ import annotations
 
 import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +20,13 @@ import psutil
 
 import reference
 from reference import channel
-from reference.borglet.taskusers import local_task_env
 from reference.cellfile import auth_headers
 from reference.launcher.cellapi import ask_leader
 from reference.launcher.cellfile import ProcessRecord, Role, is_alive
-from reference.launcher.lifecycle import default_runtime
+from reference.launcher.lifecycle import clusters, default_runtime
+from reference.launcher.newcell import Names, up
 from reference.launcher.processes import (
+    READY_TIMEOUT_S,
     child_env,
     descendants,
     kill_process,
@@ -33,8 +34,9 @@ from reference.launcher.processes import (
     stop_processes,
     wait_ready,
 )
+from reference.launcher.roles import borglet_flags, start_borglet
 from reference.launcher.statedir import ensure_admin_token
-from reference.ports import HOST, free_port, free_ports
+from reference.ports import HOST, free_port
 from reference.store.client import StoreClient
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS, EtcdCluster
 from reference.waiting import wait_until
@@ -45,6 +47,9 @@ REPO = Path(reference.__file__).resolve().parent.parent  # the repository root: 
 #: What a check on a live cell may raise while a process starts, stops or fails over.
 TRANSIENT = (httpx.HTTPError, OSError, ValueError, KeyError)
 BORGLET_READY_S = 20.0
+#: The test cell's process names: masters m0.., machines b0.., scheduler processes s0..
+NAMES = Names(masters="m", machines="b", schedulers="s")
+KILL_GRACE_S = 1.0  # a test's killed task gets one second from SIGTERM to SIGKILL
 
 
 def wait_for(check: Callable[[], T | None], timeout_s: float, what: str, every: float = 0.1) -> T:
@@ -76,6 +81,12 @@ class Proc:
     def alive(self) -> bool:
         return self.record is not None and is_alive(self.record)
 
+    @classmethod
+    def of(cls, record: ProcessRecord) -> Proc:
+        """A process `launcher.up` started, from its cell-file record."""
+        port = int(record.url.rsplit(":", 1)[1]) if record.url else 0
+        return cls(record.name, port, list(record.command), Path(record.log), record.role, record)
+
     def start(self) -> None:
         self.record = spawn(self.role, self.name, self.argv, self.url, self.log, str(REPO), child_env(str(REPO)))
 
@@ -97,7 +108,13 @@ class Proc:
 
 class LocalCell:
     """A cell of `masters` replicas and `borglets` machines whose files and logs go to
-    `workdir`; as a context manager, started on entry and stopped on exit."""
+    `workdir`; as a context manager, started on entry and stopped on exit.
+
+    The defaults are the integration tests' cell: a 3-member etcd, no scheduler process, no
+    CPU groups, borglets with rlimit isolation and a 1 s kill grace, named m0.., b0.., each
+    machine registered as a failure domain of its own. The conformance suite's cell
+    (harness/localcell.py) is this class with `cell up`'s shape: `names=Names()`,
+    `cell_up_registration`, a scheduler process, the machines' CPU group, the borglets' defaults."""
 
     def __init__(
         self,
@@ -113,10 +130,21 @@ class LocalCell:
         master_args: tuple[str, ...] = (),
         etcd_heartbeat_ms: int = HEARTBEAT_MS,
         etcd_election_ms: int = ELECTION_MS,
-        isolation: str = "rlimit",
+        isolation: str | None = "rlimit",
         schedulers: int = 0,
         borglet_args: tuple[str, ...] = (),
+        kill_grace_s: float | None = KILL_GRACE_S,
+        names: Names = NAMES,
+        cell_up_registration: bool = False,
+        machine_shares: int | None = None,
+        task_dir: Path = REPO,
+        runtime: str | None = None,
     ) -> None:
+        """`isolation`, `kill_grace_s` None: the borglet's defaults. `cell_up_registration`: the
+        machines are registered as `cell up` registers them (racks alternate, a rack is a
+        failure domain), not by `register`. `machine_shares`: the machines' CPU group (`up`).
+        `task_dir`: where the processes and their tasks run. `runtime` None: MINBORG_RUNTIME's,
+        unless `borglet_args` names one."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         # The cell's channel key: its masters sign every request to a borglet with it.
@@ -125,10 +153,14 @@ class LocalCell:
         self.cell = cell
         self.capacity = capacity
         self.isolation = isolation
-        runtime = default_runtime()
-        if runtime != "process" and "--runtime" not in borglet_args:
-            borglet_args = (*borglet_args, "--runtime", runtime, "--cell", cell)
-        self.borglet_args = borglet_args  # more flags for every borglet (--runtime docker ...)
+        # The borglets' runtime: MINBORG_RUNTIME's, unless the test names one in its flags.
+        self.runtime = runtime or ("process" if "--runtime" in borglet_args else default_runtime())
+        # More flags for every borglet (--runtime docker ...), after the test cell's own.
+        self.borglet_args = borglet_flags(isolation, kill_grace_s, borglet_args)
+        self.names, self.cell_up_registration, self.machine_shares = names, cell_up_registration, machine_shares
+        self.task_dir = task_dir
+        self.etcd_timing_ms = (etcd_heartbeat_ms, etcd_election_ms)
+        # Replaced by the cluster `launcher.up` starts: the same members, timing and TLS.
         self.etcd = EtcdCluster(
             self.workdir / "etcd", members=3, heartbeat_ms=etcd_heartbeat_ms, election_ms=etcd_election_ms
         )
@@ -138,7 +170,7 @@ class LocalCell:
         self._n_masters, self._n_borglets, self._n_schedulers = masters, borglets, schedulers
         self._master_opts = [
             "--poll-interval", str(poll_interval), "--down-after", str(down_after),
-            "--lease-ttl", str(lease_ttl), "--channel-key-file", str(self.channel_key_file), *master_args,
+            "--lease-ttl", str(lease_ttl), *master_args,
         ]  # fmt: skip
         # The cell's admin token: every request this object makes carries it; tests that act
         # as another user add one (`add_user`) and send theirs.
@@ -159,32 +191,25 @@ class LocalCell:
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> LocalCell:
+        """`launcher.up` in `workdir`: 3 etcd members, the masters and scheduler processes, the
+        borglets (no CPU budgets); then each machine registered as `register` does, unless
+        `cell up` registered them."""
         try:
-            self.etcd.start()
-            ports = free_ports(self._n_masters)
-            peers = ",".join(f"m{i}=http://{HOST}:{p}" for i, p in enumerate(ports))
-            for i, port in enumerate(ports):
-                argv = [
-                    sys.executable, "-m", "reference.master", "--name", f"m{i}",
-                    "--listen", f"{HOST}:{port}", "--etcd", ",".join(self.etcd.client_urls),
-                    *self.etcd_tls_args(), "--cell", self.cell, "--peers", peers, "--admin-token-file", str(self.admin_token_file),
-                    *self._master_opts,
-                ]  # fmt: skip
-                self.masters.append(Proc(f"m{i}", port, argv, self.workdir / f"master-m{i}.log"))
-            for m in self.masters:
-                m.start()
-            for i in range(self._n_schedulers):
-                argv = [
-                    sys.executable, "-m", "reference.schedulerd", "--name", f"s{i}",
-                    "--etcd", ",".join(self.etcd.client_urls), *self.etcd_tls_args(), "--cell", self.cell,
-                    "--channel-key-file", str(self.channel_key_file),
-                ]  # fmt: skip
-                self.schedulers.append(Proc(f"s{i}", 0, argv, self.workdir / f"scheduler-s{i}.log", Role.SCHEDULER))
-                self.schedulers[-1].start()
-            for i in range(self._n_borglets):
-                self.add_borglet(f"b{i}", register=False)
+            info = up(
+                self.workdir, self.cell, self._n_masters, self._n_borglets, self.capacity, etcd_members=3,
+                master_args=self._master_opts, schedulers=self._n_schedulers, runtime=self.runtime,
+                machine_shares=self.machine_shares, workdir=str(self.task_dir), etcd_timing_ms=self.etcd_timing_ms,
+                borglet_args=self.borglet_args, register=self.cell_up_registration, names=self.names,
+            )  # fmt: skip
+            self.etcd = clusters[str(self.workdir)]
+            self.channel_key = channel.load_key(self.channel_key_file)  # `up` made the cell's own
+            self.masters = [Proc.of(r) for r in info.of_role(Role.MASTER)]
+            self.schedulers = [Proc.of(r) for r in info.of_role(Role.SCHEDULER)]
+            self.borglets = [Proc.of(r) for r in info.of_role(Role.BORGLET)]
+            # Every replica answers before a test begins (`up` waits for a leader alone).
+            wait_ready([m.record for m in self.masters if m.record is not None], "/healthz", READY_TIMEOUT_S)
             self.wait_leader(30)
-            for b in self.borglets:
+            for b in self.borglets if not self.cell_up_registration else ():
                 self.register(b)
         except BaseException:
             self.stop()
@@ -192,19 +217,12 @@ class LocalCell:
         return self
 
     def add_borglet(self, name: str, register: bool = True) -> Proc:
-        port = free_port()
-        state = self.workdir / f"borglet-{name}"
-        state.mkdir(exist_ok=True)
-        argv = [
-            sys.executable, "-m", "reference.borglet", "--name", name,
-            "--listen", f"{HOST}:{port}", "--capacity", self.capacity,
-            "--attrs", f"rack=r{len(self.borglets) % 2}", "--failure-domain", f"r{len(self.borglets) % 2}",
-            "--state-dir", str(state), "--isolation", self.isolation, "--kill-tasks-on-exit",
-            "--kill-grace", "1", "--channel-key-file", str(self.channel_key_file),
-            *local_task_env(str(REPO)), *self.borglet_args,
-        ]  # fmt: skip
-        proc = Proc(name, port, argv, self.workdir / f"borglet-{name}.log", Role.BORGLET)
-        proc.start()
+        """Start one more borglet, `name`, as `launcher.up` starts the cell's own."""
+        record = start_borglet(
+            self.workdir, name, free_port(), self.capacity, len(self.borglets), str(self.task_dir), child_env(str(self.task_dir)),
+            runtime=self.runtime, cell=self.cell, extra=self.borglet_args,
+        )  # fmt: skip
+        proc = Proc.of(record)
         self.borglets.append(proc)
         self._wait_ready(proc)
         if register:
@@ -236,6 +254,7 @@ class LocalCell:
             b.stop(15)
         # Tasks a SIGKILLed borglet left behind run in their own sessions: taken down with theirs.
         stop_processes([t for p in self.masters + self.borglets for t in p.seen], timeout=2.0)
+        clusters.pop(str(self.workdir), None)
         self.etcd.stop()
         self.http.close()
 

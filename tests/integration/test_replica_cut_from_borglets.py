@@ -131,7 +131,7 @@ def test_a_replica_cut_from_its_borglets_takes_no_machine_down(
         # Back to one poller per machine, and the tasks never moved.
         wait_for(lambda: sum(_shares(cell).values()) == 3 or None, 10, "the hand-over ended")
         assert all(t["incarnation"] == 0 for t in cell.tasks("bob", "steady"))
-        log = (cell.workdir / f"master-{leader.name}.log").read_text()
+        log = leader.log.read_text()
         assert "marking it down" not in log
 
 

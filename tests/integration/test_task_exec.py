@@ -64,7 +64,7 @@ def test_a_command_runs_as_the_task_in_its_cgroups_and_directory(cell: LocalCell
         # The command's groups are the task's, line for line (the memory, cpu, pids ... groups).
         assert sorted(result["stderr"].split()) == sorted(Path(f"/proc/{pid}/cgroup").read_text().split())
     # The replica's log says who ran what, where.
-    assert "exec by alice in alice/web/0#0 on " in (cell.workdir / "master-m0.log").read_text()
+    assert "exec by alice in alice/web/0#0 on " in cell.masters[0].log.read_text()
 
 
 def test_the_command_line_prints_the_output_and_exits_with_the_code(cell: LocalCell) -> None:
@@ -167,7 +167,7 @@ def test_a_terminal_session_runs_as_the_task_and_exits_with_its_code(cell: Local
     if ISOLATION == "cgroup":
         groups = sorted(Path(f"/proc/{pid}/cgroup").read_text().split())
         assert " ".join(groups) in text.replace("\r\n", "\n"), "the session runs in the task's cgroups"
-    assert "exec -it by admin in alice/web/0#0" in (cell.workdir / "master-m0.log").read_text()
+    assert "exec -it by admin in alice/web/0#0" in cell.masters[0].log.read_text()
 
 
 def test_ctrl_d_ends_a_terminal_session_and_ctrl_c_reaches_its_foreground(cell: LocalCell) -> None:

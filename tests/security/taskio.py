@@ -52,7 +52,7 @@ def cell_secrets(cell: LocalCell, api: CellClient, python_job: Callable[..., dic
     table and every TLS key of the cell's store (CA, members, clients)."""
     assert cell.submit(python_job("diary", "bob", "print('bob writes his diary')")).status_code == 201
     ended(api, "bob/diary")
-    state = cell.workdir / "borglet-b0"
+    state = cell.workdir / "machines" / "b0"  # the borglet's state dir
     bobs = list((state / "tasks").glob("bob_diary*/stdout"))
     assert bobs and b"diary" in bobs[0].read_bytes()
     secrets = [cell.channel_key_file, cell.admin_token_file, bobs[0], state / "tasks.json"]

@@ -116,7 +116,7 @@ def compile_c(directory: Path, name: str, source: str, shared: bool = False) -> 
 def test_the_borglet_starts_tasks_by_the_path_under_test(cell: LocalCell, api: CellClient, spawn_path: str) -> None:
     output(cell, api, python_job("path", "alice", "print('{}')"))
     said = {"helper": "tasks start through ", "fork": "tasks start by CPython's fork path"}[spawn_path]
-    assert said in (cell.workdir / "borglet-b0.log").read_text()
+    assert said in cell.borglets[0].log.read_text()
 
 
 # --- who a task is --------------------------------------------------------------------------------
