@@ -14,8 +14,8 @@ seconds and healed, and each window written to faults.jsonl (start, end, kind, t
 - pause: a host's process SIGSTOPped, then continued;
 - kill: a host's process SIGKILLed, then started again on its data;
 - clock_skew: a borglet started again with its clock 60 s ahead (faketime), then on time;
-- disk_full: an etcd member restarted on a tmpfs as small as its data and 512 KiB, left to
-  die of it under the load, then moved back onto its disk and started again.
+- disk_full: an etcd member restarted on a tmpfs as small as its data and 128 KiB, left to
+  die of it under the load (30 s at most), then moved back onto its disk and started again.
 
 /proc is scanned every 0.5 s for the task indices that run twice (two live processes of one
 index). An index running twice is allowed only inside a window in which a borglet's host could
@@ -186,7 +186,8 @@ class Nemesis:
         self.notes: list[str] = []
 
     def _window(self, kind: str, targets: list[str], hold: Callable[[], None], heal: Callable[[], None],
-                inject: Callable[[], Any], **detail: Any) -> dict[str, Any]:  # fmt: skip
+                inject: Callable[[], Any], after: Callable[[], dict[str, Any]] | None = None,
+                **detail: Any) -> dict[str, Any]:  # fmt: skip
         start = time.time()
         window = {"kind": kind, "targets": targets, "start": start, "end": None, **detail}
         try:
@@ -202,6 +203,7 @@ class Nemesis:
                 window["heal_error"] = repr(err)[:300]
                 self.notes.append(f"{kind} {','.join(targets)}: heal failed: {err!r}"[:300])
             window["end"] = time.time()
+        window |= after() if after else {}
         self.windows.append(window)
         with open(self.run / "faults.jsonl", "a") as out:
             out.write(json.dumps(window) + "\n")
@@ -255,7 +257,8 @@ class Nemesis:
                                 lambda: netfaults.skew_clock(state, run, host, SKEW_S), seconds=SKEW_S)  # fmt: skip
         host = self.rng.choice(self.etcd)
         disk = DiskFull(self._etcd(), self.etcd.index(host), self.state)
-        return self._window(kind, [host], disk.hold, disk.heal, disk.fill)
+        return self._window(kind, [host], disk.hold, disk.heal, disk.fill,
+                            after=lambda: {"member_died_after_s": disk.died_after_s})  # fmt: skip
 
     def _etcd(self) -> netns.NetnsEtcdCluster:
         return netns.NetnsEtcdCluster.on(self.state / "etcd", self.info.network)  # type: ignore[arg-type]
@@ -267,10 +270,12 @@ class Nemesis:
 
 
 class DiskFull:
-    """An etcd member's data on a tmpfs as large as the data and 512 KiB: it dies of a full
-    disk under the load; healed by moving its data back onto the disk and starting it again."""
+    """An etcd member's data on a tmpfs as large as the data and MARGIN_KIB: it dies of a full
+    disk under the load (or is healed after HOLD_S, its disk nearly full: the window says
+    which); healed by moving its data back onto the disk and starting it again."""
 
-    HOLD_S = 20.0
+    HOLD_S = 30.0
+    MARGIN_KIB = 128
 
     def __init__(self, cluster: netns.NetnsEtcdCluster, i: int, state: Path) -> None:
         self.cluster, self.i = cluster, i
@@ -284,7 +289,7 @@ class DiskFull:
         used = int(subprocess.run(["du", "-sk", str(self.data)], capture_output=True, text=True, check=True).stdout.split()[0])
         self.data.rename(self.moved)
         self.data.mkdir(mode=0o700)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={used + 512}k,mode=0700", "tmpfs", str(self.data)], check=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={used + self.MARGIN_KIB}k,mode=0700", "tmpfs", str(self.data)], check=True)
         self.mounted = True
         subprocess.run(f"cp -a {self.moved}/. {self.data}/", shell=True, check=True)
         self.cluster.restart_member(self.i, 30)

@@ -123,6 +123,9 @@ def write(result: dict[str, Any], run_dir: Path, report: Path, command: str) -> 
     t0 = float(result.get("t0") or 0.0)
     for w in windows:
         note = w.get("error") or w.get("heal_error") or ""
+        if w["kind"] == "disk_full" and "member_died_after_s" in w:
+            died = w["member_died_after_s"]
+            note = note or (f"died of its full disk {died:.1f} s in" if died is not None else "still up when healed")
         lines.append(f"| {w['start'] - t0:.1f} | {w['end'] - t0:.1f} | {w['kind']} | {', '.join(w['targets'])} | {note[:120]} |")
     if result["doubles"]["violations"]:
         lines += ["", "## Indices running twice outside the windows", ""]
