@@ -137,7 +137,8 @@ class ProcSampler:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._thread.join(10)
 
 
 # --- the load ------------------------------------------------------------------------------------
