@@ -22,7 +22,6 @@ from reference.launcher import (
     Role,
     testcell,
 )
-from reference.launcher.newcell import Names
 from reference.ports import HOST, free_port
 
 #: Faster failure detection than the defaults, so a run sees many machine-down events, yet
@@ -60,7 +59,7 @@ class LocalCell:
         self._cell = testcell.LocalCell(
             Path(self.state_dir), masters=self.replicas, borglets=self.machines, capacity=CAPACITY, cell="local",
             poll_interval=POLL_INTERVAL_S, down_after=DOWN_AFTER, lease_ttl=LEASE_TTL_S, master_args=MASTER_ARGS,
-            schedulers=1, isolation=None, kill_grace_s=None, names=Names(), cell_up_registration=True,
+            schedulers=1, isolation=None, kill_grace_s=None, names=launcher.Names(), cell_up_registration=True,
             machine_shares=DEFAULT_MACHINE_SHARES, task_dir=Path.cwd(), runtime=self.runtime,
         ).start()  # fmt: skip
         info = CellInfo.load(self.state_dir)

@@ -5,7 +5,8 @@ signalling, stopping and awaiting a process), `roles` (how a master and a borgle
 started), `toxiproxy` (a proxy on every link), `cellapi` (a leader, the machines registered),
 `statedir` (what a state dir must hold), `newcell` (`up`), `restarts` (`resume`, `restart`),
 `shutdown` (`down`, `shut_down`), `cellstatus` (`status`), `lifecycle` (what those four share)
-and `testcell` (a cell for the tests and benches, on the same process handling).
+and `testcell` (`LocalCell`, the one class that starts a local cell for the tests, the benches
+and the conformance suite, through `up`).
 """
 
 from reference.cellfile import read_admin_token
@@ -21,7 +22,7 @@ from reference.launcher.cellfile import (
 )
 from reference.launcher.cellstatus import status
 from reference.launcher.cpubudget import DEFAULT_MACHINE_SHARES
-from reference.launcher.newcell import up
+from reference.launcher.newcell import Names, up
 from reference.launcher.processes import (
     READY_TIMEOUT_S,
     child_env,
@@ -52,6 +53,7 @@ __all__ = [
     "TOXIPROXY_ENV",
     "CellInfo",
     "LauncherError",
+    "Names",
     "ProcessRecord",
     "ProxyRecord",
     "Role",

@@ -157,6 +157,8 @@ def up(
         raise LauncherError("--tls cannot be combined with --toxiproxy (its proxies and the CLI's URLs are plain http)")
     tls = cell_tls.wanted(tls, hosts)  # always on netns hosts (which refuse --toxiproxy themselves)
     named = names or Names()
+    if etcd_timing_ms is not None and hosts != "loopback":
+        raise LauncherError("etcd timing is set on loopback cells only (a netns cell's members keep etcd's defaults)")
     net = _plan_hosts(hosts, cell, etcd_members, replicas, schedulers, machines, toxiproxy, hollow, base_port, runtime, named)
     server = find_toxiproxy_server() if toxiproxy else None
     prepare_state_dir(root, say)
