@@ -32,7 +32,6 @@ SERIAL_MODULES = frozenset(
         "tests/integration/test_replica_cut_from_borglets.py",
         "tests/integration/test_sigma.py",
         "tests/integration/test_store.py",
-        "tests/integration/test_tls.py",
     }
 )
 
