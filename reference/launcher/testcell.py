@@ -200,6 +200,7 @@ class LocalCell:
                 master_args=self._master_opts, schedulers=self._n_schedulers, runtime=self.runtime,
                 machine_shares=self.machine_shares, workdir=str(self.task_dir), etcd_timing_ms=self.etcd_timing_ms,
                 borglet_args=self.borglet_args, register=self.cell_up_registration, names=self.names,
+                fresh=True,  # a new cell each start: a stopped one left in `workdir` is deleted, not resumed
             )  # fmt: skip
             self.etcd = clusters[str(self.workdir)]
             self.channel_key = channel.load_key(self.channel_key_file)  # `up` made the cell's own
