@@ -296,7 +296,7 @@ class Writer:
                 try:
                     diff = diff_ops(base, result, self.keys)
                     diffed = time.perf_counter()
-                    revision = self._commit(diff)
+                    revision = self._commit(diff, base.revision)
                 except (NotLeader, WriteFailed) as err:
                     for r in applied:
                         r.error = err
@@ -326,10 +326,10 @@ class Writer:
                     except Exception:
                         log.exception("a write's completion callback failed")
 
-    def _commit(self, all_ops: list[ops.Op]) -> int:
+    def _commit(self, all_ops: list[ops.Op], seen: int = 0) -> int:
         revision = 0
         for batch in chunks(all_ops, self.max_ops, MAX_TXN_BYTES):
-            revision = self._commit_batch(batch)
+            revision = self._commit_batch(batch, seen)
         if revision:
             return revision
         try:
@@ -337,11 +337,18 @@ class Writer:
         except StoreError as err:
             raise WriteFailed(f"committed, but the revision could not be read: {err}") from err
 
-    def _commit_batch(self, batch: list[ops.Op]) -> int:
-        """Commit one txn; its revision, or 0 where it landed but its answer was lost."""
+    def _commit_batch(self, batch: list[ops.Op], seen: int = 0) -> int:
+        """Commit one txn; its revision, or 0 where it landed but its answer was lost.
+
+        With `seen` (the revision of the view the diff was taken against) the txn also
+        requires that none of its keys was written after it: a txn whose answer was lost
+        may still commit much later (etcd keeps the proposal), and so may its retry's
+        twin; guarded so, a late copy fails instead of undoing a newer write of its keys.
+        """
+        guard = [ops.mod_revision(ops.unb64(next(iter(op.values()))["key"]), "<", seen + 1) for op in batch]
         for attempt in range(3):
             try:
-                revision = self.election.fenced_commit(batch)
+                revision = self.election.fenced_commit(batch, guard) if seen else self.election.fenced_commit(batch)
             except StoreOutcomeUnknown as err:
                 self._count("unknown", len(batch))
                 if self._landed(batch):
@@ -357,6 +364,9 @@ class Writer:
             except StoreError as err:
                 self._count("error", len(batch))
                 raise WriteFailed(str(err)) from err
+            if revision is None and seen and self.election.is_leader:  # the fence held: a key moved
+                self._count("conflict", len(batch))
+                raise WriteFailed(f"etcd did not confirm the write: a key it writes changed after revision {seen}")
             if revision is None:
                 self._count("fenced", len(batch))
                 raise NotLeader("the leader key is no longer ours: write refused by the fence")

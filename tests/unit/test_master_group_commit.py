@@ -43,7 +43,7 @@ class FakeElection:
         self.committing = threading.Event()  # a commit began
         self.gate: threading.Event | None = None  # when set: each commit waits for it
 
-    def fenced_commit(self, batch: list[ops.Op]) -> int | None:
+    def fenced_commit(self, batch: list[ops.Op], extra_compares: list[ops.Compare] = ()) -> int | None:  # type: ignore[assignment]
         self.committing.set()
         if self.gate is not None:
             assert self.gate.wait(10), "the test never let the commit go on"

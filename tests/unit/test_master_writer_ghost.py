@@ -1,0 +1,131 @@
+"""A txn whose answer was lost may still commit later (etcd keeps the proposal): the writer's
+txns are guarded on the keys they write, so such a late copy cannot undo a newer write.
+
+The nemesis campaign's finding (docs/decisions.md, "A late copy of a retried txn"): a kill's
+delete timed out, a read said it had not landed, the writer retried it; the first copy
+committed 14 s later, after the same name was submitted again, and deleted the new job.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from reference.master import codec
+from reference.master.cell import Cell, Draft, MachineInfo
+from reference.master.mutations import ApiError, remove_machine
+from reference.master.writer import WriteFailed, Writer
+from reference.store import ops
+from reference.store.client import StoreOutcomeUnknown
+from spec.model import Machine, Resources
+
+KEYS = codec.Keys("c1")
+
+
+def machine(name: str) -> Machine:
+    return Machine(name, Resources.of(cpu=1000, ram=2**30))
+
+
+class Store:
+    """etcd in little: keys with mod revisions, txns that honour MOD compares, and a txn
+    whose answer is lost held back (`ghost`) to commit when the test says."""
+
+    def __init__(self) -> None:
+        self.kv: dict[bytes, tuple[bytes, int]] = {}
+        self.revision = 1
+        self.lock = threading.Lock()
+        self.view = Cell()
+
+    def get(self, key: ops.Key) -> tuple[bytes, int] | None:
+        return self.kv.get(ops.to_bytes(key))
+
+    def apply(self, batch: list[ops.Op], compares: list[ops.Compare]) -> int | None:
+        with self.lock:
+            for c in compares:
+                assert c["target"] == "MOD" and c["result"] == "LESS", c
+                mod = self.kv.get(ops.unb64(c["key"]), (b"", 0))[1]
+                if not mod < int(c["mod_revision"]):
+                    return None
+            self.revision += 1
+            for op in batch:
+                if "request_put" in op:
+                    req = op["request_put"]
+                    self.kv[ops.unb64(req["key"])] = (ops.unb64(req["value"]), self.revision)
+                else:
+                    self.kv.pop(ops.unb64(op["request_delete_range"]["key"]), None)
+            names = [k.decode().rsplit("/", 1)[-1] for k in self.kv if k.startswith(KEYS.machines.encode())]
+            state = Cell().state
+            for name in names:
+                state = state.with_(machines=state.machines.set(name, machine(name)))
+            self.view = Cell(state, {n: MachineInfo() for n in names}, {}, {}, self.revision)
+            return self.revision
+
+
+class Cache:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def cell(self) -> Cell:
+        return self.store.view
+
+    def wait_revision(self, revision: int, timeout: float) -> bool:
+        return True
+
+
+class Election:
+    """The fence always holds; the first txn after `lose_next` is answered with a timeout
+    and kept as a ghost, uncommitted."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = self.client = store
+        self.is_leader = True
+        self.lose_next = False
+        self.ghost: tuple[list[ops.Op], list[ops.Compare]] | None = None
+
+    def fenced_commit(self, batch: list[ops.Op], extra_compares: list[ops.Compare] = ()) -> int | None:  # type: ignore[assignment]
+        if self.lose_next:
+            self.lose_next = False
+            self.ghost = (list(batch), list(extra_compares))
+            raise StoreOutcomeUnknown("read timed out")
+        return self.store.apply(batch, list(extra_compares))
+
+
+def add(name: str):
+    def change(d: Draft) -> None:
+        if name in d.state.machines:
+            raise ApiError(409, "name", f"machine {name} exists")
+        assert d.step("machine_add", machine(name)), name
+
+    return change
+
+
+def test_a_late_copy_of_a_retried_delete_cannot_undo_a_newer_put() -> None:
+    store = Store()
+    election = Election(store)
+    w = Writer(Cache(store), election, KEYS)  # type: ignore[arg-type]
+    w.mutate(add("m1"))
+    election.lose_next = True
+    w.mutate(lambda d: remove_machine(d, "m1"))  # lost answer, not landed, retried: removed
+    assert election.ghost is not None and store.get(KEYS.machine("m1")) is None
+    w.mutate(add("m1"))  # the name again, acknowledged
+    assert store.get(KEYS.machine("m1")) is not None
+    batch, compares = election.ghost
+    store.apply(batch, compares)  # the first copy commits now, under the same leader term
+    assert store.get(KEYS.machine("m1")) is not None, "a late copy of the old delete removed the new machine"
+    with pytest.raises(ApiError) as err:
+        w.mutate(lambda d: remove_machine(d, "m2"))
+    assert err.value.status == 404
+
+
+def test_a_key_changed_behind_the_view_fails_the_write_without_deposing() -> None:
+    store = Store()
+    election = Election(store)
+    w = Writer(Cache(store), election, KEYS)  # type: ignore[arg-type]
+    w.mutate(add("m1"))
+    stale = store.view
+    store.apply([ops.put(KEYS.machine("m1"), b"newer")], [])  # a write the view has not seen
+    w.cache = type("Behind", (), {"cell": lambda self: stale, "wait_revision": lambda self, r, t: True})()  # type: ignore[assignment]
+    with pytest.raises(WriteFailed, match="did not confirm"):
+        w.mutate(lambda d: remove_machine(d, "m1"))
+    assert store.get(KEYS.machine("m1")) == (b"newer", store.revision) and election.is_leader
