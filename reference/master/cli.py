@@ -69,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-txn-ops",
         type=int,
         default=MAX_OPS_PER_TXN,
-        help=f"operations per etcd txn at most, under etcd's --max-txn-ops (default {MAX_OPS_PER_TXN}, "
-        "under etcd's default of 128; local cells raise both)",
+        help=f"operations per etcd txn at most, 2 or more under etcd's --max-txn-ops (a txn also compares each "
+        f"key it writes, and the fence's 2; default {MAX_OPS_PER_TXN}, under etcd's default of 128; local cells raise both)",
     )
     p.add_argument(
         "--gil-switch-ms",
