@@ -70,7 +70,7 @@ class MasterMetrics:
         )  # fmt: skip
         self.placed = Counter("minborg_placements", "Tasks placed by the scheduler.", registry=r)
         self.txns = Counter(
-            "minborg_txns", "Leader txns by outcome (committed, fenced, unknown, ...).",
+            "minborg_txns", "Leader txns by outcome (committed, fenced, conflict, unknown, ...).",
             ["outcome"], registry=r,
         )  # fmt: skip
         self.txn_ops = Counter("minborg_txn_ops", "Ops in committed leader txns.", registry=r)
