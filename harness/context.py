@@ -122,6 +122,7 @@ class ExampleState(RuleBasedStateMachine):
         self.alloc_keys: list[str] = []
         self.releases = 0  # new versions `each_step` has made (harness/user_rules.py)
         self.released_at = 0.0  # and when it made the last
+        self.steps = 0  # steps taken (each_step counts them)
         self._rotate_residents()
 
     def _rotate_residents(self) -> None:

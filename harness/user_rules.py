@@ -26,10 +26,10 @@ CHANGE_OPS = ("resize", "update_request", "update_request", "update_field", "upd
 FIELD_CHANGES = ("env", "command", "priority", "max_unavailable", "env")
 # The fields of a job file a task must restart to take (its template; reference/jobspec.py).
 RESTART_FIELDS = ("command", "env", "cwd", "image", "health_check", "pids_max")
-# What the user's releases change, one a step in turn (`each_step`): half of them roll (a new
-# environment or command), half apply in place (a priority within its band, the budget), so a
-# settle step waits on fewer rollouts.
-RELEASES = ("env", "priority", "command", "max_unavailable")
+# What the user's releases change, one every RELEASE_EVERY steps in turn (`each_step`): a new
+# environment or a new command, both rolled (the rules change priorities and budgets in place).
+RELEASES = ("env", "command")
+RELEASE_EVERY = 1
 
 
 class UserRules(ExampleState):
@@ -78,19 +78,25 @@ class UserRules(ExampleState):
             raise ConformanceViolation(f"[api_guard] the cell refused {what} with {status}, but the spec allows it")
 
     def each_step(self) -> None:
-        """The user's releases: each step, a new version of one of the example's jobs (one
-        last seen with a task not DEAD, where there is one), the jobs and the changes in turn.
+        """The user's releases: every RELEASE_EVERY steps, a new version of one of the
+        example's jobs (one last seen running a task, where there is one, as only running
+        tasks are rolled), the jobs and the changes in turn.
         Like the rolling maintenance (harness/drain_rules.py), this runs whichever rules an
         example draws, so CI's short run reaches 100 updates and rolls. A release waits for
         a poll after the last one: a failover's gap in the polls would otherwise pile up
         versions no poll saw, each a roll more between two polls."""
         super().each_step()
-        if not self.model.jobs or self.prev is None or self.prev.t < self.released_at:
+        self.steps += 1
+        if self.steps % RELEASE_EVERY or not self.model.jobs:
+            return
+        if self.prev is None or self.prev.t < self.released_at:
             return  # no poll has seen the last release (a failover's gap): wait for one
         self.releases += 1
         self.released_at = self.clock()
         n = self.releases
-        self.update_field(self._pick_busy(n), n, RELEASES[n % len(RELEASES)])
+        seen = self.prev.state
+        running = [k for k in self._live() if any(t.state is TaskState.RUNNING for t in seen.tasks_of(k))]
+        self.update_field(running[n % len(running)] if running else self._pick_busy(n), n, RELEASES[n % len(RELEASES)])
 
     # --- API operations ---------------------------------------------------------------------------
 
