@@ -118,6 +118,23 @@ def test_a_version_whose_every_task_was_replaced_and_fails_is_stopped_not_comple
     assert "exit code 3" in r.reason
 
 
+def test_a_replacement_caught_alive_between_restarts_in_place_is_not_up():
+    # The borglet restarts a crashing replacement in place: a report taken while its process
+    # lives shows RUNNING with a pid, started long enough ago. Its failures say it crash-loops:
+    # the next task is not replaced, and the rollout has stopped.
+    cell, _ = put(cell_running(), {**FILE, "command": ["python3", "-c", "raise SystemExit(3)"]})
+    d = Draft(cell, NOW)
+    rollout.roll(d, set(d.state.tasks), lambda n: n)
+    new = TaskId("alice/web", 0, 1)
+    placed = schedule(d.state, new, "m0")
+    alive = replace(UP, restarts=6, failures=7, last_exit="exit code 3")
+    view = replace(cell, state=placed, tasks={**cell.tasks, new: alive})
+    d = Draft(view, NOW)
+    assert rollout.roll(d, set(d.state.tasks), lambda n: n) == 0
+    r = decide(view)
+    assert r.state == "stopped" and r.down == (0,) and "exit code 3" in r.reason, r
+
+
 def test_a_budget_of_two_replaces_two():
     cell, _ = put(cell_running(), {**FILE, "max_unavailable": 2, "image": ""} | {"env": {"V": "2"}})
     assert decide(cell).replace == (TaskId("alice/web", 0), TaskId("alice/web", 1))
