@@ -14,7 +14,7 @@ from harness.observe import allocs_of, job_of, quotas_of
 from reference.jobspec import parse_job
 from spec import actions as spec_actions
 from spec.fmap import FMap
-from spec.model import CellState, Job, Resources, TaskState
+from spec.model import CellState, Job, Resources, TaskState, is_stale
 
 PRIORITIES = (0, 100, 200)
 CPUS = (250, 500, 1000, 1500)
@@ -79,8 +79,8 @@ class UserRules(ExampleState):
 
     def each_step(self) -> None:
         """The user's releases: every RELEASE_EVERY steps, a new version of one of the
-        example's jobs (one last seen running a task, where there is one, as only running
-        tasks are rolled), the jobs and the changes in turn.
+        example's jobs last seen running a task (only running tasks roll) and rolling none,
+        the jobs and the changes in turn.
         Like the rolling maintenance (harness/drain_rules.py), this runs whichever rules an
         example draws, so CI's short run reaches 100 updates and rolls. A release waits for
         a poll after the last one: a failover's gap in the polls would otherwise pile up
@@ -95,8 +95,15 @@ class UserRules(ExampleState):
         self.released_at = self.clock()
         n = self.releases
         seen = self.prev.state
-        running = [k for k in self._live() if any(t.state is TaskState.RUNNING for t in seen.tasks_of(k))]
-        self.update_field(running[n % len(running)] if running else self._pick_busy(n), n, RELEASES[n % len(RELEASES)])
+        # A job running a task and rolling none: a version on top of a rollout not done
+        # would leave more to settle, and roll no more tasks.
+        ready = [
+            k for k in self._live()
+            if any(t.state is TaskState.RUNNING for t in seen.tasks_of(k)) and (job := seen.jobs.get(k)) is not None
+            and not any(t.state is TaskState.RUNNING and is_stale(t, job) for t in seen.tasks_of(k))
+        ]  # fmt: skip
+        if ready:
+            self.update_field(ready[n % len(ready)], n, RELEASES[n % len(RELEASES)])
 
     # --- API operations ---------------------------------------------------------------------------
 
