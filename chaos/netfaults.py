@@ -28,7 +28,7 @@ def _cut(state_dir: str, run: str, fault: str, cuts: faults.Cuts, loss: float | 
     made = cuts(faults.network_of(info))
     rules = faults.apply(info, made, loss)
     detail |= {"loss": loss} if loss else {}
-    events.record("fault-start", run, fault=fault, rules=rules, **detail)
+    events.record("fault-start", run, fault="partition", partition=fault, rules=rules, **detail)
     return {"fault": fault, "cuts": len(made), "rules": rules, **detail}
 
 
@@ -76,28 +76,28 @@ def bridge(state_dir: str, run: str, via: list[str] | str | None = None) -> dict
 def pause_host(state_dir: str, run: str, host: str) -> dict[str, Any]:
     """SIGSTOP `host`'s process."""
     record = faults.pause(CellInfo.load(state_dir), host)
-    events.record("fault-start", run, fault="pause", host=host, pid=record.pid)
+    events.record("fault-start", run, fault="pause_host", host=host, pid=record.pid)
     return {"fault": "pause", "host": host, "pid": record.pid}
 
 
 def kill_host(state_dir: str, run: str, host: str) -> dict[str, Any]:
     """SIGKILL `host`'s process (`minborg cell restart` brings it back)."""
     record = faults.kill(CellInfo.load(state_dir), host)
-    events.record("fault-start", run, fault="kill", host=host, pid=record.pid)
+    events.record("fault-start", run, fault="kill_host", host=host, pid=record.pid)
     return {"fault": "kill", "host": host, "pid": record.pid}
 
 
 def skew_clock(state_dir: str, run: str, host: str, seconds: float) -> dict[str, Any]:
     """Start `host`'s process again with its clock `seconds` off (faketime; 0: on time)."""
     record = faults.skew(CellInfo.load(state_dir), host, seconds)
-    events.record("fault-start" if seconds else "fault-end", run, fault="clock_skew", host=host, seconds=seconds)
+    events.record("fault-start" if seconds else "fault-end", run, fault="skew_clock", host=host, seconds=seconds)
     return {"fault": "clock_skew", "host": host, "seconds": seconds, "pid": record.pid}
 
 
 def heal(state_dir: str, run: str) -> dict[str, Any]:
     """Remove every fault rule of the cell and continue every paused host."""
     removed, continued = faults.heal(CellInfo.load(state_dir))
-    events.record("fault-end", run, fault="netfaults", rules_removed=removed, continued=continued)
+    events.record("fault-end", run, fault="partition", rules_removed=removed, continued=continued)
     return {"rules_removed": removed, "continued": continued}
 
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 HARNESS = "harness"
 CHAOS = "chaos"
+#: a fault of a real network on netns hosts (chaos/netfaults.py, `minborg cell partition ...`, the
+#: nemesis campaign), apart from the Toxiproxy experiments of loopback cells
+NETNS = "netns"
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,8 @@ class Fault:
     description: str
     #: the steps that end the fault, where any do (a restart, a resume, a healed link)
     undo: tuple[str, ...] = ()
-    #: who injects it: HARNESS (a rule of the stateful test), CHAOS (an action of the experiments)
+    #: who injects it: HARNESS (a rule of the stateful test), CHAOS (an action of the experiments),
+    #: NETNS (a fault of a real network on netns hosts)
     by: tuple[str, ...] = (HARNESS,)
     #: the other names runs recorded before events.jsonl named a fault by its name (the runs
     #: kept under reports/chaos): read as this fault (`RECORDED_AS`, chaos.events.fault_name)
@@ -102,6 +106,31 @@ CATALOGUE: tuple[Fault, ...] = (
         "SIGKILL one etcd member (writes go on) or two of three (writes refused, stale reads "
         "and tasks served, the leader's lease lapses); restarted, writes recover.",
         undo=("restart_etcd_members",), by=(CHAOS,), recorded_as=("etcd-minority", "etcd-majority"),
+    ),
+    Fault(
+        "partition", ("elect", "drop", "machine_down", "machine_up"),
+        "On netns hosts, drop packets between hosts with the packet filter: one host isolated, "
+        "a majority from a minority, two halves joined through a bridge, or one way; a master "
+        "cut from the others and etcd steps down, a machine no replica reaches goes down.",
+        undo=("heal",), by=(NETNS,),
+    ),
+    Fault(
+        "pause_host", ("elect", "machine_down", "machine_up"),
+        "On netns hosts, SIGSTOP one host's process (an etcd member, a master or a borglet); "
+        "continued by the heal.",
+        by=(NETNS,),
+    ),
+    Fault(
+        "kill_host", ("elect", "machine_down", "lost", "machine_up"),
+        "On netns hosts, SIGKILL one host's process; `cell restart` brings it back.",
+        by=(NETNS,),
+    ),
+    Fault(
+        "skew_clock", ("machine_down", "machine_up"),
+        "On netns hosts, start one host's process again with its clock off (faketime); the "
+        "borglet's channel says why it refuses, and nothing runs twice past the bound; the "
+        "same action with 0 s puts it back on time.",
+        by=(NETNS,),
     ),
 )  # fmt: skip
 
