@@ -28,11 +28,15 @@ def is_up(task: Task, info: TaskInfo, health_checked: bool, now: float) -> bool:
     """Whether a task serves: RUNNING, started by its borglet for `MIN_READY_S`, healthy if checked."""
     if task.state is not TaskState.RUNNING or not confirmed(info):
         return False
+    if info.borglet_state != "RUNNING" or not info.started_at:
+        # STARTING counts as started for users (a restart in place), not as serving: a task
+        # waiting out its borglet's back-off between two exits is down.
+        return False
     if info.failures:
-        # Restarting in place after failures (a crash loop): caught between two exits it has a
+        # Restarting after failures (a crash loop): caught between two exits it has a
         # process, but it does not serve until a run long enough resets its failures.
         return False
-    if info.started_at and now - info.started_at < MIN_READY_S:
+    if now - info.started_at < MIN_READY_S:
         return False
     return info.healthy is True if health_checked else True
 

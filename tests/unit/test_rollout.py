@@ -135,6 +135,21 @@ def test_a_replacement_caught_alive_between_restarts_in_place_is_not_up():
     assert r.state == "stopped" and r.down == (0,) and "exit code 3" in r.reason, r
 
 
+def test_a_replacement_waiting_out_its_back_off_is_down_whatever_its_reason_says():
+    # Between two exits its borglet reports it STARTING (a restart in place), pid gone, and
+    # the start of its last process long ago: that counts as started for users, not as up.
+    cell, _ = put(cell_running(), {**FILE, "env": {"V": "2"}})
+    d = Draft(cell, NOW)
+    rollout.roll(d, set(d.state.tasks), lambda n: n)
+    new = TaskId("alice/web", 0, 1)
+    placed = schedule(d.state, new, "m0")
+    waiting = replace(UP, borglet_state="STARTING", pid=0, reason="", restarts=1)
+    view = replace(cell, state=placed, tasks={**cell.tasks, new: waiting})
+    d = Draft(view, NOW)
+    assert rollout.roll(d, set(d.state.tasks), lambda n: n) == 0
+    assert decide(view).down == (0,)
+
+
 def test_a_budget_of_two_replaces_two():
     cell, _ = put(cell_running(), {**FILE, "max_unavailable": 2, "image": ""} | {"env": {"V": "2"}})
     assert decide(cell).replace == (TaskId("alice/web", 0), TaskId("alice/web", 1))
