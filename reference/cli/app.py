@@ -115,6 +115,29 @@ def completion(shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash,
         raise typer.BadParameter(f"{shell!r}: choose one of {', '.join(SHELLS)}", param_hint="SHELL")
     print(script(shell), end="")
 
+@app.command("help", rich_help_panel=EVERYDAY, epilog=examples(
+    "minborg help                 the commands and the topics",
+    "minborg help job-file        the fields of a job file",
+    "minborg help job run         the same as minborg job run --help",
+))  # fmt: skip
+def help_command(
+    words: Annotated[list[str] | None, typer.Argument(metavar="[COMMAND [SUBCOMMAND] | TOPIC]")] = None,
+) -> None:
+    """Help on a command, or on a topic: the job file, output formats, contexts, TLS, hosts."""
+    from reference.cli import topics
+    from reference.cli.help import COMMANDS
+
+    words = words or []
+    if not words:
+        print(topics.listing(COMMANDS))
+    elif len(words) == 1 and words[0] in topics.TOPICS:
+        print(topics.TOPICS[words[0]][1], end="")
+    elif words[0] in {name for name, _ in COMMANDS}:
+        typer.main.get_command(app).main([*words, "--help"], prog_name="minborg")
+    else:
+        raise typer.BadParameter(topics.unknown(" ".join(words), COMMANDS).removeprefix("error: "))
+
+
 # Commands that hand their arguments, --help included, to another program's own parser.
 PASS_THROUGH: dict[str, Any] = {
     "context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},

@@ -18,7 +18,8 @@ JOB = "<job>"  # in a command's entry: its first argument is a job (USER/NAME)
 TOP_OPTIONS = ("--context", "--help", "--token", "--version")
 VALUES = {"--output": ("json", "jsonpath=", "name", "table", "wide", "yaml"),
           "-o": ("json", "jsonpath=", "name", "table", "wide", "yaml"),
-          "completion": ("bash", "fish", "zsh")}  # fmt: skip
+          "completion": ("bash", "fish", "zsh"),
+          "help": ("contexts", "hosts", "job-file", "output", "tls")}  # fmt: skip
 # Every command: a group maps its subcommands, a command lists its long options (and JOB).
 TREE: dict[str, Any] = {'alloc': {'kill': ('<job>', '--help', '--json', '--master', '--state-dir'),
            'list': ('--help', '--json', '--master', '--output', '--state-dir', '--user'),
@@ -69,6 +70,7 @@ TREE: dict[str, Any] = {'alloc': {'kill': ('<job>', '--help', '--json', '--maste
                  '--toxiproxy'),
           'whatif': ('--help', '--json', '--master', '--remove-machine', '--state-dir')},
  'completion': ('--help',),
+ 'help': ('--help',),
  'config': {'current-context': ('--help',),
             'delete-context': ('--help',),
             'get-contexts': ('--help', '--output'),

@@ -450,6 +450,8 @@ def run(args: list[str]) -> int:
         token, args = args[1], args[2:]
     elif args[:1] and args[0].startswith("--token="):
         token, args = args[0].partition("=")[2], args[1:]
+    if args[:1] == ["help"]:
+        return help_topic(args[1:])
     if len(args) == 2 and args[0] == "completion" and args[1] in SHELLS:
         from reference.cli.complete import script
 
@@ -469,6 +471,24 @@ def run(args: list[str]) -> int:
             parsed.token = token
             return fast.answer(parsed)
     raise Fallback
+
+
+def help_topic(words: list[str]) -> int:
+    """`minborg help`: the commands and topics; `help TOPIC`: the topic; `help COMMAND [SUB]`:
+    that command's --help (the full command line prints it)."""
+    from reference.cli import topics
+
+    if not words:
+        print(topics.listing(COMMANDS))
+        return 0
+    if len(words) == 1 and words[0] in topics.TOPICS:
+        print(topics.TOPICS[words[0]][1], end="")
+        return 0
+    if words[0] in {name for name, _ in COMMANDS} and not any(w.startswith("-") for w in words):
+        sys.argv[1:] = [*words, "--help"]  # what the full command line reads next
+        raise Fallback
+    print(topics.unknown(" ".join(words), COMMANDS), file=sys.stderr)
+    return 2
 
 
 def complete(words: list[str], token: str | None) -> int:

@@ -19,6 +19,7 @@ GROUPS = (
                    "submitted and removed; machines down and up."),
         ("bns", "Borg Name Service: <index>.<job>.<user>.<cell>.minborg."),
         ("ui", "Print the URL of Sigma, the cell's dashboard; --open opens it in a browser, signed in."),
+        ("help", "Help on a command, or on a topic: the job file, output formats, contexts, TLS, hosts."),
     )),
     ("Cell lifecycle", (
         ("cell", "Start, inspect and stop a local cell on this machine."),
