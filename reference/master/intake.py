@@ -210,6 +210,12 @@ def merge(
     if d.machine_info(machine).reason != facts.reason:
         d.machines[machine] = replace(d.machine_info(machine), reason=facts.reason)
     for action, args, reason in outcome.steps:
+        task = d.state.tasks.get(args[0]) if args and isinstance(args[0], TaskId) else None
+        if task is not None and (task.state is not TaskState.RUNNING or task.machine != machine):
+            # Read from a cell older than the draft: a drain moved the task (same id, another
+            # machine) or it ended since. What this machine says of it no longer applies; a
+            # lost step here would end it where it now runs.
+            continue
         d.step(action, *args, reason=reason)
     for tid, info in outcome.infos.items():
         task = d.state.tasks.get(tid)

@@ -171,3 +171,21 @@ def test_a_down_machine_that_answers_comes_up() -> None:
     d2 = Draft(replace(cell, state=down), now=2.0)
     intake.merge(d2, "m1", Outcome(), intake.machine_facts({}), sent=set(), usage=None)
     assert d2.state.machines["m1"].up
+
+
+def test_an_answer_read_before_a_drain_moved_its_task_does_not_end_it_where_it_now_runs() -> None:
+    # m1's answer was mapped from a cell where T0 ran on m1 and m1 did not report it (lost);
+    # since, a drain moved T0 (same id, back to PENDING) and it was placed on m2. Merging that
+    # answer must not mark T0 lost on m2, where it runs: the checker saw such a task go from
+    # PENDING straight to DEAD(lost).
+    from spec.model import Machine, Resources
+
+    cell = master_cells.placed_cell(seen=True, borglet_state="RUNNING")
+    outcome = map_reply(cell, "m1", {"tasks": [{"task_id": borglet_task_id(T1, cell.task_info(T1)), "state": "RUNNING"}]}, {T0, T1})
+    assert ("lost", (T0,), "unknown to its borglet") in outcome.steps
+    d = Draft(cell, now=10.0)
+    assert d.step("machine_add", Machine("m2", Resources.of(cpu=4000, ram=2**30)))
+    assert d.step("drain", "m1") and d.step("drain_move", T0) and d.step("schedule", T0, "m2")
+    intake.merge(d, "m1", outcome, intake.machine_facts({}), sent={T0, T1}, usage=None)
+    t0 = d.state.tasks[T0]
+    assert (t0.state, t0.machine) == (TaskState.RUNNING, "m2")
