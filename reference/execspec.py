@@ -117,6 +117,8 @@ def window(payload: dict[str, Any], rows: int | None, cols: int | None) -> tuple
     sizes = []
     for name, default in (("rows", rows), ("cols", cols)):
         value = payload.get(name, default)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 80.0 is JSON's integer 80, as JSON Schema reads it
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WINDOW):
             raise ExecError(name, f"must be an integer from 1 to {MAX_WINDOW}: the terminal's size")
         sizes.append(value)

@@ -23,6 +23,10 @@ def test_a_bad_session_request_names_its_field(payload: object, field: str) -> N
 
 def test_session_requests_are_read_as_sent() -> None:
     assert execspec.parse_terminal({"command": ["sh"]}) == execspec.TerminalRequest(("sh",), 24, 80)
+    # 1453.0 is JSON's integer 1453 (as JSON Schema reads it); 80.5 is not a size
+    assert execspec.parse_terminal({"command": ["sh"], "rows": 208, "cols": 1453.0}) == execspec.TerminalRequest(("sh",), 208, 1453)
+    with pytest.raises(execspec.ExecError):
+        execspec.parse_terminal({"command": ["sh"], "cols": 80.5})
     assert execspec.parse_input({"data": base64.b64encode(b"ls\r").decode(), "rows": 30, "cols": 100}) == (b"ls\r", 30, 100)
     assert execspec.parse_input({}) == (b"", None, None)
     assert execspec.parse_output({"offset": 7}) == (7, execspec.OUTPUT_WAIT_S)
