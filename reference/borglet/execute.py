@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse
 
 from reference import execspec
 from reference.borglet import processes
+from reference.borglet.terminal import target
 
 #: Commands run at once on one machine; one more is answered 429 (each holds a thread).
 MAX_CONCURRENT = 4
@@ -217,17 +218,11 @@ def register(app: FastAPI, borglet: Any) -> None:
             request = execspec.parse_exec(payload)
         except execspec.ExecError as err:
             return JSONResponse(status_code=422, content={"detail": err.errors})
-        target = borglet.exec_target(task_id)
-        if isinstance(target[0], int):
-            return _refuse(target[0], "task_id", target[1])
-        task, env, uid = target
+        found = target(borglet, task_id)
+        if isinstance(found, JSONResponse):
+            return found
+        task, env, uid = found
         launcher = borglet.launcher
-        if uid is None and os.geteuid() == 0:
-            return _refuse(
-                409, "task_id",
-                f"machine {borglet.config.name} runs tasks as its own user, root: exec runs only as a task's "
-                "unprivileged user (start the borglet with task users)",
-            )  # fmt: skip
         if limiter.borrowed_tokens >= limiter.total_tokens:
             return JSONResponse(
                 status_code=429, headers={"Retry-After": "1"},

@@ -295,6 +295,22 @@ def _refuse(status: int, field: str, error: str, headers: dict[str, str] | None 
     return JSONResponse(status_code=status, content={"detail": [{"field": field, "error": error}]}, headers=headers)
 
 
+def target(borglet: Any, task_id: str) -> tuple[Any, Mapping[str, str], int | None] | JSONResponse:
+    """(the task, its environment, its user's uid) that an exec or a terminal session runs in,
+    or the refusal to answer: no such running task, or a root borglet without task users."""
+    found = borglet.exec_target(task_id)
+    if isinstance(found[0], int):
+        return _refuse(found[0], "task_id", found[1])
+    task, env, uid = found
+    if uid is None and os.geteuid() == 0:
+        return _refuse(
+            409, "task_id",
+            f"machine {borglet.config.name} runs tasks as its own user, root: exec runs only as a task's "
+            "unprivileged user (start the borglet with task users)",
+        )  # fmt: skip
+    return task, env, uid
+
+
 def register(app: FastAPI, borglet: Any, terminals: Terminals | None = None) -> Terminals:
     """Add `POST /v1/tasks/{task_id}/terminal` and `.../terminal/{session}/{input,output,close}`."""
     terminals = terminals or Terminals()
@@ -315,17 +331,11 @@ def register(app: FastAPI, borglet: Any, terminals: Terminals | None = None) -> 
             return JSONResponse(status_code=422, content={"detail": err.errors})
         if not by:
             return _refuse(422, "by", "the master names who opens the session")
-        target = borglet.exec_target(task_id)
-        if isinstance(target[0], int):
-            return _refuse(target[0], "task_id", target[1])
-        task, env, uid = target
+        found = target(borglet, task_id)
+        if isinstance(found, JSONResponse):
+            return found
+        task, env, uid = found
         launcher = borglet.launcher
-        if uid is None and os.geteuid() == 0:
-            return _refuse(
-                409, "task_id",
-                f"machine {borglet.config.name} runs tasks as its own user, root: exec runs only as a task's "
-                "unprivileged user (start the borglet with task users)",
-            )  # fmt: skip
         session = terminals.open(task_id, by)
         if session is None:
             return _refuse(429, "", f"machine {borglet.config.name} runs {MAX_SESSIONS} exec sessions already; "

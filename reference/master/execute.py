@@ -19,7 +19,6 @@ from fastapi.responses import JSONResponse
 from reference import channel, execspec
 from reference.master import contract, guard, logs, terminal
 from reference.master.cell import Cell, borglet_task_id
-from spec.model import TaskState
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +51,10 @@ class ExecProxy:
             request = execspec.parse_exec(payload)
         except execspec.ExecError as err:
             return JSONResponse(status_code=422, content={"detail": err.errors})
-        found = logs.find_task(cell, job, index, None)
+        found = terminal.running(cell, job, index)
         if isinstance(found, JSONResponse):
             return found
-        task, info = found, cell.task_info(found.id)
-        if task.state is not TaskState.RUNNING or not info.machine:
-            return _error(409, "index", f"task {task.id} is {task.state.value}, not running: exec needs a running task")
-        machine = cell.machines.get(info.machine)
-        if machine is None or not machine.address:
-            return _error(409, "index", f"task {task.id} runs on machine {info.machine}, which has no address in the cell")
-        address = machine.address if "://" in machine.address else f"http://{machine.address}"
+        task, info, address = found
         url = f"{address}/v1/tasks/{quote(borglet_task_id(task.id, info), safe='')}/exec"
         timeout = httpx.Timeout(self._timeout, read=request.timeout_s + SLACK_S)
         # Who ran what where: the replica's log is the audit trail of execs (docs/security.md).

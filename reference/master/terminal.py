@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reference import channel, execspec
 from reference.master import access, contract, guard, logs
-from reference.master.cell import Cell, borglet_task_id
-from spec.model import TaskState
+from reference.master.cell import Cell, TaskInfo, borglet_task_id
+from spec.model import Task, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,9 @@ def caller(request: Request, owner: str) -> str | JSONResponse:
     return who.name
 
 
-def locate(cell: Cell, job: str, index: int) -> tuple[str, str, str] | JSONResponse:
-    """(the borglet's URL of the task, its task id there, its machine), or the error to answer."""
+def running(cell: Cell, job: str, index: int) -> tuple[Task, TaskInfo, str] | JSONResponse:
+    """The running task `index` of `job`, its facts and its borglet's address, or the error to
+    answer: what an exec and a terminal session both need first."""
     found = logs.find_task(cell, job, index, None)
     if isinstance(found, JSONResponse):
         return found
@@ -90,7 +91,15 @@ def locate(cell: Cell, job: str, index: int) -> tuple[str, str, str] | JSONRespo
     machine = cell.machines.get(info.machine)
     if machine is None or not machine.address:
         return _error(409, "index", f"task {task.id} runs on machine {info.machine}, which has no address in the cell")
-    address = machine.address if "://" in machine.address else f"http://{machine.address}"
+    return task, info, machine.address if "://" in machine.address else f"http://{machine.address}"
+
+
+def locate(cell: Cell, job: str, index: int) -> tuple[str, str, str] | JSONResponse:
+    """(the borglet's URL of the task's terminal, its task id there, its machine), or the error to answer."""
+    found = running(cell, job, index)
+    if isinstance(found, JSONResponse):
+        return found
+    task, info, address = found
     task_id = borglet_task_id(task.id, info)
     return f"{address}/v1/tasks/{quote(task_id, safe='')}/terminal", task_id, info.machine
 
