@@ -49,11 +49,10 @@ class Starter:
     def tasks(self) -> dict[str, Task]:
         return self.table.tasks
 
-    def _carry_out(self, ready: Ready) -> bool:
-        raise NotImplementedError  # supervisor.Borglet's
-
-    def _save_if_dirty(self, force: bool = True) -> None:
-        raise NotImplementedError  # supervisor.Borglet's
+    # supervisor.Borglet's methods this side calls (declared for type checkers; the class
+    # that mixes this in defines them).
+    _carry_out: Callable[[Ready], bool]
+    _save_if_dirty: Callable[..., None]
 
     def _start_loop(self) -> None:
         """Work through the queue: at most `start_rate` starts a second, one batch per second."""
