@@ -26,8 +26,7 @@ log = logging.getLogger(__name__)
 SLACK_S = 10.0
 
 
-def _error(status: int, field: str, error: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"detail": [{"field": field, "error": error}]})
+_error = logs.problem  # one problem's answer, as every route gives it
 
 
 class ExecProxy:

@@ -19,8 +19,12 @@ MAX_TAIL_LINES = 10_000
 MAX_FOLLOW_S = 3600.0
 
 
-def _error(status: int, field: str, error: str) -> JSONResponse:
+def problem(status: int, field: str, error: str) -> JSONResponse:
+    """The API's answer of one problem: `status`, the field, what to change."""
     return JSONResponse(status_code=status, content={"detail": [{"field": field, "error": error}]})
+
+
+_error = problem
 
 
 def find_task(cell: Cell, job: str, index: int, incarnation: int | None) -> Task | JSONResponse:

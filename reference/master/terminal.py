@@ -63,8 +63,7 @@ class StepBody(BaseModel):
                                  description="output: seconds to wait for something new")  # fmt: skip
 
 
-def _error(status: int, field: str, error: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"detail": [{"field": field, "error": error}]})
+_error = logs.problem  # one problem's answer, as every route gives it
 
 
 def caller(request: Request, owner: str) -> str | JSONResponse:
