@@ -118,7 +118,24 @@ class Judging(ExampleState):
                 if not problems:
                     return
             time.sleep(0.5)
-        raise ConformanceViolation(f"[convergence] after {SETTLE_TIMEOUT_S:.0f}s: " + "; ".join(problems[:5]))
+        raise ConformanceViolation(f"[convergence] after {SETTLE_TIMEOUT_S:.0f}s: " + "; ".join(problems[:5]) + self._why(problems[:5]))
+
+    def _why(self, problems: list[str]) -> str:
+        """What the cell says of the jobs a convergence problem names, as it stands now: each
+        job's rollout (its state and reason) and its live tasks' borglet facts. It explains a
+        failure; it judges nothing."""
+        keys = sorted({k for k in self.keys if any(f"{k}/" in p or f"{k} " in p for p in problems)})
+        lines = []
+        for key in keys[:3]:
+            body = self.api.get(f"/v1/jobs/{key}")
+            tasks = self.api.tasks(key) or []
+            rollout = (body or {}).get("rollout")
+            facts = [
+                {f: t.get(f) for f in ("id", "state", "machine", "borglet_state", "started_at", "failures", "restarts", "last_exit")}
+                for t in tasks if t.get("state") != "DEAD"
+            ]  # fmt: skip
+            lines.append(f"\n  {key}: rollout {rollout}; tasks {facts}")
+        return "".join(lines)
 
     def clear_jobs(self) -> None:
         """Kill this example's jobs and wait (up to SETTLE_TIMEOUT_S) until none of its tasks runs."""

@@ -5,8 +5,9 @@ The spec's `roll` guard keeps a job's tasks down (not RUNNING) below its `max_un
 the leader asks more: a task counts as up only once its borglet has confirmed its process
 started, it has run `MIN_READY_S`, and, when the job has a health check, it answers healthy.
 So each replacement is confirmed before the next is made. A replacement of the current version
-that fails (a crash loop, a spawn failure) stops the rollout: nothing more is replaced until it
-runs, and the job's `rollout` says which task and why. A stale task that is down anyway is
+that fails by its own exits (a crash loop, a spawn failure) stops the rollout: nothing more is
+replaced until it runs, and the job's `rollout` says which task and why. A replacement lost with
+its machine has not failed: once restarted and running, it counts as up. A stale task that is down anyway is
 replaced first: that adds no outage.
 """
 
@@ -16,12 +17,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from reference.master.backoff import RESET_AFTER_S
 from reference.master.cell import Cell, Draft, TaskInfo
 from reference.master.reports import confirmed
 from spec.actions import restart_allowed
-from spec.model import CellState, Task, TaskId, TaskState, is_stale
+from spec.model import CellState, DeathCause, Task, TaskId, TaskState, is_stale
 
 MIN_READY_S = 1.0  # how long a replacement runs before it counts as up (Kubernetes' minReadySeconds)
+
+
+def crashed(info: TaskInfo) -> bool:
+    """Whether the task's index failed by its own doing and was restarted: a process of it
+    exited (an exit code, a signal, a spawn failure) and the borglet restarted it in place or
+    the master made a new incarnation. A task lost with its machine, or preempted, has no exit
+    of its own: that is no failure of its version, and its replacement counts as up once it
+    runs, like any other."""
+    return bool(info.last_exit) and (info.failures > 0 or info.restarts > 0)
 
 
 def is_up(task: Task, info: TaskInfo, health_checked: bool, now: float) -> bool:
@@ -32,8 +43,8 @@ def is_up(task: Task, info: TaskInfo, health_checked: bool, now: float) -> bool:
         # STARTING counts as started for users (a restart in place), not as serving: a task
         # waiting out its borglet's back-off between two exits is down.
         return False
-    if info.failures:
-        # Restarting after failures (a crash loop): caught between two exits it has a
+    if crashed(info) and now - info.started_at < RESET_AFTER_S:
+        # Restarting after its own exits (a crash loop): caught between two exits it has a
         # process, but it does not serve until a run long enough resets its failures.
         return False
     if now - info.started_at < MIN_READY_S:
@@ -95,7 +106,7 @@ def decide(state: CellState, key: str, info_of: Callable[[TaskId], TaskInfo], he
             down.append(t)
         if t.state is TaskState.RUNNING and is_stale(t, job):
             stale.append(t)
-        elif not up and (info.failures > 0 or (info.last_exit and info.restarts > 0) or t.state is TaskState.DEAD):
+        elif not up and (crashed(info) or (t.state is TaskState.DEAD and t.cause is DeathCause.FAILED)):
             failing.append((t.id.index, info.last_exit or (t.cause.value if t.cause else "not started")))
     chosen: list[TaskId] = []
     if not failing:

@@ -312,3 +312,24 @@ def test_the_dry_run_route_answers_placements_in_its_declared_shape():
     answer = jobhistory.JobChange.model_validate(r.json())
     assert answer.dry_run and answer.created and [p.index for p in answer.placements or []] == [0, 1, 2]
     assert all(p.machine is None and p.reason.startswith("0 of 0 machines fit") for p in answer.placements or [])
+
+
+def test_a_replacement_restarted_after_its_machine_was_lost_counts_up_once_it_runs():
+    # Its first incarnation was lost with its machine (a loss counts as a failure for the
+    # restart back-off, failures 1), and the new one has run steadily since, with no exit of
+    # its own: the version has not failed, and the next stale task is replaced.
+    cell, _ = put(cell_running(), {**FILE, "env": {"V": "2"}})
+    d = Draft(cell, NOW)
+    rollout.roll(d, set(d.state.tasks), lambda n: n)
+    new = TaskId("alice/web", 0, 1)
+    placed = schedule(d.state, new, "m0")
+    after_loss = replace(UP, failures=1, restarts=0, last_exit="")
+    view = replace(cell, state=placed, tasks={**cell.tasks, new: after_loss})
+    r = decide(view)
+    assert r.state == "rolling" and r.failing == () and 0 not in r.down, r
+    d = Draft(view, NOW)
+    assert rollout.roll(d, set(d.state.tasks), lambda n: n) == 1
+    # The same task with an exit of its own, restarted 10 s ago, crash-loops: not up, stopped.
+    crashed = replace(after_loss, last_exit="exit code 3")
+    r = decide(replace(view, tasks={**cell.tasks, new: crashed}))
+    assert r.state == "stopped" and 0 in r.down, r
