@@ -53,7 +53,7 @@ def default_job_file() -> Path:
 class Demo:
     """The demo's steps, in order; each records whether it worked and how long it took."""
 
-    def __init__(self, state_dir: Path, job_file: Path, replicas: int, machines: int, tls: bool = False) -> None:
+    def __init__(self, state_dir: Path, job_file: Path, replicas: int, machines: int, tls: bool = True) -> None:
         self.state_dir, self.job_file = state_dir, job_file
         self.replicas, self.machines, self.tls = replicas, machines, tls
         self.steps: list[Step] = []
@@ -196,8 +196,13 @@ def demo(
         bool, typer.Option("--keep", help="Keep the temporary state dir and its logs.")
     ] = False,
     tls: Annotated[
-        bool, typer.Option("--tls", help="Run the cell with TLS (cell up --tls); the demo trusts its CA.")
-    ] = False,
+        bool,
+        typer.Option(
+            "--tls/--plain",
+            help="--tls, the default: the cell serves HTTPS only (as `cell up`), the demo trusts its CA. "
+            "--plain: plain http, as `cell up --plain`.",
+        ),
+    ] = True,
 ) -> None:
     """Run hello_world on a 3-replica cell, call it through BNS, kill the leader, carry on.
 
@@ -213,7 +218,8 @@ def demo(
     failed = False
     try:
         run.run(
-            f"start a cell: {replicas} master replicas, {replicas} etcd members, {machines} machines",
+            f"start a cell: {replicas} master replicas, {replicas} etcd members, {machines} machines, "
+            + ("HTTPS with the cell's CA" if tls else "plain http"),
             run.start_cell,
         )
         run.run(f"submit {run.job_file}", run.submit)

@@ -27,6 +27,7 @@ from reference.cli.plain import color_on
 from reference.cli.render import console, errors, print_json
 from reference.cli.views import cell_text, key_values
 from reference.client import CELL_FILE, MASTER_ENV, ClientError, state_dir_path
+from reference.launcher import tls as cell_tls
 
 cell_app = typer.Typer(
     help="Start, inspect and stop a local cell on this machine.", no_args_is_help=True
@@ -60,6 +61,7 @@ def image_build() -> None:
     'minborg cell up --machines 3',
     'minborg cell up --replicas 3 --machines 4 --state-dir /tmp/cell2',
     'minborg cell up --fresh',
+    'minborg cell up --plain --toxiproxy',
 ))
 @handles_errors
 def cell_up(
@@ -149,11 +151,13 @@ def cell_up(
     tls: Annotated[
         bool,
         typer.Option(
-            "--tls",
-            help="Serve the masters' API, Sigma and the borglets over HTTPS only, with certificates of the cell's CA "
-            "(the command line finds the CA in the state dir). Always on with --hosts netns.",
+            "--tls/--plain",
+            help="--tls, the default: the masters' API, Sigma and the borglets serve HTTPS only, with certificates "
+            "of the cell's CA (every command finds the CA in the state dir; plain http is refused). --plain: plain "
+            "http on loopback, for --toxiproxy or to measure what TLS costs; never on --hosts netns. "
+            "A stopped cell resumes as it was started.",
         ),
-    ] = False,
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a cell: etcd, the master replicas and the borglets. A state dir that holds a stopped
@@ -174,6 +178,13 @@ def cell_up(
             raise fail(f"--machine-cpu-shares: {problem}", EXIT_USAGE)
     if hosts not in ("loopback", "netns"):
         raise fail(f"--hosts must be loopback or netns, not {hosts!r}", EXIT_USAGE)
+    if not resuming:
+        if tls and toxiproxy:
+            raise fail("--toxiproxy puts plain-http proxies on every link, and a cell serves TLS unless told "
+                       "otherwise: add --plain (`minborg cell up --toxiproxy --plain`)", EXIT_USAGE)  # fmt: skip
+        if not tls and hosts != "loopback":
+            raise fail("--plain: a cell on hosts of its own (--hosts netns) always serves TLS; leave --plain out",
+                       EXIT_USAGE)  # fmt: skip
     bounds = None
     if autoscale_machines is not None:
         from reference.elastic.cellscaler import parse_bounds
@@ -219,6 +230,7 @@ def cell_up(
                 ("state dir", info.state_dir),
                 ("masters", ", ".join(info.master_urls)),
                 ("sigma", f"{info.master_urls[0].rstrip('/')}/ui  (the dashboard: minborg ui --open)"),
+                ("tls", tls_line(info)),
                 ("etcd", ", ".join(info.etcd_urls)),
                 ("machines", machine_names_line(list(info.borglet_urls))),
                 *([("cpu per replica", f"{info.replica_cpu:g} cores")] if info.replica_cpu is not None else []),
@@ -232,6 +244,13 @@ def cell_up(
     if state_dir_path(None) != state_dir_path(state_dir):
         console.print(f"\nuse it with:  export MINBORG_STATE_DIR={info.state_dir}")
     console.print("next:  minborg job submit examples/hello_world.yaml")
+
+
+def tls_line(info: launcher.CellInfo) -> str:
+    """How the cell's API, Sigma and borglets are reached: HTTPS with the CA named, or plain."""
+    if all(url.startswith("https://") for url in info.master_urls):
+        return f"HTTPS only, certificates of the cell's CA {cell_tls.ca_file(info.state_dir)} (a browser needs it for Sigma)"
+    return "off: plain http (started with --plain, or before TLS was the default; `cell up --fresh` starts anew with TLS)"
 
 
 def machine_names_line(names: list[str], shown: int = 8) -> str:

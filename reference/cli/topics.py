@@ -50,11 +50,12 @@ A context names the masters' URLs, the cell's CA, the token and a default user. 
 command line finds the local cell in its state dir, its admin token and its CA there.
 """),
     "tls": ("HTTPS with the cell's CA: which links, and how a client trusts it.", """\
-`minborg cell up --tls` (always on with --hosts netns) serves the masters' API, Sigma, the borglets
-and the scheduler processes over HTTPS only, with certificates of the cell's own CA; etcd serves
-only TLS with client certificates on every cell. The command line trusts the CA of the local
-cell's state dir, $MINBORG_CA, or the context's --ca. A browser must be given that CA to open Sigma.
-See docs/security.md.
+`minborg cell up` and `minborg demo` serve the masters' API, Sigma, the borglets and the scheduler
+processes over HTTPS only, with certificates of the cell's own CA (<state dir>/pki/ca.crt); plain
+http to them gets no answer. `--plain` opts out on loopback (for --toxiproxy, or to measure what
+TLS costs); --hosts netns is always TLS. etcd serves only TLS with client certificates on every
+cell. The command line trusts the CA of the local cell's state dir, $MINBORG_CA, or the context's
+--ca, with no flag. A browser must be given that CA to open Sigma. See docs/security.md.
 """),
     "hosts": ("A cell on hosts of its own (network namespaces), partitions and heals.", """\
   minborg cell up --hosts netns --replicas 3 --machines 3   # each process on its own address
