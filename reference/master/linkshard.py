@@ -28,22 +28,23 @@ leader once per change, by the shard's batches.
 
 The time between two polls of a machine is recorded, so the cell can show its polling
 interval (Borg's SLO: 95th percentile under 10 s).
+
+This module is the shell: the threads, the lock, the clock, the sends. What each read, sync
+answer and leader's answer does to a machine's record is `shardbook`'s (pure); how a borglet is
+read and routed to is `borgletreads`'; the leader's side, relaying its syncs through the
+owner's shard, is `shardrelay`'s. The names other modules take from here are re-exported.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 import logging
 import math
 import os
-import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -51,39 +52,22 @@ import httpx
 
 from reference import channel, fastjson
 from reference.channel import replica_peer
-from reference.master import shards
+from reference.master import shardbook
+from reference.master.borgletreads import ROUTES_ENV, KeptAlive, Refused, Routes
 from reference.master.cache import WatchCache
-from reference.master.intake import refusal_reason
+from reference.master.shardbook import Polled
+from reference.master.shardrelay import RELAY_PATH, REPORTS_PATH, ShardRelay
+
+# Taken from here by the replica, its API and the tests; each has its home in the module named.
+__all__ = [
+    "CHUNK", "GAPS_KEPT", "RELAY_PATH", "REPORTS_PATH", "ROUTES_ENV", "Batch", "KeptAlive", "LinkShard", "Refused",
+    "SendBatch", "ShardRelay", "replica_peer",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 CHUNK = 256  # machines polled between two batches sent to the leader
-# A JSON file {replica: {"host:port" of a borglet: "host:port" to reach it through}}: the
-# replica named reaches those borglets through another address (a proxy in front of them).
-# What the fault tests use to cut one replica's links to the borglets and no other link; read
-# again whenever the file changes.
-ROUTES_ENV = "MINBORG_BORGLET_ROUTES"
 GAPS_KEPT = 20_000  # polling intervals kept for the percentiles
-
-
-@dataclass
-class _Polled:
-    report: dict[str, Any] | None = None  # the last report the leader was sent, whole or as a change
-    version: int = 0  # counts the reports sent for this machine; a change names its base
-    misses: int = 0
-    polled_at: float | None = None
-    latest: dict[str, Any] | None = None  # the last answer, not sent yet when `dirty`
-    dirty: bool = False  # something to send: a new answer, or a miss
-    refused: str = ""  # why the borglet refused the last poll (an answer: it is alive)
-    synced: int = 0  # sync answers taken as the latest read: a read begun before one is older
-
-
-@dataclass(frozen=True)
-class Refused:
-    """A borglet's refusal of a signed read (401/403), with the reason its answer gives."""
-
-    status: int
-    reason: str
 
 
 Batch = dict[str, Any]
@@ -118,7 +102,7 @@ class LinkShard:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"shard-{name}")
         self._relay_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"relay-{name}")
         self._reads = KeptAlive(max(0.5, min(interval, 2.0)))
-        self._machines: dict[str, _Polled] = {}
+        self._machines: dict[str, Polled] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="link-shard", daemon=True)
@@ -162,26 +146,14 @@ class LinkShard:
     def members(self) -> list[str]:
         """The replicas the machines are shared among: the live ones the cache lists (this one
         counts itself from its start, before its registration shows)."""
-        return self._members(self.cache.cell().replicas)
-
-    def _members(self, replicas: Iterable[str]) -> list[str]:
-        return sorted(set(replicas) | {self.name})
+        return shardbook.members(self.cache.cell().replicas, self.name)
 
     def share(self) -> dict[str, str]:
         """The machines this replica polls: name -> borglet address."""
         cell = self.cache.cell()
-        members = self._members(cell.replicas)
-        out: dict[str, str] = {}
-        for m in cell.state.machines:
-            address = cell.machines[m].address if m in cell.machines else ""
-            if address and shards.owner(m, members) == self.name:
-                out[m] = address
         with self._lock:
             extra = dict(self._extra)
-        for m, address in extra.items():
-            if m in cell.state.machines and address:
-                out.setdefault(m, address)
-        return out
+        return shardbook.share(cell, self.name, extra)
 
     # --- the loop ----------------------------------------------------------------------------------
 
@@ -201,16 +173,12 @@ class LinkShard:
         share = self.share()
         with self._lock:
             if (leader, term) != (self._leader, self._term):
-                # A new leader holds none of the reports the changes would be based on; nor
-                # does a new term of the same replica (it lost its lease and won it again).
                 self._leader, self._term = leader, term
-                for p in self._machines.values():
-                    p.report = None
-                    p.dirty = p.latest is not None or p.misses > 0
+                shardbook.new_term(self._machines.values())
             for gone in set(self._machines) - set(share):
                 del self._machines[gone]
             for m in share:
-                self._machines.setdefault(m, _Polled())
+                self._machines.setdefault(m, Polled())
         names = sorted(share)
         self._routes.refresh()
         for i in range(0, len(names), CHUNK):
@@ -249,25 +217,7 @@ class LinkShard:
                 p.polled_at = now
                 if p.synced != synced:
                     continue  # a sync's answer came meanwhile: newer than this read, and an answer
-                if reply is None:
-                    p.misses += 1
-                    p.report = p.latest = None  # the answer after a silence goes whole
-                    p.refused = ""
-                    p.dirty = True
-                elif isinstance(reply, Refused):
-                    # Alive, but refusing this cell's requests: not a miss. Its reason is news
-                    # when it changes (and after misses); the leader keeps it meanwhile.
-                    p.dirty = p.dirty or p.misses > 0 or p.refused != reply.reason
-                    p.misses = 0
-                    p.refused = reply.reason
-                    p.report = p.latest = None
-                else:
-                    p.refused = ""
-                    # An answer after misses is news even if it reads the same: the leader
-                    # must hear that the machine is back.
-                    p.dirty = p.dirty or p.misses > 0 or p.report is None or (reply is not p.latest and reply != p.latest)
-                    p.misses = 0
-                    p.latest = reply
+                shardbook.take_read(p, reply)
 
     def _send_loop(self) -> None:
         while not self._stop.is_set():
@@ -296,36 +246,8 @@ class LinkShard:
 
     def _batch(self, limit: int = 4 * CHUNK) -> Batch:
         """What changed since the last batch, for at most `limit` machines."""
-        reports: dict[str, Any] = {}
-        missed: dict[str, int] = {}
-        refused: dict[str, str] = {}
         with self._lock:
-            for m, p in self._machines.items():
-                if len(reports) + len(missed) + len(refused) >= limit:
-                    break
-                if not p.dirty:
-                    continue
-                p.dirty = False
-                if p.latest is None:
-                    if p.misses:
-                        missed[m] = p.misses
-                    elif p.refused:
-                        refused[m] = p.refused
-                    continue
-                if p.report is None:
-                    p.version += 1
-                    reports[m] = {"version": p.version, "report": p.latest}
-                    self.sent["whole"] += 1
-                else:
-                    change = shards.diff(p.report, p.latest)
-                    if not change:
-                        self.sent["unchanged"] += 1
-                        continue
-                    p.version += 1
-                    reports[m] = {"version": p.version, "base": p.version - 1, "change": change}
-                    self.sent["changes"] += 1
-                    self.sent["entries"] += shards.size(change)
-                p.report = p.latest
+            reports, missed, refused = shardbook.batch_entries(self._machines, self.sent, limit)
         batch: Batch = {"shard": self.name, "leader": self._leader, "reports": reports, "missed": missed}
         if refused:
             batch["refused"] = refused
@@ -341,18 +263,12 @@ class LinkShard:
             if answer is None:
                 # Whether the leader applied it is unknown: start these machines again whole.
                 self.sent["failed"] += 1
-                for m in (*batch["reports"], *batch["missed"], *(batch.get("refused") or ())):
-                    if m in self._machines:
-                        self._machines[m].report = None
-                        self._machines[m].dirty = True
+                shardbook.whole_again(self._machines, (*batch["reports"], *batch["missed"], *(batch.get("refused") or ())))
                 return False  # the next news (or a second) tries again
             self._sent_at = self.clock()
             if isinstance(answer.get("poll"), dict):
                 self._extra = {str(m): str(a) for m, a in answer["poll"].items()}
-            for m in answer.get("need_full") or []:
-                if m in self._machines:
-                    self._machines[m].report = None
-                    self._machines[m].dirty = True
+            shardbook.whole_again(self._machines, answer.get("need_full") or [])
         return True
 
     # --- relaying the leader's syncs -----------------------------------------------------------
@@ -380,9 +296,7 @@ class LinkShard:
             p = self._machines.get(str(answer.get("machine")))
             if p is None:
                 return answer
-            p.synced += 1
-            p.dirty = p.dirty or p.misses > 0 or p.report is None or body != p.latest
-            p.misses, p.refused, p.latest = 0, "", body
+            shardbook.take_sync(p, body)
         return {**answer, "body": {"fence": body.get("fence"), "epoch": body.get("epoch")}}
 
     def _relay_one(self, item: dict[str, Any]) -> dict[str, Any]:
@@ -422,192 +336,10 @@ class LinkShard:
             "handed_over": handed,  # machines polled for a replica that cannot reach them (reach.py)
             "rounds": self.rounds,
             "polls": polls,
-            "poll_interval_s": _percentiles(gaps),
+            "poll_interval_s": shardbook.percentiles(gaps),
             "sent": sent,
             "not_modified": self._reads.not_modified,
             "connects": self._reads.connects,
         }
 
 
-class Routes:
-    """This replica's routes to borglets from the `ROUTES_ENV` file (none without one)."""
-
-    def __init__(self, replica: str, path: str) -> None:
-        self.replica, self.path = replica, path
-        self._stamp: float | None = None
-        self._map: dict[str, str] = {}
-
-    def refresh(self) -> None:
-        if not self.path:
-            return
-        try:
-            stamp = os.stat(self.path).st_mtime
-            if stamp == self._stamp:
-                return
-            doc = json.loads(open(self.path, encoding="utf-8").read() or "{}")
-            mine = doc.get(self.replica) or {}
-            self._map = {str(k): str(v) for k, v in mine.items()}
-            self._stamp = stamp
-        except (OSError, ValueError, AttributeError) as err:
-            log.warning("borglet routes in %s not read: %s", self.path, err)
-
-    def route(self, address: str) -> str:
-        if not self._map:
-            return address
-        scheme, sep, rest = address.partition("://")
-        hostport = rest.split("/", 1)[0] if sep else address
-        via = self._map.get(hostport)
-        return address.replace(hostport, via, 1) if via else address
-
-
-class KeptAlive:
-    """GETs of JSON over kept-alive connections (one per thread and borglet host), with the
-    standard library: a fraction of what a general HTTP client costs per request, which is
-    most of a shard's work when it polls thousands of machines."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        # Idle connections per borglet host, shared by the shard's threads and taken last in,
-        # first out: each host's connection is used at every poll, within the server's
-        # keep-alive time. (One per thread and host was used about every `workers` polls,
-        # after uvicorn's 5 s keep-alive had closed it: most polls then failed once and
-        # connected afresh, on both ends.)
-        self._idle: dict[tuple[str, int], list[http.client.HTTPConnection]] = {}
-        self._idle_lock = threading.Lock()
-        self.connects = 0  # connections opened
-        # url -> (ETag, the object read with it): a server that answers 304 to the tag sent
-        # back costs neither a body nor a decode, and the object returned is the same one.
-        self._tagged: dict[str, tuple[str, dict[str, Any]]] = {}
-        self.not_modified = 0  # answers of 304
-
-    def get_json(self, url: str, headers: dict[str, str] | None = None) -> dict[str, Any] | Refused | None:
-        """The JSON object at `url`, `Refused` (401 or 403: the server answered but will not
-        serve this client, with its reason), or None (no answer in time, another status, not
-        an object).
-        While the server's answer keeps the ETag of the last one read, the object read then
-        is returned again (the same object)."""
-        tagged = self._tagged.get(url)
-        if tagged is not None:
-            headers = {**(headers or {}), "If-None-Match": tagged[0]}
-        parts = urlsplit(url)
-        https = parts.scheme == "https"
-        key = (parts.hostname or "", parts.port or (443 if https else 80))
-        path = parts.path + (f"?{parts.query}" if parts.query else "")
-        for attempt in (0, 1):
-            conn = self._take(key, fresh=bool(attempt), https=https)
-            try:
-                conn.request("GET", path or "/", headers=headers or {})
-                response = conn.getresponse()
-                body = response.read()
-            except TimeoutError:
-                conn.close()
-                return None  # slow, not gone: no second wait
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                if attempt:
-                    return None
-                continue  # a kept-alive connection the server had closed: once more, fresh
-            if response.will_close:
-                conn.close()
-            else:
-                self._give_back(key, conn)
-            if response.status == 304 and tagged is not None:
-                self.not_modified += 1
-                return tagged[1]
-            if response.status in (401, 403):
-                return Refused(response.status, refusal_reason(body))
-            if response.status != 200:
-                return None
-            try:
-                doc = fastjson.loads(body)
-            except ValueError:
-                return None
-            if not isinstance(doc, dict):
-                return None
-            if (skew := response.getheader(channel.SKEW_HEADER)) is not None:
-                # The borglet obeyed though its clock is off: the leader shows it on the machine.
-                try:
-                    doc["channel_skew_s"] = float(skew)
-                except ValueError:
-                    pass
-            tag = response.getheader("ETag")
-            if tag:
-                self._tagged[url] = (tag, doc)
-            else:
-                self._tagged.pop(url, None)
-            return doc
-        return None
-
-    def _take(self, key: tuple[str, int], fresh: bool = False, https: bool = False) -> http.client.HTTPConnection:
-        """An idle connection to the host (the last one given back), or a new one (over TLS,
-        verified with the cell's CA, to an https borglet)."""
-        with self._idle_lock:
-            idle = self._idle.get(key)
-            if idle and not fresh:
-                return idle.pop()
-            self.connects += 1
-        if https:
-            trusted = channel.peer_verify()
-            context = trusted if isinstance(trusted, ssl.SSLContext) else None
-            return http.client.HTTPSConnection(key[0], key[1], timeout=self.timeout, context=context)
-        return http.client.HTTPConnection(key[0], key[1], timeout=self.timeout)
-
-    def _give_back(self, key: tuple[str, int], conn: http.client.HTTPConnection) -> None:
-        with self._idle_lock:
-            self._idle.setdefault(key, []).append(conn)
-
-
-def _percentiles(values: list[float]) -> dict[str, float | int]:
-    if not values:
-        return {"count": 0}
-
-    def rank(q: float) -> float:
-        return round(values[min(len(values) - 1, max(0, math.ceil(len(values) * q / 100) - 1))], 4)  # nearest rank
-
-    return {
-        "count": len(values),
-        "p50": rank(50),
-        "p95": rank(95),
-        "p99": rank(99),
-        "max": round(values[-1], 4),
-    }
-
-
-class ShardRelay:
-    """The leader's side of the link shards: which replica owns a machine, and syncs sent
-    through that replica's shard (through this replica's own when the owner cannot be
-    reached: the leader can always reach a borglet itself)."""
-
-    def __init__(self, shard: LinkShard, timeout: float = 30.0) -> None:
-        self.shard = shard
-        self._http = httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=1.0), auth=channel.client_auth(shard.key), verify=channel.peer_verify()
-        )
-        self.fallbacks = 0
-
-    def close(self) -> None:
-        self._http.close()
-
-    def owner(self, machine: str) -> str:
-        return shards.owner(machine, self.shard.members()) or self.shard.name
-
-    def relay(self, owner: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        url = self.shard.cache.cell().replicas.get(owner, "")
-        if owner != self.shard.name and url:
-            try:
-                response = self._http.post(
-                    f"{url.rstrip('/')}{RELAY_PATH}", json={"items": items}, headers=channel.to_machine(replica_peer(owner))
-                )
-                if response.status_code == 200:
-                    replies = fastjson.loads(response.content).get("replies")
-                    if isinstance(replies, list):
-                        return replies
-                log.info("relay through %s answered %d", owner, response.status_code)
-            except (httpx.HTTPError, ValueError, AttributeError) as err:
-                log.info("relay through %s failed: %s", owner, err)
-            self.fallbacks += 1
-        return self.shard.relay(items)
-
-
-REPORTS_PATH = "/internal/v1/shard/reports"  # a shard's batch, to the leader
-RELAY_PATH = "/internal/v1/shard/sync"  # the leader's syncs, to the shard that carries them

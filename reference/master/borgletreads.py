@@ -1,0 +1,171 @@
+"""How a link shard reaches a borglet: its reads of `/v1/state` over kept-alive connections, a refusal told from a silence, and the routes the fault tests put in front of borglets.
+
+A shard polls thousands of machines a round, so a read is a bare standard-library GET on a
+connection kept alive per borglet host (`KeptAlive`), sending back the ETag of the last report
+read: an unchanged report costs a 304 and returns the object read before, the same one. A 401
+or 403 is an answer (`Refused`, with the borglet's reason): the machine is alive but will not
+serve this cell; anything else that is not a JSON object is no answer.
+
+`Routes` maps a borglet's address to another one (a proxy in front of it) for one replica,
+read from the `ROUTES_ENV` file whenever it changes: the shard's reads and the syncs it relays
+both go by it. Without the file every address is its own route.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import ssl
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from reference import channel, fastjson
+from reference.master.intake import refusal_reason
+
+log = logging.getLogger(__name__)
+
+# A JSON file {replica: {"host:port" of a borglet: "host:port" to reach it through}}: the
+# replica named reaches those borglets through another address (a proxy in front of them).
+# What the fault tests use to cut one replica's links to the borglets and no other link; read
+# again whenever the file changes.
+ROUTES_ENV = "MINBORG_BORGLET_ROUTES"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A borglet's refusal of a signed read (401/403), with the reason its answer gives."""
+
+    status: int
+    reason: str
+
+
+class Routes:
+    """This replica's routes to borglets from the `ROUTES_ENV` file (none without one)."""
+
+    def __init__(self, replica: str, path: str) -> None:
+        self.replica, self.path = replica, path
+        self._stamp: float | None = None
+        self._map: dict[str, str] = {}
+
+    def refresh(self) -> None:
+        if not self.path:
+            return
+        try:
+            stamp = os.stat(self.path).st_mtime
+            if stamp == self._stamp:
+                return
+            doc = json.loads(open(self.path, encoding="utf-8").read() or "{}")
+            mine = doc.get(self.replica) or {}
+            self._map = {str(k): str(v) for k, v in mine.items()}
+            self._stamp = stamp
+        except (OSError, ValueError, AttributeError) as err:
+            log.warning("borglet routes in %s not read: %s", self.path, err)
+
+    def route(self, address: str) -> str:
+        if not self._map:
+            return address
+        scheme, sep, rest = address.partition("://")
+        hostport = rest.split("/", 1)[0] if sep else address
+        via = self._map.get(hostport)
+        return address.replace(hostport, via, 1) if via else address
+
+
+class KeptAlive:
+    """GETs of JSON over kept-alive connections (one per thread and borglet host), with the
+    standard library: a fraction of what a general HTTP client costs per request, which is
+    most of a shard's work when it polls thousands of machines."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        # Idle connections per borglet host, shared by the shard's threads and taken last in,
+        # first out: each host's connection is used at every poll, within the server's
+        # keep-alive time. (One per thread and host was used about every `workers` polls,
+        # after uvicorn's 5 s keep-alive had closed it: most polls then failed once and
+        # connected afresh, on both ends.)
+        self._idle: dict[tuple[str, int], list[http.client.HTTPConnection]] = {}
+        self._idle_lock = threading.Lock()
+        self.connects = 0  # connections opened
+        # url -> (ETag, the object read with it): a server that answers 304 to the tag sent
+        # back costs neither a body nor a decode, and the object returned is the same one.
+        self._tagged: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.not_modified = 0  # answers of 304
+
+    def get_json(self, url: str, headers: dict[str, str] | None = None) -> dict[str, Any] | Refused | None:
+        """The JSON object at `url`, `Refused` (401 or 403: the server answered but will not
+        serve this client, with its reason), or None (no answer in time, another status, not
+        an object).
+        While the server's answer keeps the ETag of the last one read, the object read then
+        is returned again (the same object)."""
+        tagged = self._tagged.get(url)
+        if tagged is not None:
+            headers = {**(headers or {}), "If-None-Match": tagged[0]}
+        parts = urlsplit(url)
+        https = parts.scheme == "https"
+        key = (parts.hostname or "", parts.port or (443 if https else 80))
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        for attempt in (0, 1):
+            conn = self._take(key, fresh=bool(attempt), https=https)
+            try:
+                conn.request("GET", path or "/", headers=headers or {})
+                response = conn.getresponse()
+                body = response.read()
+            except TimeoutError:
+                conn.close()
+                return None  # slow, not gone: no second wait
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                if attempt:
+                    return None
+                continue  # a kept-alive connection the server had closed: once more, fresh
+            if response.will_close:
+                conn.close()
+            else:
+                self._give_back(key, conn)
+            if response.status == 304 and tagged is not None:
+                self.not_modified += 1
+                return tagged[1]
+            if response.status in (401, 403):
+                return Refused(response.status, refusal_reason(body))
+            if response.status != 200:
+                return None
+            try:
+                doc = fastjson.loads(body)
+            except ValueError:
+                return None
+            if not isinstance(doc, dict):
+                return None
+            if (skew := response.getheader(channel.SKEW_HEADER)) is not None:
+                # The borglet obeyed though its clock is off: the leader shows it on the machine.
+                try:
+                    doc["channel_skew_s"] = float(skew)
+                except ValueError:
+                    pass
+            tag = response.getheader("ETag")
+            if tag:
+                self._tagged[url] = (tag, doc)
+            else:
+                self._tagged.pop(url, None)
+            return doc
+        return None
+
+    def _take(self, key: tuple[str, int], fresh: bool = False, https: bool = False) -> http.client.HTTPConnection:
+        """An idle connection to the host (the last one given back), or a new one (over TLS,
+        verified with the cell's CA, to an https borglet)."""
+        with self._idle_lock:
+            idle = self._idle.get(key)
+            if idle and not fresh:
+                return idle.pop()
+            self.connects += 1
+        if https:
+            trusted = channel.peer_verify()
+            context = trusted if isinstance(trusted, ssl.SSLContext) else None
+            return http.client.HTTPSConnection(key[0], key[1], timeout=self.timeout, context=context)
+        return http.client.HTTPConnection(key[0], key[1], timeout=self.timeout)
+
+    def _give_back(self, key: tuple[str, int], conn: http.client.HTTPConnection) -> None:
+        with self._idle_lock:
+            self._idle.setdefault(key, []).append(conn)
