@@ -1,4 +1,4 @@
-"""A cell started with `cell up --tls` (1 replica, 2 machines, on loopback): the API, Sigma and the borglets answer HTTPS only, with certificates of the cell's CA; the command line finds that CA in the state dir without a flag; a job is submitted, read and its logs fetched (master -> borglet over the channel's HTTPS); plain HTTP gets no HTTP answer; a client trusting another CA is refused in one line."""
+"""A cell started as a user starts one, `minborg cell up` with no flag (1 replica, 2 machines, on loopback; TLS is the default): the API, Sigma and the borglets answer HTTPS only, with certificates of the cell's CA; the command line finds that CA in the state dir without a flag; a job is submitted, listed, read, exec'd into, its logs and events fetched (master -> borglet over the channel's HTTPS); plain HTTP gets no HTTP answer; a client trusting another CA is refused in one line."""
 
 from __future__ import annotations
 
@@ -24,13 +24,25 @@ MINBORG = Path(sys.executable).with_name("minborg")  # the fast path's entry poi
 
 
 @pytest.fixture(scope="module")
-def cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[launcher.CellInfo]:
+def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[launcher.CellInfo, str]]:
+    """The cell `minborg cell up` starts without a flag, and what that command printed."""
     state_dir = tmp_path_factory.mktemp("tls") / "cell"
-    info = launcher.up(state_dir, replicas=1, machines=2, tls=True)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MINBORG_")}
+    up = subprocess.run(
+        [sys.executable, "-m", "reference.cli", "cell", "up", "--replicas", "1", "--machines", "2",
+         "--state-dir", str(state_dir)],
+        env={**clean, "NO_COLOR": "1", "COLUMNS": "200"}, cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
     try:
-        yield info
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield launcher.CellInfo.load(state_dir), up.stdout
     finally:
         launcher.down(state_dir)
+
+
+@pytest.fixture(scope="module")
+def cell(started: tuple[launcher.CellInfo, str]) -> launcher.CellInfo:
+    return started[0]
 
 
 def minborg(info: launcher.CellInfo, *args: str, full: bool = False, **env: str) -> subprocess.CompletedProcess[str]:
@@ -57,6 +69,14 @@ def plain_http_answer(url: str) -> bytes:
     return got
 
 
+def test_cell_up_says_where_its_https_and_its_ca_are(started: tuple[launcher.CellInfo, str]) -> None:
+    cell, printed = started
+    lines = {key: value for key, _, value in (line.strip().partition(" ") for line in printed.splitlines())}
+    assert cell.master_urls[0].startswith("https://") and lines["masters"].strip() == cell.master_urls[0]
+    assert lines["sigma"].strip().startswith(f"{cell.master_urls[0]}/ui ")
+    assert lines["tls"].strip().startswith(f"HTTPS only, certificates of the cell's CA {cell_tls.ca_file(cell.state_dir)} ")
+
+
 def test_a_tls_cell_serves_https_with_the_cells_ca_and_nothing_in_clear(cell: launcher.CellInfo, tmp_path: Path) -> None:
     ca = cell_tls.ca_file(cell.state_dir)
     urls = [*cell.master_urls, *cell.borglet_urls.values()]
@@ -65,6 +85,11 @@ def test_a_tls_cell_serves_https_with_the_cells_ca_and_nothing_in_clear(cell: la
     # Plain HTTP to any of them: the TLS handshake fails, no HTTP answer comes back.
     for url in urls:
         assert not plain_http_answer(url).startswith(b"HTTP/"), url
+    # The command line told to use plain http gets no answer either, on either path.
+    plain = cell.master_urls[0].replace("https://", "http://")
+    for full in (False, True):
+        refused = minborg(cell, "job", "list", "--master", plain, full=full)
+        assert refused.returncode != 0 and plain in refused.stderr, refused.stdout + refused.stderr
 
     # Every certificate chains to the cell's CA and names the address it is reached at.
     for name in ("master0", "machine0", "machine1"):
@@ -87,6 +112,20 @@ def test_a_tls_cell_serves_https_with_the_cells_ca_and_nothing_in_clear(cell: la
         return answer.stdout if answer.returncode == 0 else ""
 
     wait_for(lambda: "serving" in logs(), 30, "task 0's log")
+
+    # Exec into a task (master -> borglet over HTTPS), and the job's events, listed and followed.
+    ran = minborg(cell, "task", "exec", "alice/hello", "0", "--", "echo", "over-tls")
+    assert ran.returncode == 0 and "over-tls" in ran.stdout, ran.stdout + ran.stderr
+    events = minborg(cell, "events", "--job", "alice/hello", "-o", "json")
+    assert events.returncode == 0 and "alice/hello" in events.stdout, events.stdout + events.stderr
+    followed = minborg(cell, "events", "--job", "alice/hello", "-f", "--for", "1", "-o", "json")
+    assert followed.returncode == 0 and "alice/hello" in followed.stdout, followed.stdout + followed.stderr
+
+    # Sigma's URL and the cell's status name the https replicas.
+    assert minborg(cell, "ui").stdout.splitlines()[0] == f"{cell.master_urls[0]}/ui"
+    status = minborg(cell, "cell", "status", full=True)
+    assert status.returncode == 0, status.stderr
+    assert f"{cell.master_urls[0]}/ui" in status.stdout and "leader" in status.stdout
 
     # Machines are up: the poller reads each borglet over HTTPS, verified with the CA.
     listed = minborg(cell, "machine", "list", "--json", full=True)
