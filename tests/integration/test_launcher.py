@@ -70,6 +70,7 @@ def test_cell_up_status_down_leaves_nothing_running(state_dir: Path) -> None:
     info = launcher.CellInfo.load(state_dir)
     assert [p.role for p in info.processes].count(launcher.Role.BORGLET) == 2
     assert all(launcher.is_alive(p) for p in info.processes), "every process outlives `cell up`"
+    assert info.master_urls[0].startswith("https://"), "a user's cell serves TLS unless told --plain"
 
     status = minborg("cell", "status", "--state-dir", str(state_dir), "--json")
     assert status.returncode == 0, status.stdout + status.stderr
