@@ -31,6 +31,7 @@ def ask_leader(
     *,
     itself: bool = False,
     timeout: float | None = None,
+    heard: list[str] | None = None,
 ) -> str | None:
     """Find the leader: the name the first of the masters at `urls` to answer /v1/cell gives
     (not `not_named`), or None. With `own` (the cell's master names), a leader outside it means
@@ -39,9 +40,11 @@ def ask_leader(
     `itself`: believe only a master that says it leads itself (its /healthz role, open to
     anyone and answered however stale its cache), not the leader a replica's view names.
     `timeout`: seconds for each request, where not the client's own.
+    `heard`: each master whose answer (a 200) was read is appended, leader named or not: what
+    tells a master that says it does not lead from one that did not answer.
 
     The one reading of "who leads" from outside the masters: the launcher, the test cell,
-    chaos, the load tests and the demo ask through it."""
+    chaos, the load tests, the benchmarks and the demo ask through it."""
     limit = {} if timeout is None else {"timeout": timeout}
     for url in urls:
         try:
@@ -56,6 +59,8 @@ def ask_leader(
             if problems is not None:
                 problems.append(f"{url}: {err}")
             continue
+        if heard is not None and response.status_code == 200:
+            heard.append(url)
         if problems is not None and (not leader or leader == not_named):
             problems.append(f"{url}: HTTP {response.status_code}, leader {leader or 'none'}")
         if leader and own is not None and leader not in own:

@@ -80,3 +80,25 @@ def test_itself_believes_only_a_master_that_says_it_leads() -> None:
         assert ask_leader(http, ["http://m0", "http://m1", "http://m2"], itself=True) == "m2"
         assert ask_leader(http, ["http://m0", "http://m1"], itself=True) is None
         assert ask_leader(http, ["http://m2", "http://m3"], "m2", itself=True, timeout=2.0) == "m3"
+
+
+def test_heard_tells_a_master_that_says_it_follows_from_one_that_does_not_answer() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        found = HEALTH[f"{request.url.scheme}://{request.url.host}"]
+        if found is None:
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(found[0], json=found[1])
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        for urls, leader, heard_from in [
+            (["http://m0"], None, []),  # no answer: not heard, though it names no leader either
+            (["http://m1"], None, ["http://m1"]),  # it answered that it follows
+            (["http://m0", "http://m1", "http://m2"], "m2", ["http://m1", "http://m2"]),
+        ]:
+            heard: list[str] = []
+            assert ask_leader(http, urls, itself=True, heard=heard) == leader
+            assert heard == heard_from
+    heard = []
+    with _http() as http:
+        assert ask_leader(http, ["http://m1", "http://m2", "http://m3"], heard=heard) == "master0"
+    assert heard == ["http://m2", "http://m3"]  # a 503 is no answer read
