@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import percentile
+from reference.launcher.cellapi import ask_leader
 from reference.launcher.testcell import LocalCell, wait_for
 from reference.store.etcd_cluster import ELECTION_MS, HEARTBEAT_MS
 
@@ -31,7 +32,7 @@ STEP_DOWN_LINE = "no longer leads"
 
 def trial(cell: LocalCell, ttl: float, rng: random.Random) -> dict[str, Any]:
     master = cell.masters[0]
-    wait_for(lambda: cell.http.get(master.url + "/healthz", timeout=1).json()["role"] == "leader", 30, "master leads")
+    wait_for(lambda: ask_leader(cell.http, [master.url], itself=True, timeout=1), 30, "master leads")
     before = master.log.read_text(errors="replace").count(STEP_DOWN_LINE)
     # A tuple, so that member 0 (falsy as an int) counts as found.
     (victim,) = wait_for(lambda: (i,) if (i := cell.etcd.leader_index()) is not None else None, 10, "an etcd leader")
@@ -43,10 +44,8 @@ def trial(cell: LocalCell, ttl: float, rng: random.Random) -> dict[str, Any]:
     while time.monotonic() - killed < 2 * ttl + 1:
         if etcd_election_s is None and cell.etcd.leader_index(timeout=0.2) is not None:
             etcd_election_s = time.monotonic() - killed
-        try:
-            follower_seen |= cell.http.get(master.url + "/healthz", timeout=0.5).json()["role"] != "leader"
-        except Exception:  # a slow answer under load is not a step-down
-            pass
+        heard: list[str] = []  # a slow answer under load (none heard) is not a step-down
+        follower_seen |= ask_leader(cell.http, [master.url], itself=True, timeout=0.5, heard=heard) is None and bool(heard)
         time.sleep(0.05)
     stepped = master.log.read_text(errors="replace").count(STEP_DOWN_LINE) > before or follower_seen
     cell.etcd.restart_member(victim)

@@ -12,7 +12,7 @@ import httpx
 from chaos import cellfile, checker, events, fence, jobs, load
 from chaos.events import run_dir
 from chaos.history import HistoryFile, Outcome, read_ops
-from reference.launcher import CellInfo, Role, is_alive
+from reference.launcher import CellInfo, Role, ask_leader, is_alive
 from reference.waiting import wait_until
 from spec.taskid import by_index, running_twice
 
@@ -36,19 +36,15 @@ def _client_get(info: CellInfo, path: str, timeout: float = 1.0) -> httpx.Respon
 
 
 def api_answers(state_dir: str, within_s: float = 20.0) -> bool:
-    """The API answers /v1/cell and names a leader."""
+    """The API answers /v1/cell and names a leader (launcher.ask_leader, through the client proxies)."""
     info = cellfile.load(state_dir)
-
-    def ok() -> bool:
-        response = _client_get(info, "/v1/cell")
-        return bool(
-            response is not None and response.status_code == 200 and response.json().get("leader")
-        )
-
-    try:
-        return wait_until(ok, within_s, "the API to name a leader", 0.5)
-    except TimeoutError:
-        return False
+    with httpx.Client(timeout=1.0, headers=cellfile.admin_headers(info)) as http:
+        try:
+            return wait_until(
+                lambda: ask_leader(http, info.master_urls) is not None, within_s, "the API to name a leader", 0.5
+            )
+        except TimeoutError:
+            return False
 
 
 def hello_world_answers(state_dir: str, within_s: float = 30.0) -> bool:
@@ -142,19 +138,20 @@ def new_leader_within(state_dir: str, run: str, within_s: float = 15.0) -> float
 
 
 def old_leader_steps_down_within(state_dir: str, run: str, within_s: float = 5.0) -> float:
-    """The leader cut from etcd stops claiming leadership (its /healthz) within its lease."""
+    """The leader cut from etcd stops claiming leadership (its /healthz, through
+    launcher.ask_leader) within its lease: it answers, and not that it leads (no answer is no
+    step-down)."""
     cut = json.loads((run_dir(run) / "cut.json").read_text())
 
-    def follower() -> bool:
-        try:
-            return httpx.get(cut["url"] + "/healthz", timeout=0.5).json().get("role") == "follower"
-        except (httpx.HTTPError, ValueError):
-            return False
+    def follower(http: httpx.Client) -> bool:
+        heard: list[str] = []
+        return ask_leader(http, [cut["url"]], itself=True, timeout=0.5, heard=heard) is None and bool(heard)
 
-    try:
-        wait_until(follower, within_s, "the cut leader to follow", 0.05)
-    except TimeoutError:
-        raise AssertionError(f"{cut['master']} still claims to lead {within_s}s after the cut") from None
+    with httpx.Client() as http:
+        try:
+            wait_until(lambda: follower(http), within_s, "the cut leader to follow", 0.05)
+        except TimeoutError:
+            raise AssertionError(f"{cut['master']} still claims to lead {within_s}s after the cut") from None
     seconds = time.time() - cut["at"]
     events.record("measure", run, name="step_down_s", value=seconds, master=cut["master"])
     return seconds

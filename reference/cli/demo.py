@@ -15,7 +15,7 @@ import httpx
 import typer
 
 from reference import jobspec, launcher
-from reference.cellfile import read_admin_token
+from reference.cellfile import auth_headers, read_admin_token
 from reference.cli.render import console, errors, table, tasks_table
 from reference.client import CellClient, ClientError, Endpoint, RoundRobin
 from reference.launcher import tls as cell_tls
@@ -94,7 +94,17 @@ class Demo:
         self.client = CellClient(
             list(self.info.master_urls), token=read_admin_token(self.state_dir), ca=str(cell_tls.ca_file(self.state_dir))
         )
-        return f"leader {self.client.cell().get('leader')}, state in {self.state_dir}"
+        return f"leader {self.leader()}, state in {self.state_dir}"
+
+    def leader(self) -> str:
+        """The leader a master of the cell names (launcher.ask_leader), asked until one does."""
+        assert self.info is not None
+        info = self.info
+        headers = auth_headers(read_admin_token(self.state_dir))
+        with httpx.Client(timeout=2.0, headers=headers, verify=cell_tls.client_verify(self.state_dir)) as http:
+            return wait_until(
+                lambda: launcher.ask_leader(http, info.master_urls), FAILOVER_TIMEOUT_S, "a master to name the leader", 0.2
+            )
 
     def submit(self) -> str:
         assert self.client is not None
@@ -153,7 +163,7 @@ class Demo:
 
     def kill_leader(self) -> tuple[str, float]:
         assert self.client is not None and self.info is not None
-        leader = self.client.cell().get("leader")
+        leader = self.leader()
         records = [m for m in self.info.of_role(launcher.Role.MASTER) if m.name == leader]
         if not records:
             raise DemoFailed(f"the leader {leader!r} is not one of this cell's masters")

@@ -272,12 +272,10 @@ class Watch:
                 continue
         return None
 
-    def leader(self, among: list[str]) -> str | None:
-        for name in among:
-            answer = self.cell(name)
-            if answer and answer.get("leader") in among:
-                return str(answer["leader"])
-        return None
+    def leader(self, among: list[str], not_named: str | None = None) -> str | None:
+        """The leader named by the first reachable master of `among` that names one (other than
+        `not_named`: the master left out of `among`, whose name in a stale answer is passed over)."""
+        return launcher.ask_leader(self.http, [self.urls[name] for name in among], not_named, timeout=1.0)
 
     def write(self, master: str, name: str, deadline_s: float = 5.0) -> bool:
         """Submit an empty job through `master` as a client does: a 503 ("no leader; retry") or
@@ -345,7 +343,7 @@ def test_an_isolated_leader_is_replaced_in_time_and_writes_go_on_through_a_follo
         netfaults.apply(info, netfaults.isolate(info.network, old))  # type: ignore[arg-type]
         writer = threading.Thread(target=write_ten)
         writer.start()
-        new = wait_for(lambda: watch.leader(rest), 2 * LEASE_TTL_S + 10, "another leader")
+        new = wait_for(lambda: watch.leader(rest, not_named=old), 2 * LEASE_TTL_S + 10, "another leader")
         took = time.monotonic() - cut_at
         writer.join(60)
         written = time.monotonic() - cut_at
