@@ -19,6 +19,7 @@ import pytest
 
 from reference import launcher, procscan
 from reference.cellfile import auth_headers
+from reference.launcher import tls as cell_tls
 from tests.integration.cellkit import REPO, sleeper_job, wait_for
 
 pytestmark = pytest.mark.integration
@@ -47,14 +48,14 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
 class Api:
     """Requests to whichever master of the cell answers."""
 
-    def __init__(self, urls: list[str], token: str | None = None) -> None:
+    def __init__(self, urls: list[str], token: str | None = None, verify: Any = True) -> None:
         self.urls = urls
-        self.http = httpx.Client(timeout=3.0, headers=auth_headers(token))
+        self.http = httpx.Client(timeout=3.0, headers=auth_headers(token), verify=verify)
 
     @classmethod
     def of(cls, info: launcher.CellInfo) -> Api:
-        """As the cell's admin, with the token `cell up` wrote in its state dir."""
-        return cls(list(info.master_urls), launcher.read_admin_token(info.state_dir))
+        """As the cell's admin, with the token `cell up` wrote in its state dir and its CA (`cell up` serves https)."""
+        return cls(list(info.master_urls), launcher.read_admin_token(info.state_dir), cell_tls.client_verify(info.state_dir))
 
     def call(self, method: str, path: str, **kw: Any) -> httpx.Response | None:
         for url in self.urls:
