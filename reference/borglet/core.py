@@ -249,16 +249,19 @@ class TaskTable:
 
     def launched(
         self, task: Task, pid: int, create_time: float | None, now: float, *,
-        proc: Any = None, container: str = "", oom_base: int = 0,
+        proc: Any = None, container: str = "", oom_base: int = 0, started_at: float | None = None,
     ) -> None:  # fmt: skip
-        """A process was started for the task (its first start or a restart in place)."""
+        """A process was started for the task (its first start or a restart in place);
+        `started_at`: its start read from the kernel (processes.start_time), else its
+        creation time, else `now`."""
         task.oom_base = oom_base
         task.restart_at = None
         task.launching = False
         task.proc, task.pid, task.container, task.create_time = proc, pid, container, create_time
-        # The process's own creation time: the same figure a borglet that adopts the process
-        # after a crash reads back, so a task's start time never changes under re-adoption.
-        task.started_at = create_time or now
+        # The process's own start, as the kernel has it: the same figure a borglet that adopts
+        # the process after a crash reads back, so a task's start time never changes under
+        # re-adoption.
+        task.started_at = started_at or create_time or now
         # exit_code and reason describe the current process; the previous run's are gone.
         task.exit_code, task.reason = None, None
         task.cpu_sample = None

@@ -127,7 +127,7 @@ class Launcher:
                 return False
             task.pid = pids[0]
             task.create_time = processes.create_time(pids[0])
-        task.started_at = task.create_time or now
+        task.started_at = (processes.start_time(task.pid) if task.pid else None) or task.create_time or now
         return True
 
     def sample(self, task: Task) -> Sample:

@@ -12,6 +12,7 @@ import re
 import resource
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from hashlib import sha1
@@ -236,6 +237,26 @@ def create_time(pid: int) -> float | None:
         return psutil.Process(pid).create_time()
     except psutil.Error:
         return None
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def start_time(pid: int) -> float | None:
+    """When process `pid` started, on this host's wall clock, to the kernel's tick (10 ms): the
+    start time its task reports. Not psutil's create_time, which adds the start's ticks since
+    boot to /proc/stat's btime, a boot time in whole seconds rounded down: it reads up to a
+    second early (0.97 s on a host booted 0.97 s past a second), and a replacement 30 ms old
+    looked a second old, up by the rollout's MIN_READY_S (docs/decisions.md). Here the boot is
+    the wall clock less the time since boot (CLOCK_BOOTTIME, the clock /proc/PID/stat's start
+    counts on). create_time stays the process's identity (`is_same_process`): it reads the same
+    figure every time, this one moves with the wall clock's adjustments."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime
+    except (OSError, IndexError, ValueError):
+        return None
+    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) + ticks / CLOCK_TICKS
 
 
 def is_same_process(pid: int, started: float | None) -> bool:
