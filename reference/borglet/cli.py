@@ -244,7 +244,11 @@ def main(argv: list[str] | None = None) -> None:
     # uvicorn shuts down gracefully on SIGTERM and then re-raises it to the handler that was
     # there before; making that handler exit 0 reports the requested stop as a clean exit.
     signal.signal(signal.SIGTERM, _exit_cleanly)
-    serve.run(app, host=host, port=port, limits=WIRE_LIMITS, tls=tls, log_level="warning", access_log=False)
+    # asyncio's own loop, not uvloop: uvloop keeps SIGCHLD for itself and refuses the handler
+    # that wakes the supervisor on a task's exit, which was then seen only on the next idle
+    # pass, up to a second late, while syncs reported the dead process RUNNING (a rollout took
+    # a crashing replacement for up: docs/decisions.md). A borglet serves a few requests a second.
+    serve.run(app, host=host, port=port, limits=WIRE_LIMITS, tls=tls, log_level="warning", access_log=False, loop="asyncio")
 
 
 def _serve_hollow(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -22,7 +23,9 @@ from reference import channel, fastjson, wirelimits
 from reference.borglet import execute, logs
 from reference.borglet.metrics import make_registry, render
 from reference.borglet.protocol import SyncRequest
-from reference.borglet.supervisor import Borglet, SyncRefused
+from reference.borglet.supervisor import IDLE_TICK_S, Borglet, SyncRefused
+
+log = logging.getLogger(__name__)
 
 # Every body the borglet takes is a master's signed sync, up to the channel's own bound on
 # what it reads before checking a signature (reference/wirelimits.py).
@@ -159,10 +162,15 @@ def state_tag(body: bytes) -> str:
 def _wake_on_child_exit(borglet: Borglet) -> bool:
     """A task's exit wakes the supervisor loop at once (its idle passes are a second apart).
     Only the main thread's event loop can take a signal: served otherwise (a test's client),
-    exits are seen on the next pass. Whether the handler was installed."""
+    exits are seen on the next pass. A loop that keeps SIGCHLD for itself (uvloop) refuses it,
+    said in the log: the borglet's server runs asyncio's loop (cli.py). Whether the handler was
+    installed."""
     try:
         asyncio.get_running_loop().add_signal_handler(signal.SIGCHLD, borglet.wake)
-    except (ValueError, RuntimeError, NotImplementedError):
+    except RuntimeError as err:
+        log.warning("task exits are seen on the supervisor's next pass, up to %.0f s late: %s", IDLE_TICK_S, err)
+        return False
+    except (ValueError, NotImplementedError):
         return False
     return True
 
