@@ -4,6 +4,9 @@ A task is stale when it runs an older request or template than its job's (`spec.
 The spec's `roll` guard keeps a job's tasks down (not RUNNING) below its `max_unavailable`;
 the leader asks more: a task counts as up only once its borglet has confirmed its process
 started, it has run `MIN_READY_S`, and, when the job has a health check, it answers healthy.
+`MIN_READY_S` counts from the start its borglet reports, read from the kernel to the tick
+(borglet/processes.start_time), and holds only while the borglet sees an exit at once
+(SIGCHLD): a start read early, or an exit seen late, made a crashing replacement look up.
 So each replacement is confirmed before the next is made. A replacement of the current version
 that fails by its own exits (a crash loop, a spawn failure) stops the rollout: nothing more is
 replaced until it runs, and the job's `rollout` says which task and why. A replacement lost with

@@ -333,3 +333,31 @@ def test_a_replacement_restarted_after_its_machine_was_lost_counts_up_once_it_ru
     crashed = replace(after_loss, last_exit="exit code 3")
     r = decide(replace(view, tasks={**cell.tasks, new: crashed}))
     assert r.state == "stopped" and 0 in r.down, r
+
+
+def test_a_replacement_that_crashes_within_min_ready_stops_the_rollout_at_one_task():
+    # Sigma's cell: a job of 2 tasks whose new command exits 3. Its first replacement goes
+    # through these borglet reports, and none of them lets the second task be replaced.
+    cell, _ = put(cell_running(), {**FILE, "task_count": 2, "command": ["python3", "-c", "raise SystemExit(3)"]})
+    d = Draft(cell, NOW)
+    assert rollout.roll(d, set(d.state.tasks), lambda n: n) == 1
+    new = TaskId("alice/web", 0, 1)
+    placed = schedule(d.state, new, "m0")
+    first = replace(UP, pid=43, started_at=NOW - 0.03)  # its first process, 30 ms old
+    backing_off = replace(first, borglet_state="STARTING", pid=0, reason="exit 3", last_exit="exit 3", started_at=NOW - 0.2)
+    restarted = replace(first, restarts=1, last_exit="exit 3", started_at=NOW - 1.5)  # restarted in place
+    for info, state in ((first, "rolling"), (backing_off, "rolling"), (restarted, "stopped")):
+        view = replace(cell, state=placed, tasks={**cell.tasks, new: info})
+        r = decide(view)
+        assert r.state == state and r.stale == (1,) and r.down == (0,) and r.replace == (), (info, r)
+        d = Draft(view, NOW)
+        assert rollout.roll(d, set(d.state.tasks), lambda n: n) == 0, info
+    assert r.reason.startswith("task 0 of version 1 fails (exit 3)"), r.reason
+    # The first process's report with its start read 0.97 s early (psutil's create_time on a
+    # host booted 0.97 s past a second): it looks 1 s old, up, and the second task is replaced.
+    # A report of RUNNING made after the process ended (its exit seen late) is the same fact.
+    # The rollout trusts its borglet's report: the start is read from the kernel
+    # (borglet/processes.start_time) and an exit wakes the borglet at once (SIGCHLD).
+    early = replace(first, started_at=first.started_at - 0.97)
+    r = decide(replace(cell, state=placed, tasks={**cell.tasks, new: early}))
+    assert r.down == () and r.replace == (TaskId("alice/web", 1),), r
