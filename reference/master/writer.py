@@ -171,7 +171,8 @@ class Writer:
         election: Election,
         keys: codec.Keys,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         max_ops: int = MAX_OPS_PER_TXN,
         max_group: int = MAX_GROUP,
         group_delay: float = GROUP_DELAY_S,
@@ -180,7 +181,8 @@ class Writer:
         self.cache = cache
         self.election = election
         self.keys = keys
-        self.clock = clock
+        self.clock = clock  # how long a group is held open
+        self.wall = wall  # the time a Draft's changes are made at
         self.max_ops = max_ops
         self.max_group = max_group
         self.group_delay = group_delay
@@ -252,12 +254,18 @@ class Writer:
         when that group held two or more. With concurrent writers, the clients answered by
         the last group are sending their next changes: waiting a millisecond for them makes
         groups larger and txns fewer (each txn costs the leader more than a change does).
-        A lone writer never waits."""
+        A lone writer never waits. The hold is timed on `clock`, checked again at each
+        change queued."""
         if self.group_delay <= 0 or self._last_group < 2:
             return
         want = min(self._last_group + 1, self.max_group)
         with self._queued:
-            self._queued.wait_for(lambda: len(self._queue) >= want, self.group_delay)
+            deadline = self.clock() + self.group_delay
+            while len(self._queue) < want:
+                left = deadline - self.clock()
+                if left <= 0:
+                    return
+                self._queued.wait(left)
 
     def _run_group(self, group: list[_Request]) -> None:
         finished = False
@@ -268,7 +276,7 @@ class Writer:
                 return
             began, began_cpu = time.perf_counter(), time.thread_time()
             base = self.cache.cell()
-            now = self.clock()
+            now = self.wall()
             cell, result, applied = base, None, []
             for r in group:
                 draft = Draft(cell, now)

@@ -270,36 +270,81 @@ def test_the_writers_thread_outlives_a_group_that_broke() -> None:
     assert answers.wait(2)["m1"] == (1, 2)
 
 
+class HoldClock:
+    """The writer's monotonic clock, frozen until the test moves it. The writer reads it only
+    while it holds a group open, with the queue locked: each reading notes how many changes
+    were queued then, so the test knows what the writer saw before it sends the next one."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.writer: Writer | None = None
+        self.seen: list[int] = []
+        self.cond = threading.Condition()
+
+    def __call__(self) -> float:
+        assert self.writer is not None
+        with self.cond:
+            self.seen.append(len(self.writer._queue))
+            self.cond.notify_all()
+            return self.now
+
+    def saw(self, queued: int, since: int, times: int = 1) -> None:
+        """Wait until the writer, holding a group open, read the clock `times` times with
+        `queued` changes queued, among the readings from index `since` on."""
+        with self.cond:
+            ok = self.cond.wait_for(lambda: self.seen[since:].count(queued) >= times, 10)
+            assert ok, f"the writer held no group open with {queued} queued: {self.seen[since:][-20:]}"
+
+
 def test_the_writers_thread_holds_a_group_open_for_concurrent_writers_only() -> None:
-    w, election = writer()
-    w.group_delay = 30.0  # far longer than the test: a wait would show as a timeout
+    cache = FakeCache()
+    election = FakeElection(cache)
+    clock = HoldClock()
+    # The hold is timed on the frozen clock: however long the host takes, only the test
+    # ends it. group_delay is short in real time, so a hold wakes often to read the clock.
+    w = Writer(cache, election, codec.Keys("c1"), clock=clock, group_delay=0.05)  # type: ignore[arg-type]
+    clock.writer = w
     answers = Answers()
     w.submit(add("m0"), answers.callback("m0"))  # alone: committed at once
     assert answers.wait(1)["m0"] == (1, 2)
 
     # A change that holds the writer's thread while two more queue: those two then make
-    # one group (with the blocker, if the thread woke late). After it the writer waits for
-    # one change more than that group held, and commits those that trickle in together.
-    w.group_delay = 1.0
-    gate = threading.Event()
+    # one group. After it the writer waits for one change more than that group held, and
+    # commits those that trickle in, one at a time, together.
+    gate, running = threading.Event(), threading.Event()
 
     def blocker(d: Draft) -> None:
+        running.set()
         assert gate.wait(5)
 
     w.submit(blocker, answers.callback("blocker"))
+    assert running.wait(5)
     w.submit(add("m1"), answers.callback("m1"))
     w.submit(add("m2"), answers.callback("m2"))
+    assert clock.seen == []  # after a lone change, no hold: the blocker was taken at once
     gate.set()
     answers.wait(4)
-    last = w._last_group  # 2, or 3 where the blocker was still queued with them
-    assert got_pair(answers) and last >= 2
+    assert got_pair(answers) and w._last_group == 2
     before = len(election.txns)
-    for i in range(3, 3 + last + 1):
-        time.sleep(0.05)
-        w.submit(add(f"m{i}"), answers.callback(f"m{i}"))
-    answers.wait(4 + last + 1)
+    for i, name in enumerate(["m3", "m4", "m5"]):
+        clock.saw(i, since=0)  # the writer holds the group open with i changes queued
+        w.submit(add(name), answers.callback(name))
+    got = answers.wait(7)
     assert len(election.txns) == before + 1  # one txn for all of them
-    assert len(w.cache.cell().state.machines) == 3 + last + 1
+    assert got["m3"][1] == got["m4"][1] == got["m5"][1]  # type: ignore[index]
+    assert len(w.cache.cell().state.machines) == 6
+
+    # A group of three: the writer holds the next open for a fourth, until the clock says
+    # group_delay passed. Real time alone never ends it: it reads the clock again and again.
+    since = len(clock.seen)
+    clock.saw(0, since)
+    w.submit(add("m6"), answers.callback("m6"))
+    clock.saw(1, since, times=3)
+    assert "m6" not in answers.got and len(election.txns) == before + 1
+    with clock.cond:
+        clock.now += 0.05
+    assert answers.wait(8)["m6"] == (7, election.revision)
+    assert len(election.txns) == before + 2
 
 
 def got_pair(answers: Answers) -> bool:
