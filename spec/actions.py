@@ -97,6 +97,15 @@ def machine_free_for_prod(state: CellState, machine: str) -> Resources:
     return state.machines[machine].capacity - state.machine_committed_for_prod(machine)
 
 
+def alloc_free(state: CellState, alloc: Alloc) -> Resources:
+    """What an alloc may take on its machine: what is free, and for a prod alloc what a prod
+    task may use (prod is never overcommitted: reclaimed resources of prod tasks are not
+    offered to it)."""
+    if is_prod(alloc.priority):
+        return machine_free_for_prod(state, alloc.machine)
+    return machine_free(state, alloc.machine)
+
+
 def task_fits(state: CellState, task: Task, job: Job, machine: Machine) -> bool:
     """Constraints hold and the request fits in what is free (in the task's alloc, if the job names an alloc set)."""
     if not all(c.holds(machine) for c in job.constraints):
@@ -483,7 +492,7 @@ def drain_move(state: CellState, task_id: TaskId) -> CellState | None:
 
 
 def alloc_create(state: CellState, alloc: Alloc) -> CellState | None:
-    """Guard: the set holds no alloc of that index, no other alloc of the set is on the machine, the machine is up and schedulable, the alloc's resources fit what is free there and the user's quota in the alloc's band.
+    """Guard: the set holds no alloc of that index, no other alloc of the set is on the machine, the machine is up and schedulable, the alloc's resources fit what is free there (for a prod alloc, beside prod tasks' full requests, as a prod task must) and the user's quota in the alloc's band.
     Effect: the resources are reserved on the machine (alloc `index` of the set, where task `index` of the set's jobs will run)."""
     if alloc.name in state.allocs or alloc.index < 0 or not 0 <= alloc.priority <= MAX_PRIORITY:
         return None
@@ -492,7 +501,7 @@ def alloc_create(state: CellState, alloc: Alloc) -> CellState | None:
         return None
     if any(a.set == alloc.set and a.machine == alloc.machine for a in state.allocs.values()):
         return None  # a set spreads over machines: two of its allocs on one would be one alloc
-    if not alloc.resources.fits_in(machine_free(state, alloc.machine)):
+    if not alloc.resources.fits_in(alloc_free(state, alloc)):
         return None
     if not alloc_fits_quota(state, alloc):
         return None

@@ -24,7 +24,7 @@ from reference.master import contract, guard
 from reference.master.cell import Draft
 from reference.master.mutations import ApiError
 from reference.scheduler import admit_alloc_set
-from spec.actions import machine_free
+from spec.actions import alloc_free
 from spec.model import Alloc, CellState, Machine, Resources
 
 Write = Callable[[Request, Any, Callable[[Draft], Any], Callable[[Any, int], JSONResponse]], Awaitable[Response]]
@@ -43,7 +43,7 @@ def passed_over(state: CellState, spec: AllocSetSpec, machine: Machine, alloc: A
     for c in spec.spec_constraints():
         if not c.holds(machine):
             return f"constraint {c}"
-    short = alloc.resources.shortfall(machine_free(state, machine.name))
+    short = alloc.resources.shortfall(alloc_free(state, alloc))
     if short:
         return f"{','.join(short)} short"
     return None

@@ -440,3 +440,14 @@ def test_a_trace_step_names_its_alloc() -> None:
 def test_a_trace_step_names_its_machine() -> None:
     # actions.py _short: a Machine argument printed as None survived.
     assert "Machine(m0)" in str(Step("machine_add", (Machine("m0", Resources.of(cpu=1)),)))
+
+
+def test_a_prod_alloc_is_not_given_what_a_prod_task_reserves_less_of():
+    # A prod task of 2000m reserving 1000m (reclaimed): the 1000m it gave back is for non-prod
+    # work only. A prod alloc must fit beside prod tasks' full requests, as a prod task must;
+    # a non-prod alloc may take the reclaimed share.
+    j = job(cpu=2000)
+    s = reserve(running(cell(), j), tid(j), Resources.of(cpu=1000))
+    assert s is not None
+    assert alloc_create(s, Alloc("a", 0, "m0", Resources.of(cpu=1000), priority=200)) is None
+    assert alloc_create(s, Alloc("b", 0, "m0", Resources.of(cpu=1000), priority=100)) is not None
