@@ -17,7 +17,7 @@ from fastapi import Body, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from reference import channel, execspec
-from reference.master import contract, guard, logs, terminal
+from reference.master import contract, guard, terminal
 from reference.master.cell import Cell, borglet_task_id
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 SLACK_S = 10.0
 
 
-_error = logs.problem  # one problem's answer, as every route gives it
+# An exec's refusals passed on (terminal.forward): a 404 or 409 is the task's, which the
+# borglet's view, newer than the cell's, no longer runs there.
+REFUSALS = {404: (409, "index"), 409: (409, "index"), 422: (422, "command"), 429: (429, "")}
 
 
 class ExecProxy:
@@ -58,29 +60,10 @@ class ExecProxy:
         timeout = httpx.Timeout(self._timeout, read=request.timeout_s + SLACK_S)
         # Who ran what where: the replica's log is the audit trail of execs (docs/security.md).
         log.info("exec by %s in %s on %s: %s", who, task.id, info.machine, shlex.join(request.command)[:500])
-        try:
-            answer = await self._client().post(
-                url, json=request.body(), headers=channel.to_machine(info.machine), timeout=timeout
-            )
-        except httpx.HTTPError as err:
-            return _error(502, "machine", f"machine {info.machine} did not answer the exec in {task.id}: {err}")
-        if answer.status_code == 200:
-            try:
-                return JSONResponse(content=answer.json())
-            except ValueError:
-                return _error(502, "machine", f"machine {info.machine} answered the exec in {task.id} with no JSON")
-        detail = logs.upstream_detail(answer.content) or f"HTTP {answer.status_code}"
-        if answer.status_code == 404 and detail == "Not Found":  # no such route: a borglet older than exec
-            return _error(409, "index", f"machine {info.machine}'s borglet does not serve exec: upgrade it")
-        if answer.status_code in (404, 409):  # the borglet's view is newer than the cell's
-            return _error(409, "index", detail)
-        if answer.status_code in (422, 429):
-            field = "" if answer.status_code == 429 else "command"
-            headers = {"Retry-After": answer.headers["retry-after"]} if "retry-after" in answer.headers else None
-            return JSONResponse(
-                status_code=answer.status_code, content={"detail": [{"field": field, "error": detail}]}, headers=headers
-            )
-        return _error(502, "machine", f"machine {info.machine} refused the exec in {task.id}: {detail}")
+        sending = self._client().post(
+            url, json=request.body(), headers=channel.to_machine(info.machine), timeout=timeout
+        )
+        return await terminal.forward(sending, info.machine, f"the exec in {task.id}", "exec", REFUSALS)
 
 
 def register(app: FastAPI, replica: Any) -> None:

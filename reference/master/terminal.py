@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+from collections.abc import Awaitable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -103,27 +104,44 @@ def locate(cell: Cell, job: str, index: int) -> tuple[str, str, str] | JSONRespo
     return f"{address}/v1/tasks/{quote(task_id, safe='')}/terminal", task_id, info.machine
 
 
-async def relay(http: httpx.AsyncClient, url: str, machine: str, by: str, body: dict[str, Any], read_s: float) -> JSONResponse:
-    """POST `body` to the borglet, signed for `machine`, `by` in the signed query; its answer."""
+# A session's refusals passed on (`forward`): a 404 names the session (it ended, or is another
+# user's; an open's 404, a task the borglet no longer has, is named so too), a 409 the task.
+REFUSALS = {404: (404, "session"), 409: (409, "index"), 422: (422, "command"), 429: (429, "")}
+
+
+async def forward(
+    sending: Awaitable[httpx.Response], machine: str, what: str, serves: str, refusals: Mapping[int, tuple[int, str]]
+) -> JSONResponse:
+    """The API's answer to `what` ("the exec in TASK"), `sending` to `machine`'s borglet: the
+    borglet's JSON on a 200; a refusal in `refusals` (the borglet's status: the API's, and the
+    field it names) with the borglet's words and its Retry-After; a 409 to upgrade a borglet
+    that has no such route (it does not serve `serves`); a 502 for no answer or any other.
+    An exec and a terminal session's requests both answer so (master/execute.py)."""
     try:
-        answer = await http.post(url, params={"by": by}, json=body, headers=channel.to_machine(machine),
-                                 timeout=httpx.Timeout(5.0, read=read_s))  # fmt: skip
+        answer = await sending
     except httpx.HTTPError as err:
-        return _error(502, "machine", f"machine {machine} did not answer the exec session's request: {err}")
+        return _error(502, "machine", f"machine {machine} did not answer {what}: {err}")
     if answer.status_code == 200:
         try:
             return JSONResponse(content=answer.json())
         except ValueError:
-            return _error(502, "machine", f"machine {machine} answered the exec session's request with no JSON")
+            return _error(502, "machine", f"machine {machine} answered {what} with no JSON")
     detail = logs.upstream_detail(answer.content) or f"HTTP {answer.status_code}"
-    if answer.status_code == 404 and detail == "Not Found":  # no such route: a borglet older than sessions
-        return _error(409, "index", f"machine {machine}'s borglet does not serve exec -it: upgrade it")
-    if answer.status_code in (404, 409, 422, 429):
-        field = {404: "session", 409: "index", 422: "command", 429: ""}[answer.status_code]
+    if answer.status_code == 404 and detail == "Not Found":  # no such route: an older borglet
+        return _error(409, "index", f"machine {machine}'s borglet does not serve {serves}: upgrade it")
+    if answer.status_code in refusals:
+        status, field = refusals[answer.status_code]
         headers = {"Retry-After": answer.headers["retry-after"]} if "retry-after" in answer.headers else None
-        return JSONResponse(status_code=answer.status_code, content={"detail": [{"field": field, "error": detail}]},
+        return JSONResponse(status_code=status, content={"detail": [{"field": field, "error": detail}]},
                             headers=headers)  # fmt: skip
-    return _error(502, "machine", f"machine {machine} refused the exec session's request: {detail}")
+    return _error(502, "machine", f"machine {machine} refused {what}: {detail}")
+
+
+async def relay(http: httpx.AsyncClient, url: str, machine: str, by: str, body: dict[str, Any], read_s: float) -> JSONResponse:
+    """POST `body` to the borglet, signed for `machine`, `by` in the signed query; its answer."""
+    sending = http.post(url, params={"by": by}, json=body, headers=channel.to_machine(machine),
+                        timeout=httpx.Timeout(5.0, read=read_s))  # fmt: skip
+    return await forward(sending, machine, "the exec session's request", "exec -it", REFUSALS)
 
 
 def register(app: FastAPI, replica: Any, http: Any) -> None:
