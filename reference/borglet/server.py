@@ -45,7 +45,7 @@ def make_app(
         borglet.start()
         rotator = logs.Rotator(borglet.config.state_dir, borglet.log_keys)
         rotator.start()
-        woken = _wake_on_child_exit(borglet)
+        woken = wake_on_child_exit(borglet)
         try:
             yield
         finally:
@@ -159,7 +159,7 @@ def state_tag(body: bytes) -> str:
     return '"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
 
 
-def _wake_on_child_exit(borglet: Borglet) -> bool:
+def wake_on_child_exit(borglet: Borglet) -> bool:
     """A task's exit wakes the supervisor loop at once (its idle passes are a second apart).
     Only the main thread's event loop can take a signal: served otherwise (a test's client),
     exits are seen on the next pass. A loop that keeps SIGCHLD for itself (uvloop) refuses it,

@@ -1,7 +1,7 @@
 """When a borglet says a task's process started and when it sees it end: its start time
 (processes.start_time) is the wall-clock time the process started, to the kernel's tick, where
 psutil's create_time read up to a second early; its exit wakes the supervisor at once (SIGCHLD,
-server._wake_on_child_exit) on the asyncio loop the borglet serves on, where uvloop refused the
+server.wake_on_child_exit) on the asyncio loop the borglet serves on, where uvloop refused the
 handler and exits were seen up to a second late. Either made a crashing replacement look up to
 a rolling update (docs/decisions.md)."""
 
@@ -51,7 +51,7 @@ class Woken:
 
 
 async def _exit_seen(borglet: Woken) -> tuple[bool, float | None]:
-    installed = server._wake_on_child_exit(borglet)  # type: ignore[arg-type]
+    installed = server.wake_on_child_exit(borglet)  # type: ignore[arg-type]
     try:
         ended = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-c", "pass"])
