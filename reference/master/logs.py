@@ -146,7 +146,7 @@ def upstream_detail(body: bytes) -> str:
 
     try:
         detail = json.loads(body).get("detail")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # RecursionError: nested past the reader's depth
         return body.decode(errors="replace")[:300]
     if isinstance(detail, list) and detail and isinstance(detail[0], dict):
         return str(detail[0].get("error", ""))

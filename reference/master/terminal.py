@@ -124,14 +124,17 @@ async def forward(
     if answer.status_code == 200:
         try:
             return JSONResponse(content=answer.json())
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested past the reader's depth
             return _error(502, "machine", f"machine {machine} answered {what} with no JSON")
     detail = logs.upstream_detail(answer.content) or f"HTTP {answer.status_code}"
     if answer.status_code == 404 and detail == "Not Found":  # no such route: an older borglet
         return _error(409, "index", f"machine {machine}'s borglet does not serve {serves}: upgrade it")
     if answer.status_code in refusals:
         status, field = refusals[answer.status_code]
-        headers = {"Retry-After": answer.headers["retry-after"]} if "retry-after" in answer.headers else None
+        # Only a number of seconds is passed on: a header of the borglet's choosing is not the
+        # API's, and one latin-1 cannot take made this answer itself fail (a 500).
+        retry = answer.headers.get("retry-after", "")
+        headers = {"Retry-After": retry} if retry.isascii() and retry.isdigit() else None
         return JSONResponse(status_code=status, content={"detail": [{"field": field, "error": detail}]},
                             headers=headers)  # fmt: skip
     return _error(502, "machine", f"machine {machine} refused {what}: {detail}")
