@@ -9,6 +9,12 @@ certificates. Files, all in one directory (`<state dir>/pki`, mode 0700):
 - `<name>.crt`, `<name>.key`: a certificate and its key, issued by `ensure_issued`, which
   reuses one still signed by the current CA, for the same names, and valid a while longer.
 
+Expiry (`minborg cell certs`): `inventory` lists every certificate of the directory, its
+expiry and whether the CA signed it; `renew` issues again, from the same CA, for the same names
+and uses, each one that expires within RENEW_BEFORE or is not the CA's (or every one), with a
+new key. Resume and `cell restart` renew before starting a process. The CA is never replaced
+by either: one within RENEW_BEFORE of its end is reported; `cell up --fresh` makes a new one.
+
 Private keys are written mode 0600 from their first byte (never readable by another user,
 not even for an instant). Keys are ECDSA P-256: a key costs about a millisecond, where
 RSA-2048 costs tens, and Go's TLS (etcd) takes both.
@@ -21,7 +27,7 @@ import ipaddress
 import os
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography import x509
@@ -33,7 +39,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 CA_NAME = "ca"
 CA_DAYS = 3650
 LEAF_DAYS = 365
-# A certificate that expires within this long is issued again when a process (re)starts.
+# A certificate that expires within this long is issued again when a process (re)starts, by
+# `cell certs renew`, and reported by `cell certs` (the CA too, which is reported, never renewed).
 RENEW_BEFORE = datetime.timedelta(days=30)
 # A clock a little behind the CA's host still accepts a certificate issued just now.
 BACKDATE = datetime.timedelta(minutes=5)
@@ -61,9 +68,9 @@ def pair(pki_dir: str | os.PathLike[str], name: str) -> CertPair:
     return CertPair(base / f"{name}.crt", base / f"{name}.key")
 
 
-def create_ca(pki_dir: str | os.PathLike[str], cell: str = "local") -> CertPair:
-    """A new CA in `pki_dir`, replacing any CA there: the certificates it signed are refused
-    from now on (`ensure_issued` issues them again)."""
+def create_ca(pki_dir: str | os.PathLike[str], cell: str = "local", *, days: int = CA_DAYS) -> CertPair:
+    """A new CA in `pki_dir`, valid `days`, replacing any CA there: the certificates it signed
+    are refused from now on (`ensure_issued` issues them again)."""
     directory = _private_dir(pki_dir)
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name(
@@ -80,7 +87,7 @@ def create_ca(pki_dir: str | os.PathLike[str], cell: str = "local") -> CertPair:
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+        .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -99,13 +106,14 @@ def create_ca(pki_dir: str | os.PathLike[str], cell: str = "local") -> CertPair:
 
 
 def ensure_ca(pki_dir: str | os.PathLike[str], cell: str = "local") -> CertPair:
-    """The CA in `pki_dir`, made if there is none (or it is unreadable or expires soon)."""
+    """The CA in `pki_dir`, made if there is none (or it cannot be read). One that expires soon
+    is kept: a new CA would make every certificate of the cell refused at once, so it is only
+    reported (`inventory`), and replaced by `cell up --fresh` alone."""
     target = ca_pair(pki_dir)
     try:
-        cert = load_cert(target.cert)
+        load_cert(target.cert)
         _load_key(target.key)
-        if cert.not_valid_after_utc - _now() > RENEW_BEFORE:
-            return target
+        return target
     except PKIError:
         pass
     return create_ca(pki_dir, cell)
@@ -192,6 +200,95 @@ def ensure_issued(
     return issue(pki_dir, name, hosts=hosts, server=server, client=client)
 
 
+@dataclass(frozen=True)
+class CertState:
+    """One certificate of a CA's directory, as `inventory` read it at `now`."""
+
+    name: str  # the file's name without .crt: `ca`, `master0-https`, `etcd0-server`, `store-client`
+    path: Path
+    subject: str  # its common name ("" when unreadable)
+    hosts: tuple[str, ...]  # its subject alternative names
+    not_after: datetime.datetime | None  # None: the file cannot be read
+    days_left: int | None  # whole days to not_after (negative once expired)
+    is_ca: bool
+    signed_by_ca: bool  # by the directory's CA (the CA: by itself)
+    problem: str | None  # None when good: "expires in 12 days", "expired", "not signed by the cell's CA"...
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name, "file": str(self.path), "subject": self.subject, "hosts": list(self.hosts),
+            "not_after": self.not_after.isoformat() if self.not_after else None, "days_left": self.days_left,
+            "ca": self.is_ca, "signed_by_ca": self.signed_by_ca, "problem": self.problem,
+        }  # fmt: skip
+
+
+@dataclass
+class Renewal:
+    """What `renew` did: the certificates issued again, those kept, those it could not renew
+    (name and why), and the CA as it is (never renewed)."""
+
+    ca: CertState
+    renewed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def inventory(pki_dir: str | os.PathLike[str], *, now: datetime.datetime | None = None) -> list[CertState]:
+    """Every certificate of `pki_dir`, the CA first, then by name: its names, its end, and
+    whether the CA signed it, judged at `now` (default: this host's clock). No CA: PKIError."""
+    directory = Path(pki_dir)
+    at = now or _now()
+    ca_file = ca_pair(directory).cert
+    ca_cert = load_cert(ca_file)
+    states = [_state(ca_file, None, at)]
+    for path in sorted(directory.glob("*.crt")):
+        if path.name != ca_file.name and not path.name.startswith("."):
+            states.append(_state(path, ca_cert, at))
+    return states
+
+
+def ca_problem(pki_dir: str | os.PathLike[str], *, now: datetime.datetime | None = None) -> str | None:
+    """Why the CA of `pki_dir` needs a person (it expires within RENEW_BEFORE, or has expired),
+    with what to do; None when it is good or there is none."""
+    try:
+        state = _state(ca_pair(pki_dir).cert, None, now or _now())
+    except PKIError:
+        return None
+    if state.problem is None or state.not_after is None:
+        return state.problem
+    return (f"the cell's CA {state.path} {state.problem} ({state.not_after:%Y-%m-%d %H:%M} UTC); "
+            "it is never replaced on its own: `minborg cell up --fresh` starts a new cell with a new CA")  # fmt: skip
+
+
+def renew(
+    pki_dir: str | os.PathLike[str],
+    *,
+    everything: bool = False,
+    now: datetime.datetime | None = None,
+    days: int = LEAF_DAYS,
+) -> Renewal:
+    """Issue again, from the CA of `pki_dir`, each certificate that expires within RENEW_BEFORE
+    of `now` or is not signed by that CA (or, `everything`, each one): the same name, names and
+    addresses, server/client uses, `days` long, with a new key. The CA is never renewed. A file
+    that cannot be read is skipped (its names are unknown): the process it serves issues it
+    again when it starts. No CA: PKIError."""
+    at = now or _now()
+    states = inventory(pki_dir, now=at)
+    result = Renewal(ca=states[0])
+    for state in states[1:]:
+        if state.not_after is None:
+            result.skipped.append((state.name, state.problem or "cannot be read"))
+            continue
+        if not (everything or state.problem):
+            result.kept.append(state.name)
+            continue
+        cert = load_cert(state.path)
+        server, client = _uses(cert)
+        issue(pki_dir, state.name, hosts=state.hosts, server=server, client=client, days=days)
+        result.renewed.append(state.name)
+    return result
+
+
 def signed_by(cert_file: str | os.PathLike[str], ca_file: str | os.PathLike[str]) -> bool:
     """Whether the certificate in `cert_file` was signed by the CA in `ca_file`."""
     try:
@@ -216,6 +313,57 @@ def _load_key(path: str | os.PathLike[str]) -> ec.EllipticCurvePrivateKey:
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise PKIError(f"{path} is not an EC private key")
     return key
+
+
+def _state(path: Path, ca_cert: x509.Certificate | None, now: datetime.datetime) -> CertState:
+    """`path` read at `now`; `ca_cert` None: path is the CA itself."""
+    is_ca = ca_cert is None
+    try:
+        cert = load_cert(path)
+    except PKIError as err:
+        if is_ca:
+            raise
+        return CertState(path.stem, path, "", (), None, None, False, False, f"cannot be read: {err}")
+    issuer = cert if ca_cert is None else ca_cert
+    try:
+        cert.verify_directly_issued_by(issuer)
+        signed = True
+    except (ValueError, TypeError, InvalidSignature):
+        signed = False
+    left = cert.not_valid_after_utc - now
+    days_left = left // datetime.timedelta(days=1)
+    problem = None
+    if left <= datetime.timedelta(0):
+        problem = "expired"
+    elif left <= RENEW_BEFORE:
+        problem = f"expires in {days_left} day(s)" if days_left else "expires within a day"
+    if not signed:
+        problem = "not self-signed" if is_ca else "not signed by the cell's CA"
+    common = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return CertState(
+        name=path.stem, path=path, subject=str(common[0].value) if common else cert.subject.rfc4514_string(),
+        hosts=tuple(_hosts_of(cert)), not_after=cert.not_valid_after_utc, days_left=days_left, is_ca=is_ca,
+        signed_by_ca=signed, problem=problem,
+    )  # fmt: skip
+
+
+def _hosts_of(cert: x509.Certificate) -> list[str]:
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [str(n.value) for n in names if isinstance(n, (x509.IPAddress, x509.DNSName))]
+
+
+def _uses(cert: x509.Certificate) -> tuple[bool, bool]:
+    """(server, client): what the certificate may do, as `issue` takes it (a client's alone
+    when it says nothing)."""
+    try:
+        usages = set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        return False, True
+    server, client = ExtendedKeyUsageOID.SERVER_AUTH in usages, ExtendedKeyUsageOID.CLIENT_AUTH in usages
+    return server, client or not server
 
 
 def _still_good(cert: x509.Certificate, ca_cert: x509.Certificate, hosts: Sequence[str]) -> bool:

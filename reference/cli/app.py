@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from reference.cli import cellnet
+from reference.cli import certs as cli_certs
 from reference.cli import drain as cli_drain
 from reference.cli import execute as cli_execute
 from reference.cli import faux as cli_faux
@@ -76,6 +77,7 @@ app.command("demo", rich_help_panel=LIFECYCLE, epilog=examples("minborg demo", "
 cell_app.command("checkpoint", epilog=examples("minborg cell checkpoint --out cell.json"))(cli_faux.checkpoint)
 cell_app.command("whatif", epilog=examples("minborg cell whatif --remove-machine machine1"))(cli_faux.whatif)
 cellnet.register(cell_app)  # partition, heal, pause, unpause, kill, hosts: faults on netns hosts
+cli_certs.register(cell_app)  # certs, certs list, certs renew: expiry and renewal of the cell's certificates
 
 
 def _print_version(asked: bool) -> None:

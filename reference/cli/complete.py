@@ -37,6 +37,8 @@ TREE: dict[str, Any] = {'alloc': {'kill': ('<job>', '--help', '--json', '--maste
               'smoke': (),
               'soak': ()},
  'cell': {'checkpoint': ('--cell', '--etcd', '--help', '--out', '--revision', '--state-dir'),
+          'certs': {'list': ('--help', '--json', '--state-dir'),
+                    'renew': ('--all', '--help', '--json', '--state-dir')},
           'down': ('--help', '--state-dir'),
           'heal': ('--help', '--json', '--state-dir'),
           'hosts': ('--help', '--json', '--state-dir'),

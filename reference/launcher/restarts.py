@@ -105,6 +105,7 @@ def _start_missing(info: CellInfo, say: Progress) -> CellInfo:
     a leader is elected. On failure what runs is left running (`cell status` shows it)."""
     root = Path(info.state_dir)
     env = child_env(info.workdir)
+    cell_tls.renew_before_start(root, say)  # each process starts again with the files it had
     try:
         if info.network is not None:
             made = netns.ensure(info.network)

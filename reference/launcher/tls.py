@@ -7,13 +7,17 @@ address and name the process is reached by: its own address(es), 127.0.0.1 and l
 
 The netns hosts call `server_args(root, process, addresses)` for a server that answers on
 addresses of its own; a master's flags come from its URL (`master_args`).
+
+A resumed or restarted process runs its recorded command, with the same certificate files:
+`renew_before_start` issues those files again first when they expire within pki.RENEW_BEFORE
+(or are not the CA's), and says when the CA itself nears its end (never renewed: `--fresh`).
 """
 
 from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -80,3 +84,26 @@ def client_verify(root: str | os.PathLike[str]) -> ssl.SSLContext | bool:
     URL ignores it."""
     path = ca_file(root)
     return channel.ca_context(path) if path.is_file() else True
+
+
+def renew_before_start(root: str | os.PathLike[str], say: Callable[[str], None]) -> list[str]:
+    """Before a stopped cell in state dir `root` resumes or its processes restart: every
+    certificate of its CA that expires within pki.RENEW_BEFORE, or is not signed by the CA,
+    issued again for the same names (pki.renew); returns their names. A CA near its end is
+    said, not replaced. A cell without a CA (made before the store took TLS) has nothing to renew."""
+    directory = Path(root) / PKI_DIR
+    if not pki.ca_pair(directory).cert.is_file():
+        return []
+    try:
+        done = pki.renew(directory)
+    except (pki.PKIError, OSError) as err:
+        say(f"certificates: not renewed: {err}")
+        return []
+    if done.renewed:
+        say(f"certificates: renewed {', '.join(done.renewed)} (the cell's CA, the same names; {pki.LEAF_DAYS} days)")
+    for name, why in done.skipped:
+        say(f"certificates: {name} {why}; left as it is")
+    problem = pki.ca_problem(directory)
+    if problem:
+        say(f"warning: {problem}")
+    return done.renewed
