@@ -55,7 +55,10 @@ processes over HTTPS only, with certificates of the cell's own CA (<state dir>/p
 http to them gets no answer. `--plain` opts out on loopback (for --toxiproxy, or to measure what
 TLS costs); --hosts netns is always TLS. etcd serves only TLS with client certificates on every
 cell. The command line trusts the CA of the local cell's state dir, $MINBORG_CA, or the context's
---ca, with no flag. A browser must be given that CA to open Sigma. See docs/security.md.
+--ca, with no flag. A browser must be given that CA to open Sigma. `minborg cell certs` lists
+each certificate's end (exit 1 within 30 days); `cell certs renew`, resume and `cell restart`
+issue those again from the same CA; the CA itself is replaced only by `cell up --fresh`.
+See docs/security.md.
 """),
     "hosts": ("A cell on hosts of its own (network namespaces), partitions and heals.", """\
   minborg cell up --hosts netns --replicas 3 --machines 3   # each process on its own address
