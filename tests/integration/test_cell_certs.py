@@ -1,4 +1,4 @@
-"""Renewal on a real cell (TLS on loopback, 1 replica, 1 machine): `cell certs renew --all` on the stopped cell issues every certificate again from its CA, `cell up` resumes it, and the API then answers over HTTPS with the new certificate (another serial, the same CA), the command line still finding that CA in the state dir with no flag."""
+"""Renewal on a real cell (TLS on loopback, 1 replica, 1 machine): `cell certs renew --all` on the stopped cell issues every certificate again from its CA, `cell up` resumes it, and the API then answers over HTTPS with the new certificate (another serial, the same CA), the command line still finding that CA in the state dir with no flag; a borglet's certificate near its end is renewed by `cell up` itself."""
 
 from __future__ import annotations
 
@@ -76,5 +76,19 @@ def test_renew_all_on_a_stopped_cell_then_resume_serves_the_new_certificates(tmp
         checked = minborg(state_dir, "cell", "certs")
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert "master0-https" in checked.stdout
+
+        # A borglet's certificate 10 days from its end: `cell certs` exits 1, resume renews it.
+        launcher.down(state_dir)
+        machine = next(iter(info.borglet_urls))
+        short = pki.issue(Path(state_dir) / cell_tls.PKI_DIR, f"{machine}{cell_tls.CERT_SUFFIX}",
+                          hosts=cell_tls.names_for(["127.0.0.1"]), server=True, days=10)  # fmt: skip
+        near = pki.load_cert(short.cert).serial_number
+        assert minborg(state_dir, "cell", "certs").returncode == 1
+        up = minborg(state_dir, "cell", "up")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert f"certificates: renewed {machine}{cell_tls.CERT_SUFFIX}" in up.stdout + up.stderr
+        info = launcher.CellInfo.load(state_dir)
+        assert served_serial(info.borglet_urls[machine], ca) == pki.load_cert(short.cert).serial_number != near
+        assert minborg(state_dir, "cell", "certs").returncode == 0
     finally:
         launcher.down(state_dir)
