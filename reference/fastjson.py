@@ -22,7 +22,10 @@ def loads(raw: bytes | bytearray | memoryview | str) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(bytes(raw) if isinstance(raw, memoryview) else raw)
+        try:
+            return json.loads(bytes(raw) if isinstance(raw, memoryview) else raw)
+        except RecursionError:  # nested past both readers' depth: not JSON a peer of ours sends
+            raise ValueError("JSON nested too deep") from None
 
 
 def dumps(obj: Any, *, sort_keys: bool = False) -> bytes:

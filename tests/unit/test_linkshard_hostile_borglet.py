@@ -1,0 +1,87 @@
+"""One machine's answer cannot stop a link shard polling the others. A state read answered with
+JSON nested deeper than the standard library's reader recurses (orjson refuses it at depth 1,024,
+then `json` raised RecursionError, not the ValueError every reader of fastjson.loads catches)
+escaped KeptAlive.get_json, ended the shard's round at that machine's chunk, and did so every
+round: the machines polled with it or after it were never read again, and went lost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from reference import fastjson
+from reference.master.linkshard import KeptAlive, LinkShard
+from tests.unit.fakehttp import JsonHandler, serving
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+HONEST = {"usage": {"cpu": 0}, "tasks": [{"task_id": "t", "state": "RUNNING"}]}
+
+
+class Hostile(JsonHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        self.answer(200, DEEP)
+
+
+class Honest(JsonHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        self.answer(200, fastjson.dumps(HONEST))
+
+
+@pytest.mark.parametrize("raw", [DEEP, b'{"a": ' * 100_000 + b"1" + b"}" * 100_000])
+def test_json_nested_too_deep_is_not_json(raw: bytes) -> None:
+    with pytest.raises(ValueError):
+        fastjson.loads(raw)
+
+
+def test_a_state_read_nested_too_deep_is_no_answer() -> None:
+    with serving(Hostile) as base:
+        assert KeptAlive(timeout=2.0).get_json(f"{base}/v1/state") is None
+
+
+@dataclass
+class _Info:
+    address: str
+
+
+@dataclass
+class _State:
+    machines: dict[str, object]
+
+
+@dataclass
+class _Cell:
+    machines: dict[str, _Info]
+    state: _State
+    replicas: dict[str, str] = field(default_factory=lambda: {"r1": "http://r1"})
+    leader: str = "r1=http://r1"
+    leader_revision: int = 7
+
+
+class _Cache:
+    def __init__(self, addresses: dict[str, str]) -> None:
+        self.view = _Cell({n: _Info(a) for n, a in addresses.items()}, _State({n: object() for n in addresses}))
+
+    def cell(self) -> _Cell:
+        return self.view
+
+
+def test_one_machines_answer_does_not_stop_the_round_for_the_others() -> None:
+    batches: list[dict[str, Any]] = []
+
+    def leader(batch: dict[str, Any]) -> dict[str, Any]:
+        batches.append(batch)
+        return {"need_full": []}
+
+    with serving(Hostile) as bad, serving(Honest) as good:
+        # "a" sorts first: its chunk, and every chunk after it, were lost with it.
+        shard = LinkShard(_Cache({"a-hostile": bad, "b-honest": good}), name="r1", send=leader, interval=1.0)  # type: ignore[arg-type]
+        try:
+            shard.round()
+            assert shard.rounds == 1
+            assert shard.flush() == 1
+        finally:
+            shard.stop()
+    reported = batches[-1]["reports"]
+    assert reported["b-honest"]["report"]["tasks"] == HONEST["tasks"]
