@@ -271,7 +271,8 @@ def renew(
     of `now` or is not signed by that CA (or, `everything`, each one): the same name, names and
     addresses, server/client uses, `days` long, with a new key. The CA is never renewed. A file
     that cannot be read is skipped (its names are unknown): the process it serves issues it
-    again when it starts. No CA: PKIError."""
+    again when it starts, and so is one that already ends with the CA (none may outlive it:
+    renewing gains nothing). No CA: PKIError."""
     at = now or _now()
     states = inventory(pki_dir, now=at)
     result = Renewal(ca=states[0])
@@ -281,6 +282,9 @@ def renew(
             continue
         if not (everything or state.problem):
             result.kept.append(state.name)
+            continue
+        if not everything and state.signed_by_ca and _ends_with_ca(state, result.ca):
+            result.skipped.append((state.name, f"{state.problem}, with the CA: a new CA alone gives it longer (`cell up --fresh`)"))
             continue
         cert = load_cert(state.path)
         server, client = _uses(cert)
@@ -345,6 +349,11 @@ def _state(path: Path, ca_cert: x509.Certificate | None, now: datetime.datetime)
         hosts=tuple(_hosts_of(cert)), not_after=cert.not_valid_after_utc, days_left=days_left, is_ca=is_ca,
         signed_by_ca=signed, problem=problem,
     )  # fmt: skip
+
+
+def _ends_with_ca(state: CertState, ca: CertState) -> bool:
+    """Whether `state` ends when the CA does (`issue` never goes past the CA's end)."""
+    return state.not_after is not None and ca.not_after is not None and state.not_after >= ca.not_after
 
 
 def _hosts_of(cert: x509.Certificate) -> list[str]:

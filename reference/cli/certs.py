@@ -77,16 +77,18 @@ def show(state_dir: str | None, as_json: bool) -> None:
         ]
         print(render(["NAME", "PROCESS", "NOT AFTER (UTC)", "DAYS LEFT", "SIGNED BY CA", "STATE"], rows, color=color))
         for s in bad:
-            errors.print(f"{s.name}: {s.problem}: {_advice(s)}", markup=False, soft_wrap=True)
+            errors.print(f"{s.name}: {s.problem}: {_advice(s, states[0])}", markup=False, soft_wrap=True)
     if bad:
         raise typer.Exit(EXIT_FAILED)
 
 
-def _advice(state: pki.CertState) -> str:
+def _advice(state: pki.CertState, ca: pki.CertState) -> str:
     if state.is_ca:
         return "the CA is never renewed in place; `minborg cell up --fresh` starts a new cell with a new CA"
     if state.not_after is None:
         return "its process issues it again when it starts (`minborg cell restart`)"
+    if state.signed_by_ca and ca.not_after is not None and state.not_after >= ca.not_after:
+        return "it ends with the CA, and no certificate outlives its CA: `minborg cell up --fresh`"
     return "`minborg cell certs renew` on the stopped cell, or `minborg cell restart`"
 
 
@@ -124,14 +126,14 @@ def certs_renew(everything: AllOpt = False, state_dir: StateDirOpt = None, as_js
                     "ca_problem": ca_problem, "running": running})  # fmt: skip
         return
     if done.renewed:
-        console.print(f"renewed {len(done.renewed)} certificate(s) from the cell's CA, each for "
-                      f"{pki.LEAF_DAYS} days: {', '.join(done.renewed)}", markup=False, soft_wrap=True)  # fmt: skip
+        console.print(f"renewed {len(done.renewed)} certificate(s) from the cell's CA, each for {pki.LEAF_DAYS} days "
+                      f"(or to the CA's end, if sooner): {', '.join(done.renewed)}", markup=False, soft_wrap=True)  # fmt: skip
     else:
         console.print(f"no certificate expires within {pki.RENEW_BEFORE.days} days: none renewed (--all renews every one)")
     if done.kept and done.renewed:
         console.print(f"kept {len(done.kept)}, far from their end", markup=False)
     for name, why in done.skipped:
-        console.print(f"{name}: {why}: left as it is (its process issues it again when it starts)", markup=False)
+        console.print(f"{name}: {why}: left as it is", markup=False, soft_wrap=True)
     if ca_problem:
         console.print(f"warning: {ca_problem}", markup=False, soft_wrap=True)
     if done.renewed and running:

@@ -100,7 +100,7 @@ def renew_before_start(root: str | os.PathLike[str], say: Callable[[str], None])
         say(f"certificates: not renewed: {err}")
         return []
     if done.renewed:
-        say(f"certificates: renewed {', '.join(done.renewed)} (the cell's CA, the same names; {pki.LEAF_DAYS} days)")
+        say(f"certificates: renewed {', '.join(done.renewed)} (the cell's CA, the same names)")
     for name, why in done.skipped:
         say(f"certificates: {name} {why}; left as it is")
     problem = pki.ca_problem(directory)

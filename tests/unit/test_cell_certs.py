@@ -138,6 +138,10 @@ def test_the_ca_is_never_replaced_only_reported(tmp_path: Path) -> None:
     pki.issue(d, "master0-https", hosts=cell_tls.names_for(["127.0.0.1"]), server=True)
 
     assert pki.ensure_ca(d, "t").cert.read_bytes() == pem  # resume, etcd's start: kept
+    leaf = pki.pair(d, "master0-https").cert.read_bytes()
+    done = pki.renew(d)  # the leaf ends with the CA: renewing it would gain nothing
+    assert done.renewed == [] and [n for n, _ in done.skipped] == ["master0-https"] and "--fresh" in done.skipped[0][1]
+    assert pki.pair(d, "master0-https").cert.read_bytes() == leaf
     done = pki.renew(d, everything=True)
     assert done.ca.is_ca and done.ca.problem and done.ca.problem.startswith("expires in")
     assert ca.cert.read_bytes() == pem
@@ -149,7 +153,7 @@ def test_the_ca_is_never_replaced_only_reported(tmp_path: Path) -> None:
     assert ca.cert.read_bytes() == pem and any("--fresh" in line for line in said)
 
     code, out = cli("--state-dir", str(tmp_path))
-    assert code == 1 and "never renewed in place" in out
+    assert code == 1 and "never renewed in place" in out and "ends with the CA" in out
     code, out = cli("renew", "--state-dir", str(tmp_path))
     assert "warning: the cell's CA" in out and ca.cert.read_bytes() == pem
 
@@ -189,3 +193,13 @@ def test_a_state_dir_without_a_ca_is_told_what_to_do(tmp_path: Path) -> None:
     code, out = cli("--state-dir", str(tmp_path))
     assert code == 1 and "no cell CA" in out and "minborg cell up" in out
     assert cell_tls.renew_before_start(tmp_path, lambda _m: None) == []
+
+
+def test_renew_on_a_running_cell_says_a_restart_loads_the_files(cell: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference.cli import certs as cli_certs
+
+    pki.issue(pki_dir(cell), "machine0-https", hosts=cell_tls.names_for(["10.77.0.5"]), server=True, days=10)
+    monkeypatch.setattr(cli_certs, "_running", lambda _state_dir: True)
+    code, out = cli("renew", "--state-dir", str(cell))
+    assert code == 0 and "machine0-https" in out and "`minborg cell restart` loads the new ones" in out
+    assert states(cell)["machine0-https"].problem is None
