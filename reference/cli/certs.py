@@ -98,22 +98,32 @@ def certs(ctx: typer.Context, state_dir: StateDirOpt = None, as_json: JsonOpt = 
     it. Exits 1 when any expires within the renewal window or is not the CA's."""
     if ctx.invoked_subcommand is None:
         handles_errors(show)(state_dir, as_json)
+    else:  # `cell certs --state-dir D renew`: the subcommand takes what was given before it
+        ctx.obj = {"state_dir": state_dir, "as_json": as_json}
+
+
+def _given(ctx: typer.Context, state_dir: str | None, as_json: bool) -> tuple[str | None, bool]:
+    before = ctx.obj if isinstance(ctx.obj, dict) else {}
+    return state_dir or before.get("state_dir"), as_json or bool(before.get("as_json"))
 
 
 @certs_app.command("list", epilog=examples("minborg cell certs list", "minborg cell certs --json"))
 @handles_errors
-def certs_list(state_dir: StateDirOpt = None, as_json: JsonOpt = False) -> None:
+def certs_list(ctx: typer.Context, state_dir: StateDirOpt = None, as_json: JsonOpt = False) -> None:
     """Each certificate of the cell's CA: its process, its end, days left, whether the CA signed
     it. Exits 1 when any expires within the renewal window or is not the CA's."""
-    show(state_dir, as_json)
+    show(*_given(ctx, state_dir, as_json))
 
 
 @certs_app.command("renew", epilog=examples("minborg cell certs renew", "minborg cell certs renew --all"))
 @handles_errors
-def certs_renew(everything: AllOpt = False, state_dir: StateDirOpt = None, as_json: JsonOpt = False) -> None:
+def certs_renew(
+    ctx: typer.Context, everything: AllOpt = False, state_dir: StateDirOpt = None, as_json: JsonOpt = False
+) -> None:
     """Issue again, from the cell's CA, for the same names and addresses, each certificate within
     the renewal window or not signed by the CA (--all: every one), with a new key. The CA is never
     renewed. A running cell's processes load the new files when restarted: `minborg cell restart`."""
+    state_dir, as_json = _given(ctx, state_dir, as_json)
     directory = _pki_dir(state_dir)
     running = _running(state_dir)
     try:

@@ -63,6 +63,7 @@ def test_every_certificate_is_listed_with_its_process_end_and_signer(cell: Path)
     assert rows["machine0-https"][1] == "machine0" and rows["etcd0-server"][1] == "etcd0"
     assert rows["master0-https"][-2:] == ["yes", "ok"] and rows["ca"][-2:] == ["self", "ok"]
     code, out = cli("list", "--state-dir", str(cell), "--json")
+    assert cli("--state-dir", str(cell), "--json", "list") == (code, out)  # the options before it count too
     answer = json.loads(out)
     assert code == 0 and answer["problems"] == 0 and answer["renew_before_days"] == pki.RENEW_BEFORE.days
     assert [c["process"] for c in answer["certificates"]][1:3] == ["etcd0", "machine0"]
