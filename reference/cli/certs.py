@@ -23,7 +23,7 @@ from reference.launcher import tls as cell_tls
 from reference.launcher.cellfile import CellInfo
 
 certs_app = typer.Typer(
-    help="The cell's certificates: when each expires (list, the default) and their renewal (renew).",
+    help="Certificates: when each expires (list, the default), their renewal (renew).",
     invoke_without_command=True,
 )
 SUFFIXES = ("-https", "-server", "-peer")  # a process's certificate; etcd0-server and -peer: member etcd0
