@@ -45,6 +45,7 @@ from reference.launcher.shutdown import stop_cell
 from reference.launcher.statedir import (
     check_arguments,
     check_hollow,
+    check_private,
     ensure_admin_token,
     prepare_state_dir,
 )
@@ -151,6 +152,7 @@ def up(
         if problem:
             raise LauncherError(f"--machine-cpu-shares: {problem}")
     root = state_dir_path(state_dir)
+    check_private(root)
     if not fresh and (root / CELL_FILE).exists():
         return resume(root, progress=say)
     if tls and toxiproxy:

@@ -56,6 +56,26 @@ def check_hollow(count: int, start_delay_s: float | None, toxiproxy: bool) -> No
         raise LauncherError("--hollow and --toxiproxy cannot be combined: hollow machines are for scale tests")
 
 
+def check_private(root: Path) -> None:
+    """LauncherError unless state dir `root` is absent or owned by this user and not writable
+    by others: whoever may write it may put or swap in the cell's channel key, CA and cell
+    file (docs/security.md)."""
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        return
+    if st.st_uid != os.geteuid():
+        raise LauncherError(
+            f"--state-dir {root} is owned by uid {st.st_uid}, not this user ({os.geteuid()}): its keys could be "
+            "another user's; choose another --state-dir, or chown it"
+        )
+    if st.st_mode & 0o002:
+        raise LauncherError(
+            f"--state-dir {root} is writable by other users (mode {st.st_mode & 0o7777:04o}), who could swap in "
+            f"its keys: chmod o-w {root}, or choose another --state-dir"
+        )
+
+
 def prepare_state_dir(root: Path, say: Callable[[str], None]) -> None:
     """Refuse a running cell; delete a stopped one (saying what goes) so the new cell starts empty."""
     if (root / CELL_FILE).exists():
@@ -112,6 +132,7 @@ def refuse_running(info: CellInfo) -> None:
 def check_resumable(info: CellInfo) -> None:
     """Refuse a cell whose files cannot bring it back (a cell file without commands, no etcd data)."""
     root = Path(info.state_dir)
+    check_private(root)  # resume and restart start on its keys as they are
     bare = [p.name for p in info.processes if p.role is not Role.ETCD and not p.command]
     if bare:
         raise LauncherError(
