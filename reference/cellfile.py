@@ -101,13 +101,15 @@ def split_urls(text: str) -> list[str]:
 def master_urls(
     master: str | None = None, state_dir: str | os.PathLike[str] | None = None
 ) -> list[str]:
-    """Master URLs from --master, else $MINBORG_MASTER, else the local cell file. A given
-    address that the local cell file lists as an https master is asked over https, whatever
-    scheme it came with: plain http there would send the state dir's admin token in clear, to
-    whatever listens on the port, and the master would answer it nothing."""
-    for source in (master, os.environ.get(MASTER_ENV)):
+    """Master URLs from --master, else $MINBORG_MASTER, else the local cell file. A plain http
+    URL (a bare host:port is one) of an address the local cell file lists as an https master is
+    refused, naming the https URL: asked so, the state dir's admin token would cross in clear,
+    to whatever listens on the port, and the master would answer it nothing."""
+    for name, source in (("--master", master), (f"${MASTER_ENV}", os.environ.get(MASTER_ENV))):
         if source and (urls := split_urls(source)):
-            return [_over_tls(url, state_dir) for url in urls]
+            for url in urls:
+                _refuse_plain(name, url, state_dir)
+            return urls
     urls = list(read_cell_file(state_dir).get("master_urls") or [])
     if not urls:
         raise ClientError(
@@ -119,22 +121,22 @@ def master_urls(
 LOOPBACK = ("127.0.0.1", "localhost")
 
 
-def _over_tls(url: str, state_dir: str | os.PathLike[str] | None) -> str:
-    """`url` made https when it is plain http to an address (host:port; 127.0.0.1 and localhost
-    alike) that the local cell file lists among its https masters; else `url` as it is."""
+def _refuse_plain(name: str, url: str, state_dir: str | os.PathLike[str] | None) -> None:
+    """ClientError when `url` is plain http to an address (host:port; 127.0.0.1 and localhost
+    alike) that the local cell file lists among its https masters."""
     if not url.startswith("http://"):
-        return url
+        return
     address = url[len("http://"):].split("/", 1)[0]
     try:
         local = read_cell_file(state_dir).get("master_urls") or []
     except (ClientError, AttributeError):
-        return url
-    hosts = LOOPBACK if address.rpartition(":")[0] in LOOPBACK else (address.rpartition(":")[0],)
-    port = address.rpartition(":")[2]
-    tls = {f"{h}:{port}" for h in hosts}
+        return
+    host, _, port = address.rpartition(":")
+    tls = {f"{h}:{port}" for h in (LOOPBACK if host in LOOPBACK else (host,))}
     if any(str(u).startswith("https://") and str(u)[8:].split("/", 1)[0] in tls for u in local):
-        return "https://" + url[len("http://"):]
-    return url
+        raise ClientError(NO_ANSWER, f"{name} {url}: the cell there serves https only (its state dir "
+                          f"{state_dir_path(state_dir)} says so), and plain http would send its token in "
+                          f"clear: give https://{url[len('http://'):]}")  # fmt: skip
 
 
 def admin_token_path(state_dir: str | os.PathLike[str] | None = None) -> Path:
