@@ -63,6 +63,10 @@ class ShapeMix:
         self._allowed: dict[tuple, tuple[int, list[bool] | None]] = {}
         self._memo: dict[tuple, tuple[float, list[tuple[int, int]]]] = {}
         self._frag: dict[tuple, float] = {}
+        # Per version: per machine, which frozen groups' constraints hold there (`_allowed`'s
+        # number, -1: no group is constrained); the scores of tasks without GPUs (`place_cpu`).
+        self._which: dict[int, int] = {}
+        self._cpu_memo: dict[tuple, float] = {}
 
     def add(self, group: Group | None, cpu: int) -> bool:
         """Counts one task (group None: no GPU); True when the frozen mix moved."""
@@ -84,6 +88,8 @@ class ShapeMix:
         self._allowed.clear()
         self._memo.clear()
         self._frag.clear()
+        self._which.clear()
+        self._cpu_memo.clear()
         return True
 
     def _stays(self, drift: float) -> bool:
@@ -113,17 +119,7 @@ class ShapeMix:
         the same score and GPUs, remembered for the version."""
         if not whole and not share and not any(gfree):
             return NO_FREE_GPU, []  # F is 0 before and after: what fgd_place gives, without the work
-        if self.constrained:
-            k = self._attrs_key.get(mi)
-            if k is None:
-                k = self._attrs_key[mi] = tuple(sorted(attrs.items()))
-            held = self._allowed.get(k)
-            if held is None:
-                allowed = [all(constraint_holds(c, attrs) for c in g[2]) for g, _ in self.frozen]
-                held = self._allowed[k] = (len(self._allowed), allowed)
-            which, allowed = held
-        else:
-            which, allowed = -1, None
+        which, allowed = self._held(mi, attrs)
         key = (cpu_free, cpu_ask, tuple(gfree), whole, share, which)
         got = self._memo.get(key)
         if got is None:
@@ -138,6 +134,32 @@ class ShapeMix:
 
             got = self._memo[key] = fgd_place(cpu_free, cpu_ask, gfree, whole, share, self.frozen, self.frozen_total, allowed, frag)
         return got[0], list(got[1])
+
+
+    def place_cpu(self, mi: int, attrs: Mapping[str, str], cpu_free: int, cpu_ask: int, gfree: Sequence[int]) -> float:
+        """`place`'s score of a task without GPUs, remembered for the version by what it reads."""
+        which = self._which.get(mi)
+        if which is None:
+            which = self._which[mi] = self._held(mi, attrs)[0]
+        key = (cpu_free, cpu_ask, tuple(gfree), which)
+        got = self._cpu_memo.get(key)
+        if got is None:
+            got = self._cpu_memo[key] = self.place(mi, attrs, cpu_free, cpu_ask, gfree, 0, 0)[0]
+        return got
+
+    def _held(self, mi: int, attrs: Mapping[str, str]) -> tuple[int, list[bool] | None]:
+        """Which frozen groups' constraints hold on machine `mi`: a number for the set, and
+        the set (-1 and None when no group has constraints)."""
+        if not self.constrained:
+            return -1, None
+        k = self._attrs_key.get(mi)
+        if k is None:
+            k = self._attrs_key[mi] = tuple(sorted(attrs.items()))
+        held = self._allowed.get(k)
+        if held is None:
+            allowed = [all(constraint_holds(c, attrs) for c in g[2]) for g, _ in self.frozen]
+            held = self._allowed[k] = (len(self._allowed), allowed)
+        return held
 
 
 def usable(gfree: Sequence[int], whole: int, share: int) -> int:

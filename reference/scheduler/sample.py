@@ -110,7 +110,11 @@ class Sampler:
 
     def rescore(self, cls: TaskClass, s: Sample, slots: list[int]) -> None:
         """Score these slots' machines afresh, one at a time."""
-        evaluate, machines, version, preempting = self.scorer.evaluate, s.machines, self.cell.version, s.preempting
+        machines, version, preempting = s.machines, self.cell.version, s.preempting
+        if self.scorer.batched(cls, preempting):
+            self._rescore_plain(cls, s, slots, [int(machines[slot]) for slot in slots])
+            return
+        evaluate = self.scorer.evaluate
         for slot in slots:
             mi = int(machines[slot])
             score = evaluate(cls, mi, preempting)
@@ -119,6 +123,16 @@ class Sampler:
             else:
                 s.scores[slot] = score
                 s.versions[slot] = version[mi]
+
+    def _rescore_plain(self, cls: TaskClass, s: Sample, slots: list[int], mis: list[int]) -> None:
+        """`rescore` of a batched class's slots (machines `mis`), scored in one call."""
+        scores, versions, version = s.scores, s.versions, self.cell.version
+        for slot, mi, score in zip(slots, mis, self.scorer.plain(cls, mis), strict=True):
+            if score.__class__ is Rejection:
+                self.drop(s, slot, score)  # type: ignore[arg-type]
+            else:
+                scores[slot] = score
+                versions[slot] = version[mi]
 
     def refresh(self, cls: TaskClass, s: Sample) -> None:
         """Rescore every cached score whose machine's version moved since, wherever it ranks;
@@ -132,8 +146,13 @@ class Sampler:
         else:
             stale = live & (s.versions[:size] != self.cell.version[s.machines[:size]])
         slots = stale.nonzero()[0]
-        if len(slots) >= BATCH_MIN and self.scorer.batched(cls, s.preempting):
-            self._rescore_many(cls, s, slots)
+        if not len(slots):
+            return
+        if self.scorer.batched(cls, s.preempting):
+            if len(slots) >= BATCH_MIN:
+                self._rescore_many(cls, s, slots)
+            else:
+                self._rescore_plain(cls, s, slots.tolist(), s.machines[slots].tolist())
         else:
             self.rescore(cls, s, slots.tolist())
 
@@ -170,6 +189,7 @@ class Sampler:
         n, k, run = self.n, s.want, 32
         pre, cell, evaluate = self.pre, self.cell, self.scorer.evaluate
         ids = pre.ids
+        batched = self.scorer.batched(cls, s.preempting)
         while s.valid < k and s.cursor < n:
             start = s.cursor
             end = min(n, start + run)
@@ -180,15 +200,24 @@ class Sampler:
             else:  # the prefilter's verdict keeps the reasons of the machines it rejects
                 run_check = pre.check(cls, lo, s.offset + end, s.preempting)
                 hits = run_check.passing()
-            if len(hits) >= BATCH_MIN and k - s.valid >= BATCH_MIN and self.scorer.batched(cls, s.preempting):
+            if len(hits) >= BATCH_MIN and k - s.valid >= BATCH_MIN and batched:
                 take = hits[: k - s.valid]
                 self._add_many(cls, s, lo + take)
                 if s.valid >= k:
                     s.cursor = start + int(take[-1]) + 1  # the rest of the run is still unseen
                 hits = hits[:0]
-            for h in hits.tolist():
+            ahead: list[float | Rejection] = []  # a batched class's scores, taken a run at a time
+            i = 0
+            hits = hits.tolist()
+            for j, h in enumerate(hits):
                 mi = int(ids[lo + h])
-                score = evaluate(cls, mi, s.preempting)
+                if batched:
+                    if i == len(ahead):  # as many as the sample still lacks: `evaluate`'s count
+                        ahead, i = self.scorer.plain(cls, ids[lo + np.array(hits[j : j + k - s.valid])].tolist()), 0
+                    score = ahead[i]
+                    i += 1
+                else:
+                    score = evaluate(cls, mi, s.preempting)
                 if score.__class__ is Rejection:
                     if s.tally is not None:
                         s.tally.add(score)  # type: ignore[arg-type]

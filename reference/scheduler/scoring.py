@@ -11,7 +11,7 @@ from .cellview import CellView, Victim, gpu_take
 from .classes import TaskClass
 from .config import SchedulerConfig
 from .feasibility import Feasibility, Rejection, release
-from .fgdbatch import fgd_many
+from .fgdbatch import NO_FREE_GPU, fgd_many
 from .fragmentation import ShapeMix
 from .plan import PassStats
 from .policies import gpu_clustering, gpu_packing, policy_named
@@ -71,6 +71,37 @@ class Scorer:
             return self.gpu_score(cls, mi, free, gfree) - penalty
         return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi]) - penalty
 
+    def plain(self, cls: TaskClass, mis: list[int]) -> list[float | Rejection]:
+        """`evaluate` without preemption of a batched class (`batched`: it takes no GPUs) on
+        machines that are up and meet its constraints, as a sample's are: the same scores and
+        rejections, without a chain of calls per machine. Only what the request needs is
+        checked (the resources); fgd scores a machine without free GPU `NO_FREE_GPU`, as
+        `ShapeMix.place` does for such a class."""
+        self.stats.evaluations += len(mis)
+        cell, policy, mix = self.cell, self.policy, self.mix
+        frees, reclaimed, gfrees, caps, salts, attrs = cell.free, cell.reclaimed, cell.gfree, cell.cap, cell.salt, cell.attrs
+        nz, req, prod = cls.nz, cls.req, is_prod(cls.priority)
+        out: list[float | Rejection] = []
+        for mi in mis:
+            free = frees[mi]
+            if reclaimed[mi] and not prod:
+                free = cell.free_for(mi, False)
+            for d, a in nz:
+                if free[d] < a:
+                    out.append(Rejection(short=tuple(d for d, a in nz if free[d] < a)))
+                    break
+            else:
+                if policy is not None:
+                    out.append(policy(req, free, caps[mi], salts[mi]))
+                else:
+                    gfree = gfrees[mi]
+                    if any(gfree):
+                        assert mix is not None
+                        out.append(mix.place_cpu(mi, attrs[mi], free[0], req[0], gfree))
+                    else:
+                        out.append(NO_FREE_GPU)
+        return out
+
     def gpu_score(self, cls: TaskClass, mi: int, free: list[int], gfree: list[int] | None = None) -> float:
         """The GPU-aware policies, fed from the working cell (or from `gfree`, the GPUs after an eviction)."""
         cell, name = self.cell, self.cfg.policy
@@ -104,7 +135,8 @@ class Scorer:
     def many(self, cls: TaskClass, mis: np.ndarray, free: np.ndarray) -> np.ndarray:
         """The scores of a batched class on machines `mis`, `free` what it may use on each (rows)."""
         if self.mix is not None:  # fgd, a class without GPUs: fgdbatch
-            return fgd_many(self.cell, mis, free, lambda mi, cpu, gfree: self.fgd(cls, mi, [cpu], gfree)[0])
+            place, attrs, ask = self.mix.place_cpu, self.cell.attrs, cls.req[0]
+            return fgd_many(self.cell, mis, free, lambda mi, cpu, gfree: place(mi, attrs[mi], cpu, ask, gfree))
         need = cls.need
         if need is None:
             need = cls.need = np.array(cls.req, dtype=np.int64)
