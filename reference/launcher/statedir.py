@@ -113,7 +113,20 @@ def ensure_admin_token(root: Path) -> Path:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write("mbt_" + secrets.token_urlsafe(32) + "\n")
+    check_token_private(root)
     return path
+
+
+def check_token_private(root: Path) -> None:
+    """LauncherError if the admin token in `root` is open to other users (a rotated one
+    written under umask 022 is 0644): every task could read the cell's admin credential."""
+    path = root / ADMIN_TOKEN_FILE
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if mode & 0o077:
+        raise LauncherError(f"the admin token {path} is open to other users (mode {mode & 0o7777:04o}): chmod 600 it")
 
 
 def refuse_running(info: CellInfo) -> None:
@@ -133,6 +146,7 @@ def check_resumable(info: CellInfo) -> None:
     """Refuse a cell whose files cannot bring it back (a cell file without commands, no etcd data)."""
     root = Path(info.state_dir)
     check_private(root)  # resume and restart start on its keys as they are
+    check_token_private(root)
     bare = [p.name for p in info.processes if p.role is not Role.ETCD and not p.command]
     if bare:
         raise LauncherError(
