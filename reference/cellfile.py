@@ -73,8 +73,27 @@ def state_dir_path(state_dir: str | os.PathLike[str] | None = None) -> Path:
     return Path(chosen).expanduser().resolve()
 
 
+def check_trusted(root: Path) -> None:
+    """ClientError unless state dir `root` is absent, or owned by this user or root and not
+    writable by others: another user could have put its cell file and CA there (./.minborg run
+    from a shared directory), and a command would send its token to their masters."""
+    try:
+        st = os.stat(root)
+    except OSError:
+        return
+    why = ""
+    if st.st_uid not in (os.geteuid(), 0):
+        why = f"it belongs to uid {st.st_uid}"
+    elif st.st_mode & 0o002:
+        why = "other users may write it"
+    if why:
+        raise ClientError(NO_ANSWER, f"the state dir {root} is not to be trusted: {why}, so its cell file and CA "
+                          "could be theirs; give your own with --state-dir or $MINBORG_STATE_DIR")  # fmt: skip
+
+
 def read_cell_file(state_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """The cell file written by `minborg cell up`, as a dict; ClientError when absent."""
+    check_trusted(state_dir_path(state_dir))
     path = state_dir_path(state_dir) / CELL_FILE
     try:
         return json.loads(path.read_text())

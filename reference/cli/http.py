@@ -23,6 +23,7 @@ from reference.cellfile import (
     MASTER_ENV,
     NO_ANSWER,
     ClientError,
+    check_trusted,
     format_detail,
     master_urls,
     read_cell_file,
@@ -48,6 +49,7 @@ def ca_file(state_dir: Any = None) -> str | None:
 
     if os.environ.get(CA_ENV):
         return os.environ[CA_ENV]
+    check_trusted(state_dir_path(state_dir))
     path = state_dir_path(state_dir).joinpath(*CELL_CA)
     return str(path) if path.is_file() else None
 
