@@ -22,7 +22,7 @@ from .terms import locality_bonus, skew_penalty, spread_penalty
 class JobTerms:
     """Where each job's tasks are, which machines hold each package, and recent crashes, as the pass moves on."""
 
-    __slots__ = ("cell", "cfg", "job_on", "job_spread", "job_hosts", "pkg_has", "pkg_machines", "crashes")
+    __slots__ = ("cell", "cfg", "job_on", "job_spread", "job_skew", "job_hosts", "pkg_has", "pkg_bonus", "pkg_machines", "crashes")
 
     def __init__(self, snapshot: Snapshot, cell: CellView, cfg: SchedulerConfig) -> None:
         self.cell, self.cfg = cell, cfg
@@ -31,11 +31,14 @@ class JobTerms:
         self.job_on: dict[str, list[int]] = {}
         self.job_spread: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.job_hosts: dict[str, int] = {}  # machines holding a task of the job, for the jobs in job_spread
+        # Per job in job_spread, skew_penalty's weight * tasks on each machine, kept as tasks land.
+        self.job_skew: dict[str, np.ndarray] = {}
         for t in snapshot.running:
             mi = cell.index.get(t.machine)
             if mi is not None:
                 self.job_on.setdefault(t.id.job, []).append(mi)
         self.pkg_has: dict[str, np.ndarray] = {}
+        self.pkg_bonus: dict[str, np.ndarray] = {}  # locality_bonus of each machine, per package in pkg_has
         self.pkg_machines: dict[str, list[int]] | None = None
         # Recent crashes of a task index by machine row (pairing.py).
         self.crashes = {k: {cell.index[m]: n for m, n in c.items() if m in cell.index}
@@ -56,10 +59,15 @@ class JobTerms:
                 if cfg.skew_weight:
                     # A sample of distinct machines (one walk) larger than the job's hosts holds
                     # a machine without the job's tasks: its least count is 0.
-                    least = 0 if not s.preempting and self.job_hosts[task.job] < size else None
-                    total = total - skew_penalty(cfg.skew_weight, per_machine[machines], least)
+                    if not s.preempting and self.job_hosts[task.job] < size:  # least 0: weight * here
+                        total = total - self.job_skew[task.job][machines]
+                    else:
+                        total = total - skew_penalty(cfg.skew_weight, per_machine[machines])
         if cfg.locality_weight and task.package:
-            total = total + locality_bonus(cfg.locality_weight, self._package_on(task.package)[machines])
+            bonus = self.pkg_bonus.get(task.package)
+            if bonus is None:
+                bonus = self.pkg_bonus[task.package] = locality_bonus(cfg.locality_weight, self._package_on(task.package))
+            total = total + bonus[machines]
         crashes = self.crashes.get((task.id.job, task.id.index))
         if crashes:
             total = total - penalties(crashes, machines)
@@ -73,13 +81,14 @@ class JobTerms:
         spread = self.job_spread.get(job)
         if spread is None:
             cell = self.cell
-            doms = np.zeros(cell.domains, dtype=np.int64)
+            doms = np.zeros(cell.domains, dtype=np.float64)  # counts, exact: no cast where they are weighed
             machines = np.zeros(len(cell.names), dtype=np.int32)
             for mi in self.job_on.get(job, ()):
                 doms[cell.dom[mi]] += 1
                 machines[mi] += 1
             spread = self.job_spread[job] = (doms, machines)
             self.job_hosts[job] = int(np.count_nonzero(machines))
+            self.job_skew[job] = skew_penalty(self.cfg.skew_weight, machines, 0)
         return spread
 
     def _package_on(self, package: str) -> np.ndarray:
@@ -106,9 +115,12 @@ class JobTerms:
                 spread[0][cell.dom[mi]] += 1
                 self.job_hosts[task.job] += not spread[1][mi]
                 spread[1][mi] += 1
+                self.job_skew[task.job][mi] = self.cfg.skew_weight * spread[1][mi]
         if task.package and task.package not in cell.pkgs[mi]:
             cell.pkgs[mi].add(task.package)
             if self.pkg_machines is not None:
                 self.pkg_machines.setdefault(task.package, []).append(mi)
             if task.package in self.pkg_has:
                 self.pkg_has[task.package][mi] = True
+            if task.package in self.pkg_bonus:
+                self.pkg_bonus[task.package][mi] = self.cfg.locality_weight * True
