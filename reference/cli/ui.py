@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -27,11 +28,22 @@ def sign_in_hint(state_dir: str | None) -> str:
 
 
 def open_in_browser(url: str) -> bool:
-    """Open `url` in this machine's browser; False when there is none to open."""
+    """Open `url` in this machine's browser; False when there is none to open. The browser is
+    given a page of a directory only its user may enter (0700, the page 0600) that sends it on
+    to `url`, never `url` itself: a browser's arguments are every local user's to read (`ps`),
+    and `url` holds the token in its fragment."""
+    import json
+    import tempfile
     import webbrowser
+    from pathlib import Path
 
+    page = Path(tempfile.mkdtemp(prefix="minborg-ui-")) / "open.html"
+    target = json.dumps(url).replace("<", "\\u003c")  # no `</script>` from the URL ends the script
+    fd = os.open(page, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"<!doctype html><meta charset=utf-8><script>location.replace({target});</script>\n")
     try:
-        return webbrowser.get().open(url)
+        return webbrowser.get().open(page.as_uri())
     except webbrowser.Error:
         return False
 
