@@ -19,6 +19,7 @@ from .fragmentation import fgd_score
 
 if TYPE_CHECKING:
     from .cellview import CellView
+    from .fragmentation import ShapeMix
 
 NO_FREE_GPU = fgd_score(0.0, 0.0)  # F = 0 before and after: 50.0
 
@@ -26,19 +27,47 @@ NO_FREE_GPU = fgd_score(0.0, 0.0)  # F = 0 before and after: 50.0
 _HAS_GPUS: WeakKeyDictionary[CellView, np.ndarray] = WeakKeyDictionary()
 
 
+class CpuScores:
+    """The pass's fgd score of a class without GPUs (`ShapeMix.place_cpu`) as `fgd_many` takes
+    it: one machine per call, or the machines with free GPU of a run in one call (`many`)."""
+
+    __slots__ = ("mix", "ask", "gfree", "attrs")
+
+    def __init__(self, mix: ShapeMix, ask: int, cell: CellView) -> None:
+        self.mix, self.ask, self.gfree, self.attrs = mix, ask, cell.gfree, cell.attrs
+
+    def __call__(self, mi: int, cpu: int, gfree: list[int]) -> float:
+        return self.mix.place_cpu(mi, self.attrs[mi], cpu, self.ask, gfree)
+
+    def many(self, mis: list[int], cpus: list[int]) -> list[float]:
+        return self.mix.place_cpu_many(mis, cpus, self.ask, self.gfree, self.attrs)
+
+
 def fgd_many(
     cell: CellView, mis: np.ndarray, free: np.ndarray, score: Callable[[int, int, list[int]], float]
 ) -> np.ndarray:
     """Scores of a class that asks no GPUs on machines `mis` of `cell`, `free` what it may use on
     each (rows): NO_FREE_GPU where a machine has no free GPU, else `score(machine, free cpu, the
-    machine's free GPUs)` (the pass's own fgd score of the class there)."""
+    machine's free GPUs)` (the pass's own fgd score of the class there), taken for all those
+    machines in one call where `score` is a `CpuScores`."""
     has = _HAS_GPUS.get(cell)
     if has is None:  # which machines have GPUs at all: fixed for the cell view
         has = _HAS_GPUS[cell] = np.array([bool(g) for g in cell.gcap], dtype=bool)
     out = np.full(len(mis), NO_FREE_GPU)
     gfree = cell.gfree
-    for j in has[mis].nonzero()[0].tolist():
-        mi = int(mis[j])
+    rows = has[mis].nonzero()[0]
+    if not len(rows):
+        return out
+    at, some, cpus = [], [], []
+    for j, mi, cpu in zip(rows.tolist(), mis[rows].tolist(), free[rows, 0].tolist(), strict=True):
         if any(gfree[mi]):
-            out[j] = score(mi, int(free[j, 0]), gfree[mi])
+            at.append(j)
+            some.append(mi)
+            cpus.append(cpu)
+    if at:
+        out[at] = (
+            score.many(some, cpus)
+            if isinstance(score, CpuScores)
+            else [score(mi, cpu, gfree[mi]) for mi, cpu in zip(some, cpus, strict=True)]
+        )
     return out

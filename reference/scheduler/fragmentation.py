@@ -147,6 +147,21 @@ class ShapeMix:
             got = self._cpu_memo[key] = self.place(mi, attrs, cpu_free, cpu_ask, gfree, 0, 0)[0]
         return got
 
+    def place_cpu_many(
+        self, mis: list[int], cpus: list[int], cpu_ask: int, gfrees: Sequence[Sequence[int]], attrs: Sequence[Mapping[str, str]]
+    ) -> list[float]:
+        """`place_cpu` of one task without GPUs on each machine `mis[j]` with `cpus[j]` CPU free
+        (`gfrees`, `attrs`: every machine's), in one call."""
+        which_of, memo, out = self._which, self._cpu_memo, []
+        for mi, cpu in zip(mis, cpus, strict=True):
+            gfree = gfrees[mi]
+            which = which_of.get(mi)
+            if which is None:
+                which = which_of[mi] = self._held(mi, attrs[mi])[0]
+            got = memo.get((cpu, cpu_ask, tuple(gfree), which))
+            out.append(self.place_cpu(mi, attrs[mi], cpu, cpu_ask, gfree) if got is None else got)
+        return out
+
     def _held(self, mi: int, attrs: Mapping[str, str]) -> tuple[int, list[bool] | None]:
         """Which frozen groups' constraints hold on machine `mi`: a number for the set, and
         the set (-1 and None when no group has constraints)."""

@@ -11,7 +11,7 @@ from .cellview import CellView, Victim, gpu_take
 from .classes import TaskClass
 from .config import SchedulerConfig
 from .feasibility import Feasibility, Rejection, release
-from .fgdbatch import NO_FREE_GPU, fgd_many
+from .fgdbatch import NO_FREE_GPU, CpuScores, fgd_many
 from .fragmentation import ShapeMix
 from .plan import PassStats
 from .policies import gpu_clustering, gpu_packing, policy_named
@@ -135,8 +135,7 @@ class Scorer:
     def many(self, cls: TaskClass, mis: np.ndarray, free: np.ndarray) -> np.ndarray:
         """The scores of a batched class on machines `mis`, `free` what it may use on each (rows)."""
         if self.mix is not None:  # fgd, a class without GPUs: fgdbatch
-            place, attrs, ask = self.mix.place_cpu, self.cell.attrs, cls.req[0]
-            return fgd_many(self.cell, mis, free, lambda mi, cpu, gfree: place(mi, attrs[mi], cpu, ask, gfree))
+            return fgd_many(self.cell, mis, free, CpuScores(self.mix, cls.req[0], self.cell))
         need = cls.need
         if need is None:
             need = cls.need = np.array(cls.req, dtype=np.int64)
