@@ -125,7 +125,16 @@ class Fence:
 
 def fence_of(report: Mapping[str, Any]) -> Fence:
     fence = report.get("fence") if isinstance(report.get("fence"), dict) else {}
-    return Fence(int(fence.get("epoch") or report.get("epoch") or 0), int(fence.get("seq") or 0))
+    return Fence(_count(fence.get("epoch") or report.get("epoch")), _count(fence.get("seq")))
+
+
+def _count(value: Any) -> int:
+    """A fence's number as a borglet's report gives it; 0 (no fence) for what is none: one
+    machine's report must not raise where a whole batch of the shard's is read."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 class Reading(enum.Enum):

@@ -57,7 +57,8 @@ def assign(machines: Iterable[str], replicas: Iterable[str]) -> dict[str, frozen
 
 def _tasks(report: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for t in report.get("tasks") or []:
+    tasks = report.get("tasks")
+    for t in tasks if isinstance(tasks, list) else ():  # a borglet's report: "tasks" may be anything
         if isinstance(t, dict) and "task_id" in t:
             out[str(t["task_id"])] = t
     return out

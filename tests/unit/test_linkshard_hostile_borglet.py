@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from reference import fastjson
+from reference.master import intake, shards
 from reference.master.linkshard import KeptAlive, LinkShard
 from tests.unit.fakehttp import JsonHandler, serving
 
@@ -85,3 +86,44 @@ def test_one_machines_answer_does_not_stop_the_round_for_the_others() -> None:
             shard.stop()
     reported = batches[-1]["reports"]
     assert reported["b-honest"]["report"]["tasks"] == HONEST["tasks"]
+
+
+class _Leader:
+    """Keeps each machine's report as a leader rebuilds it from the batches (shards.apply)."""
+
+    def __init__(self) -> None:
+        self.copies: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        for m, entry in batch["reports"].items():
+            self.copies[m] = entry["report"] if "report" in entry else shards.apply(self.copies[m], entry["change"])
+        return {"need_full": []}
+
+
+@pytest.mark.parametrize("odd", [5, "abc", {"task_id": "t"}, None])
+def test_a_report_whose_tasks_are_no_list_costs_no_other_machine_its_news(odd: Any) -> None:
+    # The shard sends what changed; its difference of a report whose "tasks" is no list raised
+    # (TypeError), at every batch: no machine of the shard was reported again.
+    leader = _Leader()
+    shard = LinkShard(_Cache({"a": "http://a", "b": "http://b"}), name="r1", send=leader, interval=1.0)  # type: ignore[arg-type]
+    answers: dict[str, Any] = {"a": {"tasks": odd}, "b": {"tasks": [{"task_id": "t", "state": "RUNNING"}]}}
+    shard._read = lambda machine, address: answers[machine]  # type: ignore[method-assign]
+    try:
+        shard.round()
+        assert shard.flush() == 1
+        answers["a"] = {"tasks": odd, "n": 2}
+        answers["b"] = {"tasks": [{"task_id": "t", "state": "RUNNING"}, {"task_id": "u", "state": "RUNNING"}]}
+        shard.round()
+        assert shard.flush() == 1
+    finally:
+        shard.stop()
+    assert [t["task_id"] for t in leader.copies["b"]["tasks"]] == ["t", "u"]
+
+
+@pytest.mark.parametrize("fence", [{"epoch": "x"}, {"epoch": "1e300", "seq": [1]}, {"epoch": float("inf")}, {"seq": {"a": 1}}])
+def test_a_report_with_a_fence_of_no_numbers_is_read_unfenced(fence: dict[str, Any]) -> None:
+    # The leader reads each report's fence before it takes any machine of the batch: one that
+    # raised (ValueError, TypeError) lost the whole batch, every machine of the shard.
+    report = {"fence": fence, "tasks": []}
+    assert intake.fence_of(report) == intake.Fence(0, 0)
+    assert intake.read_report(report, epoch=3, sent={})[0] is intake.Reading.TAKE_UNFENCED
