@@ -194,7 +194,11 @@ class LinkShard:
         with self._lock:
             p = self._machines.get(machine)
             synced = p.synced if p is not None else 0
-        return machine, synced, self._read(machine, address)
+        try:
+            return machine, synced, self._read(machine, address)
+        except Exception as err:  # one machine's reply must not end the round for the others: its miss
+            log.warning("read of %s failed: %r", machine, err)
+            return machine, synced, None
 
     def _read(self, machine: str, address: str) -> dict[str, Any] | Refused | None:
         url = f"{self._routes.route(address).rstrip('/')}/v1/state"

@@ -127,3 +127,29 @@ def test_a_report_with_a_fence_of_no_numbers_is_read_unfenced(fence: dict[str, A
     report = {"fence": fence, "tasks": []}
     assert intake.fence_of(report) == intake.Fence(0, 0)
     assert intake.read_report(report, epoch=3, sent={})[0] is intake.Reading.TAKE_UNFENCED
+
+
+def test_a_read_that_raises_costs_only_its_own_machine() -> None:
+    # Whatever a read of one machine raises (a reply no parser foresaw), the round goes on: it
+    # is that machine's miss, and the machines after it are read and reported.
+    batches: list[dict[str, Any]] = []
+
+    def leader(batch: dict[str, Any]) -> dict[str, Any]:
+        batches.append(batch)
+        return {"need_full": []}
+
+    def read(machine: str, address: str) -> dict[str, Any]:
+        if machine == "a":
+            raise RuntimeError("a reply no parser foresaw")
+        return HONEST
+
+    shard = LinkShard(_Cache({"a": "http://a", "b": "http://b"}), name="r1", send=leader, interval=1.0)  # type: ignore[arg-type]
+    shard._read = read  # type: ignore[method-assign]
+    try:
+        shard.round()
+        assert shard.rounds == 1
+        assert shard.flush() == 1
+    finally:
+        shard.stop()
+    assert batches[-1]["reports"]["b"]["report"]["tasks"] == HONEST["tasks"]
+    assert "a" in batches[-1]["missed"]
