@@ -49,18 +49,18 @@ class JobTerms:
         size = s.size
         total = s.scores[:size]
         machines = s.machines[:size]
-        cfg = self.cfg
+        cfg, job = self.cfg, task.id.job
         if cfg.spread_weight or cfg.skew_weight:
-            placed = len(self.job_on.get(task.job, ()))
+            placed = len(self.job_on.get(job, ()))
             if placed:
-                per_dom, per_machine = self._job_spread(task.job)
+                per_dom, per_machine = self._job_spread(job)
                 if cfg.spread_weight:
                     total = total - spread_penalty(cfg.spread_weight, placed, per_dom[s.doms[:size]])
                 if cfg.skew_weight:
                     # A sample of distinct machines (one walk) larger than the job's hosts holds
                     # a machine without the job's tasks: its least count is 0.
-                    if not s.preempting and self.job_hosts[task.job] < size:  # least 0: weight * here
-                        total = total - self.job_skew[task.job][machines]
+                    if not s.preempting and self.job_hosts[job] < size:  # least 0: weight * here
+                        total = total - self.job_skew[job][machines]
                     else:
                         total = total - skew_penalty(cfg.skew_weight, per_machine[machines])
         if cfg.locality_weight and task.package:
@@ -68,7 +68,7 @@ class JobTerms:
             if bonus is None:
                 bonus = self.pkg_bonus[task.package] = locality_bonus(cfg.locality_weight, self._package_on(task.package))
             total = total + bonus[machines]
-        crashes = self.crashes.get((task.id.job, task.id.index))
+        crashes = self.crashes.get((job, task.id.index))
         if crashes:
             total = total - penalties(crashes, machines)
         return total
@@ -109,13 +109,17 @@ class JobTerms:
         """The task now runs on machine `mi`: the job's spreading counts it, and the machine holds its package."""
         cfg, cell = self.cfg, self.cell
         if cfg.spread_weight or cfg.skew_weight:
-            self.job_on.setdefault(task.job, []).append(mi)
-            spread = self.job_spread.get(task.job)
+            job = task.job
+            self.job_on.setdefault(job, []).append(mi)
+            spread = self.job_spread.get(job)
             if spread is not None:
-                spread[0][cell.dom[mi]] += 1
-                self.job_hosts[task.job] += not spread[1][mi]
-                spread[1][mi] += 1
-                self.job_skew[task.job][mi] = self.cfg.skew_weight * spread[1][mi]
+                per_dom, per_machine = spread
+                per_dom[cell.dom[mi]] += 1
+                here = int(per_machine[mi]) + 1
+                per_machine[mi] = here
+                if here == 1:
+                    self.job_hosts[job] += 1
+                self.job_skew[job][mi] = cfg.skew_weight * here
         if task.package and task.package not in cell.pkgs[mi]:
             cell.pkgs[mi].add(task.package)
             if self.pkg_machines is not None:

@@ -138,14 +138,16 @@ class Sampler:
         """Rescore every cached score whose machine's version moved since, wherever it ranks;
         all of them when the shape mix moved (fgd)."""
         size = s.size
-        live = s.scores[:size] != -np.inf
         mix = self.scorer.mix
         if mix is not None and s.mix != mix.version:
             s.mix = mix.version
-            stale = live
+            slots = (s.scores[:size] != -np.inf).nonzero()[0]
         else:
-            stale = live & (s.versions[:size] != self.cell.version[s.machines[:size]])
-        slots = stale.nonzero()[0]
+            # The slots whose machine moved, of which the few that are holes are left out here.
+            moved = (s.versions[:size] != self.cell.version[s.machines[:size]]).nonzero()[0]
+            if not len(moved):
+                return
+            slots = moved[s.scores[moved] != -np.inf]
         if not len(slots):
             return
         if self.scorer.batched(cls, s.preempting):
