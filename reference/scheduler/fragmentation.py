@@ -67,6 +67,7 @@ class ShapeMix:
         # number, -1: no group is constrained); the scores of tasks without GPUs (`place_cpu`).
         self._which: dict[int, int] = {}
         self._cpu_memo: dict[tuple, float] = {}
+        self._usable: dict[tuple, list[tuple[list[int], int]]] = {}  # per (GPUs free, which): each group's usable GPU
 
     def add(self, group: Group | None, cpu: int) -> bool:
         """Counts one task (group None: no GPU); True when the frozen mix moved."""
@@ -90,6 +91,7 @@ class ShapeMix:
         self._frag.clear()
         self._which.clear()
         self._cpu_memo.clear()
+        self._usable.clear()
         return True
 
     def _stays(self, drift: float) -> bool:
@@ -126,15 +128,38 @@ class ShapeMix:
             known = self._frag
 
             def frag(cpu: int, g: Sequence[int]) -> float:
-                at = (cpu, tuple(g), which)  # F before is shared by every task asking there
+                gt = tuple(g)
+                at = (cpu, gt, which)  # F before is shared by every task asking there
                 f = known.get(at)
                 if f is None:
-                    f = known[at] = fragmentation(cpu, g, self.frozen, self.frozen_total, allowed)
+                    f = known[at] = self._fragmentation(cpu, gt, which, allowed)
                 return f
 
             got = self._memo[key] = fgd_place(cpu_free, cpu_ask, gfree, whole, share, self.frozen, self.frozen_total, allowed, frag)
         return got[0], list(got[1])
 
+
+    def _fragmentation(self, cpu: int, g: tuple[int, ...], which: int, allowed: Sequence[bool] | None) -> float:
+        """`fragmentation` against the frozen mix, the same float: what each group could use
+        on these GPUs (which does not depend on the CPU) is remembered for the version, and
+        the groups that could use none, which add nothing to the sum, are left out."""
+        free = sum(g)
+        total = self.frozen_total
+        if not total or not free:
+            return float(free)
+        terms = self._usable.get((g, which))
+        if terms is None:
+            terms = self._usable[g, which] = [
+                (cpus, u)
+                for i, ((whole, share, _), cpus) in enumerate(self.frozen)
+                if (allowed is None or allowed[i]) and (u := usable(g, whole, share))
+            ]
+        expected = 0
+        for cpus, u in terms:
+            fit = bisect_right(cpus, cpu)
+            if fit:
+                expected += fit * u
+        return free - expected / total
 
     def place_cpu(self, mi: int, attrs: Mapping[str, str], cpu_free: int, cpu_ask: int, gfree: Sequence[int]) -> float:
         """`place`'s score of a task without GPUs, remembered for the version by what it reads."""
