@@ -22,7 +22,7 @@ from .classes import TaskClass
 from .config import SchedulerConfig
 from .feasibility import Prefilter, Rejection, Tally
 from .plan import PassStats
-from .scoring import Scorer
+from .scoring import UNCOUNTED, Scorer
 from .walk import Walk
 
 # Fewer machines than this are scored one call each: numpy's cost per call outweighs the loop.
@@ -127,7 +127,7 @@ class Sampler:
     def _rescore_plain(self, cls: TaskClass, s: Sample, slots: list[int], mis: list[int]) -> None:
         """`rescore` of a batched class's slots (machines `mis`), scored in one call."""
         scores, versions, version = s.scores, s.versions, self.cell.version
-        for slot, mi, score in zip(slots, mis, self.scorer.plain(cls, mis), strict=True):
+        for slot, mi, score in zip(slots, mis, self.scorer.plain(cls, mis, s.tally is not None), strict=True):
             if score.__class__ is Rejection:
                 self.drop(s, slot, score)  # type: ignore[arg-type]
             else:
@@ -183,6 +183,10 @@ class Sampler:
         s.versions[slots[ok]] = self.cell.version[good]
         # Each machine that stopped fitting is short of what it no longer covers (it is up and
         # meets the class's constraints, or it would not be in the sample).
+        if s.tally is None:  # no reason is counted
+            for slot in slots[~ok].tolist():
+                self.drop(s, slot, UNCOUNTED)
+            return
         for slot, row in zip(slots[~ok].tolist(), free[~ok].tolist(), strict=True):
             self.drop(s, slot, Rejection(short=tuple(d for d, a in cls.nz if row[d] < a)))
 

@@ -17,6 +17,8 @@ from .plan import PassStats
 from .policies import gpu_clustering, gpu_packing, policy_named
 from .terms import preemption_cost
 
+UNCOUNTED = Rejection(short=(-1,))  # `plain`'s rejection where no tally counts it: why is not worked out
+
 
 class Scorer:
     """The policy's score of what a class may use on a machine, less what its victims cost.
@@ -71,12 +73,13 @@ class Scorer:
             return self.gpu_score(cls, mi, free, gfree) - penalty
         return self.policy(cls.req, free, cell.cap[mi], cell.salt[mi]) - penalty
 
-    def plain(self, cls: TaskClass, mis: list[int]) -> list[float | Rejection]:
+    def plain(self, cls: TaskClass, mis: list[int], why: bool = True) -> list[float | Rejection]:
         """`evaluate` without preemption of a batched class (`batched`: it takes no GPUs) on
         machines that are up and meet its constraints, as a sample's are: the same scores and
         rejections, without a chain of calls per machine. Only what the request needs is
         checked (the resources); fgd scores a machine without free GPU `NO_FREE_GPU`, as
-        `ShapeMix.place` does for such a class."""
+        `ShapeMix.place` does for such a class. Without `why` (no tally records it), a machine
+        that no longer fits is `UNCOUNTED`, its reason not worked out."""
         self.stats.evaluations += len(mis)
         cell, policy, mix = self.cell, self.policy, self.mix
         frees, reclaimed, gfrees, caps, salts, attrs = cell.free, cell.reclaimed, cell.gfree, cell.cap, cell.salt, cell.attrs
@@ -88,7 +91,7 @@ class Scorer:
                 free = cell.free_for(mi, False)
             for d, a in nz:
                 if free[d] < a:
-                    out.append(Rejection(short=tuple(d for d, a in nz if free[d] < a)))
+                    out.append(Rejection(short=tuple(d for d, a in nz if free[d] < a)) if why else UNCOUNTED)
                     break
             else:
                 if policy is not None:
