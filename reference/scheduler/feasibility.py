@@ -221,6 +221,7 @@ class Prefilter:
         self.n = n
         self.free = np.array(cell.free, dtype=np.int64).reshape(n, d)[self.ids]
         self.slack = np.array(cell.slack, dtype=np.int64).reshape(n, d)[self.ids]
+        self.reclaimed = bool(self.slack.any())  # fixed for the pass: without it slack adds nothing
         self.up = np.array(cell.up, dtype=bool)[self.ids]
         self.vmin = np.array(cell.vmin, dtype=np.int64)[self.ids]
         self._codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
@@ -275,7 +276,7 @@ class Prefilter:
         if need is None:
             need = cls.need = np.array(cls.req, dtype=np.int64)
         free = self.free[lo:hi]
-        if not is_prod(cls.priority):
+        if self.reclaimed and not is_prod(cls.priority):
             free = free + self.slack[lo:hi]
         covered = free >= need
         ok = np.logical_and.reduce(covered, axis=1)  # .all's Python wrapper costs more than the run

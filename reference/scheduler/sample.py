@@ -167,7 +167,7 @@ class Sampler:
     def _free(self, cls: TaskClass, pos: np.ndarray) -> np.ndarray:
         """What the class may use on the machines at these walk positions (slack is 0 where nothing is reclaimed)."""
         free = self.pre.free[pos]
-        return free if is_prod(cls.priority) else free + self.pre.slack[pos]
+        return free if not self.pre.reclaimed or is_prod(cls.priority) else free + self.pre.slack[pos]
 
     def _rescore_many(self, cls: TaskClass, s: Sample, slots: np.ndarray) -> None:
         """`rescore` of many slots in one numpy pass: the class takes no GPUs and preempts
