@@ -214,12 +214,11 @@ class Sampler:
                 hits = hits[:0]
             ahead: list[float | Rejection] = []  # a batched class's scores, taken a run at a time
             i = 0
-            mis = ids[lo + hits].tolist()
             for j, h in enumerate(hits.tolist()):
-                mi = mis[j]
+                mi = int(ids[lo + h])
                 if batched:
                     if i == len(ahead):  # as many as the sample still lacks: `evaluate`'s count
-                        ahead, i = self.scorer.plain(cls, mis[j : j + k - s.valid]), 0
+                        ahead, i = self.scorer.plain(cls, ids[lo + hits[j : j + k - s.valid]].tolist()), 0
                     score = ahead[i]
                     i += 1
                 else:
