@@ -10,19 +10,19 @@ from reference.master.linkshard import LinkShard
 
 
 @dataclass
-class _Info:
+class FakeInfo:
     address: str
 
 
 @dataclass
-class _State:
+class FakeState:
     machines: dict[str, object]
 
 
 @dataclass
-class _Cell:
-    machines: dict[str, _Info]
-    state: _State
+class FakeCell:
+    machines: dict[str, FakeInfo]
+    state: FakeState
     replicas: dict[str, str] = field(default_factory=lambda: {"r1": "http://r1"})
     leader: str = "r1=http://r1"
     leader_revision: int = 7
@@ -30,9 +30,9 @@ class _Cell:
 
 class _Cache:
     def __init__(self, names: list[str]) -> None:
-        self.view = _Cell({n: _Info(f"http://b/{n}") for n in names}, _State({n: object() for n in names}))
+        self.view = FakeCell({n: FakeInfo(f"http://b/{n}") for n in names}, FakeState({n: object() for n in names}))
 
-    def cell(self) -> _Cell:
+    def cell(self) -> FakeCell:
         return self.view
 
 

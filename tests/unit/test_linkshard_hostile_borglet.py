@@ -6,7 +6,6 @@ round: the machines polled with it or after it were never read again, and went l
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from reference import fastjson
 from reference.master import intake, shards
 from reference.master.linkshard import KeptAlive, LinkShard
 from tests.unit.fakehttp import JsonHandler, serving
+from tests.unit.test_linkshard import FakeCell, FakeInfo, FakeState
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 HONEST = {"usage": {"cpu": 0}, "tasks": [{"task_id": "t", "state": "RUNNING"}]}
@@ -41,30 +41,11 @@ def test_a_state_read_nested_too_deep_is_no_answer() -> None:
         assert KeptAlive(timeout=2.0).get_json(f"{base}/v1/state") is None
 
 
-@dataclass
-class _Info:
-    address: str
-
-
-@dataclass
-class _State:
-    machines: dict[str, object]
-
-
-@dataclass
-class _Cell:
-    machines: dict[str, _Info]
-    state: _State
-    replicas: dict[str, str] = field(default_factory=lambda: {"r1": "http://r1"})
-    leader: str = "r1=http://r1"
-    leader_revision: int = 7
-
-
 class _Cache:
     def __init__(self, addresses: dict[str, str]) -> None:
-        self.view = _Cell({n: _Info(a) for n, a in addresses.items()}, _State({n: object() for n in addresses}))
+        self.view = FakeCell({n: FakeInfo(a) for n, a in addresses.items()}, FakeState({n: object() for n in addresses}))
 
-    def cell(self) -> _Cell:
+    def cell(self) -> FakeCell:
         return self.view
 
 
