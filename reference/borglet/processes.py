@@ -249,14 +249,30 @@ def start_time(pid: int) -> float | None:
     second early (0.97 s on a host booted 0.97 s past a second), and a replacement 30 ms old
     looked a second old, up by the rollout's MIN_READY_S (docs/decisions.md). Here the boot is
     the wall clock less the time since boot (CLOCK_BOOTTIME, the clock /proc/PID/stat's start
-    counts on). create_time stays the process's identity (`is_same_process`): it reads the same
-    figure every time, this one moves with the wall clock's adjustments."""
+    counts on), taken to the tick as well, so that the same process reads the same start at
+    every call and in every borglet process (a borglet restarted re-adopts its tasks with the
+    starts they had; a boot read to the microsecond moved each start by a microsecond or two).
+    create_time stays the process's identity (`is_same_process`)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime
     except (OSError, IndexError, ValueError):
         return None
-    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) + ticks / CLOCK_TICKS
+    return (boot_ticks() + ticks) / CLOCK_TICKS
+
+
+def boot_ticks() -> int:
+    """This host's boot on the wall clock, in kernel ticks since the epoch: /proc/stat's btime
+    (whole seconds, rounded down) and the fraction of a second the wall clock less
+    CLOCK_BOOTTIME gives beyond it, rounded to the tick."""
+    btime = 0
+    try:
+        with open("/proc/stat", "rb") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        pass
+    rest = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) - btime
+    return btime * CLOCK_TICKS + round(rest * CLOCK_TICKS)
 
 
 def is_same_process(pid: int, started: float | None) -> bool:

@@ -87,3 +87,20 @@ def test_the_borglet_serves_on_asyncio_s_loop(tmp_path, monkeypatch: pytest.Monk
     cli.main(["--name", "b9", "--state-dir", str(tmp_path / "state"), "--insecure-channel",
               "--isolation", "rlimit", "--run-tasks-as", "borglet", "--listen", "127.0.0.1:0", "--capacity", "cpu=1000m,ram=1GiB"])  # fmt: skip
     assert served.get("loop") == "asyncio", served
+
+
+def test_a_process_reads_the_same_start_at_every_call_and_on_the_tick(monkeypatch) -> None:
+    # A restarted borglet re-adopts its tasks with the starts they had: the start is whole ticks
+    # of the boot and of the process's own ticks, whatever microseconds the wall clock and
+    # CLOCK_BOOTTIME read apart at the moment it is asked.
+    import os
+    import time as _time
+
+    from reference.borglet import processes
+
+    first = processes.start_time(os.getpid())
+    real = _time.time
+    for skew in (0.0000004, -0.0000009, 0.000002):
+        monkeypatch.setattr(processes.time, "time", lambda s=skew: real() + s)
+        assert processes.start_time(os.getpid()) == first
+    assert first is not None and abs(first * processes.CLOCK_TICKS - round(first * processes.CLOCK_TICKS)) < 1e-3
