@@ -121,7 +121,11 @@ def test_task_exec_it_runs_a_terminal_in_the_container(cell: Any, docker_client:
         answer = api.request("POST", f"{base}/{session}/output", json={"offset": offset, "wait_s": 5})
         out, offset = out + base64.b64decode(answer["data"]), answer["offset"]
     assert answer["exited"] and answer["exit_code"] == 5, out
-    line = next(t for t in out.decode(errors="replace").splitlines() if t.startswith("u="))
+    # The keys may reach the pty before the shell has printed its prompt: the terminal echoes
+    # them at once, and the prompt then comes before the command's own line ("# u=...").
+    said_lines = [t[t.index("u="):] for t in out.decode(errors="replace").splitlines() if "u=" in t and "$(" not in t]
+    assert said_lines, out
+    line = said_lines[0]
     said = dict(part.split("=", 1) for part in line.split())
     assert said["u"] == box.attrs["Config"]["User"].split(":")[0] and said["t"].startswith("/dev/pts/"), line
     assert said["ns"] == os.readlink(f"/proc/{box.attrs['State']['Pid']}/ns/pid"), "in the container's pid namespace"
