@@ -17,7 +17,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -29,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from reference import jobtext
 from reference.resources import (
     BYTE_RESOURCES,
     QuantityOutOfRange,
@@ -494,8 +494,8 @@ def load_job_file(path: str | Path) -> JobSpec:
     except OSError as err:
         raise JobFileError(f"cannot read job file {p}: {err.strerror or err}") from None
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as err:
+        document = jobtext.parse(text)
+    except jobtext.NotParsed as err:
         raise JobFileError(f"{p} is not valid YAML: {err}") from None
     try:
         return parse_job(document)

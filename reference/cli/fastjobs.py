@@ -37,12 +37,12 @@ class Refused(Exception):
 
 def read_job_file(path: str) -> dict[str, Any]:
     """The job file as a mapping, as YAML reads it; Refused when it cannot be read or is no mapping."""
-    try:
-        import yaml
+    from reference import jobtext
 
+    try:
         with open(path, encoding="utf-8") as f:
-            document = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, ValueError, yaml.YAMLError):
+            document = jobtext.parse(f.read())
+    except (OSError, ValueError):  # jobtext.NotParsed is a ValueError, as is a bad encoding
         raise Refused from None
     if not isinstance(document, dict):
         raise Refused

@@ -143,3 +143,28 @@ def test_max_below_min_is_the_rule_the_schema_says_in_words() -> None:
     assert "at least `min`" in JobSpec.model_json_schema()["$defs"]["AutoscaleSpec"]["properties"]["max"]["description"]
     with pytest.raises(ValueError, match=r"max \(1\) must be at least min \(3\)"):
         AutoscaleSpec.model_validate({"min": 3, "max": 1, "metric": "cpu", "target": 70})
+
+
+def test_a_job_file_reads_the_same_on_both_command_lines(tmp_path):
+    """JSON is read as JSON (no YAML import on the fast path), YAML's flow style and block style
+    as YAML, and the full command line's reader and the fast path's agree on each."""
+    from reference import jobtext
+    from reference.cli import fastjobs
+
+    cases = {
+        "a.json": ('{"name": "x", "user": "u", "task_count": 1e0}', {"name": "x", "user": "u", "task_count": 1.0}),
+        "b.yaml": ("{name: x, user: u}", {"name": "x", "user": "u"}),
+        "c.yaml": ("name: x\nuser: u\ntask_count: 2\n", {"name": "x", "user": "u", "task_count": 2}),
+    }
+    for file, (text, expected) in cases.items():
+        path = tmp_path / file
+        path.write_text(text)
+        assert jobtext.parse(text) == expected, file
+        assert fastjobs.read_job_file(str(path)) == expected, file
+    with pytest.raises(jobtext.NotParsed):
+        jobtext.parse("name: [unclosed")
+    (tmp_path / "d.yaml").write_text("name: [unclosed")
+    with pytest.raises(fastjobs.Refused):
+        fastjobs.read_job_file(str(tmp_path / "d.yaml"))
+    with pytest.raises(JobFileError, match="not valid YAML"):
+        load_job_file(tmp_path / "d.yaml")
