@@ -9,7 +9,10 @@ where YAML 1.1 reads the string "1e3". Every other file is YAML's safe load, as 
 from __future__ import annotations
 
 import json
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the fast path's start
+    from typing import Any
 
 
 class NotParsed(ValueError):
