@@ -65,6 +65,9 @@ class Keys:
         self.quotas = self.state + "quotas/"
         self.allocs = self.state + "allocs/"
         self.users = self.root + "users/"
+        # Markers of the writer's txns whose answer was lost (Writer._commit_batch): outside
+        # the root, so no watch of the cell sees them; each lives on its term's lease.
+        self.txns = f"/minborg-txns/{cell}/"
 
     def machine(self, name: str) -> str:
         return self.machines + name

@@ -16,7 +16,9 @@ so a watcher never sees a job without its tasks' records being on their way.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -195,6 +197,12 @@ class Writer:
         self._thread: threading.Thread | None = None
         self.groups = 0  # groups committed, and the changes in them: their ratio is the mean group size
         self.grouped = 0
+        # Each txn attempt requires a marker key of its own to be absent; an attempt whose answer
+        # was lost is "in doubt" until its marker is written (poisoned), after which no copy of
+        # it can commit. (lease id of its term, marker)
+        self._marker_prefix = f"{keys.txns}{election.candidate_name}/{os.urandom(6).hex()}/"
+        self._markers = itertools.count()
+        self._in_doubt: list[tuple[int, str]] = []
 
     def mutate(self, change: Callable[[Draft], T]) -> tuple[T, int]:
         """Run `change` on a Draft of the cell and commit what it changed.
@@ -348,20 +356,32 @@ class Writer:
     def _commit_batch(self, batch: list[ops.Op], seen: int = 0) -> int:
         """Commit one txn; its revision, or 0 where it landed but its answer was lost.
 
-        With `seen` (the revision of the view the diff was taken against) the txn also
-        requires that none of its keys was written after it: a txn whose answer was lost
-        may still commit much later (etcd keeps the proposal), and so may its retry's
-        twin; guarded so, a late copy fails instead of undoing a newer write of its keys.
+        A txn whose answer was lost may still commit much later: etcd keeps the proposal
+        (docs/decisions.md, "A late copy of a retried txn"). Two guards keep such a late copy
+        from undoing newer writes:
+        - with `seen` (the revision of the view the diff was taken against), none of its keys
+          may have been written after it;
+        - each attempt requires a marker key of its own to be absent. When an attempt's answer
+          is lost, its marker is written before anything else is decided (`_settle`), so no copy
+          of it can commit afterwards; only then is the store read to see whether it landed, and
+          only then is it retried. A key deleted since passes the first guard (etcd gives a
+          deleted key and a never-written one the same mod_revision, 0); it cannot pass this one.
         """
-        guard = [ops.mod_revision(ops.unb64(next(iter(op.values()))["key"]), "<", seen + 1) for op in batch]
+        self._settle()  # an earlier attempt still in doubt: no write until it can no longer land
+        guard = [ops.mod_revision(ops.unb64(next(iter(op.values()))["key"]), "<", seen + 1) for op in batch] if seen else []
         for attempt in range(3):
+            marker = f"{self._marker_prefix}{next(self._markers)}"
+            lease_id = self.election.lease_id
             try:
-                revision = self.election.fenced_commit(batch, guard) if seen else self.election.fenced_commit(batch)
+                revision = self.election.fenced_commit(batch, [*guard, ops.create_revision(marker, "==", 0)])
             except StoreOutcomeUnknown as err:
                 self._count("unknown", len(batch))
+                if lease_id is not None:
+                    self._in_doubt.append((lease_id, marker))
+                self._settle()
                 if self._landed(batch):
                     return 0
-                log.warning("txn outcome unknown (%s); it did not land; retrying", err)
+                log.warning("txn outcome unknown (%s); it did not land and cannot now; retrying", err)
                 continue
             except StoreUnavailable as err:
                 self._count("unavailable", len(batch))
@@ -381,6 +401,17 @@ class Writer:
             self._count("committed", len(batch))
             return revision
         raise WriteFailed("etcd did not confirm the write")
+
+    def _settle(self) -> None:
+        """Poison the marker of every attempt still in doubt, so none of them can commit from
+        now on; WriteFailed, with the attempts kept in doubt, where etcd does not confirm it."""
+        while self._in_doubt:
+            lease_id, marker = self._in_doubt[0]
+            try:
+                self.election.poison(marker, lease_id)  # False: its term's lease is gone, and the fence holds
+            except StoreError as err:
+                raise WriteFailed(f"etcd did not confirm the write: an earlier txn is still in doubt ({err})") from err
+            self._in_doubt.pop(0)
 
     def _landed(self, batch: list[ops.Op]) -> bool:
         """After an unanswered txn: did it commit? Its first op's key tells (all or nothing)."""

@@ -141,6 +141,26 @@ class Election:
             return self._token if alive else None
 
     @property
+    def lease_id(self) -> int | None:
+        """The lease of this candidate's term (the leader key's), while it holds one."""
+        with self._lock:
+            return self._lease.id if self._lease is not None else None
+
+    def poison(self, marker: ops.Key, lease_id: int) -> bool:
+        """Write `marker` on the lease `lease_id` (a term's), so that a txn requiring it absent
+        fails from now on: a copy of an unanswered txn, which etcd may still commit, cannot
+        commit after this returns. True once written; False where that lease is gone, and with
+        it the term's leader key, so the fence already fails every copy of the term's txns.
+        StoreError where etcd could not confirm the write (a put is repeatable: try again)."""
+        try:
+            self.client.put(marker, self.candidate_name, Lease(lease_id, 0))
+        except StoreError as err:
+            if "lease not found" in str(err):
+                return False
+            raise
+        return True
+
+    @property
     def refresher_pid(self) -> int | None:
         """The process refreshing the lease, when it is refreshed from a process of its own."""
         return self._keeper.pid if self._keeper is not None else None

@@ -204,6 +204,31 @@ def test_a_deposed_leader_fenced_txn_fails_and_marks_it_lost(client: StoreClient
         client.delete(LEADER_KEY)
 
 
+def test_a_poisoned_marker_fails_every_later_copy_of_its_txn_and_dies_with_the_term(client: StoreClient) -> None:
+    """What the writer does with a txn whose answer was lost (master/writer.py): its marker,
+    written on the term's lease, fails the txn's every copy from then on; once the term's
+    lease is gone, poisoning answers False (the fence holds then) and the marker is gone."""
+    a = Election(client, LEADER_KEY, "a", ttl_s=6.0)
+    marker = "/minborg-txns/test/a/x/0"
+    try:
+        assert a.campaign()
+        lease_id = a.lease_id
+        assert lease_id is not None
+        guarded = [ops.create_revision(marker, "==", 0)]
+        assert a.fenced_commit([ops.put("/test/poisoned", "first")], guarded) is not None
+        assert a.poison(marker, lease_id) is True
+        assert a.poison(marker, lease_id) is True  # repeatable
+        assert a.fenced_commit([ops.put("/test/poisoned", "late copy")], guarded) is None
+        assert client.get("/test/poisoned")[0] == b"first"
+        assert a.is_leader, "a failed marker compare is not a lost fence"
+    finally:
+        a.resign()
+    assert client.get(marker) is None, "the marker outlived its term's lease"
+    assert a.poison(marker, lease_id) is False
+    assert client.get(marker) is None
+    client.delete("/test/poisoned")
+
+
 def test_a_leader_cut_off_from_etcd_steps_down_within_its_ttl(
     cluster: EtcdCluster, client: StoreClient
 ) -> None:

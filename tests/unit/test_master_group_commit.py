@@ -42,6 +42,12 @@ class FakeElection:
         self.client = None
         self.committing = threading.Event()  # a commit began
         self.gate: threading.Event | None = None  # when set: each commit waits for it
+        self.candidate_name, self.lease_id = "fake", 1
+        self.poisoned: list[str] = []
+
+    def poison(self, marker: str, lease_id: int) -> bool:
+        self.poisoned.append(marker)
+        return True
 
     def fenced_commit(self, batch: list[ops.Op], extra_compares: list[ops.Compare] = ()) -> int | None:  # type: ignore[assignment]
         self.committing.set()

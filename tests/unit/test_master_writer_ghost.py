@@ -17,7 +17,7 @@ from reference.master.cell import Cell, Draft, MachineInfo
 from reference.master.mutations import ApiError, remove_machine
 from reference.master.writer import WriteFailed, Writer
 from reference.store import ops
-from reference.store.client import StoreOutcomeUnknown
+from reference.store.client import StoreOutcomeUnknown, StoreUnavailable
 from spec.model import Machine, Resources
 
 KEYS = codec.Keys("c1")
@@ -43,6 +43,11 @@ class Store:
     def apply(self, batch: list[ops.Op], compares: list[ops.Compare]) -> int | None:
         with self.lock:
             for c in compares:
+                if c["target"] == "CREATE":  # a marker required absent
+                    assert c["result"] == "EQUAL" and c["create_revision"] == "0", c
+                    if ops.unb64(c["key"]) in self.kv:
+                        return None
+                    continue
                 assert c["target"] == "MOD" and c["result"] == "LESS", c
                 mod = self.kv.get(ops.unb64(c["key"]), (b"", 0))[1]
                 if not mod < int(c["mod_revision"]):
@@ -82,6 +87,20 @@ class Election:
         self.is_leader = True
         self.lose_next = False
         self.ghost: tuple[list[ops.Op], list[ops.Compare]] | None = None
+        self.candidate_name, self.lease_id = "m0", 7
+        self.poisoned: list[str] = []
+        self.poison_fails = False
+
+    def poison(self, marker: str, lease_id: int) -> bool:
+        """The marker written as etcd would: a put of its own revision."""
+        if self.poison_fails:
+            raise StoreUnavailable("no etcd endpoint answered")
+        assert lease_id == self.lease_id
+        with self.store.lock:
+            self.store.revision += 1
+            self.store.kv[ops.to_bytes(marker)] = (b"m0", self.store.revision)
+        self.poisoned.append(marker)
+        return True
 
     def fenced_commit(self, batch: list[ops.Op], extra_compares: list[ops.Compare] = ()) -> int | None:  # type: ignore[assignment]
         if self.lose_next:
@@ -129,3 +148,44 @@ def test_a_key_changed_behind_the_view_fails_the_write_without_deposing() -> Non
     with pytest.raises(WriteFailed, match="did not confirm"):
         w.mutate(lambda d: remove_machine(d, "m1"))
     assert store.get(KEYS.machine("m1")) == (b"newer", store.revision) and election.is_leader
+
+
+def test_a_late_copy_of_a_retried_put_cannot_bring_back_a_deleted_key() -> None:
+    """The 30-minute nemesis's acknowledged kill whose job came back: an add whose answer was
+    lost, retried and acknowledged; the name removed (acknowledged); then the add's first copy
+    commits. The key guard alone passes it (a deleted key's mod_revision is 0, as a
+    never-written one's); the attempt's marker, written before the retry, fails it."""
+    store = Store()
+    election = Election(store)
+    w = Writer(Cache(store), election, KEYS)  # type: ignore[arg-type]
+    w.mutate(add("m0"))
+    election.lose_next = True
+    w.mutate(add("m1"))  # lost answer, not landed, retried: added
+    assert election.ghost is not None and store.get(KEYS.machine("m1")) is not None
+    assert len(election.poisoned) == 1 and election.poisoned[0].startswith(KEYS.txns)
+    w.mutate(lambda d: remove_machine(d, "m1"))  # acknowledged: m1 is gone
+    assert store.get(KEYS.machine("m1")) is None
+    batch, compares = election.ghost
+    assert store.apply(batch, compares) is None, "the first copy of the add committed after the remove"
+    assert store.get(KEYS.machine("m1")) is None
+
+
+def test_no_write_goes_out_while_an_unanswered_txn_may_still_land() -> None:
+    """Where the marker of an unanswered attempt cannot be written, the write fails (may have
+    been made) and so does every later one, until the marker is written."""
+    store = Store()
+    election = Election(store)
+    w = Writer(Cache(store), election, KEYS)  # type: ignore[arg-type]
+    w.mutate(add("m0"))
+    election.lose_next, election.poison_fails = True, True
+    with pytest.raises(WriteFailed, match="still in doubt"):
+        w.mutate(add("m1"))
+    revision = store.revision
+    with pytest.raises(WriteFailed, match="still in doubt"):
+        w.mutate(add("m2"))
+    assert store.revision == revision and store.get(KEYS.machine("m2")) is None
+    election.poison_fails = False
+    w.mutate(add("m2"))  # the marker first, then the write
+    assert store.get(KEYS.machine("m2")) is not None and len(election.poisoned) == 1
+    batch, compares = election.ghost
+    assert store.apply(batch, compares) is None and store.get(KEYS.machine("m1")) is None
