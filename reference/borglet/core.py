@@ -14,6 +14,7 @@ Not thread-safe: the supervisor calls it under its lock, a hollow machine from o
 from __future__ import annotations
 
 import signal
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -405,9 +406,11 @@ class TaskTable:
 
     # --- what the table says ---------------------------------------------------------------------
 
-    def report(self, machine: Mapping[str, Any]) -> dict[str, Any]:
-        """The sync reply and GET /v1/state: what `machine` says of itself, then the tasks."""
-        tasks = [t.report() for t in self.tasks.values()]
+    def report(self, machine: Mapping[str, Any], now: float | None = None) -> dict[str, Any]:
+        """The sync reply and GET /v1/state at `now` (default: the wall clock): what `machine`
+        says of itself, then the tasks."""
+        now = time.time() if now is None else now
+        tasks = [t.report(now) for t in self.tasks.values()]
         stopping = self.stopping_indexes() if self.queue else frozenset()
         return {
             **machine,

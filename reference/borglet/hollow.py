@@ -110,12 +110,13 @@ class HollowMachine:
         self.advance(now)
         self.table.apply_sync(request, now)
         self._carry_out(now)
-        return self.table.report(self._machine)
+        return self.table.report(self._machine, now)
 
     def report(self) -> dict[str, Any]:
         """What GET /v1/state answers: the same shape as a borglet's report."""
-        self.advance(self.clock())
-        return self.table.report(self._machine)
+        now = self.clock()
+        self.advance(now)
+        return self.table.report(self._machine, now)
 
     def _carry_out(self, now: float) -> None:
         """What the core asks: a killed task's process ends at once (there is none to wait

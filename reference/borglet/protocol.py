@@ -19,6 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field
 Phase = Literal["QUEUED", "STARTING", "RUNNING", "FINISHED", "FAILED", "KILLED"]
 RestartPolicy = Literal["never", "on_failure", "always"]
 ENDED_PHASES: frozenset[str] = frozenset({"FINISHED", "FAILED", "KILLED"})
+# How long a task's process must have run, on its borglet's own clock, before the borglet's
+# report says it is "ready": the master's rollout counts a replacement up only then (Kubernetes'
+# minReadySeconds). The borglet judges it because it alone sees the process: a master judging by
+# its own clock counted a replacement up once a second had passed since its reported start,
+# though the process had exited and the exit was not reported yet, or the clocks differed.
+READY_AFTER_S = 1.0
 
 
 class HealthCheck(BaseModel):

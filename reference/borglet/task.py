@@ -6,7 +6,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference.borglet.protocol import ENDED_PHASES, Phase, TaskSpec
+from reference.borglet.protocol import ENDED_PHASES, READY_AFTER_S, Phase, TaskSpec
 
 # Fields written to tasks.json; everything else is rebuilt after a borglet restart. The phase
 # is written, and reported, as "state".
@@ -62,8 +62,8 @@ class Task:
     def ended(self) -> bool:
         return self.phase in ENDED_PHASES
 
-    def report(self) -> dict[str, Any]:
-        """The task's entry in the sync reply."""
+    def report(self, now: float) -> dict[str, Any]:
+        """The task's entry in the sync reply at `now` (the borglet's clock, its starts' scale)."""
         return {
             "task_id": self.spec.task_id,
             "state": self.phase,
@@ -78,6 +78,9 @@ class Task:
             "reason": self.reason,
             "last_exit": self.last_exit,
             "restart_at": self.restart_at,
+            # Its process has run READY_AFTER_S and runs now: flips once per start, so a
+            # shard relays it once (the rollout's confirmation, master/rollout.py).
+            "ready": self.phase == "RUNNING" and self.started_at > 0 and now - self.started_at >= READY_AFTER_S,
         }
 
     def to_record(self) -> dict[str, Any]:

@@ -244,11 +244,12 @@ def restart_dead(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) 
     return done
 
 
-def roll_stale(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) -> int:
+def roll_stale(d: Draft, candidates: set[TaskId], take: Callable[[int], int], ready: rollout.Ready | None = None) -> int:
     """Roll the RUNNING tasks among `candidates` whose request or template is older than their
     job's, as each job's rollout allows (master/rollout.py: at most max_unavailable down, each
-    replacement confirmed up before the next) and `take(wanted)` allows; returns how many."""
-    return rollout.roll(d, candidates, take)
+    replacement confirmed up by its borglet, `ready`, before the next) and `take(wanted)`
+    allows; returns how many."""
+    return rollout.roll(d, candidates, take, ready)
 
 
 class Term:
@@ -462,4 +463,4 @@ class Term:
         return restart_dead(d, candidates, self.restarts.take)
 
     def _roll(self, d: Draft, candidates: set[TaskId]) -> int:
-        return roll_stale(d, candidates, self.rolls.take)
+        return roll_stale(d, candidates, self.rolls.take, self.poller.ready)

@@ -39,6 +39,7 @@ class Outcome:
     steps: list[tuple[str, tuple[Any, ...], str]] = field(default_factory=list)
     infos: dict[TaskId, TaskInfo] = field(default_factory=dict)  # facts worth writing now
     usage: dict[TaskId, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    ready: set[TaskId] = field(default_factory=set)  # running READY_AFTER_S by its borglet's word
 
 
 def bns_name(tid: TaskId, cell: str) -> str:
@@ -323,6 +324,8 @@ def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]
                 out.steps.append(("lost", (tid,), f"killed on the machine: {reason or '?'}"))
         usage = tuple(sorted((k, int(v)) for k, v in (r.get("usage") or {}).items()))
         out.usage[tid] = usage
+        if state == "RUNNING" and r.get("ready") is True:
+            out.ready.add(tid)
         port, healthy, restarts = int(r.get("port") or 0), r.get("healthy"), int(r.get("restarts") or 0)
         started_at = float(r.get("started_at") or 0.0)
         if _worth_writing(info, port, healthy, restarts, state, started_at):

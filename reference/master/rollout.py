@@ -3,11 +3,12 @@
 A task is stale when it runs an older request or template than its job's (`spec.model.is_stale`).
 The spec's `roll` guard keeps a job's tasks down (not RUNNING) below its `max_unavailable`;
 the leader asks more: a task counts as up only once its borglet has confirmed its process
-started, it has run `MIN_READY_S`, and, when the job has a health check, it answers healthy.
-`MIN_READY_S` counts from the start its borglet reports, read from the kernel to the tick
-(borglet/processes.start_time), and holds only while the borglet sees an exit at once
-(SIGCHLD): a start read early, or an exit seen late, made a crashing replacement look up.
-So each replacement is confirmed before the next is made. A replacement of the current version
+started, its borglet reports it has run `MIN_READY_S` and still runs (the report's "ready",
+judged on the borglet's own clock, where the process is), and, when the job has a health
+check, it answers healthy. So each replacement is confirmed before the next is made. The
+leader's own clock against a reported start is only the estimate shown where no borglet's word
+is at hand (a follower's view of a job): judged so, a replacement whose exit had not been
+reported yet, or whose borglet's clock ran behind, counted as up. A replacement of the current version
 that fails by its own exits (a crash loop, a spawn failure) stops the rollout: nothing more is
 replaced until it runs, and the job's `rollout` says which task and why. A replacement lost with
 its machine has not failed: once restarted and running, it counts as up. A stale task that is down anyway is
@@ -20,13 +21,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from reference.borglet.protocol import READY_AFTER_S
 from reference.master.backoff import RESET_AFTER_S
 from reference.master.cell import Cell, Draft, TaskInfo
 from reference.master.reports import confirmed
 from spec.actions import restart_allowed
 from spec.model import CellState, DeathCause, Task, TaskId, TaskState, is_stale
 
-MIN_READY_S = 1.0  # how long a replacement runs before it counts as up (Kubernetes' minReadySeconds)
+MIN_READY_S = READY_AFTER_S  # how long a replacement runs before it counts as up (Kubernetes' minReadySeconds)
+# Whether a task's borglet last reported it running MIN_READY_S (the leader's intake,
+# shardreports.ShardReports.ready): task id, its machine.
+Ready = Callable[[TaskId, str | None], bool]
 
 
 def crashed(info: TaskInfo) -> bool:
@@ -38,8 +43,9 @@ def crashed(info: TaskInfo) -> bool:
     return bool(info.last_exit) and (info.failures > 0 or info.restarts > 0)
 
 
-def is_up(task: Task, info: TaskInfo, health_checked: bool, now: float) -> bool:
-    """Whether a task serves: RUNNING, started by its borglet for `MIN_READY_S`, healthy if checked."""
+def is_up(task: Task, info: TaskInfo, health_checked: bool, now: float, ready: Ready | None = None) -> bool:
+    """Whether a task serves: RUNNING, run `MIN_READY_S` by its borglet's word (`ready`; without
+    it, by `now` against its reported start), healthy if checked."""
     if task.state is not TaskState.RUNNING or not confirmed(info):
         return False
     if info.borglet_state != "RUNNING" or not info.started_at:
@@ -50,7 +56,7 @@ def is_up(task: Task, info: TaskInfo, health_checked: bool, now: float) -> bool:
         # Restarting after its own exits (a crash loop): caught between two exits it has a
         # process, but it does not serve until a run long enough resets its failures.
         return False
-    if now - info.started_at < MIN_READY_S:
+    if not (ready(task.id, task.machine) if ready is not None else now - info.started_at >= MIN_READY_S):
         return False
     return info.healthy is True if health_checked else True
 
@@ -92,9 +98,13 @@ class Rollout:
         }  # fmt: skip
 
 
-def decide(state: CellState, key: str, info_of: Callable[[TaskId], TaskInfo], health_checked: bool, now: float) -> Rollout | None:
+def decide(
+    state: CellState, key: str, info_of: Callable[[TaskId], TaskInfo], health_checked: bool, now: float,
+    ready: Ready | None = None,
+) -> Rollout | None:
     """The rollout of job `key` in `state` (None for no such job): what is stale, what is
-    down, what failed, and which stale tasks to replace now within the budget."""
+    down, what failed, and which stale tasks to replace now within the budget. `ready`: the
+    borglets' word on which tasks have run MIN_READY_S (the leader's); without it, an estimate."""
     job = state.jobs.get(key)
     if job is None:
         return None
@@ -102,7 +112,7 @@ def decide(state: CellState, key: str, info_of: Callable[[TaskId], TaskInfo], he
     stale, down, failing = [], [], []
     for t in wanted:
         info = info_of(t.id)
-        up = is_up(t, info, health_checked, now)
+        up = is_up(t, info, health_checked, now, ready)
         if t.state is TaskState.DEAD and not restart_allowed(job.restart_policy, t.cause):
             continue  # finished or killed: done, not down
         if not up:
@@ -144,9 +154,10 @@ def status(cell: Cell, key: str, now: float) -> dict[str, Any] | None:
     return None if found is None else found.view()
 
 
-def roll(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) -> int:
+def roll(d: Draft, candidates: set[TaskId], take: Callable[[int], int], ready: Ready | None = None) -> int:
     """Replace, job by job, the stale tasks among `candidates` that each job's rollout allows
-    now, as many as `take(wanted)` allows in all (the leader's rate); returns how many."""
+    now, as many as `take(wanted)` allows in all (the leader's rate); returns how many. The
+    leader passes `ready`, its borglets' word on which replacements have run MIN_READY_S."""
     state = d.state
     keys = sorted({
         tid.job for tid in candidates
@@ -155,7 +166,7 @@ def roll(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) -> int:
     })  # fmt: skip
     wanted: list[TaskId] = []
     for key in keys:
-        found = decide(state, key, d.task_info, health_checked(d, key), d.now)
+        found = decide(state, key, d.task_info, health_checked(d, key), d.now, ready)
         if found is not None:
             wanted += found.replace
     done = 0

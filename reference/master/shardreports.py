@@ -91,6 +91,10 @@ class ShardReports:
         self.usage: dict[TaskId, tuple[tuple[str, int], ...]] = {}
         # machine -> {borglet task id: state} from its last reply: what really runs there.
         self._reported: dict[str, dict[str, str]] = {}
+        # Per machine, its tasks whose borglet's last report says they have run READY_AFTER_S
+        # and run (rollout.is_up's confirmation); this leader's memory, not the cell's: it
+        # changes once per start, and a new leader has every machine's whole report first.
+        self._ready: dict[str, frozenset[TaskId]] = {}
         self._silent_since: dict[str, float] = {}  # removed machine -> its first unanswered poll since an answer
         self._released: set[str] = set()  # borglet task ids sent at least once
         self._reported_version = 0  # moves whenever a machine's reported tasks change
@@ -241,6 +245,11 @@ class ShardReports:
                 st.signature = frozenset()
                 self._reported_version += 1
 
+    def ready(self, tid: TaskId, machine: str | None) -> bool:
+        """Whether `machine`'s borglet last reported task `tid` running for READY_AFTER_S."""
+        with self._lock:
+            return machine is not None and tid in self._ready.get(machine, ())
+
     def _usage_written(self, name: str, change: Callable[[Draft], None]) -> None:
         if getattr(change, "writes_usage", False):
             with self._lock:
@@ -261,6 +270,8 @@ class ShardReports:
         cell = self.cache.cell()
         outcome = reports.map_reply(cell, name, reply, ids)
         self.usage.update(outcome.usage)
+        with self._lock:
+            self._ready[name] = frozenset(outcome.ready)
         m = cell.state.machines.get(name)
         if m is None:
             return None

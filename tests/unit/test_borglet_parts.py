@@ -105,7 +105,7 @@ def test_task_record_round_trips_through_the_table(tmp_path):
     table = store.load(path)
     again = Task.from_record(table["tasks"][SPEC["task_id"]])
     assert table["epoch"] == 3
-    assert again.report() == task.report()
+    assert again.report(1.0) == task.report(1.0)
     assert (again.group, again.create_time, again.spec) == (task.group, 1.5, task.spec)
 
 
@@ -194,3 +194,17 @@ def test_parse_task_env():
     for bad in ("NOVALUE", "=x", "K=a\0b"):
         with pytest.raises(ValueError, match="NAME=VALUE"):
             parse_task_env([bad])
+
+
+def test_a_task_is_ready_once_its_process_ran_a_second_and_not_before_or_after_it_ended():
+    from reference.borglet.protocol import READY_AFTER_S
+
+    task = Task(spec=TaskSpec.model_validate(SPEC), key=sanitize(SPEC["task_id"]))
+    assert task.report(100.0)["ready"] is False  # QUEUED
+    task.phase, task.started_at = "RUNNING", 100.0
+    assert task.report(100.0 + READY_AFTER_S - 0.01)["ready"] is False
+    assert task.report(100.0 + READY_AFTER_S)["ready"] is True
+    task.phase = "STARTING"  # restarted in place: a new process, not yet a second old
+    assert task.report(105.0)["ready"] is False
+    task.phase = "FAILED"
+    assert task.report(105.0)["ready"] is False

@@ -5,6 +5,7 @@ ones a scan of every task chose."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -100,7 +101,7 @@ class Scanning:
 
     def roll(self, d: Draft) -> None:
         # Which stale tasks a rollout replaces is master/rollout.py's; here it sees every task.
-        rollout.roll(d, set(d.state.tasks), self.rolls.take)
+        rollout.roll(d, set(d.state.tasks), self.rolls.take, said_ready)
 
 
 class FromWork:
@@ -108,6 +109,11 @@ class FromWork:
 
     def __init__(self, rate: float) -> None:
         self.restarts, self.rolls = TokenBucket(rate), TokenBucket(rate)
+        self.poller = SimpleNamespace(ready=said_ready)  # the borglets' word, the same on both sides
+
+
+def said_ready(tid: TaskId, machine: str | None) -> bool:
+    return machine is not None and tid.index % 2 == 0
 
 
 @pytest.mark.parametrize("seed", range(300))

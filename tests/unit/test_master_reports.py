@@ -266,3 +266,15 @@ def test_facts_mapped_on_a_view_a_write_behind_are_news_only_where_they_differ_f
     running = TaskInfo(borglet_state="RUNNING", seen=True, port=4100, started_at=7.0)
     assert news(running, replace(running, port=4101))  # a running task's port is a fact
     assert not news(running, replace(running, pid=99, usage=(("cpu", 3),)))  # these can wait
+
+
+def test_map_reply_takes_a_borglets_word_that_a_running_task_is_ready_and_nothing_else():
+    cell = master_cells.placed_cell()
+    said = {"tasks": [
+        {"task_id": borglet_task_id(T0, cell.task_info(T0)), "state": "RUNNING", "ready": True},
+        {"task_id": borglet_task_id(T1, cell.task_info(T1)), "state": "RUNNING", "ready": False},
+    ]}  # fmt: skip
+    assert map_reply(cell, "m1", said, {T0, T1}).ready == {T0}
+    said["tasks"][0]["state"] = "FAILED"  # a stale "ready" beside an exit is no word
+    said["tasks"][1]["ready"] = "yes"  # nor a value that is not JSON's true
+    assert map_reply(cell, "m1", said, {T0, T1}).ready == set()

@@ -103,3 +103,31 @@ def test_a_removed_machine_is_read_from_its_whole_answer() -> None:
         assert not poller._machines["gone"].inflight
     finally:
         poller._pool.shutdown(wait=False)
+
+
+def test_a_borglets_word_that_a_task_ran_its_first_second_is_the_leaders_until_it_changes() -> None:
+    """rollout.is_up's confirmation (poller.ready): taken from a shard's report of the machine,
+    given up with the next report that does not say it, and never given for another machine."""
+    from reference.master.cell import borglet_task_id
+    from tests.unit import master_cells
+
+    cell = master_cells.placed_cell(seen=True, borglet_state="RUNNING", started_at=5.0)
+    t0, t1 = TaskId("alice/web", 0, 0), TaskId("alice/web", 1, 0)
+    poller = Poller(SimpleNamespace(cell=lambda: cell), _Writer(), cell_name="c", master_name="m0", epoch=2,  # type: ignore[arg-type]
+                    link=_Link({}))  # fmt: skip
+    try:
+        poller._machines["m1"] = MachineSync(sent_ids={1: frozenset({t0, t1})})
+
+        def report(version: int, ready0: bool) -> dict[str, Any]:
+            tasks = [{"task_id": borglet_task_id(t, cell.task_info(t)), "state": "RUNNING", "started_at": 5.0,
+                      "ready": ready} for t, ready in ((t0, ready0), (t1, False))]  # fmt: skip
+            return {"version": version, "report": {"fence": {"epoch": 2, "seq": 1}, "tasks": tasks}}
+
+        assert not poller.ready(t0, "m1")
+        poller.accept({"shard": "r1", "reports": {"m1": report(1, True)}})
+        assert poller.ready(t0, "m1") and not poller.ready(t1, "m1")
+        assert not poller.ready(t0, "m2") and not poller.ready(t0, None)
+        poller.accept({"shard": "r1", "reports": {"m1": report(2, False)}})  # restarted in place
+        assert not poller.ready(t0, "m1")
+    finally:
+        poller._pool.shutdown(wait=False)

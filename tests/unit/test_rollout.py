@@ -361,3 +361,32 @@ def test_a_replacement_that_crashes_within_min_ready_stops_the_rollout_at_one_ta
     early = replace(first, started_at=first.started_at - 0.97)
     r = decide(replace(cell, state=placed, tasks={**cell.tasks, new: early}))
     assert r.down == () and r.replace == (TaskId("alice/web", 1),), r
+
+
+def test_the_leader_counts_a_replacement_up_on_its_borglets_word_not_its_own_clock():
+    """The leader's roll asks its borglets (`ready`, their reports' "ready"): a replacement
+    whose reported start is 2 s old by the leader's clock is still down while its borglet has
+    not said it ran MIN_READY_S (its exit not reported yet, or the borglet's clock behind), and
+    one whose start looks 0.2 s old is up once its borglet says so (the leader's clock ahead)."""
+    cell, _ = put(cell_running(), {**FILE, "env": {"V": "2"}})
+    d = Draft(cell, NOW)
+    assert rollout.roll(d, set(d.state.tasks), lambda n: n) == 1
+    new = TaskId("alice/web", 0, 1)
+    placed = schedule(d.state, new, "m1")
+    said: set[tuple[TaskId, str | None]] = set()
+
+    def ready(tid: TaskId, machine: str | None) -> bool:
+        return (tid, machine) in said or (tid != new and machine is not None)  # the old tasks: up
+
+    for info, word, more in (
+        (replace(UP, started_at=NOW - 2), set(), 0),  # 2 s by the leader's clock; no word yet
+        (replace(UP, started_at=NOW - 2), {(new, "m0")}, 0),  # a word of another machine
+        (replace(UP, started_at=NOW - 0.2), {(new, "m1")}, 1),  # its borglet says it ran 1 s
+    ):
+        said.clear()
+        said.update(word)
+        view = replace(cell, state=placed, tasks={**cell.tasks, new: info})
+        d = Draft(view, NOW)
+        assert rollout.roll(d, set(d.state.tasks), lambda n: n, ready) == more, (info, word)
+        found = rollout.decide(view.state, "alice/web", view.task_info, False, NOW, ready)
+        assert (found.down == (0,)) is (more == 0), found
