@@ -154,6 +154,12 @@ def join_cgroups(dirs: list[str]) -> None:
         (Path(d) / "cgroup.procs").write_text(str(os.getpid()))
 
 
+def task_host(listen_host: str) -> str:
+    """The address tasks listen on and are probed at: the borglet's own serving address, which
+    BNS answers name; a wildcard (0.0.0.0, ::, none) gives 127.0.0.1."""
+    return "127.0.0.1" if listen_host in ("", "0.0.0.0", "::", "[::]") else listen_host.strip("[]")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse arguments, re-adopt surviving tasks, and serve until SIGTERM/SIGINT."""
     from reference import serve  # imported here (uvicorn with it) so `--help` stays fast
@@ -218,6 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         task_uids=as_users,
         work_dir=work_dir,
         task_env=task_env,
+        host=task_host(host),
     )
     borglet = Borglet(config, choose(args.isolation, args.name), containers=docker_runtime(parser, args, state_dir))
     borglet.load()

@@ -24,6 +24,10 @@ class MachineConfig:
     # Variables the borglet's operator chose to give every task (--task-env), beneath the
     # job's own: a task's environment is built from nothing, never from the borglet's.
     task_env: tuple[tuple[str, str], ...] = ()
+    # The address this machine's tasks are reached at: the host the borglet serves on (a netns
+    # host's own address; 127.0.0.1 on a loopback cell), given to each task as $HOST to listen
+    # on, where BNS answers point and where its health check is probed.
+    host: str = "127.0.0.1"
 
     @property
     def work_root(self) -> str:

@@ -57,10 +57,14 @@ def labels(cell: str, machine: str, state_dir: str, spec: TaskSpec) -> dict[str,
     }
 
 
-def task_env(spec: TaskSpec, port: int, machine: str, markers: Mapping[str, str]) -> dict[str, str]:
-    """A container's environment: what the process runtime gives a task (its port, index, id,
-    BNS name, machine; then the job's own), and none of the borglet's, which belongs to the host."""
+def task_env(
+    spec: TaskSpec, port: int, machine: str, markers: Mapping[str, str], host: str = "127.0.0.1"
+) -> dict[str, str]:
+    """A container's environment: what the process runtime gives a task (the address and port
+    to listen on, its index, id, BNS name, machine; then the job's own), and none of the
+    borglet's, which belongs to the host."""
     env = {
+        "HOST": host,
         "PORT": str(port),
         "TASK_INDEX": str(spec.index),
         "TASK_ID": spec.task_id,

@@ -47,10 +47,11 @@ class Launcher:
         spec = task.spec
         if self.in_container(task):
             markers = {processes.TASK_MARKER: spec.task_id, processes.BORGLET_MARKER: self.config.state_dir}
-            return runtime.task_env(spec, task.port, self.config.name, markers)
+            return runtime.task_env(spec, task.port, self.config.name, markers, self.config.host)
         env = {"PATH": processes.TASK_PATH, "HOME": self.workdir(task) if self.config.task_uids else spec.cwd or "/"}
         env.update(self.config.task_env)
         env.update(
+            HOST=self.config.host,  # where to listen: the address BNS answers and probes name
             PORT=str(task.port),
             TASK_INDEX=str(spec.index),
             TASK_ID=spec.task_id,

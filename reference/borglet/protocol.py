@@ -28,7 +28,8 @@ READY_AFTER_S = 1.0
 
 
 class HealthCheck(BaseModel):
-    """An HTTP health probe of a task: GET http://127.0.0.1:<port><path> every interval_s."""
+    """An HTTP health probe of a task: GET http://<its machine's address>:<port><path> every
+    interval_s (the address it is given as $HOST: 127.0.0.1 on a loopback cell)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
     path: str = "/healthz"

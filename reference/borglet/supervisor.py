@@ -377,7 +377,7 @@ class Borglet(Starter):
                 if self._carry_out(self.table.take()):
                     self._save_if_dirty(force=True)
 
-        self.prober.submit(task.port, check.path, min(check.interval_s, 1.0), done)
+        self.prober.submit(task.port, check.path, min(check.interval_s, 1.0), done, self.config.host)
 
     def _tend_containers(self) -> None:
         """The engine's side of a pass, outside the lock: the list of images a report gives,

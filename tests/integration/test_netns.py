@@ -110,16 +110,17 @@ def test_a_netns_cell_runs_each_process_on_its_own_address_and_leaves_nothing_be
     hosts = {m["name"]: m["address"] for m in json.loads(machines.stdout)}
     assert hosts == info.borglet_urls  # what the API answers: each borglet's own address
 
-    # A BNS answer is the task's machine's own address, reached from this host; its health
-    # check (GET 127.0.0.1:$PORT inside the machine's namespace) passes.
+    # A BNS answer is the task's machine's own address, reached from this host: the task listens
+    # where its borglet told it ($HOST, the machine's address, not 127.0.0.1), and its health
+    # check (GET $HOST:$PORT inside the machine's namespace) passes.
     hello = state.parent / "hello.json"
-    hello.write_text(json.dumps(hello_job("hello", count=1, env={"HOST": "0.0.0.0"})))
+    hello.write_text(json.dumps(hello_job("hello", count=1)))
     assert minborg("job", "submit", str(hello), state_dir=state).returncode == 0
     answer = wait_for(lambda: _resolved(state, f"0.hello.alice.{cell}.minborg"), 40, "hello's BNS answer")
     assert answer["host"] in {net.address(f"machine{i}") for i in range(3)}, answer
     assert httpx.get(f"http://{answer['host']}:{answer['port']}/", timeout=5).status_code == 200
 
-    # Each process listens on its own host's address only (a task where it chooses: hello on all).
+    # Each process listens on its own host's address only, the hello task included.
     for host in net.hosts:
         sockets = [s for s in netns.listening(host.netns) if not s.startswith(("0.0.0.0:", "*:"))]
         assert all(s.rsplit(":", 1)[0] == host.address for s in sockets), (host, sockets)

@@ -77,9 +77,9 @@ def test_labels_name_the_cell_machine_job_index_incarnation_and_borglet():
 
 
 def test_task_env_is_the_process_runtimes_without_the_hosts():
-    env = containers.task_env(SPEC, 8080, "machine0", {"MINBORG_TASK_ID": SPEC.task_id})
+    env = containers.task_env(SPEC, 8080, "machine0", {"MINBORG_TASK_ID": SPEC.task_id}, "10.200.0.7")
     assert env == {
-        "PORT": "8080", "TASK_INDEX": "1", "TASK_ID": "demo/web/1#0@3", "BNS_NAME": "1.web.demo.local.minborg",
+        "HOST": "10.200.0.7", "PORT": "8080", "TASK_INDEX": "1", "TASK_ID": "demo/web/1#0@3", "BNS_NAME": "1.web.demo.local.minborg",
         "MINBORG_MACHINE": "machine0", "HOME": "/tmp", "GREETING": "hi", "MINBORG_TASK_ID": "demo/web/1#0@3",
     }  # fmt: skip
     assert "PATH" not in env  # the image's own

@@ -208,3 +208,32 @@ def test_a_task_is_ready_once_its_process_ran_a_second_and_not_before_or_after_i
     assert task.report(105.0)["ready"] is False
     task.phase = "FAILED"
     assert task.report(105.0)["ready"] is False
+
+
+@pytest.mark.parametrize(
+    "listen, host",
+    [("10.200.0.7", "10.200.0.7"), ("127.0.0.1", "127.0.0.1"), ("0.0.0.0", "127.0.0.1"), ("", "127.0.0.1"),
+     ("::", "127.0.0.1"), ("[::1]", "::1")],
+)  # fmt: skip
+def test_tasks_listen_where_their_borglet_serves_and_a_wildcard_means_loopback(listen, host):
+    from reference.borglet.cli import task_host
+
+    assert task_host(listen) == host
+
+
+def test_a_health_probe_goes_to_the_address_the_task_was_given(tmp_path):
+    """A task told HOST=127.0.0.2 (a netns host's address, here a second loopback address)
+    that listens there only: probed there it is healthy; probed at 127.0.0.1 it is not."""
+    import http.server
+    import threading
+
+    from reference.borglet.health import probe
+
+    server = http.server.HTTPServer(("127.0.0.2", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert probe(port, "/", 2.0, "127.0.0.2") is True
+        assert probe(port, "/", 2.0, "127.0.0.1") is False
+    finally:
+        server.shutdown()

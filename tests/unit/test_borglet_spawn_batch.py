@@ -73,7 +73,7 @@ def test_a_task_env_is_built_from_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("OPERATOR_SECRET", "x")
     config = MachineConfig(
         name="m", capacity={"cpu": 1000, "ram": 2**30}, state_dir=str(tmp_path),
-        task_env=(("PYTHONPATH", "/src"), ("PORT", "overridden by the borglet's own")),
+        task_env=(("PYTHONPATH", "/src"), ("PORT", "overridden by the borglet's own")), host="10.200.0.7",
     )  # fmt: skip
     borglet = Borglet(config, RlimitIsolation())
     spec = sleeper(0, env={"MINE": "1", "PATH": "/opt/bin", processes.TASK_MARKER: "hidden?"}, bns="0.batch.alice.c.minborg")
@@ -85,6 +85,7 @@ def test_a_task_env_is_built_from_nothing(tmp_path, monkeypatch):
         "PATH": "/opt/bin",  # the job's own wins over the default /usr/local/bin:/usr/bin:/bin
         "HOME": "/",
         "PYTHONPATH": "/src",
+        "HOST": "10.200.0.7",  # the machine's address: where BNS answers point (a job's HOST wins)
         "PORT": "4242",
         "TASK_INDEX": "0",
         "TASK_ID": "alice/batch/0#0",
