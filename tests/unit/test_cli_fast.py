@@ -88,6 +88,50 @@ def test_the_bash_script_completes_through_the_fast_path(tmp_path: Path) -> None
     assert done.stdout.split() == ["show"]
 
 
+def _shim(tmp_path: Path) -> dict[str, str]:
+    """`minborg` as the completion scripts call it, this tree's fast path; the environment to run them in."""
+    shim = tmp_path / "minborg"
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from reference.cli.fast import main; main()' \"$@\"\n")
+    shim.chmod(0o755)
+    return {"PATH": f"{tmp_path}:/usr/bin:/bin", "MINBORG_MASTER": "http://127.0.0.1:9", "HOME": str(tmp_path)}
+
+
+def test_the_zsh_script_completes_through_the_fast_path(tmp_path: Path) -> None:
+    """Under a real zsh: the script loads with compinit, and its function hands compadd the
+    fast path's candidates for the words before the cursor (zsh matches the prefix itself)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("zsh") is None:
+        pytest.skip("no zsh (.ci/run installs Debian's)")
+    script = tmp_path / "minborg.zsh"
+    script.write_text(cli_complete.script("zsh"))
+    done = subprocess.run(
+        ["zsh", "-f", "-c", f"autoload -U compinit; compinit -u; source {script}; "
+                            'compadd() { print -l -- "${(@P)2}"; }; words=(minborg job sh); CURRENT=3; _minborg_completion'],
+        env=_shim(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    offered = done.stdout.split()
+    assert "show" in offered and "submit" in offered and "--help" in offered, done
+    assert "status" not in offered  # a cell subcommand: not offered after `job`
+
+
+def test_the_fish_script_completes_through_the_fast_path(tmp_path: Path) -> None:
+    """Under a real fish: its own completion engine, given the script, completes `job sh`."""
+    import shutil
+    import subprocess
+
+    if shutil.which("fish") is None:
+        pytest.skip("no fish (.ci/run installs Debian's)")
+    script = tmp_path / "minborg.fish"
+    script.write_text(cli_complete.script("fish"))
+    done = subprocess.run(
+        ["fish", "-N", "-c", f"source {script}; complete --do-complete 'minborg job sh'"],
+        env=_shim(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert [line.split("\t")[0] for line in done.stdout.splitlines()] == ["show"], done
+
+
 def test_version_and_completion_are_answered_on_the_fast_path(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_fast.run(["--version"]) == 0
     assert capsys.readouterr().out.startswith("minborg ")
