@@ -289,7 +289,7 @@ def register(app: FastAPI, replica: Any, write: Write, read: Callable[..., Any],
         cell = replica.cache.cell()
         job = cell.state.jobs.get(body["job"])
         if job is not None:
-            body["rollout"] = rollout.status(cell, job.key, time.time())
+            body["rollout"] = rollout.status(cell, job.key, time.time(), replica.ready_word())
         return stamped(body, rev, 201 if body.get("created") else 200)
 
     @app.put("/v1/jobs/{user}/{name}", responses={

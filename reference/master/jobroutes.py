@@ -88,7 +88,7 @@ def register(
                 "tasks": views.task_counts(cell, job.key),
                 "pending": views.pending_reasons(cell, job.key),
                 "crash_loops": views.crash_loops(cell, job.key),
-                "rollout": rollout.status(cell, job.key, time.time()),
+                "rollout": rollout.status(cell, job.key, time.time(), replica.ready_word()),
             },
             cell.revision,
         )

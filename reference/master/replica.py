@@ -15,6 +15,7 @@ from reference.master.cache import WatchCache
 from reference.master.leader import LeaderConfig, Term
 from reference.master.linkshard import REPORTS_PATH, LinkShard, ShardRelay, replica_peer
 from reference.master.metrics import MasterMetrics
+from reference.master.rollout import Ready
 from reference.master.writer import MAX_OPS_PER_TXN, Writer
 from reference.store import ops
 from reference.store.client import Lease, StoreClient, StoreError
@@ -142,6 +143,12 @@ class Replica:
     @property
     def term(self) -> Term | None:
         return self._term
+
+    def ready_word(self) -> Ready | None:
+        """The borglets' word on which tasks have run MIN_READY_S (rollout.Ready), while this
+        replica leads: what its rollouts decide on, so its views show the same. None on a follower."""
+        term = self._term
+        return term.poller.ready if term is not None else None
 
     def leader(self) -> LeaderRef | None:
         return parse_leader_value(self.cache.cell().leader)

@@ -148,9 +148,10 @@ def health_checked(cell: Cell | Draft, key: str) -> bool:
     return info is not None and info.spec.health_check is not None
 
 
-def status(cell: Cell, key: str, now: float) -> dict[str, Any] | None:
-    """The job's rollout as `GET /v1/jobs/{user}/{name}` shows it."""
-    found = decide(cell.state, key, cell.task_info, health_checked(cell, key), now)
+def status(cell: Cell, key: str, now: float, ready: Ready | None = None) -> dict[str, Any] | None:
+    """The job's rollout as `GET /v1/jobs/{user}/{name}` shows it: on the leader by the word it
+    rolls on (`ready`, Replica.ready_word), elsewhere by the estimate."""
+    found = decide(cell.state, key, cell.task_info, health_checked(cell, key), now, ready)
     return None if found is None else found.view()
 
 

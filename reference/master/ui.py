@@ -109,7 +109,7 @@ def install(app: FastAPI, replica: Any, proxy: LogProxy, overview: Any) -> None:
     ) -> Response:
         params: Mapping[str, str] = _params(q=q, outcome=outcome, sort=sort, page=page)
         cell, key = replica.cache.cell(), f"{user}/{name}"
-        extra = rollout_section(cell, key, time.time()) if key in cell.state.jobs else ""
+        extra = rollout_section(cell, key, time.time(), replica.ready_word()) if key in cell.state.jobs else ""
         text = job_page(cell, key, cell_name, replica.name, dict(params), guard.identity_of(request.scope), history,
                         extra)  # fmt: skip
         return html(text, f"no job {key}")

@@ -13,9 +13,10 @@ ROLLOUT_CLASS = {"rolling": "warn", "stopped": "bad", "complete": "ok"}
 VERSIONS_SHOWN = 10
 
 
-def rollout_section(cell: Cell, key: str, now: float) -> str:
-    """The rollout's state, its reason and progress, then the newest versions with what each changed."""
-    status = rollout.status(cell, key, now)
+def rollout_section(cell: Cell, key: str, now: float, ready: rollout.Ready | None = None) -> str:
+    """The rollout's state, its reason and progress, then the newest versions with what each
+    changed; `ready`: the leader's borglets' word (rollout.status)."""
+    status = rollout.status(cell, key, now, ready)
     found = jobhistory.history(cell, key)
     if status is None or found is None:
         return ""
