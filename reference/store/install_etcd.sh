@@ -9,7 +9,10 @@ BIN="${MINBORG_TOOLS_BIN:-$ROOT/tools/bin}"
 VERSION="$(awk '$1 == "go.etcd.io/etcd/server/v3" || ($1 == "require" && $2 == "go.etcd.io/etcd/server/v3") {print $NF; exit}' "$SRC/go.mod")"
 VERSION="${VERSION#v}"
 installed() {
-  [[ -x "$BIN/etcd" ]] && "$BIN/etcd" --version 2>/dev/null | grep -qx "etcd Version: $VERSION"
+  # The version read whole, then matched: `etcd --version | grep -q` under pipefail failed when
+  # grep, done at the first line, closed the pipe before etcd wrote its last (SIGPIPE, 141).
+  local said
+  [[ -x "$BIN/etcd" ]] && said="$("$BIN/etcd" --version 2>/dev/null)" && grep -qx "etcd Version: $VERSION" <<<"$said"
 }
 if installed; then
   echo "etcd $VERSION already installed: $BIN/etcd"
