@@ -39,7 +39,6 @@ class Outcome:
     steps: list[tuple[str, tuple[Any, ...], str]] = field(default_factory=list)
     infos: dict[TaskId, TaskInfo] = field(default_factory=dict)  # facts worth writing now
     usage: dict[TaskId, tuple[tuple[str, int], ...]] = field(default_factory=dict)
-    ready: set[TaskId] = field(default_factory=set)  # running READY_AFTER_S by its borglet's word
 
 
 def bns_name(tid: TaskId, cell: str) -> str:
@@ -147,6 +146,17 @@ def confirmed(info: TaskInfo) -> bool:
     return info.seen and info.borglet_state in STARTED_STATES
 
 IndexKey = tuple[str, int]  # (job key, task index)
+
+
+def ready_ids(reply: dict[str, Any]) -> frozenset[str]:
+    """The borglet task ids (one placement of a task each) that a borglet's reply says are
+    running and have run READY_AFTER_S: its word for the rollout (rollout.is_up). Read from the
+    whole reply, whatever sync it answers: a word is the borglet's, not the sync's."""
+    tasks = reply.get("tasks")
+    return frozenset(
+        t["task_id"] for t in (tasks if isinstance(tasks, list) else ())
+        if isinstance(t, dict) and isinstance(t.get("task_id"), str) and t.get("state") == "RUNNING" and t.get("ready") is True
+    )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -324,8 +334,6 @@ def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]
                 out.steps.append(("lost", (tid,), f"killed on the machine: {reason or '?'}"))
         usage = tuple(sorted((k, int(v)) for k, v in (r.get("usage") or {}).items()))
         out.usage[tid] = usage
-        if state == "RUNNING" and r.get("ready") is True:
-            out.ready.add(tid)
         port, healthy, restarts = int(r.get("port") or 0), r.get("healthy"), int(r.get("restarts") or 0)
         started_at = float(r.get("started_at") or 0.0)
         if _worth_writing(info, port, healthy, restarts, state, started_at):

@@ -23,15 +23,16 @@ from typing import Any
 
 from reference.borglet.protocol import READY_AFTER_S
 from reference.master.backoff import RESET_AFTER_S
-from reference.master.cell import Cell, Draft, TaskInfo
+from reference.master.cell import Cell, Draft, TaskInfo, borglet_task_id
 from reference.master.reports import confirmed
 from spec.actions import restart_allowed
 from spec.model import CellState, DeathCause, Task, TaskId, TaskState, is_stale
 
 MIN_READY_S = READY_AFTER_S  # how long a replacement runs before it counts as up (Kubernetes' minReadySeconds)
-# Whether a task's borglet last reported it running MIN_READY_S (the leader's intake,
-# shardreports.ShardReports.ready): task id, its machine.
-Ready = Callable[[TaskId, str | None], bool]
+# Whether a machine's borglet last reported one placement of a task (its borglet task id)
+# running MIN_READY_S: the leader's intake, shardreports.ShardReports.ready(machine, id); None
+# where the leader has no report of the machine yet.
+Ready = Callable[[str | None, str], bool | None]
 
 
 def crashed(info: TaskInfo) -> bool:
@@ -45,7 +46,7 @@ def crashed(info: TaskInfo) -> bool:
 
 def is_up(task: Task, info: TaskInfo, health_checked: bool, now: float, ready: Ready | None = None) -> bool:
     """Whether a task serves: RUNNING, run `MIN_READY_S` by its borglet's word (`ready`; without
-    it, by `now` against its reported start), healthy if checked."""
+    a word of its machine yet, by `now` against its reported start), healthy if checked."""
     if task.state is not TaskState.RUNNING or not confirmed(info):
         return False
     if info.borglet_state != "RUNNING" or not info.started_at:
@@ -56,7 +57,8 @@ def is_up(task: Task, info: TaskInfo, health_checked: bool, now: float, ready: R
         # Restarting after its own exits (a crash loop): caught between two exits it has a
         # process, but it does not serve until a run long enough resets its failures.
         return False
-    if not (ready(task.id, task.machine) if ready is not None else now - info.started_at >= MIN_READY_S):
+    word = ready(task.machine, borglet_task_id(task.id, info)) if ready is not None else None
+    if not (word if word is not None else now - info.started_at >= MIN_READY_S):
         return False
     return info.healthy is True if health_checked else True
 

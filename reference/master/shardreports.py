@@ -91,10 +91,10 @@ class ShardReports:
         self.usage: dict[TaskId, tuple[tuple[str, int], ...]] = {}
         # machine -> {borglet task id: state} from its last reply: what really runs there.
         self._reported: dict[str, dict[str, str]] = {}
-        # Per machine, its tasks whose borglet's last report says they have run READY_AFTER_S
-        # and run (rollout.is_up's confirmation); this leader's memory, not the cell's: it
-        # changes once per start, and a new leader has every machine's whole report first.
-        self._ready: dict[str, frozenset[TaskId]] = {}
+        # Per machine, the borglet task ids its last report says have run READY_AFTER_S and
+        # run (rollout.is_up's confirmation); this leader's memory, not the cell's: it changes
+        # once per start, and a new leader has every machine's whole report first.
+        self._ready: dict[str, frozenset[str]] = {}
         self._silent_since: dict[str, float] = {}  # removed machine -> its first unanswered poll since an answer
         self._released: set[str] = set()  # borglet task ids sent at least once
         self._reported_version = 0  # moves whenever a machine's reported tasks change
@@ -137,6 +137,9 @@ class ShardReports:
                 self._copies[(name, shard)] = merged
                 if name not in cell.state.machines:
                     continue
+                # The borglet's word on which tasks have run their first second, from every report
+                # whatever sync it answers: what runs there now (rollout.is_up).
+                self._ready[name] = reports.ready_ids(merged[1])
                 st = self._machines.setdefault(name, MachineSync())
                 reading, ids = intake.read_report(merged[1], epoch=self.epoch, sent=st.sent_ids)
                 if reading is Reading.TAKE:
@@ -245,10 +248,13 @@ class ShardReports:
                 st.signature = frozenset()
                 self._reported_version += 1
 
-    def ready(self, tid: TaskId, machine: str | None) -> bool:
-        """Whether `machine`'s borglet last reported task `tid` running for READY_AFTER_S."""
+    def ready(self, machine: str | None, borglet_id: str) -> bool | None:
+        """Whether `machine`'s borglet last reported `borglet_id` (one placement of a task)
+        running for READY_AFTER_S (rollout.Ready); None while this leader has no report of the
+        machine yet (a new term's first moments: the caller estimates then)."""
         with self._lock:
-            return machine is not None and tid in self._ready.get(machine, ())
+            said = self._ready.get(machine) if machine is not None else None
+            return None if said is None else borglet_id in said
 
     def _usage_written(self, name: str, change: Callable[[Draft], None]) -> None:
         if getattr(change, "writes_usage", False):
@@ -271,7 +277,7 @@ class ShardReports:
         outcome = reports.map_reply(cell, name, reply, ids)
         self.usage.update(outcome.usage)
         with self._lock:
-            self._ready[name] = frozenset(outcome.ready)
+            self._ready[name] = reports.ready_ids(reply)
         m = cell.state.machines.get(name)
         if m is None:
             return None

@@ -226,7 +226,7 @@ def test_the_operators_environment_does_not_reach_a_container(cell: LocalCell, a
     assert OPERATOR_VARIABLE not in env, sorted(env)
     assert env["MINE"] == "the job's"
     # Nothing but what the job asked, Minborg's own variables, the engine's and the interpreter's.
-    minborg = {"HOME", "PORT", "TASK_INDEX", "TASK_ID", "BNS_NAME", "MINBORG_MACHINE", "MINBORG_TASK_ID",
+    minborg = {"HOME", "HOST", "PORT", "TASK_INDEX", "TASK_ID", "BNS_NAME", "MINBORG_MACHINE", "MINBORG_TASK_ID",
                "MINBORG_BORGLET_DIR", "PYTHONPATH", "PYTHONUNBUFFERED"}  # fmt: skip
     engine_set = {"PATH", "HOSTNAME"}
     shell = {"PWD"}  # the container's `sh -c` that redirects the task's streams

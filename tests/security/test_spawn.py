@@ -144,7 +144,7 @@ def test_the_operators_environment_does_not_reach_a_task(cell: LocalCell, api: C
     assert OPERATOR_VARIABLE not in env
     assert env["MINE"] == "the job's" and env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
     # Nothing but what the job asked, Minborg's own variables and the cell's --task-env.
-    minborg = {"PATH", "HOME", "PORT", "TASK_INDEX", "TASK_ID", "BNS_NAME", "MINBORG_MACHINE",
+    minborg = {"PATH", "HOME", "HOST", "PORT", "TASK_INDEX", "TASK_ID", "BNS_NAME", "MINBORG_MACHINE",
                "MINBORG_TASK_ID", "MINBORG_BORGLET_DIR", "PYTHONPATH", "PYTHONUNBUFFERED"}  # fmt: skip
     # The interpreter may add these itself (the C locale coerced to UTF-8).
     python = {"LC_CTYPE"}

@@ -268,13 +268,16 @@ def test_facts_mapped_on_a_view_a_write_behind_are_news_only_where_they_differ_f
     assert not news(running, replace(running, pid=99, usage=(("cpu", 3),)))  # these can wait
 
 
-def test_map_reply_takes_a_borglets_word_that_a_running_task_is_ready_and_nothing_else():
-    cell = master_cells.placed_cell()
+def test_a_borglets_word_that_a_task_is_ready_is_read_from_the_whole_reply_and_nothing_else():
+    from reference.master.reports import ready_ids
+
     said = {"tasks": [
-        {"task_id": borglet_task_id(T0, cell.task_info(T0)), "state": "RUNNING", "ready": True},
-        {"task_id": borglet_task_id(T1, cell.task_info(T1)), "state": "RUNNING", "ready": False},
+        {"task_id": "alice/web/0#0@1", "state": "RUNNING", "ready": True},
+        {"task_id": "alice/web/1#0@1", "state": "RUNNING", "ready": False},
+        {"task_id": "alice/web/2#0@1", "state": "RUNNING", "ready": True},  # whatever the sync named
     ]}  # fmt: skip
-    assert map_reply(cell, "m1", said, {T0, T1}).ready == {T0}
+    assert ready_ids(said) == {"alice/web/0#0@1", "alice/web/2#0@1"}
     said["tasks"][0]["state"] = "FAILED"  # a stale "ready" beside an exit is no word
-    said["tasks"][1]["ready"] = "yes"  # nor a value that is not JSON's true
-    assert map_reply(cell, "m1", said, {T0, T1}).ready == set()
+    said["tasks"][2]["ready"] = "yes"  # nor a value that is not JSON's true
+    assert ready_ids(said) == frozenset()
+    assert ready_ids({"tasks": "nonsense"}) == ready_ids({}) == frozenset()

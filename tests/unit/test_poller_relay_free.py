@@ -123,11 +123,17 @@ def test_a_borglets_word_that_a_task_ran_its_first_second_is_the_leaders_until_i
                       "ready": ready} for t, ready in ((t0, ready0), (t1, False))]  # fmt: skip
             return {"version": version, "report": {"fence": {"epoch": 2, "seq": 1}, "tasks": tasks}}
 
-        assert not poller.ready(t0, "m1")
+        b0, b1 = borglet_task_id(t0, cell.task_info(t0)), borglet_task_id(t1, cell.task_info(t1))
+        assert poller.ready("m1", b0) is None  # no report of m1 yet: no word
         poller.accept({"shard": "r1", "reports": {"m1": report(1, True)}})
-        assert poller.ready(t0, "m1") and not poller.ready(t1, "m1")
-        assert not poller.ready(t0, "m2") and not poller.ready(t0, None)
+        assert poller.ready("m1", b0) is True and poller.ready("m1", b1) is False
+        assert poller.ready("m2", b0) is None and poller.ready(None, b0) is None
         poller.accept({"shard": "r1", "reports": {"m1": report(2, False)}})  # restarted in place
-        assert not poller.ready(t0, "m1")
+        assert poller.ready("m1", b0) is False
+        # A report that names a sync this leader did not send (another term's): still the word.
+        other = report(3, True)
+        other["report"]["fence"] = {"epoch": 1, "seq": 9}
+        poller.accept({"shard": "r1", "reports": {"m1": other}})
+        assert poller.ready("m1", b0) is True
     finally:
         poller._pool.shutdown(wait=False)

@@ -9,7 +9,7 @@ import pytest
 
 from reference.jobspec import parse_job
 from reference.master import jobhistory, rollout, versions
-from reference.master.cell import Cell, Draft, TaskInfo
+from reference.master.cell import Cell, Draft, TaskInfo, borglet_task_id
 from reference.master.mutations import ApiError, submit_job, update_job
 from spec.actions import machine_add, schedule
 from spec.model import CellState, Machine, Resources, TaskId, TaskState
@@ -373,15 +373,18 @@ def test_the_leader_counts_a_replacement_up_on_its_borglets_word_not_its_own_clo
     assert rollout.roll(d, set(d.state.tasks), lambda n: n) == 1
     new = TaskId("alice/web", 0, 1)
     placed = schedule(d.state, new, "m1")
-    said: set[tuple[TaskId, str | None]] = set()
+    said: set[tuple[str, str]] = set()
+    new_id = borglet_task_id(new, UP)
 
-    def ready(tid: TaskId, machine: str | None) -> bool:
-        return (tid, machine) in said or (tid != new and machine is not None)  # the old tasks: up
+    def ready(machine: str | None, borglet_id: str) -> bool | None:
+        if borglet_id != new_id:
+            return True  # the old tasks: up by their borglets' word
+        return (machine, borglet_id) in said if machine is not None else None
 
     for info, word, more in (
-        (replace(UP, started_at=NOW - 2), set(), 0),  # 2 s by the leader's clock; no word yet
-        (replace(UP, started_at=NOW - 2), {(new, "m0")}, 0),  # a word of another machine
-        (replace(UP, started_at=NOW - 0.2), {(new, "m1")}, 1),  # its borglet says it ran 1 s
+        (replace(UP, started_at=NOW - 2), set(), 0),  # 2 s by the leader's clock; its borglet: not yet
+        (replace(UP, started_at=NOW - 2), {("m0", new_id)}, 0),  # a word of another machine
+        (replace(UP, started_at=NOW - 0.2), {("m1", new_id)}, 1),  # its borglet says it ran 1 s
     ):
         said.clear()
         said.update(word)
@@ -390,3 +393,8 @@ def test_the_leader_counts_a_replacement_up_on_its_borglets_word_not_its_own_clo
         assert rollout.roll(d, set(d.state.tasks), lambda n: n, ready) == more, (info, word)
         found = rollout.decide(view.state, "alice/web", view.task_info, False, NOW, ready)
         assert (found.down == (0,)) is (more == 0), found
+    # No word of the machine yet (a new leader's first moments): the estimate, both ways.
+    view = replace(cell, state=placed, tasks={**cell.tasks, new: replace(UP, started_at=NOW - 2)})
+    assert rollout.decide(view.state, "alice/web", view.task_info, False, NOW, lambda m, b: None).down == ()
+    view = replace(cell, state=placed, tasks={**cell.tasks, new: replace(UP, started_at=NOW - 0.2)})
+    assert rollout.decide(view.state, "alice/web", view.task_info, False, NOW, lambda m, b: None).down == (0,)
