@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from harness.coverage import Coverage
@@ -130,10 +131,37 @@ def _judge_preemption(
     return check_step(pre, Step("evict", (victim.id, EvictReason.PREEMPTION, p.id)), after)
 
 
-def convergence_problems(model: CellState, obs: Observation, keys: set[str]) -> list[str]:
-    """What differs between the settled cell and what the spec predicts for it."""
+# The shell's pause of a rollout (reference/master/rollout.py): a task of a job's current version
+# that exited by its own doing (an exit code or a signal: the harness's kill_task_process is
+# one) and was restarted does not serve, and the job's rollout replaces nothing more, until that
+# task has run this long (its back-off's reset, master/backoff.py).
+ROLLOUT_PAUSE_S = 60.0
+
+
+def rollout_paused(s: CellState, obs: Observation, now: float) -> set[str]:
+    """The jobs whose rollout the shell holds by its documented rule: a task of the current
+    version crashed and restarted within ROLLOUT_PAUSE_S (its view's last exit, failures or
+    restarts, and start, `now` on the wall clock). The spec's `roll` allows their stale tasks'
+    replacement; the shell waits, so convergence does not ask it of them meanwhile."""
+    out: set[str] = set()
+    for t in s.tasks.values():
+        job = s.jobs.get(t.id.job)
+        if t.state is not TaskState.RUNNING or job is None or is_stale(t, job):
+            continue
+        view = obs.task_views.get(t.id) or {}
+        started = view.get("started_at")
+        crashed = bool(view.get("last_exit")) and bool(view.get("failures") or view.get("restarts"))
+        if crashed and isinstance(started, int | float) and now - started < ROLLOUT_PAUSE_S:
+            out.add(t.id.job)
+    return out
+
+
+def convergence_problems(model: CellState, obs: Observation, keys: set[str], now: float | None = None) -> list[str]:
+    """What differs between the settled cell and what the spec predicts for it (`now`: the
+    wall clock, for the shell's rollout pause)."""
     out: list[str] = []
     s = obs.state
+    paused = rollout_paused(s, obs, time.time() if now is None else now)
     for key in sorted(keys):
         want, got = model.jobs.get(key), s.jobs.get(key)
         if want is None:
@@ -150,7 +178,7 @@ def convergence_problems(model: CellState, obs: Observation, keys: set[str]) -> 
             out.append(f"{key} has {got.task_count} tasks of {got.request}, want {want.task_count} of {want.request}")
         indices = s.live_indices(key)
         for i in range(want.task_count):
-            out += _index_problems(model, s, want.restart_policy, key, i, indices.get(i))
+            out += _index_problems(model, s, want.restart_policy, key, i, indices.get(i), key in paused)
         for i, t in indices.items():
             if i >= want.task_count and t.state is not TaskState.DEAD:
                 out.append(f"{t.id} is {t.state.value} beyond the job's {want.task_count} tasks")
@@ -158,7 +186,9 @@ def convergence_problems(model: CellState, obs: Observation, keys: set[str]) -> 
     return out
 
 
-def _index_problems(model: CellState, s: CellState, policy, key: str, i: int, t: Task | None) -> list[str]:
+def _index_problems(
+    model: CellState, s: CellState, policy, key: str, i: int, t: Task | None, paused: bool = False
+) -> list[str]:
     if t is None:
         return [f"{key}/{i} has no task"]
     mine = model.latest(key, i)
@@ -170,7 +200,7 @@ def _index_problems(model: CellState, s: CellState, policy, key: str, i: int, t:
         room = room_for(s, key, t)
         return [f"{t.id} is PENDING though {room} has room for it"] if room else []
     job = s.jobs[key]
-    if is_stale(t, job) and roll(s, t.id) is not None:  # a roll the spec allows: within the job's budget
+    if is_stale(t, job) and roll(s, t.id) is not None and not paused:  # a roll the spec allows, the shell not paused
         return [f"{t.id} still runs an older version than its job's {job.version} (no roll)"]
     return []
 
