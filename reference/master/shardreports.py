@@ -276,8 +276,6 @@ class ShardReports:
         cell = self.cache.cell()
         outcome = reports.map_reply(cell, name, reply, ids)
         self.usage.update(outcome.usage)
-        with self._lock:
-            self._ready[name] = reports.ready_ids(reply)
         m = cell.state.machines.get(name)
         if m is None:
             return None
