@@ -67,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ok = result.failure is None and result.history_ok
     print(f"conformance: {'PASS' if ok else 'FAIL'} in {result.seconds:.0f}s; report {args.report}")
     if result.failure:
+        # The finding on one line of its own, before anything long: what a CI log keeps.
+        print("conformance finding:", " | ".join(result.failure.strip().splitlines()[:3])[:2000])
+    if result.failure:
         print(result.failure)
     for d in result.history_details[:80]:
         print("history:", d)

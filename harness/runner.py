@@ -106,12 +106,21 @@ def _run_hypothesis(plan: Plan) -> str | None:
     try:
         run_state_machine_as_test(factory, settings=s)
     except Exception as err:  # noqa: BLE001 - any failure is reported, with its program
-        # A live cell is not deterministic, so a replay may pass (FlakyFailure): the first
-        # failure it wraps is the finding, and the program printed with it replays it.
-        inner = [e for e in getattr(err, "exceptions", ()) if isinstance(e, BaseException)]
-        first = "".join("cause: " + "".join(traceback.format_exception_only(type(e), e)) for e in inner)
-        return "".join(traceback.format_exception_only(type(err), err)) + first + _notes(err)
+        # A live cell is not deterministic, so a replay may pass (FlakyFailure): the failures it
+        # wraps are the finding, and the program printed with it replays it. The findings come
+        # first, so a log cut short still holds them.
+        first = "".join("cause: " + "".join(traceback.format_exception_only(type(e), e)) for e in _causes(err))
+        return first + "".join(traceback.format_exception_only(type(err), err)) + _notes(err)
     return None
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """The failures an exception group wraps, nested groups opened, in order (none: [])."""
+    found: list[BaseException] = []
+    for e in getattr(err, "exceptions", ()):
+        if isinstance(e, BaseException):
+            found += _causes(e) if getattr(e, "exceptions", None) else [e]
+    return found
 
 
 def _blob(text: str) -> tuple[str, bytes]:

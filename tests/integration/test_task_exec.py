@@ -174,10 +174,12 @@ def test_ctrl_d_ends_a_terminal_session_and_ctrl_c_reaches_its_foreground(cell: 
     # Ctrl-C interrupts `sleep 300` (the terminal is the shell's controlling one: its line
     # discipline signals the foreground job), not the session; the prompt comes back, and
     # Ctrl-D at the empty prompt then ends the shell, whose exit code is its last command's:
-    # 130, sleep's end by SIGINT.
+    # 130, sleep's end by SIGINT. "sleeping" is printed by the foreground job itself, so the
+    # Ctrl-C cannot land before the job exists (a `sh` given Ctrl-C between a builtin's echo and
+    # its next fork holds the interrupt until that command ends: 300 s).
     code, seen = run_on_a_terminal(
         cell, ["task", "exec", "-it", "alice/web", "0", "--", "/bin/sh"],
-        [b'echo sleep""ing; sleep 300\r', b"\x03", b"\x04"], [b"$ ", b"sleeping\r\n", b"$ "],
+        [b"sh -c 'echo sleep\"\"ing; exec sleep 300'\r", b"\x03", b"\x04"], [b"$ ", b"sleeping\r\n", b"$ "],
     )  # fmt: skip
     assert code == 130, seen  # within the helper's 2 minutes: sleep 300 did not run on
 
