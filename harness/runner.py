@@ -109,17 +109,17 @@ def _run_hypothesis(plan: Plan) -> str | None:
         # A live cell is not deterministic, so a replay may pass (FlakyFailure): the failures it
         # wraps are the finding, and the program printed with it replays it. The findings come
         # first, so a log cut short still holds them.
-        first = "".join("cause: " + "".join(traceback.format_exception_only(type(e), e)) for e in _causes(err))
+        first = "".join("cause: " + "".join(traceback.format_exception_only(type(e), e)) for e in causes(err))
         return first + "".join(traceback.format_exception_only(type(err), err)) + _notes(err)
     return None
 
 
-def _causes(err: BaseException) -> list[BaseException]:
+def causes(err: BaseException) -> list[BaseException]:
     """The failures an exception group wraps, nested groups opened, in order (none: [])."""
     found: list[BaseException] = []
     for e in getattr(err, "exceptions", ()):
         if isinstance(e, BaseException):
-            found += _causes(e) if getattr(e, "exceptions", None) else [e]
+            found += causes(e) if getattr(e, "exceptions", None) else [e]
     return found
 
 

@@ -169,7 +169,7 @@ class Probe:
                 self._stop.wait(self.pause_s)
 
 
-def _job(name: str, count: int) -> dict[str, Any]:
+def sleeper_job(name: str, count: int) -> dict[str, Any]:
     return {
         "name": name, "user": "scale", "priority": 100, "task_count": count,
         "request": {"cpu": "1m", "ram": "1MiB"}, "command": ["/bin/sleep", "86400"],
@@ -224,7 +224,7 @@ def fill(http: httpx.Client, url: str, served: str, total: int, timeout_s: float
     n, left = 0, total
     while left > 0:
         count = min(MAX_JOB_TASKS, left)
-        _submit(http, url, _job(f"fill{n}", count), timeout_s)
+        _submit(http, url, sleeper_job(f"fill{n}", count), timeout_s)
         n, left = n + 1, left - count
     deadline = time.monotonic() + timeout_s
     while True:
@@ -303,8 +303,17 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
     http = httpx.Client(timeout=60.0, headers=headers)
     try:
         result.fill_tasks = cfg.tasks_per_machine * result.machines
+        # The fill's CPU per task, per role, read from /proc before and after: what each task
+        # costs the leader, whatever its budget (issue 43 compares it across cell sizes).
+        before = process_roles(info, http.get(f"{urls[0]}/v1/cell").json().get("leader"))
+        cpu_before = {role: sum(cpu_seconds(p) for p in pids) for role, pids in before.items()}
         result.fill_confirmed, result.fill_s = fill(http, urls[0], served, result.fill_tasks, cfg.fill_timeout_s)
-        say(f"  fill: {result.fill_confirmed}/{result.fill_tasks} confirmed" + (f" in {result.fill_s} s" if result.fill_s else ""))
+        cpu_after = {role: sum(cpu_seconds(p) for p in pids) for role, pids in before.items()}
+        result.fill_cpu_ms_per_task = {
+            role: round(1000 * (cpu_after[role] - cpu_before[role]) / max(1, result.fill_confirmed), 3) for role in before
+        }
+        say(f"  fill: {result.fill_confirmed}/{result.fill_tasks} confirmed" + (f" in {result.fill_s} s" if result.fill_s else "")
+            + "; CPU ms per task " + ", ".join(f"{r} {v}" for r, v in result.fill_cpu_ms_per_task.items()))  # fmt: skip
 
         # The window: steady arrivals, readers, CPU.
         overview = http.get(f"{urls[0]}/v1/cell").json()
@@ -334,7 +343,7 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
                     name = f"arrive{w}-{k}"
                     sent = time.perf_counter()
                     try:
-                        response = client.post(f"{urls[(w + k) % len(urls)]}/v1/jobs", json=_job(name, cfg.arrival_job))
+                        response = client.post(f"{urls[(w + k) % len(urls)]}/v1/jobs", json=sleeper_job(name, cfg.arrival_job))
                         ok = response.status_code == 201
                     except httpx.HTTPError:
                         ok = False

@@ -43,6 +43,8 @@ class Result:
     start_latency_p50_s: float | None = None
     start_latency_p95_s: float | None = None
     cpu: dict[str, float] = field(default_factory=dict)  # role -> cores used during the window
+    # role -> CPU milliseconds per task confirmed, over the fill (from /proc); {}: not measured
+    fill_cpu_ms_per_task: dict[str, float] = field(default_factory=dict)
     etcd_db_bytes: int = 0
     started_twice: int = 0
     index_twice: int | None = None  # task indices with two processes running at the end; None: not counted (older results)

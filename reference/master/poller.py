@@ -43,7 +43,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from reference.master import desired as desired_sets
-from reference.master import intake, pollclock, reports, work
+from reference.master import intake, pollclock, reports, shards, work
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, MachineInfo, borglet_task_id
 from reference.master.intake import Answer, Said
@@ -369,8 +369,9 @@ class Poller(ShardReports):
     def _carrier(self, name: str) -> str:
         """The replica whose shard carries `name`'s syncs: its owner, or one that reaches it while the owner does not."""
         owner = self.link.owner(name)
+        leader = shards.leader_name(self.cache.cell().leader)
         with self._lock:
-            return self._sightings.carrier(name, owner, self.clock())
+            return self._sightings.carrier(name, owner, self.clock(), leader)
 
     def _handle(self, name: str, answer: Answer, ids: set[TaskId]) -> None:
         """Act on a sync's answer. An acknowledgement changes nothing in the cell: the machine's

@@ -44,9 +44,14 @@ class Verdict:
     reason: str = ""
 
 
-def ranked(machine: str, replicas: Iterable[str]) -> tuple[str, ...]:
-    """The replicas by rendezvous weight for `machine`, highest (the owner) first."""
-    return tuple(sorted(set(replicas), key=lambda r: (shards.weight(r, machine), r), reverse=True))
+def ranked(machine: str, replicas: Iterable[str], leader: str | None = None) -> tuple[str, ...]:
+    """The replicas by rendezvous weight for `machine`, highest (the owner) first; the `leader`
+    last while another is there (it owns no machine then: `shards.pollers`)."""
+    order = sorted(set(replicas), key=lambda r: (shards.weight(r, machine), r), reverse=True)
+    if leader in order and len(order) > 1:
+        order.remove(leader)
+        order.append(leader)
+    return tuple(order)
 
 
 def judge(
@@ -58,11 +63,12 @@ def judge(
     handed_at: float | None,
     now: float,
     grace_s: float,
+    leader: str | None = None,
 ) -> Verdict:
     """Whether `machine` is down and who polls it, from the `replicas` that can vouch (heard
     from lately) and their `sightings` of it. `handed_at`: when the owner's miss handed it to
     the others (None while it has not)."""
-    order = ranked(machine, replicas)
+    order = ranked(machine, replicas, leader)
     if not order:
         return Verdict(False, ())
     owner = order[0]

@@ -43,11 +43,13 @@ def share(cell: Any, name: str, extra: Mapping[str, str]) -> dict[str, str]:
     """The machines replica `name` polls, name -> borglet address: those it owns among the
     members of the cell view `cell`, and those the leader handed it (`extra`, reach.py) that are
     still in the cell."""
-    everyone = members(cell.replicas, name)
+    owners = shards.pollers(members(cell.replicas, name), shards.leader_name(cell.leader))
     out: dict[str, str] = {}
-    for m in cell.state.machines:
+    if name not in owners:
+        owners = []  # the leader, while another replica polls: only what was handed to it
+    for m in cell.state.machines if owners else ():
         address = cell.machines[m].address if m in cell.machines else ""
-        if address and shards.owner(m, everyone) == name:
+        if address and shards.owner(m, owners) == name:
             out[m] = address
     for m, address in extra.items():
         if m in cell.state.machines and address:

@@ -54,7 +54,7 @@ class ShardRelay:
         self._http.close()
 
     def owner(self, machine: str) -> str:
-        return shards.owner(machine, self.shard.members()) or self.shard.name
+        return shards.owner(machine, self.shard.members(), shards.leader_name(self.shard.cache.cell().leader)) or self.shard.name
 
     def relay(self, owner: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         url = self.shard.cache.cell().replicas.get(owner, "")

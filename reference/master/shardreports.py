@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from reference.master import intake, pollclock, reports
+from reference.master import intake, pollclock, reports, shards
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, MachineInfo
 from reference.master.intake import Reading
@@ -189,7 +189,8 @@ class ShardReports:
         name -> borglet address."""
         with self._lock:
             verdicts = self._sightings.judge(
-                shard, missed, refused, machines=cell.state.machines, replicas=cell.replicas, now=self.clock()
+                shard, missed, refused, machines=cell.state.machines, replicas=cell.replicas, now=self.clock(),
+                leader=shards.leader_name(cell.leader),
             )
         for name, reason in refused.items():
             self._note_refusal(name, reason)

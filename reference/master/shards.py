@@ -11,6 +11,13 @@ exactly one owner, the shares are balanced in expectation, and a replica that co
 moves only the machines it gains or loses (about 1/n of them), never machines between two
 replicas that both stay.
 
+The elected master owns no machine while another replica is there (`pollers`): it is the cell's
+one writer, and a share of the polls would take the core its writes need (at 10,000 machines and
+5 replicas a share of 2,000 machines cost the leader about half a core). Borg recomputes the
+shares at every election; so does this: the replica that steps down takes a share, the new
+leader gives its own up. The leader still polls a machine handed to every replica (reach.py),
+and carries syncs for no machine of its own.
+
 A report is the borglet's `/v1/state` answer: a dict whose "tasks" is a list of task dicts
 keyed by "task_id". Its difference from an earlier report lists the tasks added or changed,
 the task ids removed, and the other top-level fields whose value changed; applying it to the
@@ -32,26 +39,40 @@ def weight(replica: str, machine: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-def owner(machine: str, replicas: Iterable[str]) -> str | None:
-    """The replica that polls `machine`: the one of highest weight (ties by name), or None
-    when there is no replica."""
+def leader_name(leader: str) -> str:
+    """The replica's name in a cell view's `leader` ("name=url"; "" with no leader)."""
+    return leader.partition("=")[0]
+
+
+def pollers(replicas: Iterable[str], leader: str | None = None) -> list[str]:
+    """The replicas that own machines, by name: every one but `leader` while another is there
+    (a lone leader polls its whole cell)."""
+    names = sorted(set(replicas))
+    others = [r for r in names if r != leader]
+    return others or names
+
+
+def owner(machine: str, replicas: Iterable[str], leader: str | None = None) -> str | None:
+    """The replica that polls `machine`: the one of highest weight (ties by name) among the
+    `pollers`, or None when there is no replica."""
     best: tuple[int, str] | None = None
-    for r in replicas:
+    for r in pollers(replicas, leader):
         key = (weight(r, machine), r)
         if best is None or key > best:
             best = key
     return best[1] if best is not None else None
 
 
-def assign(machines: Iterable[str], replicas: Iterable[str]) -> dict[str, frozenset[str]]:
+def assign(machines: Iterable[str], replicas: Iterable[str], leader: str | None = None) -> dict[str, frozenset[str]]:
     """Every replica's share: replica -> the machines it owns. Each machine is in exactly one
-    share; a replica that owns nothing has an empty one."""
+    share; a replica that owns nothing (the leader, while another is there) has an empty one."""
     names = sorted(set(replicas))
     shares: dict[str, set[str]] = {r: set() for r in names}
     if not names:
         return {}
+    owners = pollers(names, leader)
     for m in machines:
-        shares[owner(m, names)].add(m)  # type: ignore[index]
+        shares[owner(m, owners)].add(m)  # type: ignore[index]
     return {r: frozenset(s) for r, s in shares.items()}
 
 

@@ -37,6 +37,7 @@ class Sightings:
         machines: Collection[str],
         replicas: Collection[str],
         now: float,
+        leader: str | None = None,
     ) -> dict[str, reach.Verdict]:
         """Take a shard's misses and refusals (a refusal is an answer: alive) and judge the
         machines missed or handed over (`reach.judge`: down only when no replica that can
@@ -54,7 +55,7 @@ class Sightings:
         for name in {n for n in (*missed, *self.handed) if n in machines}:
             verdict = reach.judge(
                 name, vouching, self.said.get(name, {}), self.down_after,
-                handed_at=self.handed.get(name), now=now, grace_s=self.grace_s,
+                handed_at=self.handed.get(name), now=now, grace_s=self.grace_s, leader=leader,
             )  # fmt: skip
             verdicts[name] = verdict
             if len(verdict.pollers) > 1:
@@ -74,7 +75,7 @@ class Sightings:
                     said.pop(r, None)
         return verdicts
 
-    def carrier(self, machine: str, owner: str, now: float) -> str:
+    def carrier(self, machine: str, owner: str, now: float, leader: str | None = None) -> str:
         """The replica whose shard carries syncs to `machine`: its owner, unless the owner
         cannot reach it and another replica heard from lately can (a machine handed over)."""
         if machine not in self.handed:
@@ -82,7 +83,7 @@ class Sightings:
         said = self.said.get(machine, {})
         if (own := said.get(owner)) is None or own.answered:
             return owner
-        for r in reach.ranked(machine, [r for r, at in self.heard.items() if now - at <= self.vouch_s]):
+        for r in reach.ranked(machine, [r for r, at in self.heard.items() if now - at <= self.vouch_s], leader):
             if (s := said.get(r)) is not None and s.answered:
                 return r
         return owner

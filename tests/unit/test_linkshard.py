@@ -164,11 +164,15 @@ def test_a_refusal_is_an_answer_sent_once_with_its_reason_not_a_miss() -> None:
 
 
 def test_a_heartbeat_arrives_with_nothing_new_and_the_answer_hands_machines_over() -> None:
-    shard, _, answers = _shard(["m1", "m2"])
-    answers.update(m1=_report(), m2=_report())
-    owner_of = {m: shards.owner(m, ["r1", "r2"]) for m in ("m1", "m2")}
-    shard.cache.view.replicas = {"r1": "http://r1", "r2": "http://r2"}  # type: ignore[attr-defined]
+    names = [f"m{i}" for i in range(1, 9)]
+    shard, _, answers = _shard(names)
+    answers.update({m: _report() for m in names})
+    # r1 follows r3; r3, the leader, polls none of them (shards.pollers): r1 and r2 share them.
+    owner_of = {m: shards.owner(m, ["r1", "r2", "r3"], "r3") for m in names}
+    shard.cache.view.replicas = {"r1": "http://r1", "r2": "http://r2", "r3": "http://r3"}  # type: ignore[attr-defined]
+    shard.cache.view.leader = "r3=http://r3"  # type: ignore[attr-defined]
     theirs = sorted(m for m, o in owner_of.items() if o == "r2")
+    assert theirs and all(o != "r3" for o in owner_of.values())
     mine = sorted(m for m, o in owner_of.items() if o == "r1")
     sent: list[dict[str, Any]] = []
     handed: dict[str, str] = {m: f"http://b/{m}" for m in theirs}

@@ -14,7 +14,8 @@ from reference.master.poller import Poller
 
 R = ("r1", "r2", "r3")
 M = "m1"
-OWNER, SECOND, THIRD = reach.ranked(M, R)
+# The poller runs on the leader, r1: it ranks last (it owns no machine while others are there).
+OWNER, SECOND, THIRD = reach.ranked(M, R, "r1")
 
 
 class _Clock:
@@ -31,6 +32,7 @@ def _poller() -> tuple[Poller, list[str], _Clock, dict[str, Any]]:
         state=SimpleNamespace(machines={M: machine}),
         machines={M: MachineInfo(address="http://b/m1")},
         replicas={r: f"http://{r}" for r in R},
+        leader="r1=http://r1",
     )
     cache = SimpleNamespace(cell=lambda: cell)
     clock = _Clock()

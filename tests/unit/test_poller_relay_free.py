@@ -45,7 +45,7 @@ class _Writer:
 
 def _poller(body: dict[str, Any], machines: tuple[str, ...]) -> tuple[Poller, _Link, _Writer]:
     cell = SimpleNamespace(state=SimpleNamespace(machines={"a": SimpleNamespace(up=True)}),
-                           machines={"a": MachineInfo(address="http://a")}, replicas={"r1": "http://r1"})  # fmt: skip
+                           machines={"a": MachineInfo(address="http://a")}, replicas={"r1": "http://r1"}, leader="m0=http://m0")  # fmt: skip
     link, writer = _Link(body), _Writer()
     poller = Poller(SimpleNamespace(cell=lambda: cell), writer, cell_name="c", master_name="m0", epoch=2, link=link)  # type: ignore[arg-type]
     for name in machines:

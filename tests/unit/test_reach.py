@@ -81,3 +81,15 @@ def test_a_refusal_counts_as_an_answer() -> None:
 
 def test_no_replica_is_nothing_to_judge() -> None:
     assert judge({OWNER: MISS(9)}, replicas=()) == reach.Verdict(False, ())
+
+
+def test_the_leader_ranks_last_while_another_replica_is_there() -> None:
+    for leader in R:
+        order = reach.ranked(M, R, leader)
+        assert order[-1] == leader and sorted(order) == sorted(R)
+        assert [r for r in order if r != leader] == [r for r in ORDER if r != leader]
+    assert reach.ranked(M, ("r1",), "r1") == ("r1",)
+    # The leader's owner among the others is the one the shards compute.
+    from reference.master import shards
+
+    assert reach.ranked(M, R, OWNER)[0] == shards.owner(M, R, OWNER)

@@ -112,8 +112,9 @@ def test_percentiles_by_nearest_rank(values: list[float], expected: dict[str, fl
 class _View:
     """A cell view with what `share` reads: replicas, machines' addresses, the machines in state."""
 
-    def __init__(self, replicas: list[str], machines: dict[str, str], in_state: list[str]) -> None:
+    def __init__(self, replicas: list[str], machines: dict[str, str], in_state: list[str], leader: str = "") -> None:
         self.replicas = {r: f"http://{r}" for r in replicas}
+        self.leader = f"{leader}=http://{leader}" if leader else ""
         self.machines = {m: type("Info", (), {"address": a})() for m, a in machines.items()}
         self.state = type("State", (), {"machines": dict.fromkeys(in_state)})()
 
@@ -129,3 +130,22 @@ def test_a_share_is_the_machines_owned_and_those_handed_over_still_in_the_cell()
     assert with_extra == mine | {handed: "http://via"}
     # a replica not registered yet counts itself among the members
     assert shardbook.members(["r2"], "r1") == ["r1", "r2"]
+
+
+def test_the_leader_owns_no_machine_while_another_replica_polls() -> None:
+    # The elected master is the one writer: its core goes to the writes, not to a share of polls.
+    names = [f"m{i}" for i in range(60)]
+    view = _View(["r1", "r2", "r3"], {m: f"http://b/{m}" for m in names}, names, leader="r2")
+    shares = {r: shardbook.share(view, r, {}) for r in ("r1", "r2", "r3")}
+    assert shares["r2"] == {}
+    assert set(shares["r1"]) | set(shares["r3"]) == set(names) and not set(shares["r1"]) & set(shares["r3"])
+    assert shares["r1"] and shares["r3"]
+    # ... but polls what is handed to it (reach.py: an owner that misses a machine hands it to all).
+    assert shardbook.share(view, "r2", {"m3": "http://via"}) == {"m3": "http://via"}
+    # A lone leader polls its whole cell.
+    alone = _View(["r2"], {m: f"http://b/{m}" for m in names}, names, leader="r2")
+    assert set(shardbook.share(alone, "r2", {})) == set(names)
+    # A follower's view without a leader (between terms) shares among every replica.
+    between = _View(["r1", "r2", "r3"], {m: f"http://b/{m}" for m in names}, names)
+    assert sum(len(shardbook.share(between, r, {})) for r in ("r1", "r2", "r3")) == len(names)
+    assert shardbook.share(between, "r2", {})

@@ -119,3 +119,16 @@ def test_a_chain_of_changes_rebuilds_every_report() -> None:
         held = shards.apply(held, shards.diff(sent, new))
         sent = new
         assert shards.same(held, new)
+
+
+def test_the_leader_is_no_poller_while_another_replica_is_there() -> None:
+    assert shards.pollers(["r3", "r1", "r2"], "r2") == ["r1", "r3"]
+    assert shards.pollers(["r2"], "r2") == ["r2"]  # a lone leader polls the cell
+    assert shards.pollers(["r1", "r2"], None) == ["r1", "r2"]
+    shares = shards.assign(MACHINES, ["a", "b", "c"], leader="b")
+    assert shares["b"] == frozenset() and shares["a"] | shares["c"] == frozenset(MACHINES)
+    # The followers keep the machines they owned: only the leader's move (rendezvous).
+    before = shards.assign(MACHINES, ["a", "b", "c"])
+    assert before["a"] <= shares["a"] and before["c"] <= shares["c"]
+    assert all(shards.owner(m, ["a", "b", "c"], "b") != "b" for m in MACHINES)
+    assert shards.leader_name("b=http://127.0.0.1:1") == "b" and shards.leader_name("") == ""
