@@ -19,7 +19,8 @@ has only its leader to read from) or on every replica in turn (`--reads all`). I
 - task ids started more than once (must be none).
 
 A run meets Borg's SLOs (Verma et al. 2015, section 3.4) when polling p95 is under 10 s and
-read p99 under 1 s, with the fill complete. For each replica count the sizes are tried in
+read p99 under 1 s, with the fill complete and every arriving task confirmed started within
+`confirm_s` after the window (the cell kept up with the arrivals). For each replica count the sizes are tried in
 order until one fails: the larger ones are not run. `reports/scale.md` gives, per replica count, the
 largest cell that met them and what failed first beyond it. Everything runs on loopback; each
 run is bounded in time (`fill_timeout_s`, `measure_s`).

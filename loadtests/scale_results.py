@@ -88,8 +88,11 @@ def broke_a_promise(r: Result) -> bool:
     return bool(r.error or r.started_twice or r.index_twice or r.fill_confirmed < r.fill_tasks)
 
 
-def failures(r: Result) -> list[str]:
-    """What kept a run from meeting the SLOs, the most basic first (empty: it met them)."""
+def failures(r: Result, arrivals: bool = True) -> list[str]:
+    """What kept a run from meeting the SLOs, the most basic first (empty: it met them).
+    `arrivals`: also that every task that arrived in the window was confirmed started within
+    the wait after it (the cell kept up with the arrival rate); older results that did not
+    count them (None) are not judged on it."""
     out = []
     if r.error:
         out.append(f"run failed: {r.error}")
@@ -110,6 +113,8 @@ def failures(r: Result) -> list[str]:
         out.append("no read answered")
     elif r.read_p99_s >= SLO_READ_P99_S:
         out.append(f"read p99 {r.read_p99_s:.2f} s >= {SLO_READ_P99_S:.0f} s")
+    if arrivals and r.arrivals_confirmed is not None and r.arrivals_confirmed < r.arrived:
+        out.append(f"arrivals: {r.arrivals_confirmed:,} of {r.arrived:,} tasks confirmed started within the wait")
     return out
 
 

@@ -38,6 +38,13 @@ def test_each_slo_and_promise_is_checked() -> None:
     assert failures(incomplete) == ["fill incomplete: 900 of 1000 tasks confirmed started"]
     assert failures(_run(100, 1, p95=None, read_p99=None)) == ["no polling interval measured", "no read answered"]
     assert failures(_run(100, 1, error="cell up: boom"))[0] == "run failed: cell up: boom"
+    # The cell kept up with the arrivals only when every task that arrived was seen started;
+    # results from before they were counted (None) are not judged on it.
+    lagging = _run(100, 1, arrived=3400, arrivals_confirmed=0)
+    assert failures(lagging) == ["arrivals: 0 of 3,400 tasks confirmed started within the wait"]
+    assert not lagging.slo_met and failures(lagging, arrivals=False) == []
+    assert failures(_run(100, 1, arrived=3400, arrivals_confirmed=3400)) == []
+    assert failures(_run(100, 1, arrived=3400, arrivals_confirmed=None)) == []
     assert failures(_run(100, 1, index_twice=3)) == ["3 task index(es) running twice at the end"]
     assert failures(_run(100, 1, declared_down=2)) == ["machines declared down 2 time(s) (none fails in this cell)"]
     assert failures(_run(100, 1, index_twice=0, declared_down=0)) == []
