@@ -163,3 +163,79 @@ def test_a_derived_maps_index_is_updated_from_the_changed_keys_not_rebuilt() -> 
     assert m2.group(_parity)["even"] == m.group(_parity)["even"] | {3}
     assert 3 not in m2.group(_parity)["odd"]
     assert _parity.calls <= 2  # type: ignore[attr-defined]
+
+
+# --- layered maps: large maps share their predecessor's entries -------------------------------
+
+
+def test_a_layered_map_reads_iterates_and_orders_as_a_dict_changed_the_same_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every map here is "large" (LAYER_MIN 0): each step keeps its change in a layer, merged
+    # once past the square root of the size. A plain dict changed alike is the model: the same
+    # entries, the same order, and indexes equal to ones built from scratch, after every step
+    # and whatever the chain's predecessors see.
+    monkeypatch.setattr(fmap, "LAYER_MIN", 0)
+    for seed in range(150):
+        rng = random.Random(seed)
+        size = rng.choice([0, 5, 200])
+        model = {k: rng.choice(["a", "ab", "abc"]) for k in range(size)}
+        m: FMap[int, str] = FMap(model)
+        m.group(parity)
+        m.sums(parity, weight)
+        kept: list[tuple[FMap[int, str], dict[int, str]]] = []
+        for _ in range(120):
+            values = ["a", "ab", "abc", "none"]
+            kind, key = rng.randrange(4), rng.randrange(size + 20)
+            before = m
+            if kind == 0:
+                v = rng.choice(values)
+                m, model = m.set(key, v), {**model, key: v}
+            elif kind == 1:
+                m = m.remove(key)
+                model = {k: v for k, v in model.items() if k != key}
+            elif kind == 2:
+                put = {rng.randrange(size + 20): rng.choice(values) for _ in range(rng.randrange(4))}
+                m, model = m.update(put), {**model, **put}
+            else:
+                put = {rng.randrange(size + 20): rng.choice(values) for _ in range(rng.randrange(3))}
+                gone = [rng.randrange(size + 20) for _ in range(rng.randrange(3))]
+                m = m.edit(put, gone)
+                model = {**model, **put}
+                for k in gone:
+                    model.pop(k, None)
+            changed = m.changed_since(before)
+            assert changed is not None
+            assert len(m) == len(model) and all((k in m) == (k in model) for k in range(size + 20)), seed
+            assert all(m.get(k, "?") == model.get(k, "?") for k in range(size + 20)), seed
+            if rng.random() < 0.3:  # a bulk read merges the layer; the chain goes on from it
+                assert list(m.items()) == list(model.items()), seed
+            if rng.random() < 0.1:
+                kept.append((m, dict(model)))
+            assert dict(m.group(parity)) == scratch(m), seed
+            sums = {g: w for g, w in m.sums(parity, weight).items() if w or g in scratch_sums(m)}
+            assert sums == scratch_sums(m), seed
+        assert list(m) == list(model) and m == FMap(model) and hash(m) == hash(FMap(model))
+        assert pickle.loads(pickle.dumps(m)) == m
+        for old, was in kept:  # an earlier map of the chain is unchanged by what came after it
+            assert list(old.items()) == list(was.items()), seed
+
+
+def test_a_step_on_a_large_map_copies_its_layer_not_its_entries() -> None:
+    # 100,000 entries: a chain of 1,000 one-key steps reads right and never copies the whole
+    # map per step (the layer is merged about every sqrt(N) steps: a few dozen merges).
+    m: FMap[int, int] = FMap({i: i for i in range(100_000)})
+    merges = 0
+    real_flat = fmap.Layered.flat
+
+    def counting_flat(self: fmap.Layered) -> dict:  # type: ignore[type-arg]
+        nonlocal merges
+        merges += self._over is not None
+        return real_flat(self)
+
+    fmap.Layered.flat = counting_flat  # type: ignore[method-assign]
+    try:
+        for i in range(1_000):
+            m = m.set(i * 97 % 100_000, -i)
+    finally:
+        fmap.Layered.flat = real_flat  # type: ignore[method-assign]
+    assert 2 <= merges <= 20, merges
+    assert m[97] == -1 and m[0] == 0 and len(m) == 100_000
