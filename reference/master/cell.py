@@ -123,6 +123,7 @@ class Cell:
     def task_info(self, tid: TaskId) -> TaskInfo:
         return self.tasks.get(tid) or NO_TASK_INFO
 
+
 def is_pass_work(task: Task, job: Job | None, latest: bool) -> bool:
     """Whether a scheduling pass could act on this task: it is PENDING, or RUNNING with a
     request or template older than its job's (a roll), or DEAD, the latest incarnation (`latest`) of an

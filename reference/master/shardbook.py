@@ -45,12 +45,11 @@ def share(cell: Any, name: str, extra: Mapping[str, str]) -> dict[str, str]:
     still in the cell."""
     owners = shards.pollers(members(cell.replicas, name), shards.leader_name(cell.leader))
     out: dict[str, str] = {}
-    if name not in owners:
-        owners = []  # the leader, while another replica polls: only what was handed to it
-    for m in cell.state.machines if owners else ():
-        address = cell.machines[m].address if m in cell.machines else ""
-        if address and shards.owner(m, owners) == name:
-            out[m] = address
+    if name in owners:  # the leader, while another replica polls, owns none: only what is handed to it
+        for m in cell.state.machines:
+            address = cell.machines[m].address if m in cell.machines else ""
+            if address and shards.top(m, owners) == name:
+                out[m] = address
     for m, address in extra.items():
         if m in cell.state.machines and address:
             out.setdefault(m, address)

@@ -53,10 +53,16 @@ def pollers(replicas: Iterable[str], leader: str | None = None) -> list[str]:
 
 
 def owner(machine: str, replicas: Iterable[str], leader: str | None = None) -> str | None:
-    """The replica that polls `machine`: the one of highest weight (ties by name) among the
-    `pollers`, or None when there is no replica."""
+    """The replica that polls `machine`: `top` among the `pollers`, or None when there is no
+    replica."""
+    return top(machine, pollers(replicas, leader))
+
+
+def top(machine: str, names: Iterable[str]) -> str | None:
+    """Of `names`, the one of highest weight for `machine` (ties by name); None of none. A loop
+    over many machines computes the `pollers` once and asks this of each."""
     best: tuple[int, str] | None = None
-    for r in pollers(replicas, leader):
+    for r in names:
         key = (weight(r, machine), r)
         if best is None or key > best:
             best = key
@@ -72,7 +78,7 @@ def assign(machines: Iterable[str], replicas: Iterable[str], leader: str | None 
         return {}
     owners = pollers(names, leader)
     for m in machines:
-        shares[owner(m, owners)].add(m)  # type: ignore[index]
+        shares[top(m, owners)].add(m)  # type: ignore[index]
     return {r: frozenset(s) for r, s in shares.items()}
 
 
