@@ -268,25 +268,13 @@ class FMap(Mapping[K, V], Generic[K, V]):
         return (FMap, (_flat(self._d),))  # the entries only: a weak reference does not pickle
 
     def set(self, key: K, value: V) -> FMap[K, V]:
-        d = self._d
-        if type(d) is dict and len(d) < LAYER_MIN:  # the explorer's maps: a plain copy, at its speed
-            d = dict(d)
-            d[key] = value
-        else:
-            d = changed(d, {key: value})
-        return self._derived(d, (key,))
+        return self._derived(changed(self._d, {key: value}), (key,))
 
     def update(self, items: Mapping[K, V]) -> FMap[K, V]:
         return self._derived(changed(self._d, items), tuple(items))
 
     def remove(self, key: K) -> FMap[K, V]:
-        d = self._d
-        if type(d) is dict and len(d) < LAYER_MIN:
-            d = dict(d)
-            d.pop(key, None)
-        else:
-            d = changed(d, {}, (key,))
-        return self._derived(d, (key,))
+        return self._derived(changed(self._d, {}, (key,)), (key,))
 
     def successor(self, items: dict[K, V], changed: Iterable[K]) -> FMap[K, V]:
         """A map of `items` (a dict the caller hands over and no longer changes) that differs
@@ -306,7 +294,7 @@ def _regroup(
     groups: Mapping[Any, frozenset[K]], by: Callable[[K, V], Any], old: Mapping[K, V], new: Mapping[K, V],
     keys: tuple[K, ...],
 ) -> Mapping[Any, frozenset[K]]:  # fmt: skip
-    """An index of `old` updated to `new`, which differ only at the `changed` keys. Each
+    """An index of `old` updated to `new`, which differ only at the `keys` given. Each
     group that changed is copied once, whatever number of its keys moved: a job of 10,000
     tasks placed 50 at a time costs one copy of its set per view, not 50."""
     moves: dict[Any, tuple[set[K], set[K]]] = {}  # group -> (keys leaving, keys joining)
