@@ -69,7 +69,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result.failure:
         # The finding on one line of its own, before anything long: what a CI log keeps.
         print("conformance finding:", " | ".join(result.failure.strip().splitlines()[:3])[:2000])
-    if result.failure:
         print(result.failure)
     for d in result.history_details[:80]:
         print("history:", d)

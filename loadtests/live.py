@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from bench.stats import percentile
 from loadtests import scale
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,8 +75,7 @@ def run(machines: int, replicas: int, jobs: int, tasks: int, out: Path, limits: 
             figures["acks"] = acks
             total, confirmed, deadline = jobs * tasks, 0, first + limits["running_s"] + 60.0
             while time.monotonic() < deadline:
-                seen = scale.hollow_jobs(http, served)
-                confirmed = sum(j["running"] for k, j in (seen.get("jobs") or {}).items() if k.startswith("scale/live"))
+                confirmed = scale.running_of(http, served, "scale/live")
                 if confirmed >= total:
                     break
                 time.sleep(1.0)
@@ -86,11 +86,12 @@ def run(machines: int, replicas: int, jobs: int, tasks: int, out: Path, limits: 
             probe.stop()
         lat = sorted(probe.latencies)
         figures["reads"], figures["read_errors"] = len(lat), probe.errors
-        figures["read_p50_s"] = round(scale.percentile(lat, 0.50), 3) if lat else None
-        figures["read_p99_s"] = round(scale.percentile(lat, 0.99), 3) if lat else None
+        figures["read_p50_s"] = round(percentile(lat, 0.50), 3) if lat else None
+        figures["read_p99_s"] = round(percentile(lat, 0.99), 3) if lat else None
         settled = scale.hollow_jobs(http, served)
         figures["index_twice"] = int(settled.get("index_twice") or 0)
         figures["started_twice"] = int(settled.get("started_twice") or 0)
+        http.close()
     finally:
         scale.stop_cell(root)
     figures["misses"] = misses(figures, limits)

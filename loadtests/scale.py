@@ -99,6 +99,11 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def role_cpu(roles: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds used so far by each role's processes together (`process_roles`)."""
+    return {role: sum(cpu_seconds(p) for p in pids) for role, pids in roles.items()}
+
+
 def process_roles(info: CellInfo, leader: str | None) -> dict[str, list[int]]:
     """The cell's process ids by what they do: leader, followers, scheduler, etcd, hollow."""
     roles: dict[str, list[int]] = {"leader": [], "followers": [], "scheduler": [], "etcd": [], "hollow": []}
@@ -217,6 +222,11 @@ def hollow_url(info: CellInfo) -> str:
     return next(p.url for p in info.processes if p.role is Role.BORGLET and p.name == HOLLOW_PROCESS)
 
 
+def running_of(http: httpx.Client, served: str, prefix: str) -> int:
+    """Tasks the hollow machines served at `served` run, of the jobs whose key starts with `prefix`."""
+    return sum(j["running"] for k, j in hollow_jobs(http, served)["jobs"].items() if k.startswith(prefix))
+
+
 def fill(http: httpx.Client, url: str, served: str, total: int, timeout_s: float) -> tuple[int, float | None]:
     """Submit jobs of at most MAX_JOB_TASKS up to `total` tasks through the replica at `url`
     (each retried while the cell has no leader, within `timeout_s`) and wait until the hollow machines served at `served` run them all: (tasks confirmed
@@ -229,8 +239,7 @@ def fill(http: httpx.Client, url: str, served: str, total: int, timeout_s: float
         n, left = n + 1, left - count
     deadline = time.monotonic() + timeout_s
     while True:
-        seen = hollow_jobs(http, served)
-        confirmed = sum(j["running"] for k, j in seen["jobs"].items() if k.startswith("scale/fill"))
+        confirmed = running_of(http, served, "scale/fill")
         if confirmed >= total:
             return confirmed, round(time.time() - began, 1)
         if time.monotonic() > deadline:
@@ -307,9 +316,9 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         # The fill's CPU per task, per role, read from /proc before and after: what each task
         # costs the leader, whatever its budget (issue 43 compares it across cell sizes).
         before = process_roles(info, http.get(f"{urls[0]}/v1/cell").json().get("leader"))
-        cpu_before = {role: sum(cpu_seconds(p) for p in pids) for role, pids in before.items()}
+        cpu_before = role_cpu(before)
         result.fill_confirmed, result.fill_s = fill(http, urls[0], served, result.fill_tasks, cfg.fill_timeout_s)
-        cpu_after = {role: sum(cpu_seconds(p) for p in pids) for role, pids in before.items()}
+        cpu_after = role_cpu(before)
         result.fill_cpu_ms_per_task = {
             role: round(1000 * (cpu_after[role] - cpu_before[role]) / max(1, result.fill_confirmed), 3) for role in before
         }
@@ -320,7 +329,7 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         overview = http.get(f"{urls[0]}/v1/cell").json()
         leader, leader_url = overview.get("leader"), overview.get("leader_url")
         roles = process_roles(info, leader)
-        cpu0 = {role: sum(cpu_seconds(p) for p in pids) for role, pids in roles.items()}
+        cpu0 = role_cpu(roles)
         targets = read_targets(urls, leader_url, cfg.reads)
         result.reads_to = "followers" if leader_url not in targets else "all"
         probe = Probe(targets, headers, cfg.readers)
@@ -366,7 +375,7 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         for p in (probe, leader_probe):
             if p is not None:
                 p.stop()
-        cpu1 = {role: sum(cpu_seconds(p) for p in pids) for role, pids in roles.items()}
+        cpu1 = role_cpu(roles)
         result.cpu = {role: round((cpu1[role] - cpu0[role]) / elapsed, 3) for role in roles}
         # Wait (bounded) until every arriving job is confirmed running on the hollow borglets,
         # then take the rate at which they started (scale_results.sustained_per_min).
