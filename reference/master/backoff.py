@@ -40,6 +40,26 @@ def retry_at(previous: int, started_at: float, died_at: float) -> tuple[int, flo
     return failures, died_at + delay(failures)
 
 
+def ran_since(history: tuple[tuple[str, float, str], ...]) -> float:
+    """When a task's latest placement began: its history's last RUNNING entry (0: never placed)."""
+    for state, at, _ in reversed(history):
+        if state == "RUNNING":
+            return at
+    return 0.0
+
+
+def died_at(history: tuple[tuple[str, float, str], ...], now: float) -> float:
+    """When a DEAD task died, as its history says (`now` if it does not)."""
+    if history and history[-1][0] == "DEAD":
+        return history[-1][1]
+    return now
+
+
+def of_death(previous: int, history: tuple[tuple[str, float, str], ...], now: float) -> tuple[int, float]:
+    """retry_at for a DEAD task incarnation told by its state history (state, at, reason)."""
+    return retry_at(previous, ran_since(history), died_at(history, now))
+
+
 def most_restarts(window_s: float) -> int:
     """The most new incarnations an index that fails at once can get within `window_s` seconds
     of its first death: the bound the live test holds the cell to."""

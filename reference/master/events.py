@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from reference.master import backoff
+
 Event = tuple[int, float, str, str]
 
 KINDS = (
@@ -100,22 +102,32 @@ def backing_off(info: Any) -> bool:
     return info.borglet_state == "STARTING" and not info.pid and bool(info.reason)
 
 
-def crash_loop(state: str, info: Any, now: float) -> dict[str, Any] | None:
+def crash_loop(state: str, info: Any, now: float, restarts: bool = False) -> dict[str, Any] | None:
     """A task's crash loop as `task list`, `job show` and Sigma show it, or None: the task
     waits out a restart back-off, of its borglet (RUNNING, its process gone) or of the master
     (DEAD, a new incarnation to come), or is the not yet started next try of an index that
-    failed twice or more in a row. `state` is the spec's (RUNNING, DEAD, ...)."""
-    if state == "DEAD" and info.retry_at > 0:
-        by, failures = "master", info.failures
+    failed twice or more in a row. `state` is the spec's (RUNNING, DEAD, ...). `restarts`:
+    its job's policy restarts this DEAD task, so a death the leader has not counted yet
+    (retry_at 0) shows the back-off it will get (master/backoff.py), when that is a second
+    failure or more in a row; without it such a death is no loop (it may stay dead)."""
+    retry_at, failures = info.retry_at, info.failures
+    if state == "DEAD" and retry_at <= 0 and restarts:
+        failures, retry_at = backoff.of_death(info.failures, info.history, now)
+        if failures < 2:
+            return None
+    if state == "DEAD" and retry_at > 0:
+        by = "master"
     elif state == "RUNNING" and backing_off(info):
         by, failures = "borglet", info.restarts + 1
     elif state in ("PENDING", "RUNNING") and info.failures >= 2 and not started(info):
         # The next try of an index that failed twice or more in a row, not started yet: still
         # the loop, though not waiting now (its record carries the count and the last exit).
-        by, failures = "retry", info.failures
+        by = "retry"
     else:
         return None
     last = info.last_exit or info.reason
+    if by == "master" and info.retry_at <= 0 and info.history and info.history[-1][0] == "DEAD":
+        last = info.history[-1][2] or last  # not counted yet: its fail step's reason, as the leader takes it
     # A death is told by its own event (a loss is no exit); a process restarting in place, and
     # a death no event names, by how its last process ended.
     ends = [e for e in info.events if e[2] in ENDS] if by == "master" else []
@@ -129,8 +141,8 @@ def crash_loop(state: str, info: Any, now: float) -> dict[str, Any] | None:
         "reason": detail,
         "kind": kind,
         "failures": failures,
-        "retry_at": (info.retry_at or None) if by != "retry" else None,
-        "retry_in": round(max(info.retry_at - now, 0.0), 1) if info.retry_at and by != "retry" else None,
+        "retry_at": (retry_at or None) if by != "retry" else None,
+        "retry_in": round(max(retry_at - now, 0.0), 1) if retry_at and by != "retry" else None,
     }
     loop["text"] = crash_loop_text(loop)
     return loop

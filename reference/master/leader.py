@@ -20,7 +20,7 @@ from typing import Any
 
 from reference.master import backoff, drain, events, rollout
 from reference.master.cache import WatchCache
-from reference.master.cell import Cell, Draft, TaskInfo, is_pass_work, machine_images
+from reference.master.cell import Cell, Draft, is_pass_work, machine_images
 from reference.master.crashes import record_failures
 from reference.master.jobscaler import JobAutoscaler
 from reference.master.poller import Link, Poller
@@ -180,21 +180,6 @@ def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
     return placed, conflicts
 
 
-def ran_since(info: TaskInfo) -> float:
-    """When a task's latest placement began (its history's last RUNNING entry; 0: never placed)."""
-    for state, at, _ in reversed(info.history):
-        if state == TaskState.RUNNING.value:
-            return at
-    return 0.0
-
-
-def died_at(info: TaskInfo, now: float) -> float:
-    """When a DEAD task died, as its history says (`now` if it does not)."""
-    if info.history and info.history[-1][0] == TaskState.DEAD.value:
-        return info.history[-1][1]
-    return now
-
-
 MARKED = 1e-9  # the least retry_at written: > 0 marks a death as counted (a cell clock may start at 0)
 
 
@@ -215,7 +200,7 @@ def restart_dead(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) 
             info = d.task_info(tid)
             due = info.retry_at
             if due <= 0:
-                failures, at = backoff.retry_at(info.failures, ran_since(info), died_at(info, d.now))
+                failures, at = backoff.of_death(info.failures, info.history, d.now)
                 wait = f"next incarnation in {max(at - d.now, 0):.0f}s"
                 # No event for a restart made at once (a first failure), only for a wait.
                 said = [("backoff", f"{wait} (failure {failures} in a row)")] if at > d.now else []

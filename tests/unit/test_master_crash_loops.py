@@ -8,7 +8,7 @@ import pytest
 from reference.cli.views import never_started
 from reference.cli.watch import StartWatch
 from reference.client import Message
-from reference.master import events, ui
+from reference.master import backoff, events, ui
 from reference.master.cell import TaskInfo
 from reference.master.reports import confirmed
 
@@ -69,6 +69,23 @@ def test_a_dead_task_waiting_for_its_next_incarnation_is_backoff() -> None:
     assert loop["text"] == "could not start its process: spawn: no program 'x'; failure 4, next try in 8s (new incarnation)"
     # No back-off written (it stays dead, or the leader has not seen it yet): no crash loop.
     assert events.crash_loop("DEAD", TaskInfo(last_exit="exit 3"), now=100.0) is None
+
+
+def test_a_death_the_leader_has_not_counted_yet_shows_the_back_off_it_will_get() -> None:
+    # Incarnation 3 of an index that failed twice: placed at 99, its spawn failed at 99.5.
+    history = (("PENDING", 98.0, ""), ("RUNNING", 99.0, ""), ("DEAD", 99.5, "spawn: no program 'x'"))
+    info = TaskInfo(failures=2, history=history)
+    loop = events.crash_loop("DEAD", info, now=100.0, restarts=True)
+    assert loop is not None and (loop["by"], loop["failures"], loop["retry_at"]) == ("master", 3, 101.5)
+    assert loop["last_exit"] == "spawn: no program 'x'" and loop["retry_in"] == 1.5
+    # What the leader writes when it counts that death is what was shown before it did.
+    assert backoff.of_death(info.failures, history, 100.0) == (3, 101.5)
+    # A policy that does not restart it: it stays dead, no loop.
+    assert events.crash_loop("DEAD", info, now=100.0, restarts=False) is None
+    # A first failure, or one after a healthy run (60 s or more), is no loop yet.
+    assert events.crash_loop("DEAD", TaskInfo(history=history), now=100.0, restarts=True) is None
+    healthy = (("RUNNING", 20.0, ""), ("DEAD", 99.5, "exit 3"))
+    assert events.crash_loop("DEAD", TaskInfo(failures=5, history=healthy), now=100.0, restarts=True) is None
 
 
 def view(state: str, cause: str | None = None, **extra: object) -> dict:
