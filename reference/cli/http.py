@@ -66,6 +66,62 @@ def tls_context(ca: str | None) -> Any:
                           f"${CA_ENV}=FILE or `minborg config set-context NAME --ca FILE`") from None  # fmt: skip
 
 
+class LeanTLS:
+    """The fast path's TLS client on the C module `_ssl` alone: `ssl.py`, with the `socket`,
+    `enum` work and `base64` it brings, costs more than the C module itself (7 of 10 ms per
+    command on this project's hosts). The checks are ssl.create_default_context's: the
+    certificate chain to `ca` (None: the system's CAs) and the server's name or address, made
+    by OpenSSL during the handshake (PROTOCOL_TLS_CLIENT: CERT_REQUIRED and check_hostname)."""
+
+    def __init__(self, ca: str | None) -> None:
+        import _ssl
+        import sys
+
+        self.errors = _ssl
+        context = _ssl._SSLContext(_ssl.PROTOCOL_TLS_CLIENT)
+        if not (context.check_hostname and context.verify_mode == _ssl.CERT_REQUIRED):
+            raise RuntimeError("_ssl's client context does not verify: use tls_context")  # never on CPython 3.7+
+        if sys.version_info >= (3, 13):  # what create_default_context adds there
+            context.verify_flags |= _ssl.VERIFY_X509_PARTIAL_CHAIN | _ssl.VERIFY_X509_STRICT
+        try:
+            if ca:
+                context.load_verify_locations(ca)
+            else:
+                context.set_default_verify_paths()
+        except (OSError, _ssl.SSLError) as err:
+            raise ClientError(NO_ANSWER, f"cannot read the CA {ca}: {err}; give the cell's CA with "
+                              f"${CA_ENV}=FILE or `minborg config set-context NAME --ca FILE`") from None  # fmt: skip
+        self.context = context
+
+    def wrap(self, sock: Any, host: str) -> LeanSocket:
+        """`sock` (connected by `connect(..., weak=True)`, with its timeout) after a verified
+        handshake. _ssl holds its socket by a weak reference, which a bare _socket.socket lacks."""
+        tls = self.context._wrap_socket(sock, False, host)
+        tls.do_handshake()
+        return LeanSocket(sock, tls, self.errors)
+
+
+class LeanSocket:
+    """The part of a socket that Response and open_request use, over an _ssl connection."""
+
+    def __init__(self, sock: Any, tls: Any, errors: Any) -> None:
+        self.sock, self.tls, self.errors = sock, tls, errors
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[self.tls.write(view) :]
+
+    def recv(self, size: int) -> bytes:
+        try:
+            return self.tls.read(size)
+        except (self.errors.SSLZeroReturnError, self.errors.SSLEOFError):
+            return b""  # the server closed (with or without close_notify), as ssl.py's suppress_ragged_eofs
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def untrusted(url: str, ca: str | None, why: str) -> ClientError:
     """The one line for a replica whose certificate the client's CA does not vouch for."""
     trusted = f"the CA in {ca}" if ca else "the system's CAs"
@@ -165,20 +221,17 @@ class Response:
         return b"".join(self.chunks())
 
 
-def _socket_module() -> Any:
-    import socket  # for TLS, which wraps a socket.socket; plain http needs only _socket
-
-    return socket
-
-
-def connect(address: tuple[Any, int], timeout: float) -> Any:
+def connect(address: tuple[Any, int], timeout: float, weak: bool = False) -> Any:
     """A connected TCP socket (the C module's: `socket` builds its enums on import, a few ms
-    of every command), as socket.create_connection makes it: each address in turn."""
+    of every command), as socket.create_connection makes it: each address in turn. An https
+    connection wraps it with LeanTLS, which needs it `weak`: a socket a weak reference can name."""
     import _socket
+
+    kind_of = type("WeakSocket", (_socket.socket,), {"__slots__": ("__weakref__",)}) if weak else _socket.socket
 
     problem: OSError | None = None
     for family, kind, proto, _, where in _socket.getaddrinfo(*address, 0, _socket.SOCK_STREAM):
-        sock = _socket.socket(family, kind, proto)
+        sock = kind_of(family, kind, proto)
         try:
             sock.settimeout(timeout)
             sock.connect(where)
@@ -194,8 +247,8 @@ def open_request(
     tls: Any = None, ca: str | None = None,
 ) -> Response:  # fmt: skip
     """Send one request on a fresh connection (Connection: close) and read the answer's head.
-    NotSent when no connection could be made. An https URL goes over TLS with `tls` (an
-    ssl.SSLContext; default: one trusting `ca`); a certificate it does not trust is the
+    NotSent when no connection could be made. An https URL goes over TLS with `tls` (a
+    LeanTLS; default: one trusting `ca`); a certificate it does not trust is the
     ClientError of `untrusted`."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -204,15 +257,14 @@ def open_request(
     try:
         # An ASCII name as bytes: a str is encoded by the idna codec, whose import costs more than the request.
         address = (host.encode() if host.isascii() else host, port)
-        sock = connect(address, timeout) if parts.scheme == "http" else _socket_module().create_connection(address, timeout)
+        sock = connect(address, timeout, weak=parts.scheme == "https")
     except OSError as err:
         raise NotSent(err.errno, err.strerror or str(err)) from None
     if parts.scheme == "https":
-        import ssl
-
+        lean = tls or LeanTLS(ca)
         try:
-            sock = (tls or tls_context(ca)).wrap_socket(sock, server_hostname=host)
-        except ssl.SSLCertVerificationError as err:
+            sock = lean.wrap(sock, host)
+        except lean.errors.SSLCertVerificationError as err:
             sock.close()
             raise untrusted(url, ca, err.verify_message or str(err)) from None
         except BaseException:
@@ -262,7 +314,7 @@ class PlainCell:
         self.urls, self.token, self.retry_s, self.sleep, self.timeout = list(urls), token, retry_s, sleep, timeout
         https = any(url.startswith("https://") for url in self.urls)
         self.ca = ca_file(state_dir) if https else None
-        self.tls = tls_context(self.ca) if https else None
+        self.tls = LeanTLS(self.ca) if https else None
 
     def __enter__(self) -> PlainCell:
         return self

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -123,3 +125,17 @@ def test_the_pollers_kept_alive_reads_verify_an_https_borglet_with_the_cells_ca(
             assert KeptAlive(2.0).get_json(f"{url}/v1/state") is None  # another cell's borglet: no answer
         finally:
             channel.trust_ca(None)
+
+
+def test_the_fast_path_reads_https_without_importing_ssl_py(cell: Path) -> None:
+    """Its TLS is the C module's alone (LeanTLS): `ssl`, `socket` and `base64` cost each
+    command more than the C module itself."""
+    probe = (
+        "import sys; from reference.cli import http; "
+        f"answer = http.PlainCell([sys.argv[1]], None, retry_s=0.0, state_dir={str(cell)!r}).request('GET', '/v1/x'); "
+        "print(answer['path'], sorted(m for m in ('ssl', 'socket', 'base64') if m in sys.modules))"
+    )
+    with https_server(cell_tls.server_certificate(cell, "master0", ["127.0.0.1"])) as url:
+        done = subprocess.run([sys.executable, "-c", probe, url], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["/v1/x", "[]"], done.stdout
