@@ -368,6 +368,17 @@ def _by_job(tid: TaskId, task: Task) -> str:
     return tid.job
 
 
+def _by_index(tid: TaskId, task: Task) -> tuple[str, int]:
+    return (tid.job, tid.index)
+
+
+# A job with this many task records or more finds an index's newest incarnation through the
+# (job, index) index instead of a scan of the job's records: submitting, growing, restarting or
+# rolling each of a large job's tasks then costs what that index holds, not the whole job
+# (resubmitting a killed 10,000-task job scanned 10,000 records for each of its 10,000 tasks).
+LATEST_SCAN_MAX = 64
+
+
 def _running_on(tid: TaskId, task: Task) -> str | None:
     return task.machine if task.state is TaskState.RUNNING else None
 
@@ -413,8 +424,11 @@ class CellState:
 
     def latest(self, job: str, index: int) -> Task | None:
         """The newest incarnation of one task index."""
+        ids = self.tasks.group(_by_job).get(job, ())
+        if len(ids) >= LATEST_SCAN_MAX:
+            ids = self.tasks.group(_by_index).get((job, index), ())
         best: TaskId | None = None
-        for tid in self.tasks.group(_by_job).get(job, ()):
+        for tid in ids:
             if tid.index == index and (best is None or tid.incarnation > best.incarnation):
                 best = tid
         return None if best is None else self.tasks[best]

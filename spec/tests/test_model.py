@@ -43,3 +43,25 @@ def test_constraint_operators() -> None:
     assert Constraint("rack", ConstraintOp.NE, ("r2",)).holds(m)
     assert Constraint("rack", ConstraintOp.IN, ("r0", "r1")).holds(m)
     assert not Constraint("rack", ConstraintOp.NOT_IN, ("r0", "r1")).holds(m)
+
+
+def test_latest_is_the_newest_incarnation_whether_a_job_is_scanned_or_indexed() -> None:
+    from spec import actions
+    from spec.model import LATEST_SCAN_MAX, DeathCause, Job, Task, TaskState
+
+    for n in (3, LATEST_SCAN_MAX - 1, LATEST_SCAN_MAX, 3 * LATEST_SCAN_MAX):
+        job = Job(user="u", name=f"j{n}", priority=100, task_count=n, request=Resources.of(cpu=10))
+        s = actions.submit(CellState(), job)
+        s = actions.kill_job(s, job.key)
+        s = actions.submit(s, job)  # every index's incarnation 1; the killed 0s are dropped
+        assert s is not None and {t.id.incarnation for t in s.tasks.values()} == {1}
+        # An older incarnation kept beside a newer one (a state the checker must see): the newest wins.
+        live_old = Task(TaskId(job.key, 1, 0), TaskState.RUNNING, "m0", 100, Resources.of(cpu=10))
+        s = s.with_(tasks=s.tasks.set(live_old.id, live_old))
+        newer = Task(TaskId(job.key, 2, 7), TaskState.DEAD, None, 100, Resources.of(), DeathCause.FAILED)
+        s = s.with_(tasks=s.tasks.set(newer.id, newer))
+        for i in range(n):
+            brute = max((t for t in s.tasks if t.job == job.key and t.index == i), key=lambda t: t.incarnation)
+            assert s.latest(job.key, i).id == brute, (n, i)
+        assert s.latest(job.key, n) is None
+        assert actions.next_incarnation(s, job.key, 2) == 8
