@@ -119,6 +119,7 @@ class CellView:
         self.victims: list[list[Victim]] = [[] for _ in machines]
         self.vmin: list[int] = [1 << 30] * len(machines)  # lowest victim priority on each machine
         self.version = np.zeros(len(machines), dtype=np.int64)  # read a whole sample at once
+        self.bumps = 0  # version bumps so far, of any machine: a sample that saw this many has none stale
         self.ref_free: list[list[int]] = [list(c) for c in self.cap]
         # The GPU requests (whole, share) of the tasks on each machine, counted: GpuClustering's input.
         self.gkinds: list[dict[tuple[int, int], int]] = [{} for _ in machines]
@@ -223,6 +224,7 @@ class CellView:
                     break
         if moved:
             self.version[mi] += 1
+            self.bumps += 1
             self.ref_free[mi] = list(f)
             self.ref_gfree[mi] = list(self.gfree[mi])
         return moved

@@ -227,9 +227,13 @@ class Pass:
             self._unschedulable(task, reasons)
             return
         slot, mi, victims, score = got
+        bumps = self.cell.bumps
         self.commit(task, cls, mi, victims, score)
         if cfg.score_cache and classes.shared and classes.left[key] > 1:
             self.sampler.rescore(cls, s, [slot])  # the class's next task sees this machine's new state
+            # The commit moved at most this slot's machine's version: current as before, if it was.
+            if s.epoch == bumps and self.cell.bumps - bumps <= 1:
+                s.epoch = self.cell.bumps
 
 
 def plan_pass(

@@ -50,24 +50,32 @@ class JobTerms:
         total = s.scores[:size]
         machines = s.machines[:size]
         cfg, job = self.cfg, task.id.job
+        own = False  # whether `total` is an array of this call's own, to add to in place
         if cfg.spread_weight or cfg.skew_weight:
             placed = len(self.job_on.get(job, ()))
             if placed:
                 per_dom, per_machine = self._job_spread(job)
                 if cfg.spread_weight:
-                    total = total - spread_penalty(cfg.spread_weight, placed, per_dom[s.doms[:size]])
+                    total, own = total - spread_penalty(cfg.spread_weight, placed, per_dom[s.doms[:size]]), True
                 if cfg.skew_weight:
                     # A sample of distinct machines (one walk) larger than the job's hosts holds
                     # a machine without the job's tasks: its least count is 0.
                     if not s.preempting and self.job_hosts[job] < size:  # least 0: weight * here
-                        total = total - self.job_skew[job][machines]
+                        skew = self.job_skew[job][machines]
                     else:
-                        total = total - skew_penalty(cfg.skew_weight, per_machine[machines])
+                        skew = skew_penalty(cfg.skew_weight, per_machine[machines])
+                    if own:
+                        total -= skew  # the same floats as `total - skew`, without a new array
+                    else:
+                        total, own = total - skew, True
         if cfg.locality_weight and task.package:
             bonus = self.pkg_bonus.get(task.package)
             if bonus is None:
                 bonus = self.pkg_bonus[task.package] = locality_bonus(cfg.locality_weight, self._package_on(task.package))
-            total = total + bonus[machines]
+            if own:
+                total += bonus[machines]
+            else:
+                total, own = total + bonus[machines], True
         crashes = self.crashes.get((job, task.id.index))
         if crashes:
             total = total - penalties(crashes, machines)

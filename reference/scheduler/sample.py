@@ -34,7 +34,7 @@ class Sample:
 
     __slots__ = (
         "machines", "doms", "scores", "versions", "ranks", "mix", "size", "holes", "valid", "cursor", "offset",
-        "preempting", "tally",
+        "preempting", "tally", "epoch",
     )  # fmt: skip
 
     def __init__(self, capacity: int, offset: int) -> None:
@@ -51,6 +51,9 @@ class Sample:
         self.offset = offset  # where in that order it started
         self.preempting = False  # True once no machine fits without preemption: victims count
         self.tally: Tally | None = None  # the rejections of the walk that can end in "fits nowhere"
+        # CellView.bumps when every scored slot's version was last current (-1: not known): while
+        # no machine's version has moved since, `Sampler.refresh` has nothing to look at.
+        self.epoch = -1
 
     @property
     def want(self) -> int:
@@ -137,26 +140,26 @@ class Sampler:
     def refresh(self, cls: TaskClass, s: Sample) -> None:
         """Rescore every cached score whose machine's version moved since, wherever it ranks;
         all of them when the shape mix moved (fgd)."""
-        size = s.size
+        size, bumps = s.size, self.cell.bumps
         mix = self.scorer.mix
         if mix is not None and s.mix != mix.version:
             s.mix = mix.version
             slots = (s.scores[:size] != -np.inf).nonzero()[0]
+        elif s.epoch == bumps:
+            return  # no machine's version moved since every slot was current
         else:
             # The slots whose machine moved, of which the few that are holes are left out here.
             moved = (s.versions[:size] != self.cell.version[s.machines[:size]]).nonzero()[0]
-            if not len(moved):
-                return
             slots = moved[s.scores[moved] != -np.inf]
-        if not len(slots):
-            return
-        if self.scorer.batched(cls, s.preempting):
-            if len(slots) >= BATCH_MIN:
-                self._rescore_many(cls, s, slots)
+        if len(slots):
+            if self.scorer.batched(cls, s.preempting):
+                if len(slots) >= BATCH_MIN:
+                    self._rescore_many(cls, s, slots)
+                else:
+                    self._rescore_plain(cls, s, slots.tolist(), s.machines[slots].tolist())
             else:
-                self._rescore_plain(cls, s, slots.tolist(), s.machines[slots].tolist())
-        else:
-            self.rescore(cls, s, slots.tolist())
+                self.rescore(cls, s, slots.tolist())
+        s.epoch = bumps  # scoring moves no version: every slot is current as of `bumps`
 
     def rescore_all(self, cls: TaskClass, s: Sample) -> None:
         """Without the score cache: every machine of the sample scored afresh."""
