@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench.provenance import commit  # noqa: E402
 from chaos.history import Outcome, read_ops  # noqa: E402
 
 COLORS = {
@@ -66,15 +66,6 @@ def plot(result: dict[str, Any], run_dir: Path, out: Path) -> Path:
     return out
 
 
-def _commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
-        return head + (" (with uncommitted changes in the working tree)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def write(result: dict[str, Any], run_dir: Path, report: Path, command: str) -> Path:
     png = plot(result, run_dir, report.with_suffix(".png"))
     check = result.get("check") or {}
@@ -84,7 +75,7 @@ def write(result: dict[str, Any], run_dir: Path, report: Path, command: str) -> 
         "# Nemesis campaign",
         "",
         f"Command: `{command}`  ",
-        f"Commit: {_commit()}  ",
+        f"Commit: {commit()}  ",
         f"Seed {result['seed']}, {result['minutes']} min of faults, cell `{result['cell']}` on netns hosts "
         f"(3 etcd members, 3 masters, 1 scheduler, 3 borglets, TLS on every link), up in {result.get('cell_up_s')} s.  ",
         f"Load average before {', '.join(f'{x:.1f}' for x in result['loadavg_before'])}, "
