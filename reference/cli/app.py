@@ -36,6 +36,7 @@ from reference.cli.demo import demo
 from reference.cli.help import GROUPS, SHELLS
 from reference.cli.jobs import bns_app, job_app, machine_app, task_app
 from reference.cli.lifecycle import cell_app, image_app
+from reference.cli.output import EVENTS_TAIL
 from reference.cli.quotas import quota_app
 from reference.cli.users import user_app
 from reference.client import TOKEN_ENV
@@ -160,13 +161,15 @@ def events(
     ] = None,
     job: Annotated[str | None, typer.Option("--job", help="Only this job's events (USER/NAME).")] = None,
     follow_for: Annotated[float, typer.Option("--for", min=1, help="With -f: stop after this many seconds.")] = 3600,
+    tail: Annotated[int, typer.Option("--tail", min=0, help="Of the events held, only the newest this many (0: all).")] = EVENTS_TAIL,
     master: MasterOpt = None,
     state_dir: StateDirOpt = None,
     output: OutputOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The cell's events: tasks scheduled, started, exited, OOM-killed, evicted, lost...; jobs
-    submitted and removed; machines down and up.
+    submitted and removed; machines down and up. The newest 200 of those the replica holds
+    (--tail), then with -f each new one.
 
     With -o json (or yaml), one JSON object a line."""
     from reference.cli.watch import event_lines, follow
@@ -174,7 +177,7 @@ def events(
     line = event_lines(output_of(output, as_json))
     with client(master, state_dir) as cell:
         follow(cell, "/v1/events", since=0 if since is None else since, for_s=follow_for, line=line,
-               say=lambda text: print(text, flush=True), follow=follow_, job=job)  # fmt: skip
+               say=lambda text: print(text, flush=True), follow=follow_, job=job, tail=tail)  # fmt: skip
 
 
 # --- commands that run another program's main ------------------------------------------------

@@ -313,9 +313,13 @@ def events(a: Args) -> int:
     since = a.int_option("--since", 0)
     job = a.options.get("--job")
     for_s = a.float_option("--for", 3600.0)
+    tail = a.int_option("--tail", cli_output.EVENTS_TAIL)
+    if tail < 0:
+        raise Fallback  # the full command line words the refusal
     with a.cell() as cell:
         follow(cell, "/v1/events", since=since, for_s=for_s, line=event_lines(output),
-               say=lambda text: print(text, flush=True), follow=a.has("--follow") or a.has("-f"), job=job)  # fmt: skip
+               say=lambda text: print(text, flush=True), follow=a.has("--follow") or a.has("-f"), job=job,
+               tail=tail)  # fmt: skip
     return 0
 
 
@@ -429,7 +433,7 @@ FAST: dict[tuple[str, ...], Fast] = {
     ("task", "show"): Fast(2, task_show, ("--incarnation", *OUTPUT), ("--json",)),
     ("task", "logs"): Fast(2, task_logs, ("--tail", "--incarnation"), ("--stderr",)),
     ("machine", "list"): Fast(0, machine_list, OUTPUT, ("--json",)),
-    ("events",): Fast(0, events, ("--since", "--job", "--for", *OUTPUT), ("--json", "--follow", "-f")),
+    ("events",): Fast(0, events, ("--since", "--job", "--for", "--tail", *OUTPUT), ("--json", "--follow", "-f")),
     ("bns", "resolve"): Fast(1, bns_resolve, OUTPUT, ("--json",)),
     ("cell", "status"): Fast(0, cell_status, OUTPUT, ("--json",)),
 }

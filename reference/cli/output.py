@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # typing is imported by type checkers only: it costs the fast
     from typing import Any
 
 FORMATS = ("table", "wide", "json", "yaml", "name", "jsonpath=TEMPLATE")
+EVENTS_TAIL = 200  # `minborg events` prints the newest this many of the events held (--tail; 0: all)
 BYTE_KEYS = ("ram", "disk")  # resources.BYTE_RESOURCES: their figures are bytes
 # Mappings whose keys are a user's own words (environment, attributes): never renamed.
 OPAQUE = frozenset({"env", "attrs", "labels", "command", "constraints"})

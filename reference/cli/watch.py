@@ -198,21 +198,27 @@ def event_lines(output: str) -> Callable[[Message], str]:
 
 def follow(
     cell: CellClient, path: str, *, since: int | None, for_s: float, line: Callable[[Message], str],
-    say: Callable[[str], None], follow: bool = True, clock: Callable[[], float] = time.monotonic, **params: Any,
+    say: Callable[[str], None], follow: bool = True, clock: Callable[[], float] = time.monotonic, tail: int = 0,
+    **params: Any,
 ) -> int:  # fmt: skip
     """Print each message of a watch (bookmarks aside) until `for_s` seconds pass, reconnecting
     from the last revision seen; without `follow`, stop once the replay is printed. A `since`
-    older than the replica's log starts from the oldest change it holds. Returns how many were printed."""
+    older than the replica's log starts from the oldest change it holds. `tail` (the events
+    watch): of the first replay, only its newest this many (0: all); a reconnection misses
+    nothing. Returns how many were printed."""
     deadline = clock() + for_s
     printed = 0
     cursor = since
+    replayed = False  # a replay came (a message or its bookmark): no tail from then on
     while clock() < deadline:
         try:
+            first = {"tail": tail} if tail and not replayed else {}
             stream: Iterable[Message] = cell.watch(
-                path, since=cursor, timeout_s=max(1.0, deadline - clock()) if follow else 1.0, **params
+                path, since=cursor, timeout_s=max(1.0, deadline - clock()) if follow else 1.0, **params, **first
             )
             for message in stream:
                 cursor = message.revision if cursor is None else max(cursor, message.revision)
+                replayed = True
                 if message.event == "bookmark":
                     if not follow:
                         return printed

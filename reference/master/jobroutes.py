@@ -182,12 +182,15 @@ def register(
           responses=contract.answers(410, 503))
     async def cell_events(
         request: Request, since: contract.Since = None, job: str | None = None,
-        timeout_s: contract.WatchTimeout = watches.DEFAULT_TIMEOUT_S,
+        timeout_s: contract.WatchTimeout = watches.DEFAULT_TIMEOUT_S, tail: contract.EventTail = 0,
     ) -> Response:
-        """Task events, jobs submitted and removed, machines down and up: server-sent events."""
+        """Task events, jobs submitted and removed, machines down and up: server-sent events.
+        `tail`: of the replay since `since`, only the newest this many (0: all)."""
+        if not 0 <= tail <= watches.MAX_EVENT_TAIL:
+            return JSONResponse(status_code=422, content=detail("tail", f"must be between 0 and {watches.MAX_EVENT_TAIL} events"))
         select, render = watches.event_messages(job)
         return watches.stream(request, replica.cache, since=since, timeout_s=timeout_s, select=select,
-                              render=render, initial=None, streams=metrics.streams, kind="events")  # fmt: skip
+                              render=render, initial=None, streams=metrics.streams, kind="events", tail=tail)  # fmt: skip
 
     # --- would it fit? (one leader pass on a draft of the cached cell; nothing is written) -----
 

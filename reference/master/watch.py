@@ -28,6 +28,7 @@ POLL_S = 0.2
 BOOKMARK_EVERY_S = 5.0
 MAX_TIMEOUT_S = 3600.0
 DEFAULT_TIMEOUT_S = 300.0
+MAX_EVENT_TAIL = 100_000  # the most events `/v1/events?tail=` replays
 
 # One message: (event type, revision, data).
 Message = tuple[str, int, dict[str, Any]]
@@ -85,8 +86,11 @@ def stream(
     initial: Callable[[], Iterable[Message]] | None,
     streams: Any = None,
     kind: str = "",
+    tail: int = 0,
 ) -> Response:
-    """A server-sent event stream of the changes `select` keeps, as `render` words them."""
+    """A server-sent event stream of the changes `select` keeps, as `render` words them. With
+    `tail`, the replay of what the log holds after `since` is only its newest `tail` messages,
+    found from the log's end (the older changes are not rendered); what comes next is whole."""
     since = _since(request, since)
     if (refused := refuse_out_of_bounds(timeout_s, since)) is not None:
         return refused
@@ -119,6 +123,7 @@ def stream(
         batch = [sse(*message) for message in first]
         deadline = time.monotonic() + timeout_s
         bookmark_at = 0.0  # the first comes right after the replay: the client is caught up
+        replayed = False  # the first round's changes are the replay
         while time.monotonic() < deadline:
             try:
                 changes, reached = log.after(cursor)
@@ -127,9 +132,13 @@ def stream(
                                                    "error": "this watch fell behind the change log: list again"}))  # fmt: skip
                 yield b"".join(batch)
                 return
-            for change in changes:
-                if select(change):
-                    batch.extend(sse(*message) for message in render(change))
+            if tail and not replayed:  # the replay: its newest `tail` messages
+                batch.extend(sse(*message) for message in newest(changes, select, render, tail))
+            else:
+                for change in changes:
+                    if select(change):
+                        batch.extend(sse(*message) for message in render(change))
+            replayed = True
             if reached > cursor:
                 cursor = reached
             if time.monotonic() >= bookmark_at:
@@ -145,6 +154,23 @@ def stream(
     return StreamingResponse(
         body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
+
+
+def newest(changes: list[Change], select: Callable[[Change], bool], render: Callable[[Change], Iterable[Message]],
+           n: int) -> list[Message]:  # fmt: skip
+    """The last `n` messages that rendering `changes` in order would give, rendering only the
+    changes from the end back until `n` are found."""
+    found: list[list[Message]] = []
+    count = 0
+    for change in reversed(changes):
+        if count >= n:
+            break
+        if select(change):
+            messages = list(render(change))
+            found.append(messages)
+            count += len(messages)
+    ordered = [m for messages in reversed(found) for m in messages]
+    return ordered[len(ordered) - n :] if len(ordered) > n else ordered
 
 
 # --- what each watch selects and how it words a change -----------------------------------------

@@ -231,3 +231,49 @@ def test_a_restart_by_policy_says_how_the_incarnation_it_replaces_ended() -> Non
         (1, 2.0, "restarted",
          "new incarnation 1 (policy on_failure): restart after failed; incarnation 0 exited: exit code 3"),
     )  # fmt: skip
+
+
+def test_an_events_tail_renders_only_the_newest_changes_and_keeps_their_order() -> None:
+    from reference.master.changes import Change
+    from reference.master.watch import newest
+
+    changes = [Change(r, "job", f"u/j{r}", b"x", None) for r in range(1, 101)]
+    rendered: list[int] = []
+
+    def render(c: Change) -> list[tuple[str, int, dict]]:
+        rendered.append(c.revision)
+        return [("job", c.revision, {"n": 1}), ("job", c.revision, {"n": 2})]  # two messages a change
+
+    def odd(c: Change) -> bool:
+        return c.revision % 2 == 1
+
+    got = newest(changes, odd, render, 5)
+    assert [(r, d["n"]) for _, r, d in got] == [(95, 2), (97, 1), (97, 2), (99, 1), (99, 2)]
+    assert rendered == [99, 97, 95]  # from the end, and no further than needed
+    everything = newest(changes, odd, lambda c: [("job", c.revision, {})], 1000)
+    assert [r for _, r, _ in everything] == list(range(1, 101, 2))
+
+
+def test_follow_asks_a_tail_of_its_first_replay_only() -> None:
+    from reference.cli.watch import follow
+    from reference.client import Message
+
+    asked: list[dict] = []
+
+    class Cell:
+        def watch(self, path: str, *, since: int | None, timeout_s: float, **params: object):
+            asked.append({"since": since, **params})
+            if len(asked) == 1:
+                raise_gone(12)  # since 0 is older than the log: refused before any message
+            yield Message("task", 10 + len(asked), {"kind": "started"})
+            if len(asked) == 2:
+                raise_gone(13)  # fell behind after a message: the next connection asks no tail
+            yield Message("bookmark", 20, {})
+
+    def raise_gone(floor: int) -> None:
+        from reference.cellfile import ClientError
+
+        raise ClientError(410, [{"floor": floor}])
+
+    printed = follow(Cell(), "/v1/events", since=0, for_s=5.0, line=str, say=lambda _: None, follow=False, tail=3)
+    assert printed == 2 and asked == [{"since": 0, "tail": 3}, {"since": 12, "tail": 3}, {"since": 13}]
