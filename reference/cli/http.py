@@ -62,8 +62,13 @@ def tls_context(ca: str | None) -> Any:
     try:
         return ssl.create_default_context(cafile=ca)
     except (OSError, ssl.SSLError) as err:
-        raise ClientError(NO_ANSWER, f"cannot read the CA {ca}: {err}; give the cell's CA with "
-                          f"${CA_ENV}=FILE or `minborg config set-context NAME --ca FILE`") from None  # fmt: skip
+        raise unreadable_ca(ca, err) from None
+
+
+def unreadable_ca(ca: str | None, err: Exception) -> ClientError:
+    """The one line for a CA file that cannot be read (either TLS client of the command line)."""
+    return ClientError(NO_ANSWER, f"cannot read the CA {ca}: {err}; give the cell's CA with "
+                       f"${CA_ENV}=FILE or `minborg config set-context NAME --ca FILE`")  # fmt: skip
 
 
 class LeanTLS:
@@ -89,8 +94,7 @@ class LeanTLS:
             else:
                 context.set_default_verify_paths()
         except (OSError, _ssl.SSLError) as err:
-            raise ClientError(NO_ANSWER, f"cannot read the CA {ca}: {err}; give the cell's CA with "
-                              f"${CA_ENV}=FILE or `minborg config set-context NAME --ca FILE`") from None  # fmt: skip
+            raise unreadable_ca(ca, err) from None
         self.context = context
 
     def wrap(self, sock: Any, host: str) -> LeanSocket:
@@ -221,13 +225,19 @@ class Response:
         return b"".join(self.chunks())
 
 
+_weak_socket: Any = None  # _socket.socket with a weak-reference slot, made on the first https connection
+
+
 def connect(address: tuple[Any, int], timeout: float, weak: bool = False) -> Any:
     """A connected TCP socket (the C module's: `socket` builds its enums on import, a few ms
     of every command), as socket.create_connection makes it: each address in turn. An https
     connection wraps it with LeanTLS, which needs it `weak`: a socket a weak reference can name."""
     import _socket
 
-    kind_of = type("WeakSocket", (_socket.socket,), {"__slots__": ("__weakref__",)}) if weak else _socket.socket
+    global _weak_socket
+    if weak and _weak_socket is None:
+        _weak_socket = type("WeakSocket", (_socket.socket,), {"__slots__": ("__weakref__",)})
+    kind_of = _weak_socket if weak else _socket.socket
 
     problem: OSError | None = None
     for family, kind, proto, _, where in _socket.getaddrinfo(*address, 0, _socket.SOCK_STREAM):

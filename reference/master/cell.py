@@ -143,6 +143,19 @@ def is_pass_work(task: Task, job: Job | None, latest: bool) -> bool:
     )
 
 
+def will_restart(state: CellState, task: Task) -> bool:
+    """Whether the leader makes a new incarnation of this DEAD task once its back-off is over:
+    it is its index's newest (no incarnation after it, which restart and roll would add) and
+    its job's policy restarts it (`is_pass_work`). The leader's restart pass and the crash-loop
+    view (`views.task_view`) both ask this."""
+    newer = TaskId(task.id.job, task.id.index, task.id.incarnation + 1)
+    return (
+        task.state is TaskState.DEAD
+        and newer not in state.tasks
+        and is_pass_work(task, state.jobs.get(task.id.job), True)
+    )
+
+
 def borglet_task_id(tid: TaskId, info: TaskInfo) -> str:
     """The id a borglet knows one placement of a task incarnation by."""
     return format_task_id(tid, info.placement)

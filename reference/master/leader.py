@@ -20,7 +20,7 @@ from typing import Any
 
 from reference.master import backoff, drain, events, rollout
 from reference.master.cache import WatchCache
-from reference.master.cell import Cell, Draft, is_pass_work, machine_images
+from reference.master.cell import Cell, Draft, is_pass_work, machine_images, will_restart
 from reference.master.crashes import record_failures
 from reference.master.jobscaler import JobAutoscaler
 from reference.master.poller import Link, Poller
@@ -193,10 +193,7 @@ def restart_dead(d: Draft, candidates: set[TaskId], take: Callable[[int], int]) 
     restartable = []
     for tid in candidates:
         t = state.tasks.get(tid)
-        if t is None or t.state is not TaskState.DEAD:
-            continue
-        newer = TaskId(tid.job, tid.index, tid.incarnation + 1)  # what restart and roll add
-        if newer not in state.tasks and is_pass_work(t, state.jobs.get(tid.job), True):
+        if t is not None and will_restart(state, t):
             info = d.task_info(tid)
             due = info.retry_at
             if due <= 0:

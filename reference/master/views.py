@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from reference.master import events, work
-from reference.master.cell import Cell, JobInfo, TaskInfo, is_pass_work
+from reference.master.cell import Cell, JobInfo, TaskInfo, will_restart
 from reference.master.reports import bns_name, confirmed
 from reference.resources import format_cpu
 from spec.fmap import FMap
@@ -104,18 +104,6 @@ def is_reachable(cell: Cell, task: Task) -> bool:
     return is_serving(cell, task) and not cell.task_info(task.id).draining_since
 
 
-def restarts(cell: Cell, task: Task) -> bool:
-    """Whether the leader will make a new incarnation of this DEAD task (its job's policy
-    restarts it and it is its index's newest): what events.crash_loop needs to show a death
-    the leader has not counted yet."""
-    newer = TaskId(task.id.job, task.id.index, task.id.incarnation + 1)
-    return (
-        task.state is TaskState.DEAD
-        and newer not in cell.state.tasks
-        and is_pass_work(task, cell.state.jobs.get(task.id.job), True)
-    )
-
-
 def task_view(cell: Cell, task: Task, cell_name: str, info: TaskInfo | None = None) -> dict[str, Any]:
     info = info if info is not None else cell.task_info(task.id)
     address = cell.machines[task.machine].address if task.machine in cell.machines else ""
@@ -152,7 +140,7 @@ def task_view(cell: Cell, task: Task, cell_name: str, info: TaskInfo | None = No
         "events": events.as_json(info.events),
         # A crash loop: the task waits out a restart back-off (its borglet's or the master's),
         # with how its last process ended, its failures in a row and when it is tried again.
-        "crash_loop": (loop := events.crash_loop(task.state.value, info, time.time(), restarts(cell, task))),
+        "crash_loop": (loop := events.crash_loop(task.state.value, info, time.time(), will_restart(cell.state, task))),
         "status": "BACKOFF" if loop and loop["by"] != "retry" else task.state.value,
         "failures": info.failures,
         "last_exit": info.last_exit or None,
@@ -183,7 +171,7 @@ def crash_loops(cell: Cell, job_key: str, now: float | None = None) -> list[dict
     at = time.time() if now is None else now
     out = []
     for index, task in sorted(live_indices(cell, job_key).items()):
-        loop = events.crash_loop(task.state.value, cell.task_info(task.id), at, restarts(cell, task))
+        loop = events.crash_loop(task.state.value, cell.task_info(task.id), at, will_restart(cell.state, task))
         if loop is not None:
             out.append({"index": index, "incarnation": task.id.incarnation, **loop})
     return out
