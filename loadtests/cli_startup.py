@@ -9,7 +9,8 @@ second job, `job submit --dry-run`, `job run` of a third job's file (the first r
 job and waits for its task; every measured one finds it unchanged), `task list|show|logs`,
 `machine list`, `events` and `bns resolve`, one after another, `--runs` times each (interleaved, so a burst of load on the
 machine hits all alike), each in a new process, and prints each one's median and p90 and its
-median over the baseline's. The target of every everyday command: a median under 0.3 s and
+median over the baseline's, and beside them its median CPU (user + system: the command's own
+work, which a load on the machine does not inflate) over the baseline's. The target of every everyday command: a median under 0.3 s and
 within 3 times the baseline's, measured in the same run.
 
 Every command runs as `python -c "from reference.cli.fast import main; main()" ARGS` (what
@@ -83,12 +84,13 @@ def argv_in(tree: Path, args: list[str]) -> list[str]:
     return [sys.executable, "-c", f"from {module} import main; main()", *args]
 
 
-def measure(
-    runs: int, trees: dict[str, Path], named: dict[str, list[str]], env: dict[str, str]
-) -> dict[tuple[str, str], list[float]]:
-    """Seconds of each (tree, command) in fresh processes, interleaved run by run. Stopped
-    (Ctrl-C, SIGTERM), it returns the runs it completed."""
-    times: dict[tuple[str, str], list[float]] = {}
+Times = dict[tuple[str, str], list[tuple[float, float]]]  # (tree, command) -> (wall s, CPU s) of each run
+
+
+def measure(runs: int, trees: dict[str, Path], named: dict[str, list[str]], env: dict[str, str]) -> Times:
+    """Wall and CPU seconds of each (tree, command) in fresh processes, interleaved run by
+    run. Stopped (Ctrl-C, SIGTERM), it returns the runs it completed."""
+    times: Times = {}
     try:
         for _ in range(runs):
             measure_round(trees, named, env, times)
@@ -100,17 +102,24 @@ def measure(
     return times
 
 
-def measure_round(
-    trees: dict[str, Path], named: dict[str, list[str]], env: dict[str, str], times: dict[tuple[str, str], list[float]]
-) -> None:
+def children_cpu() -> float:
+    """User and system seconds of every child process reaped so far."""
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def measure_round(trees: dict[str, Path], named: dict[str, list[str]], env: dict[str, str], times: Times) -> None:
     for tree_name, tree in trees.items():
         for name, args in [(BASELINE, None), *named.items()]:
             argv = [sys.executable, "-c", "pass"] if args is None else argv_in(tree, args)
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), children_cpu()
             done = subprocess.run(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
-            times.setdefault((tree_name, name), []).append(time.perf_counter() - started)
+            run = (time.perf_counter() - started, children_cpu() - cpu)
+            times.setdefault((tree_name, name), []).append(run)
             if done.returncode != 0 and tree_name == "before":
-                times[(tree_name, name)][-1] = float("nan")  # e.g. --version, which it lacked
+                times[(tree_name, name)][-1] = (float("nan"), float("nan"))  # e.g. --version, which it lacked
             elif done.returncode != 0:
                 raise SystemExit(f"{tree_name}: minborg {' '.join(args or [])} failed ({done.returncode}): "
                                  f"{done.stderr.decode()[-500:]}")  # fmt: skip
@@ -198,19 +207,25 @@ def main(argv: list[str] | None = None) -> int:
     return report(times, trees, args)
 
 
-def report(times: dict[tuple[str, str], list[float]], trees: dict[str, Path], args: argparse.Namespace) -> int:
+def report(times: Times, trees: dict[str, Path], args: argparse.Namespace) -> int:
     figures: dict[str, dict[str, dict[str, float | int | bool]]] = {}
-    for (tree, name), ts in times.items():
-        base = percentile(times[(tree, BASELINE)], 0.5) or 1e-9
-        if any(t != t for t in ts):  # nan: the command failed there
-            figures.setdefault(tree, {})[name] = {"median_s": float("nan"), "p90_s": float("nan"), "runs": len(ts),
-                                                  "ratio": float("nan"), "everyday": False, "ok": False}  # fmt: skip
+    for (tree, name), runs in times.items():
+        walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+        base = percentile([w for w, _ in times[(tree, BASELINE)]], 0.5) or 1e-9
+        base_cpu = percentile([c for _, c in times[(tree, BASELINE)]], 0.5) or 1e-9
+        if any(t != t for t in walls):  # nan: the command failed there
+            figures.setdefault(tree, {})[name] = {"median_s": float("nan"), "p90_s": float("nan"), "runs": len(runs),
+                                                  "ratio": float("nan"), "cpu_s": float("nan"), "cpu_ratio": float("nan"),
+                                                  "everyday": False, "ok": False}  # fmt: skip
             continue
-        median = percentile(ts, 0.5) or 0.0
+        median, cpu = percentile(walls, 0.5) or 0.0, percentile(cpus, 0.5) or 0.0
         everyday = name != BASELINE and not name.startswith(tuple(f"minborg {c}" for c in NOT_EVERYDAY))
         figures.setdefault(tree, {})[name] = {
-            "median_s": round(median, 4), "p90_s": round(percentile(ts, 0.9) or 0.0, 4), "runs": len(ts),
+            "median_s": round(median, 4), "p90_s": round(percentile(walls, 0.9) or 0.0, 4), "runs": len(runs),
             "ratio": round(median / base, 2), "everyday": everyday,
+            # The command's own CPU (user + system) beside the interpreter's: what a load on the
+            # machine does not change, where the wall time also holds the cell's processes' share.
+            "cpu_s": round(cpu, 4), "cpu_ratio": round(cpu / base_cpu, 2),
             "ok": (median < TARGET_S and median / base <= TARGET_RATIO) if everyday else True,
         }  # fmt: skip
     load = os.getloadavg()[0]
@@ -220,16 +235,17 @@ def report(times: dict[tuple[str, str], list[float]], trees: dict[str, Path], ar
     else:
         print(f"{args.runs} runs each, fresh processes, {sys.executable}; load {load:.1f} on {os.cpu_count()} CPU(s); "
               f"target: median < {TARGET_S}s and <= {TARGET_RATIO:g}x `{BASELINE}`")  # fmt: skip
-        head = f"  {'command':<30}  {'median':>7}  {'p90':>7}  {'x base':>6}"
+        head = f"  {'command':<30}  {'median':>7}  {'p90':>7}  {'x base':>6}  {'CPU':>6}  {'x base':>6}"
         if "before" in figures:
-            head += f"  {'before':>7}  {'x base':>6}"
+            head += f"  {'before':>7}  {'x base':>6}  {'CPU':>6}  {'x base':>6}"
         print(head)
         for name, f in figures["now"].items():
-            line = f"  {name:<30}  {f['median_s']:>6.3f}s  {f['p90_s']:>6.3f}s  {f['ratio']:>5.1f}x"
+            line = (f"  {name:<30}  {f['median_s']:>6.3f}s  {f['p90_s']:>6.3f}s  {f['ratio']:>5.1f}x"
+                    f"  {f['cpu_s']:>5.3f}s  {f['cpu_ratio']:>5.1f}x")  # fmt: skip
             if "before" in figures:
                 b = figures["before"][name]
-                line += (f"  {b['median_s']:>6.3f}s  {b['ratio']:>5.1f}x" if b["median_s"] == b["median_s"]
-                         else f"  {'fails':>7}  {'-':>6}")  # nan: the command failed there  # fmt: skip
+                line += (f"  {b['median_s']:>6.3f}s  {b['ratio']:>5.1f}x  {b['cpu_s']:>5.3f}s  {b['cpu_ratio']:>5.1f}x"
+                         if b["median_s"] == b["median_s"] else f"  {'fails':>7}  {'-':>6}  {'-':>6}  {'-':>6}")  # fmt: skip
             verdict = "" if name == BASELINE else ("  ok" if f["ok"] else "  MISSED") if f["everyday"] else "  (full command line)"
             print(line + verdict)
     return 0 if all(f["ok"] for f in figures["now"].values()) else 1
