@@ -425,7 +425,7 @@ OUTPUT = ("--output",)
 FAST: dict[tuple[str, ...], Fast] = {
     ("job", "list"): Fast(0, job_list, ("--user", *OUTPUT), ("--json",)),
     ("job", "show"): Fast(1, job_show, OUTPUT, ("--json",)),
-    ("job", "submit"): Fast(1, job_submit, ("--wait-timeout",), ("--detach", "--wait", "--json")),
+    ("job", "submit"): Fast(1, job_submit, ("--wait-timeout",), ("--detach", "--wait", "--json", "--dry-run")),
     ("job", "run"): Fast(1, job_run, ("--timeout",), ("--detach", "-d", "--json")),
     ("job", "update"): Fast(1, job_update, ("--tasks",), ("--json",)),
     ("job", "kill"): Fast(1, job_kill, (), ("--json",)),

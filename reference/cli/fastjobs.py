@@ -89,9 +89,28 @@ def wait_for_start(cell: PlainCell, key: str, count: int, revision: int, wait_s:
     return 0
 
 
+def dry_run(a: Args, document: dict[str, Any]) -> int:
+    """`job submit --dry-run FILE [--json]`: where the cell would put the job, written nowhere;
+    exit 1 when a task would stay pending (cli/jobs.py's, in the same words)."""
+    key = job_key(document)
+    with a.cell() as cell:
+        answer = send(cell, "POST", "/v1/jobs?dry_run=true", document)
+    if a.has("--json"):
+        print(cli_plain.dump(answer, "json"))
+    else:
+        print(cli_plain.paint(cli_views.dry_run_title(key, answer), "bold", sys.stdout.isatty() and cli_plain.color_on()))
+        for line in cli_views.answer_lines(answer):
+            print(line)
+    count = document.get("task_count", 1)  # 3 or 3.0, as the cell took it
+    why = cli_views.would_not_fit(key, answer, int(count) if isinstance(count, int | float) else 1)
+    return 0 if why is None else fail(why)
+
+
 def submit(a: Args) -> int:
-    """`job submit FILE [--detach] [--wait-timeout S] [--json]`."""
+    """`job submit FILE [--detach] [--wait-timeout S] [--json] [--dry-run]`."""
     document = read_job_file(a.positional[0])
+    if a.has("--dry-run"):
+        return dry_run(a, document)
     wait_s = a.float_option("--wait-timeout", WAIT_S)
     as_json = a.has("--json")
     with a.cell() as cell:

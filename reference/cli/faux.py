@@ -17,6 +17,7 @@ from reference.cli.common import (
     handles_errors,
 )
 from reference.cli.render import console, print_json
+from reference.cli.views import answer_lines
 
 
 def checkpoint(
@@ -74,32 +75,10 @@ def whatif(
 
 
 def print_answer(answer: dict[str, Any], title: str) -> None:
-    """A dry run's, a what-if's or a Fauxmaster run's answer as lines."""
+    """A dry run's, a what-if's or a Fauxmaster run's answer as lines (views.answer_lines)."""
     console.print(f"[bold]{title}[/bold]", soft_wrap=True)
-    for m in answer.get("moves", []):
-        console.print(f"  {m['task']}: {m['from']} -> {m['to']}", soft_wrap=True)
-    for p in answer.get("placed", []):
-        also = f" (preempts {', '.join(p['preempts'])})" if p.get("preempts") else ""
-        console.print(f"  {p['task']} -> {p['machine']}{also}", soft_wrap=True)
-    for p in answer.get("pending", []):
-        console.print(f"  {p['task']} stays PENDING: {p['reason']}", soft_wrap=True)
-    for v in answer.get("preempted", []):
-        console.print(f"  preempts {v['tasks']} task(s) of {v['job']} at priority {v['priority']}", soft_wrap=True)
-    if "quota" in answer:
-        console.print(f"  {quota_line(answer['quota'])}", soft_wrap=True)
-
-
-def quota_line(q: dict[str, Any]) -> str:
-    """The quota a dry run would use, in words: 'quota: demo's batch quota cpu=12 ram=128MiB;
-    its other jobs there hold cpu=1 ram=64MiB; this job asks cpu=500m ram=32MiB'."""
-    from reference.resources import format_resources
-
-    limit = format_resources(q["quota"]) if q.get("quota") is not None else "unlimited"
-    return (
-        f"quota: {q['user']}'s {q['band']} quota {limit}; its other jobs there hold "
-        f"{format_resources(q.get('used_by_others')) if q.get('used_by_others') else 'nothing'}; "
-        f"this job asks {format_resources(q.get('job'))}"
-    )
+    for line in answer_lines(answer):
+        console.print(line, soft_wrap=True, markup=False)
 
 
 def fauxmaster(

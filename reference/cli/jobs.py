@@ -104,16 +104,16 @@ def submit(
         raise typer.Exit(EXIT_USAGE) from None
     if dry_run:
         from reference.cli.faux import print_answer
+        from reference.cli.views import dry_run_title, would_not_fit
 
         with client(master, state_dir) as cell:
             answer = cell.request("POST", "/v1/jobs", json=spec.canonical(), params={"dry_run": "true"})
         if as_json:
             print_json(answer)
         else:
-            print_answer(answer, f"dry run of {spec.key} (revision {answer.get('revision')}): nothing was written")
-        waiting = len(answer.get("pending") or [])
-        if waiting:  # as `nomad job plan`: the exit code says whether the job fits
-            raise fail(f"{spec.key} would not fit: {waiting} of {spec.task_count} task(s) would stay PENDING")
+            print_answer(answer, dry_run_title(spec.key, answer))
+        if (why := would_not_fit(spec.key, answer, spec.task_count)) is not None:  # as `nomad job plan`: the exit code says it
+            raise fail(why)
         return
     with client(master, state_dir) as cell:
         answer = cell.submit(spec.canonical())

@@ -279,6 +279,42 @@ def resolved_line(answer: Mapping[str, Any], name: str) -> str:
     return f"{answer.get('name', name)} -> {answer.get('host')}:{answer.get('port')} ({answer.get('task', '?')}, {healthy})"
 
 
+def answer_lines(answer: Mapping[str, Any]) -> list[str]:
+    """A dry run's, a what-if's or a Fauxmaster run's answer, a line per move, placement,
+    pending task and preempted job, then the quota in words."""
+    lines = [f"  {m['task']}: {m['from']} -> {m['to']}" for m in answer.get("moves", [])]
+    for p in answer.get("placed", []):
+        also = f" (preempts {', '.join(p['preempts'])})" if p.get("preempts") else ""
+        lines.append(f"  {p['task']} -> {p['machine']}{also}")
+    lines += [f"  {p['task']} stays PENDING: {p['reason']}" for p in answer.get("pending", [])]
+    lines += [f"  preempts {v['tasks']} task(s) of {v['job']} at priority {v['priority']}" for v in answer.get("preempted", [])]
+    if "quota" in answer:
+        lines.append(f"  {quota_line(answer['quota'])}")
+    return lines
+
+
+def quota_line(q: Mapping[str, Any]) -> str:
+    """The quota a dry run would use, in words: 'quota: demo's batch quota cpu=12 ram=128MiB;
+    its other jobs there hold cpu=1 ram=64MiB; this job asks cpu=500m ram=32MiB'."""
+    limit = format_resources(q["quota"]) if q.get("quota") is not None else "unlimited"
+    return (
+        f"quota: {q['user']}'s {q['band']} quota {limit}; its other jobs there hold "
+        f"{format_resources(q.get('used_by_others')) if q.get('used_by_others') else 'nothing'}; "
+        f"this job asks {format_resources(q.get('job'))}"
+    )
+
+
+def dry_run_title(key: str, answer: Mapping[str, Any]) -> str:
+    return f"dry run of {key} (revision {answer.get('revision')}): nothing was written"
+
+
+def would_not_fit(key: str, answer: Mapping[str, Any], task_count: int) -> str | None:
+    """Why a dry run's job of `task_count` tasks would not fit (as `nomad job plan`, the exit
+    code says so), or None."""
+    waiting = len(answer.get("pending") or [])
+    return f"{key} would not fit: {waiting} of {task_count} task(s) would stay PENDING" if waiting else None
+
+
 def submitted_line(answer: Mapping[str, Any], *, color: bool = False) -> str:
     """`minborg job submit`: 'submitted demo/hello: 3 task(s) of cpu=100m ram=64MiB at priority 100 (revision 7)'."""
     spec = answer.get("job", {})

@@ -24,6 +24,14 @@ CRASHED = {"index": 0, "incarnation": 0, "state": "RUNNING", "machine": "b0", "j
            "crash_loop": {"kind": "exited", "text": "exit code 3; failure 1, next try in 1s"}}  # fmt: skip
 
 
+def dry_run_answer(doc: dict[str, Any]) -> dict[str, Any]:
+    """Task 0 placed; task 1, where the file has one, left pending."""
+    pending = [{"task": "demo/web/1#0", "reason": "0 of 1 machines fit: cpu"}] if doc["task_count"] > 1 else []
+    return {"dry_run": True, "job": "demo/web", "placed": [{"task": "demo/web/0#0", "machine": "b0", "preempts": []}],
+            "pending": pending, "preempted": [], "seed": 0, "revision": 9,
+            "quota": {"user": "demo", "band": "batch", "quota": None, "used_by_others": {}, "job": {"cpu": 200, "ram": 134217728}}}  # fmt: skip
+
+
 @pytest.fixture
 def master() -> Iterator[tuple[str, list[tuple[str, str, Any]]]]:
     sent: list[tuple[str, str, Any]] = []
@@ -48,7 +56,9 @@ def master() -> Iterator[tuple[str, list[tuple[str, str, Any]]]]:
             self.answer(200, json.dumps(CHANGED).encode())
 
         def do_POST(self) -> None:  # noqa: N802
-            self.body()
+            doc = self.body()
+            if self.path.endswith("?dry_run=true"):
+                return self.answer(200, json.dumps(dry_run_answer(doc)).encode())
             self.answer(201, json.dumps({"job": JOB, "revision": 9}).encode())
 
         def stream(self, messages: list[tuple[int, str, dict[str, Any]]]) -> None:
@@ -117,3 +127,24 @@ def test_job_submit_waits_and_fails_when_a_task_crash_loops(
     assert sent[-1][:2] == ("POST", "/v1/jobs")
     assert "task 0 exited: exit code 3" in said.out
     assert "task 0 of demo/web (incarnation 0) is in a crash loop" in said.err
+
+
+def test_job_submit_dry_run_prints_and_exits_as_the_full_command_line(
+    master: tuple[str, list[Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, sent = master
+    for text, code in ((FILE, 1), (FILE.replace("task_count: 2", "task_count: 1"), 0)):
+        args = ["job", "submit", "--dry-run", a_file(tmp_path, text), "--master", url]
+        assert cli_fast.run(args) == code
+        fast = capsys.readouterr()
+        assert sent[-1][:2] == ("POST", "/v1/jobs?dry_run=true"), sent[-1]
+        full = CliRunner().invoke(app, args)
+        assert (full.exit_code, fast.out) == (code, full.stdout)
+        assert "dry run of demo/web (revision 9): nothing was written" in fast.out
+        assert "demo/web/0#0 -> b0" in fast.out and "quota: demo's batch quota unlimited" in fast.out
+        if code:
+            assert "demo/web would not fit: 1 of 2 task(s) would stay PENDING" in fast.err
+            assert "demo/web/1#0 stays PENDING: 0 of 1 machines fit: cpu" in fast.out
+    assert cli_fast.run(["job", "submit", "--dry-run", "--json", a_file(tmp_path), "--master", url]) == 1
+    assert json.loads(capsys.readouterr().out)["pending"][0]["task"] == "demo/web/1#0"
+    assert all(m == "POST" for m, _, _ in sent) and not any(p == "/v1/jobs" for _, p, _ in sent), "nothing submitted"
