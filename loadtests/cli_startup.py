@@ -6,7 +6,7 @@
 Runs `python -c pass` (the interpreter's own start-up, the baseline), `minborg --help`,
 `--version`, `cell status`, `job list|show|update`, `job submit --detach` then `job kill` of a
 second job, `job submit --dry-run`, `job run` of a third job's file (the first run creates the
-job and waits for its task; every measured one finds it unchanged), `task list|show|logs`,
+job and waits for its task; every measured one finds it unchanged) and `job plan` of it, `task list|show|logs`,
 `machine list`, `events` and `bns resolve`, one after another, `--runs` times each (interleaved, so a burst of load on the
 machine hits all alike), each in a new process, and prints each one's median and p90 and its
 median over the baseline's, and beside them its median CPU (user + system: the command's own
@@ -71,6 +71,7 @@ def commands(job: str, cell: str, task_count: int, files: Path) -> dict[str, lis
         "minborg job kill": ["job", "kill", f"{user}/{name}-k"],
         "minborg job submit --dry-run": ["job", "submit", "--dry-run", str(other)],
         "minborg job run": ["job", "run", str(declared)],
+        "minborg job plan": ["job", "plan", str(declared)],  # after `job run`: "unchanged", exit 0
         "minborg task list": ["task", "list", job],
         "minborg task show": ["task", "show", job, "0"],
         "minborg task logs": ["task", "logs", job, "0"],

@@ -214,6 +214,16 @@ def job_update(a: Args) -> int:
     return 0
 
 
+def job_plan(a: Args) -> int:
+    """`job plan FILE`: the file PUT as a dry run, validated by the cell (cli/fastjobs.py)."""
+    from reference.cli import fastjobs
+
+    try:
+        return fastjobs.plan(a)
+    except fastjobs.Refused:
+        raise Fallback from None
+
+
 def job_kill(a: Args) -> int:
     key = a.job()
     with a.cell() as cell:
@@ -427,6 +437,7 @@ FAST: dict[tuple[str, ...], Fast] = {
     ("job", "show"): Fast(1, job_show, OUTPUT, ("--json",)),
     ("job", "submit"): Fast(1, job_submit, ("--wait-timeout",), ("--detach", "--wait", "--json", "--dry-run")),
     ("job", "run"): Fast(1, job_run, ("--timeout",), ("--detach", "-d", "--json")),
+    ("job", "plan"): Fast(1, job_plan, (), ("--json",)),
     ("job", "update"): Fast(1, job_update, ("--tasks",), ("--json",)),
     ("job", "kill"): Fast(1, job_kill, (), ("--json",)),
     ("task", "list"): Fast(1, task_list, OUTPUT, ("--json",)),

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # typing costs the fast path's start
 STEADY_S = 2.0
 WAIT_S = 300.0
 EXIT_FAILED = 1
+EXIT_PLAN_ERROR = 255  # cli/rollout.py's: neither "no change" (0) nor "would change" (1)
 
 
 class Refused(Exception):
@@ -134,6 +135,34 @@ def job_key(document: dict[str, Any]) -> str:
     return f"{user}/{name}"
 
 
+def put_file(cell: PlainCell, key: str, document: dict[str, Any], dry_run: bool) -> tuple[Any, dict[str, Any]]:
+    """(the job as the cell has it, None for a new one; the cell's answer to the file PUT)."""
+    try:
+        current = cell.request("GET", f"/v1/jobs/{key}").get("job")
+    except cellfile.ClientError as err:
+        if err.status != 404:
+            raise
+        current = None
+    return current, send(cell, "PUT", f"/v1/jobs/{key}" + ("?dry_run=true" if dry_run else ""), document)
+
+
+def plan(a: Args) -> int:
+    """`job plan FILE [--json]` (cli/rollout.py's): what `job run FILE` would change, written
+    nowhere; exit 0 for no change, 1 for a change, 255 for an error, as `nomad job plan`."""
+    from reference.cli.rolling import plan_text
+
+    document = read_job_file(a.positional[0])
+    key = job_key(document)
+    try:
+        with a.cell() as cell:
+            current, answer = put_file(cell, key, document, dry_run=True)
+    except cellfile.ClientError as err:
+        print(cli_plain.error_text(err), file=sys.stderr)
+        return EXIT_PLAN_ERROR
+    print(cli_plain.dump(answer, "json") if a.has("--json") else plan_text(answer, current))
+    return 0 if answer.get("unchanged") else 1
+
+
 def run(a: Args) -> int:
     """`job run FILE [--detach] [--timeout S] [--json]`: PUT of the whole file, then the
     rollout followed (cli/rollout.py's `run`)."""
@@ -144,13 +173,7 @@ def run(a: Args) -> int:
     wait_s = a.float_option("--timeout", WAIT_S)
     as_json, detach = a.has("--json"), a.has("--detach")
     with a.cell() as cell:
-        try:
-            current = cell.request("GET", f"/v1/jobs/{key}").get("job")
-        except cellfile.ClientError as err:
-            if err.status != 404:
-                raise
-            current = None
-        answer = send(cell, "PUT", f"/v1/jobs/{key}", document)
+        current, answer = put_file(cell, key, document, dry_run=False)
         print(cli_plain.dump(answer, "json") if as_json else plan_text(answer, current), flush=True)
         if answer.get("created") and not detach:
             count, revision = document.get("task_count", 1), answer.get("revision")  # 3 or 3.0, as the cell took it

@@ -44,6 +44,8 @@ def master() -> Iterator[tuple[str, list[tuple[str, str, Any]]]]:
 
         def do_GET(self) -> None:  # noqa: N802
             path = self.path.partition("?")[0]
+            if path == "/v1/jobs/demo/forbidden":
+                return self.answer(403, json.dumps({"detail": {"field": "user", "error": "not yours"}}).encode())
             if path == "/v1/jobs/demo/web/tasks":
                 return self.stream([(9, "ADDED", {"type": "ADDED", "task": CRASHED})])
             rollout = {"version": 2, "state": "complete", "stale": [], "down": []}
@@ -148,3 +150,21 @@ def test_job_submit_dry_run_prints_and_exits_as_the_full_command_line(
     assert cli_fast.run(["job", "submit", "--dry-run", "--json", a_file(tmp_path), "--master", url]) == 1
     assert json.loads(capsys.readouterr().out)["pending"][0]["task"] == "demo/web/1#0"
     assert all(m == "POST" for m, _, _ in sent) and not any(p == "/v1/jobs" for _, p, _ in sent), "nothing submitted"
+
+
+def test_job_plan_prints_and_exits_as_the_full_command_line(
+    master: tuple[str, list[Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, sent = master
+    args = ["job", "plan", a_file(tmp_path), "--master", url]
+    assert cli_fast.run(args) == 1  # something would change
+    fast = capsys.readouterr().out
+    assert sent[-1][:2] == ("PUT", "/v1/jobs/demo/web?dry_run=true"), sent[-1]
+    full = CliRunner().invoke(app, args)
+    assert (full.exit_code, fast) == (1, full.stdout)
+    assert "~ task_count: 1 -> 2" in fast
+    # The cell refuses: neither "no change" nor "would change".
+    refused = ["job", "plan", a_file(tmp_path, FILE.replace("name: web", "name: forbidden")), "--master", url]
+    assert cli_fast.run(refused) == 255
+    assert "not yours" in capsys.readouterr().err
+    assert CliRunner().invoke(app, refused).exit_code == 255
