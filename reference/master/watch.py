@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from reference.master import codec, views
 from reference.master.cache import WatchCache
-from reference.master.changes import Change, TooOld
+from reference.master.changes import Change, ChangeLog, TooOld
 
 POLL_S = 0.2
 BOOKMARK_EVERY_S = 5.0
@@ -90,7 +90,9 @@ def stream(
 ) -> Response:
     """A server-sent event stream of the changes `select` keeps, as `render` words them. With
     `tail`, the replay of what the log holds after `since` is only its newest `tail` messages,
-    found from the log's end (the older changes are not rendered); what comes next is whole."""
+    found from the log's end (the older changes are not rendered); what comes next is whole;
+    and a `since` older than the log is refused only where the log lacks some of those
+    (`replay_from`)."""
     since = _since(request, since)
     if (refused := refuse_out_of_bounds(timeout_s, since)) is not None:
         return refused
@@ -102,7 +104,7 @@ def stream(
         start = cell.revision
         first = list(initial()) if initial is not None else []
     try:
-        log.after(start)  # type: ignore[arg-type]
+        start = replay_from(log, start, tail, select, render)  # type: ignore[arg-type]
     except TooOld as old:
         return gone(old.revision, old.floor)
 
@@ -154,6 +156,22 @@ def stream(
     return StreamingResponse(
         body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
+
+
+def replay_from(log: ChangeLog, since: int, tail: int, select: Callable[[Change], bool],
+                render: Callable[[Change], Iterable[Message]]) -> int:  # fmt: skip
+    """Where a stream's replay starts: `since`, or TooOld for a `since` older than the log holds.
+    With `tail`, such a `since` starts from the log's floor when the log holds `tail` messages
+    after it anyway: the newest `tail` after `since` are then all there (anything older than
+    the floor is older than each of them), and `minborg events` (since 0) is answered at its
+    first request instead of after a 410."""
+    try:
+        log.after(since)
+    except TooOld as old:
+        if tail and len(newest(log.after(old.floor)[0], select, render, tail)) >= tail:
+            return old.floor
+        raise
+    return since
 
 
 def newest(changes: list[Change], select: Callable[[Change], bool], render: Callable[[Change], Iterable[Message]],

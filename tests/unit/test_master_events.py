@@ -277,3 +277,31 @@ def test_follow_asks_a_tail_of_its_first_replay_only() -> None:
 
     printed = follow(Cell(), "/v1/events", since=0, for_s=5.0, line=str, say=lambda _: None, follow=False, tail=3)
     assert printed == 2 and asked == [{"since": 0, "tail": 3}, {"since": 12, "tail": 3}, {"since": 13}]
+
+
+def test_a_tail_older_than_the_log_is_served_from_its_floor_only_when_the_log_holds_the_whole_tail() -> None:
+    import pytest
+
+    from reference.master.changes import Change, ChangeLog, TooOld
+    from reference.master.watch import replay_from
+
+    log = ChangeLog(max_changes=10)
+    for r in range(1, 21):  # revisions 11..20 kept, the floor at 10
+        log.record(Change(r, "job", f"u/j{r}", b"x", None))
+    assert log.floor == 10
+
+    def one(c: Change) -> list[tuple[str, int, dict]]:
+        return [("job", c.revision, {})]
+
+    def every(c: Change) -> bool:
+        return True
+
+    assert replay_from(log, 12, 0, every, one) == 12  # within the log: as asked
+    assert replay_from(log, 0, 5, every, one) == 10  # the newest 5 are all held
+    assert replay_from(log, 0, 10, every, one) == 10
+    with pytest.raises(TooOld):  # 11 asked, 10 held: the 11th newest may be one it lost
+        replay_from(log, 0, 11, every, one)
+    with pytest.raises(TooOld):  # no tail: every change after `since` was asked
+        replay_from(log, 0, 0, every, one)
+    with pytest.raises(TooOld):  # only 5 of the held changes are selected
+        replay_from(log, 0, 6, lambda c: c.revision % 2 == 0, one)
