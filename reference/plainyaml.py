@@ -70,7 +70,7 @@ class _Block:
     def node(self, i: int, indent: int) -> tuple[Any, int]:
         """The node whose first line is line i, at column `indent`; and the line after it."""
         body = self.lines[i][1]
-        if body == "-" or body.startswith("- "):
+        if _is_item(body):
             return self.sequence(i, indent)
         if _key(body) is not None:
             return self.mapping(i, indent)
@@ -81,7 +81,7 @@ class _Block:
 
     def sequence(self, i: int, indent: int) -> tuple[Any, int]:
         items = []
-        while self.indent(i) == indent and (self.lines[i][1] == "-" or self.lines[i][1].startswith("- ")):
+        while self.indent(i) == indent and _is_item(self.lines[i][1]):
             rest = self.lines[i][1][1:]
             if not rest.strip(" "):
                 item, i = self.nested(i + 1, indent)
@@ -99,7 +99,7 @@ class _Block:
         while self.indent(i) == indent:
             body = self.lines[i][1]
             found = _key(body)
-            if found is None or body == "-" or body.startswith("- "):
+            if found is None or _is_item(body):
                 raise Unread  # a line in a mapping that is no entry of it
             key, rest = found
             if rest:
@@ -107,7 +107,7 @@ class _Block:
                 i += 1
                 if self.indent(i) > indent:
                     raise Unread  # a scalar over several lines, or a value YAML refuses
-            elif self.indent(i + 1) == indent and (self.lines[i + 1][1] == "-" or self.lines[i + 1][1].startswith("- ")):
+            elif self.indent(i + 1) == indent and _is_item(self.lines[i + 1][1]):
                 value, i = self.sequence(i + 1, indent)  # a sequence may sit at its key's column
             else:
                 value, i = self.nested(i + 1, indent)
@@ -121,6 +121,11 @@ class _Block:
         if self.indent(i) > indent:
             return self.node(i, self.indent(i))
         return None, i
+
+
+def _is_item(body: str) -> bool:
+    """Whether the line is a block sequence's entry: `-` alone or before a space."""
+    return body == "-" or body.startswith("- ")
 
 
 def _key(body: str) -> tuple[Any, str] | None:
