@@ -102,8 +102,8 @@ def dry_run(a: Args, document: dict[str, Any]) -> int:
         print(cli_plain.paint(cli_views.dry_run_title(key, answer), "bold", sys.stdout.isatty() and cli_plain.color_on()))
         for line in cli_views.answer_lines(answer):
             print(line)
-    count = document.get("task_count", 1)  # 3 or 3.0, as the cell took it
-    why = cli_views.would_not_fit(key, answer, int(count) if isinstance(count, int | float) else 1)
+    count = task_count(document)
+    why = cli_views.would_not_fit(key, answer, 1 if count is None else count)
     return 0 if why is None else fail(why)
 
 
@@ -126,6 +126,12 @@ def submit(a: Args) -> int:
             return 0
         key = job.get("key") or f"{job.get('user')}/{job.get('name')}"
         return wait_for_start(cell, key, count, revision, wait_s, quiet=as_json)
+
+
+def task_count(document: dict[str, Any]) -> int | None:
+    """The file's task count as the cell took it (3 or 3.0; 1 when absent); None if not a number."""
+    count = document.get("task_count", 1)
+    return int(count) if isinstance(count, int | float) else None
 
 
 def job_key(document: dict[str, Any]) -> str:
@@ -176,9 +182,9 @@ def run(a: Args) -> int:
         current, answer = put_file(cell, key, document, dry_run=False)
         print(cli_plain.dump(answer, "json") if as_json else plan_text(answer, current), flush=True)
         if answer.get("created") and not detach:
-            count, revision = document.get("task_count", 1), answer.get("revision")  # 3 or 3.0, as the cell took it
-            if isinstance(count, int | float) and count and isinstance(revision, int):
-                return wait_for_start(cell, key, int(count), revision, wait_s, quiet=as_json)
+            count, revision = task_count(document), answer.get("revision")
+            if count and isinstance(revision, int):
+                return wait_for_start(cell, key, count, revision, wait_s, quiet=as_json)
             return 0
         if detach or answer.get("unchanged"):
             return 0
