@@ -159,3 +159,16 @@ def test_any_text_reads_the_same_or_is_left_to_pyyaml(body: list[str]) -> None:
                           st.sampled_from(["", "v", "1", "[a, b]", "{c: d}", "'q'", "yes", "# c"])), min_size=1, max_size=10))  # fmt: skip
 def test_block_shapes_read_the_same_or_are_left_to_pyyaml(shape: list[tuple[int, str, str]]) -> None:
     agrees("".join(" " * (2 * depth) + head + tail + "\n" for depth, head, tail in shape))
+
+
+def test_a_deeply_nested_file_is_left_to_pyyaml_which_refuses_it_in_words() -> None:
+    """A hostile job file nested thousands deep: no RecursionError escapes the lean reader, and
+    the file is refused as not YAML, not with a traceback."""
+    import pytest
+
+    flow = "a: " + "[" * 5000 + "]" * 5000 + "\n"
+    block = "".join(" " * depth + "k:\n" for depth in range(3000))
+    assert plainyaml.parse(flow) is plainyaml.UNREAD
+    assert plainyaml.parse(block) is plainyaml.UNREAD
+    with pytest.raises(jobtext.NotParsed, match="nesting depth"):
+        jobtext.parse(flow)
