@@ -26,6 +26,7 @@ a request is addressed to.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import hmac
 import json
@@ -53,6 +54,14 @@ SIGNATURE_HEADER = "X-Minborg-Channel-Signature"
 # more than the window (it obeyed by `skew_floor`). The master shows it on the machine.
 SKEW_HEADER = "X-Minborg-Channel-Skew"
 SCHEME = "v1="
+# On a request the borglet refuses: the cell asks it to stop its tasks (`StandDown`). Not
+# signed (the borglet cannot check anything of a master whose signature it refuses): it counts
+# only while no request it accepts comes between.
+STAND_DOWN_HEADER = "X-Minborg-Stand-Down"
+# How long a borglet must have refused every request, while asked to stand down, before it
+# stops its tasks. The leader waits twice this before it declares the machine down and starts
+# them elsewhere (shardreports.STAND_DOWN_WAIT_S).
+STAND_DOWN_S = 10.0
 
 
 class ChannelKeyError(ValueError):
@@ -337,6 +346,45 @@ def skew_floor(latest: float | None, window_s: float = WINDOW_S) -> float | None
     return latest - window_s
 
 
+class StandDown:
+    """When a borglet that refuses the cell stops its tasks.
+
+    A borglet whose channel key is not the cell's (a stale copy of the cell bundle, a key
+    replaced by hand) refuses every request of every master, so no master can tell it to stop
+    the tasks that the cell, which cannot manage them, starts elsewhere. The leader asks it to
+    stand down (the `X-Minborg-Stand-Down` header on the requests the borglet refuses) only when
+    every replica that polls the machine is refused while most of the cell's machines answer:
+    the fault is the borglet's, not a master's (shardreports.py). The borglet stops its tasks
+    once it has been asked for `after_s` with no request it accepted in between; an accepted
+    request, or `after_s` with no asking, starts the count again. The header carries no
+    signature: a process that reaches the borglet's port can ask too, but any request a master
+    gets through undoes it; docs/security.md says what that leaves open."""
+
+    def __init__(self, after_s: float = STAND_DOWN_S) -> None:
+        self.after_s = after_s
+        self.since: float | None = None  # the first asking refusal since the last accepted request
+        self.last: float | None = None  # the latest asking refusal
+        self.reason = ""  # why the borglet refused the latest asking request
+        self.stood_down = 0  # how many times it stopped its tasks
+
+    def accepted(self) -> None:
+        self.since = self.last = None
+
+    def refused(self, now: float, asked: bool, reason: str) -> bool:
+        """Take a refused request (`asked`: it carried the header); whether the borglet must
+        stand down now. It says so once per `after_s` of asking."""
+        if not asked:
+            return False
+        if self.since is None or self.last is None or now - self.last > self.after_s:
+            self.since = now
+        self.last, self.reason = now, reason
+        if now - self.since < self.after_s:
+            return False
+        self.since = now  # asked on: again only after another `after_s`
+        self.stood_down += 1
+        return True
+
+
 class Verifier:
     """ASGI middleware: every HTTP request but those to `open_paths` must be signed for
     `machine` with `key`, or it is answered 401 before the app sees it. The signing time must
@@ -347,7 +395,8 @@ class Verifier:
     def __init__(
         self, app: Callable[[Scope, Receive, Send], Awaitable[None]], key: bytes, machine: str, *,
         open_paths: Iterable[str] = ("/healthz", "/metrics"), clock: Callable[[], float] = time.time,
-        window_s: float = WINDOW_S,
+        window_s: float = WINDOW_S, on_stand_down: Callable[[str], None] | None = None,
+        stand_down_s: float = STAND_DOWN_S, monotonic: Callable[[], float] = time.monotonic,
     ) -> None:  # fmt: skip
         self.app, self.key, self.machine, self.clock, self.window_s = (
             app,
@@ -360,6 +409,10 @@ class Verifier:
         self.refused = 0  # requests answered 401
         self.latest: float | None = None  # the newest signing time accepted (the masters' clock)
         self.skew_s = 0.0  # this clock minus the last accepted signing time, when past the window
+        # Told once the cell has asked it to stand down for long enough (StandDown): it is
+        # called, in a worker thread, with why the borglet refuses.
+        self.on_stand_down, self.monotonic = on_stand_down, monotonic
+        self.stand_down = StandDown(stand_down_s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.open_paths:
@@ -371,8 +424,12 @@ class Verifier:
         )
         if problem is not None:
             self.refused += 1
+            asked = _header(scope, STAND_DOWN_HEADER) is not None
+            if self.stand_down.refused(self.monotonic(), asked, ": ".join(problem)) and self.on_stand_down is not None:
+                await asyncio.to_thread(self.on_stand_down, self.stand_down.reason)
             await refuse(send, *problem)
             return
+        self.stand_down.accepted()
         signed_at = _signed_at(scope)
         self.latest = signed_at if self.latest is None else max(self.latest, signed_at)
         self.skew_s = now - signed_at if abs(now - signed_at) > self.window_s else 0.0
@@ -390,11 +447,16 @@ class Verifier:
 
 
 def _signed_at(scope: Scope) -> float:
-    wanted = TIME_HEADER.lower().encode()
+    value = _header(scope, TIME_HEADER)
+    return math.nan if value is None else float(value)
+
+
+def _header(scope: Scope, name: str) -> str | None:
+    wanted = name.lower().encode()
     for k, v in scope["headers"]:
         if k.lower() == wanted:
-            return float(v.decode("latin-1"))
-    return math.nan
+            return v.decode("latin-1")
+    return None
 
 
 async def check_request(

@@ -13,6 +13,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# Why a task was killed when its borglet stood down (channel.StandDown): the cell asked, while
+# the borglet refused every one of its requests.
+STOOD_DOWN = "stood_down: the borglet refused every request of the cell, which asked it to stop its tasks"
+
 BACKOFF_INITIAL_S = 0.1
 BACKOFF_CAP_S = 10.0
 # A run at least this long counts as healthy: the next failure starts the backoff from scratch.

@@ -57,7 +57,9 @@ def make_app(
     reports = StateReports()
     app = FastAPI(title=f"minborg borglet {borglet.config.name}", lifespan=lifespan)
     if channel_key is not None:
-        app.add_middleware(channel.Verifier, key=channel_key, machine=borglet.config.name)
+        app.add_middleware(
+            channel.Verifier, key=channel_key, machine=borglet.config.name, on_stand_down=borglet.stand_down
+        )
 
     # Handlers are sync (def): FastAPI runs them in its thread pool, and the borglet's own lock
     # serializes them with the supervisor loop.

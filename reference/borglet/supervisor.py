@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from reference import channel
 from reference.borglet import containers as runtime
 from reference.borglet import decisions, processes, store
 from reference.borglet.config import MachineConfig
@@ -248,6 +249,22 @@ class Borglet(Starter):
             for pid in pids:
                 processes.signal_session(pid, signal.SIGKILL)
         self.release_groups()
+
+    def stand_down(self, why: str) -> None:
+        """Stop every task and forget the desired set: the cell has asked for
+        `channel.STAND_DOWN_S` while this borglet refused all its requests (`why`: the refusal),
+        and will start the tasks elsewhere (channel.StandDown). The next sync it accepts must
+        be a whole desired set; what it names is started again."""
+        with self._lock:
+            running = sum(1 for t in self.tasks.values() if not t.ended)
+            log.log(
+                logging.WARNING if running else logging.DEBUG, "every request of the cell has been refused for %.0f s, and the cell asks this borglet to stand "
+                "down: stopping its %d task(s). The refusal: %s", channel.STAND_DOWN_S, running, why,
+            )  # fmt: skip
+            self.table.kill_all(decisions.STOOD_DOWN, self.wall_clock())
+            self.table.desired = None
+            self._carry_out(self.table.take())
+        self.wake()
 
     def wake(self) -> None:
         """Have the supervisor loop make a pass now (a child exited, the desired set changed)."""

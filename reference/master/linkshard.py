@@ -112,6 +112,9 @@ class LinkShard:
         # cannot reach them (reach.py): name -> borglet address, as of the leader's last answer.
         self._extra: dict[str, str] = {}
         self._routes = Routes(name, os.environ.get(ROUTES_ENV, ""))
+        # Machines whose borglet the leader asks to stand down (shardreports._stand_downs), as
+        # of its last answer: each read of them carries channel.STAND_DOWN_HEADER.
+        self._stand_down: frozenset[str] = frozenset()
         self._sent_at = -math.inf  # when the leader last took a batch (a heartbeat, if empty)
         self._leader = ""
         self._term = 0  # the leader key's revision when _leader was read (Cell.leader_revision)
@@ -205,6 +208,8 @@ class LinkShard:
         headers = None
         if self.key is not None:
             headers = channel.sign(self.key, "GET", urlsplit(url).path.encode(), b"", machine, time.time())
+            if machine in self._stand_down:
+                headers[channel.STAND_DOWN_HEADER] = "1"
         return self._reads.get_json(url, headers)
 
     def _record(self, replies: list[tuple[str, int, dict[str, Any] | Refused | None]]) -> None:
@@ -272,6 +277,8 @@ class LinkShard:
             self._sent_at = self.clock()
             if isinstance(answer.get("poll"), dict):
                 self._extra = {str(m): str(a) for m, a in answer["poll"].items()}
+            stand_down = answer.get("stand_down")
+            self._stand_down = frozenset(map(str, stand_down)) if isinstance(stand_down, list) else frozenset()
             shardbook.whole_again(self._machines, answer.get("need_full") or [])
         return True
 

@@ -6,9 +6,12 @@ observer, so it slows down what it does about unreachable machines; here a machi
 down only when no replica that should reach it can:
 
 - Every replica's shard tells the leader, per machine it polls, the outcome of its last poll
-  (a `Sighting`): answered (a report, or a refusal: an answer all the same) or how many polls in
-  a row it missed. A shard sends a miss at once, so a replica heard from lately whose last word
-  on a machine was an answer still reaches it.
+  (a `Sighting`): answered (a report), refused (the borglet answered but refused the replica's
+  signature: alive, but no channel) or how many polls in a row it missed. A shard sends a miss
+  at once, so a replica heard from lately whose last word on a machine was an answer still
+  reaches it. A refusal hands the machine over as a miss does, so that another replica's
+  signature is tried, but it never counts towards down: what a machine refused by every
+  replica comes to is shardreports.py's (the borglet is asked to stand down first).
 - The owner (`shards.owner`) polls a machine alone while it answers. Once the owner misses it,
   the machine is handed to every replica (`pollers`): each polls it too, and the owner goes on
   polling to see it come back; once the owner answers again, it polls alone again.
@@ -35,6 +38,7 @@ class Sighting:
 
     answered: bool
     misses: int = 0  # polls in a row without an answer (0 when answered)
+    refused: str = ""  # the borglet answered but refused this replica's requests: why
 
 
 @dataclass(frozen=True)

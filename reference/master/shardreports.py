@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from reference import channel
 from reference.master import intake, pollclock, reports, shards
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft, MachineInfo
@@ -36,6 +37,11 @@ log = logging.getLogger(__name__)
 # as stopped: longer than a borglet's kill of its tasks on exit (3 s of grace, 2 s more).
 DEPARTED_SILENT_S = 10.0
 SENT_KEPT = 16  # syncs of a machine whose tasks are kept for the reports that will name them
+# How long the leader asks a borglet that refuses every replica to stand down before it declares
+# the machine down and starts its tasks elsewhere: twice the borglet's own wait
+# (channel.STAND_DOWN_S), which leaves its kill grace (3 s) and a poll or two of slack, so the
+# old copies are stopped before the new ones start.
+STAND_DOWN_WAIT_S = 2 * channel.STAND_DOWN_S
 
 
 @dataclass
@@ -111,6 +117,9 @@ class ShardReports:
             down_after=down_after, vouch_s=3 * interval + 2.0, grace_s=(down_after + 3) * interval + 2.0
         )
         self._refusing: dict[str, str] = {}  # machine -> why its borglet refuses the cell, as recorded
+        # machine -> since when (this clock) its borglet, refusing every replica, is asked to
+        # stand down (`_stand_downs`)
+        self._standing_down: dict[str, float] = {}
         self.shard_batches = 0
 
     def accept(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -179,7 +188,11 @@ class ShardReports:
             log.info("misses not recorded: %s", err)
             poll = {}
         self._wake.set()
-        return {"need_full": need_full, "poll": poll}
+        answer: dict[str, Any] = {"need_full": need_full, "poll": poll}
+        with self._lock:
+            if self._standing_down:
+                answer["stand_down"] = sorted(self._standing_down)
+        return answer
 
     def _reach(
         self, shard: str, missed: dict[str, int], refused: dict[str, str], cell: Cell
@@ -197,10 +210,47 @@ class ShardReports:
         for name, verdict in verdicts.items():
             if verdict.down:
                 self._mark_down(name, verdict.reason)
+        for name, why in self._stand_downs(refused, cell).items():
+            self._mark_down(name, why)
         return {
             n: cell.machines[n].address
             for n, v in verdicts.items()
             if shard in v.pollers[1:] and n in cell.machines and cell.machines[n].address
+        }
+
+    def _stand_downs(self, refused: dict[str, str], cell: Cell) -> dict[str, str]:
+        """Which borglets are asked to stand down, and which machines to declare down now
+        (name -> reason).
+
+        A borglet refused by every replica that polls it (a second replica's signature tried
+        too) while most of the cell's machines answer is the one at fault: a key that is not
+        the cell's. No master can tell it to stop its tasks, so it is asked to stop them itself
+        (`channel.StandDown`, the header the shards add), and the machine is declared down
+        `STAND_DOWN_WAIT_S` later, once they are stopped: its tasks then start elsewhere and
+        none runs twice. When half the cell's machines or more refuse, the fault is more likely
+        the masters' (their key): nobody is asked, and a machine asked before is asked no more;
+        the machines stay up, their tasks unmanaged but not stopped."""
+        now = self.clock()
+        with self._lock:
+            vouching = self._sightings.vouching(now, cell.replicas)
+            for name in [*refused, *self._standing_down]:
+                if name not in cell.state.machines or not self._sightings.refused_by_all(name, vouching):
+                    self._standing_down.pop(name, None)
+                else:
+                    self._standing_down.setdefault(name, now)
+            refusing = sum(1 for n in self._refusing if n in cell.state.machines)
+            if self._standing_down and 2 * refusing >= len(cell.state.machines):
+                log.warning(
+                    "%d of %d machines refuse the cell: not asking any to stand down (the masters' key may be at fault)",
+                    refusing, len(cell.state.machines),
+                )  # fmt: skip
+                self._standing_down.clear()
+            due = [n for n, since in self._standing_down.items() if now - since >= STAND_DOWN_WAIT_S]
+            whys = {n: self._refusing.get(n, "") for n in due}
+        return {
+            n: f"its borglet refused every replica for {STAND_DOWN_WAIT_S:.0f} s and was asked to stop its tasks "
+            f"(the refusal: {why or 'unknown'}): starting them elsewhere"
+            for n, why in whys.items()
         }
 
     def _note_refusal(self, name: str, reason: str) -> None:
@@ -274,6 +324,7 @@ class ShardReports:
         with self._lock:
             self._silent_since.pop(name, None)
             self._refusing.pop(name, None)
+            self._standing_down.pop(name, None)
         cell = self.cache.cell()
         outcome = reports.map_reply(cell, name, reply, ids)
         self.usage.update(outcome.usage)

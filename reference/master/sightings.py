@@ -6,7 +6,7 @@ No I/O and no clock of its own: the poller holds it under its lock and passes th
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Mapping
 
 from reference.master import reach
 
@@ -32,27 +32,26 @@ class Sightings:
         self,
         shard: str,
         missed: dict[str, int],
-        refused: Iterable[str],
+        refused: Mapping[str, str],
         *,
         machines: Collection[str],
         replicas: Collection[str],
         now: float,
         leader: str | None = None,
     ) -> dict[str, reach.Verdict]:
-        """Take a shard's misses and refusals (a refusal is an answer: alive) and judge the
-        machines missed or handed over (`reach.judge`: down only when no replica that can
-        vouch reaches it). `machines` are the cell's, `replicas` the registered ones."""
+        """Take a shard's misses and refusals (name -> why) and judge the machines missed,
+        refused or handed over (`reach.judge`: down only when no replica that can vouch reaches
+        it; a refusal hands the machine over but never takes it down). `machines` are the
+        cell's, `replicas` the registered ones."""
         if shard:
             self.heard[shard] = now
         for name, misses in missed.items():
             self.said.setdefault(name, {})[shard] = reach.Sighting(False, misses)
-        for name in refused:
-            self.answered(name, shard)
-        vouching = [r for r, at in self.heard.items() if now - at <= self.vouch_s and r in replicas]
-        if shard and shard not in vouching:
-            vouching.append(shard)  # this replica, before its registration shows
+        for name, why in refused.items():
+            self.said.setdefault(name, {})[shard] = reach.Sighting(False, 0, why or "refused")
+        vouching = self.vouching(now, replicas, shard)
         verdicts: dict[str, reach.Verdict] = {}
-        for name in {n for n in (*missed, *self.handed) if n in machines}:
+        for name in {n for n in (*missed, *refused, *self.handed) if n in machines}:
             verdict = reach.judge(
                 name, vouching, self.said.get(name, {}), self.down_after,
                 handed_at=self.handed.get(name), now=now, grace_s=self.grace_s, leader=leader,
@@ -74,6 +73,23 @@ class Sightings:
                 for said in self.said.values():
                     said.pop(r, None)
         return verdicts
+
+    def vouching(self, now: float, replicas: Collection[str], shard: str = "") -> list[str]:
+        """The registered replicas heard from lately (and `shard`, the one speaking now, before
+        its registration shows)."""
+        out = [r for r, at in self.heard.items() if now - at <= self.vouch_s and r in replicas]
+        if shard and shard not in out:
+            out.append(shard)
+        return out
+
+    def refused_by_all(self, machine: str, vouching: Collection[str]) -> str:
+        """Why `machine`'s borglet refuses, when every replica of `vouching` that said anything
+        of it last said it was refused, and they are at least two (or the only one there is):
+        a second replica's signature was tried too. "" otherwise."""
+        said = [s for r, s in self.said.get(machine, {}).items() if r in vouching]
+        if not said or any(not s.refused for s in said) or len(said) < min(2, len(vouching)):
+            return ""
+        return said[-1].refused
 
     def carrier(self, machine: str, owner: str, now: float, leader: str | None = None) -> str:
         """The replica whose shard carries syncs to `machine`: its owner, unless the owner

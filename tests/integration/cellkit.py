@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from reference import procscan
 from reference.borglet.taskusers import task_python
 from reference.launcher import cpubudget
 from reference.launcher.testcell import REPO, LocalCell, Proc, wait_for
 
-__all__ = ["NEEDS_CPU_GROUPS", "REPO", "TASK_PYTHON", "LocalCell", "Proc", "hello_job", "sleeper_job", "wait_for"]
+__all__ = [
+    "NEEDS_CPU_GROUPS", "REPO", "TASK_PYTHON", "LocalCell", "Proc", "doubles", "hello_job", "sleeper_job", "wait_for",
+]  # fmt: skip
 
 # The Python tasks run: one their job users' uids may run (a root borglet runs tasks as those).
 TASK_PYTHON = task_python()
@@ -21,6 +26,19 @@ TASK_PYTHON = task_python()
 NEEDS_CPU_GROUPS = pytest.mark.skipif(
     cpubudget.unusable() is not None, reason=f"no CPU groups here: {cpubudget.unusable()}"
 )
+
+
+def doubles(workdir: Path) -> dict[tuple[str, int], set[str]]:
+    """Task indices with more than one live incarnation or placement among the processes of
+    the cell in `workdir` (scanned in /proc): index -> "incarnation@placement" of each."""
+    from spec.taskid import parse_task_id
+
+    by_index: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for p in procscan.scan(workdir):
+        if p.task_id:
+            job, index, inc, placement = parse_task_id(p.task_id)
+            by_index[(job, index)].add(f"{inc}@{placement}")
+    return {k: v for k, v in by_index.items() if len(v) > 1}
 
 
 def hello_job(name: str = "hello", user: str = "alice", count: int = 2, **extra: Any) -> dict[str, Any]:

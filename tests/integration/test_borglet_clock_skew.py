@@ -13,15 +13,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from reference import procscan
 from reference.cli.views import machine_rows
-from spec.taskid import parse_task_id
-from tests.integration.cellkit import LocalCell, sleeper_job, wait_for
+from tests.integration.cellkit import LocalCell, doubles, sleeper_job, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -29,14 +26,6 @@ LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 OBSERVE_S = 10.0
 BOUND_S = 15.0  # restart to the old copies killed: the borglet heard again, then its kill grace
 
-
-def _doubles(workdir: Path) -> dict[tuple[str, int], set[str]]:
-    by_index: dict[tuple[str, int], set[str]] = defaultdict(set)
-    for p in procscan.scan(workdir):
-        if p.task_id:
-            job, index, inc, placement = parse_task_id(p.task_id)
-            by_index[(job, index)].add(f"{inc}@{placement}")
-    return {k: v for k, v in by_index.items() if len(v) > 1}
 
 
 @pytest.mark.skipif(not os.path.exists(LIBFAKETIME), reason="no libfaketime: apt-get install -y faketime")
@@ -65,12 +54,12 @@ def test_a_borglet_60_s_ahead_comes_back_says_why_and_nothing_runs_twice_past_th
         text = wait_for(reason, 20, "the machine up again, its reason the skew")
         assert "60 s ahead of the master's" in text
         # The old copies are gone within the bound, and nothing runs twice after it.
-        wait_for(lambda: not _doubles(cell.workdir) or None, BOUND_S, "the old copies killed")
+        wait_for(lambda: not doubles(cell.workdir) or None, BOUND_S, "the old copies killed")
         assert time.monotonic() - restarted <= BOUND_S
         end = time.monotonic() + OBSERVE_S
         while time.monotonic() < end:
             assert cell.get("/v1/cell")["machines"] == {"up": 2, "down": 0}
-            assert not _doubles(cell.workdir), _doubles(cell.workdir)
+            assert not doubles(cell.workdir), doubles(cell.workdir)
             time.sleep(0.5)
         wait_for(lambda: cell.running("bob", "steady", 4), 30, "4 tasks running")
         columns, rows = machine_rows(cell.get("/v1/machines")["machines"])

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,11 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from reference import launcher, procscan
+from reference import launcher
 from reference.master.linkshard import ROUTES_ENV
 from reference.ports import HOST, free_port
-from spec.taskid import parse_task_id
-from tests.integration.cellkit import LocalCell, sleeper_job, wait_for
+from tests.integration.cellkit import LocalCell, doubles, sleeper_job, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -58,15 +56,6 @@ def _answers(api: str) -> bool | None:
         return None
 
 
-def _doubles(workdir: Path) -> dict[tuple[str, int], set[str]]:
-    """Task indices with more than one live incarnation or placement among the cell's processes."""
-    by_index: dict[tuple[str, int], set[str]] = defaultdict(set)
-    for p in procscan.scan(workdir):
-        if p.task_id:
-            job, index, inc, placement = parse_task_id(p.task_id)
-            by_index[(job, index)].add(f"{inc}@{placement}")
-    return {k: v for k, v in by_index.items() if len(v) > 1}
-
 
 def _shares(cell: LocalCell) -> dict[str, int]:
     out = {}
@@ -86,8 +75,8 @@ def _watch(cell: LocalCell, seconds: float, what: str, seen: dict[str, Any]) -> 
     while time.monotonic() < end:
         machines = cell.get("/v1/cell")["machines"]
         assert machines == {"up": 3, "down": 0}, f"{what}: {machines}"
-        doubles = _doubles(cell.workdir)
-        assert not doubles, f"{what}: task indices run twice: {doubles}"
+        twice = doubles(cell.workdir)
+        assert not twice, f"{what}: task indices run twice: {twice}"
         if what == "cut":
             seen["max_total_share"] = max(seen.get("max_total_share", 0), sum(_shares(cell).values()))
         time.sleep(0.5)

@@ -244,3 +244,74 @@ def test_an_answer_within_the_window_carries_no_skew_header() -> None:
     client, _ = verified_app(clock=NOW + 5)
     answer = client.post("/v1/sync", content=BODY, headers=channel.to_machine("m1"), auth=channel.ClientAuth(KEY, clock=lambda: NOW))
     assert answer.status_code == 200 and channel.SKEW_HEADER not in answer.headers
+
+
+# --- standing down: a borglet that refuses the cell stops its tasks when asked long enough ----------
+
+
+def test_stand_down_needs_the_asking_for_its_whole_wait_with_nothing_accepted_between() -> None:
+    sd = channel.StandDown(after_s=10)
+    assert not any(sd.refused(t, asked=False, reason="x") for t in range(0, 30))  # never asked
+    assert not any(sd.refused(t, asked=True, reason="key") for t in range(100, 110))
+    assert sd.refused(110, asked=True, reason="key") and sd.reason == "key"
+    assert not sd.refused(111, asked=True, reason="key")  # said once, again only after another wait
+    assert sd.refused(120, asked=True, reason="key") and sd.stood_down == 2
+    # An accepted request between undoes the asking: a master gets through.
+    sd = channel.StandDown(after_s=10)
+    for t in range(200, 209):
+        assert not sd.refused(t, asked=True, reason="key")
+    sd.accepted()
+    assert not any(sd.refused(t, asked=True, reason="key") for t in range(209, 219))
+    # A gap in the asking longer than the wait starts the count again.
+    sd = channel.StandDown(after_s=10)
+    assert not sd.refused(300, asked=True, reason="key")
+    assert not sd.refused(315, asked=True, reason="key")
+    assert not sd.refused(324, asked=True, reason="key")
+    assert sd.refused(325, asked=True, reason="key")
+
+
+def _standing_app(monotonic: list[float]) -> tuple[TestClient, list[str]]:
+    told: list[str] = []
+    app = FastAPI()
+
+    @app.get("/v1/state")
+    def state() -> dict[str, int]:
+        return {"ok": 1}
+
+    app.add_middleware(
+        channel.Verifier, key=KEY, machine="m1", clock=lambda: NOW, on_stand_down=told.append,
+        monotonic=lambda: monotonic[0],
+    )  # fmt: skip
+    return TestClient(app), told
+
+
+def _get(client: TestClient, key: bytes, asked: bool) -> int:
+    headers = channel.sign(key, "GET", b"/v1/state", b"", "m1", NOW)
+    if asked:
+        headers[channel.STAND_DOWN_HEADER] = "1"
+    return client.get("/v1/state", headers=headers).status_code
+
+
+def test_a_borglet_refusing_the_cells_key_stands_down_once_asked_for_the_wait() -> None:
+    clock = [0.0]
+    client, told = _standing_app(clock)
+    for second in range(int(channel.STAND_DOWN_S) + 1):
+        clock[0] = float(second)
+        assert _get(client, OTHER_KEY, asked=True) == 401  # still refused: standing down is no pass
+    assert len(told) == 1 and "X-Minborg-Channel-Signature" in told[0]
+
+
+def test_asking_without_the_key_cannot_stand_down_a_borglet_its_masters_reach() -> None:
+    # Another process on the network sends refused requests that ask; the masters' signed
+    # polls get through every second between them: nothing is stopped.
+    clock = [0.0]
+    client, told = _standing_app(clock)
+    for second in range(3 * int(channel.STAND_DOWN_S)):
+        clock[0] = float(second)
+        assert _get(client, OTHER_KEY, asked=True) == 401
+        assert _get(client, KEY, asked=False) == 200
+    # Refusals that do not ask (a wrong key, no stand-down asked) stop nothing either.
+    for second in range(3 * int(channel.STAND_DOWN_S)):
+        clock[0] = 100.0 + second
+        assert _get(client, OTHER_KEY, asked=False) == 401
+    assert told == []

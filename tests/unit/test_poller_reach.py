@@ -145,3 +145,107 @@ def test_a_borglet_refusing_every_request_is_never_down_and_its_reason_is_record
         assert len(written) == 1
     finally:
         poller._pool.shutdown(wait=False)
+
+
+# --- a borglet that refuses every replica: asked to stand down, then down ---------------------------
+
+KEY_REASON = "X-Minborg-Channel-Signature: the signature does not match: signed with another key"
+
+
+def _cell_of_three() -> tuple[Poller, list[str], _Clock, list[str]]:
+    """A leader r1 over three machines, m1 to m3; `downs` lists the machines marked down."""
+    machines = {m: SimpleNamespace(up=True) for m in ("m1", "m2", "m3")}
+    cell = SimpleNamespace(
+        state=SimpleNamespace(machines=machines),
+        machines={m: MachineInfo(address=f"http://b/{m}") for m in machines},
+        replicas={r: f"http://{r}" for r in R},
+        leader="r1=http://r1",
+    )
+    clock = _Clock()
+    poller = Poller(SimpleNamespace(cell=lambda: cell), None, cell_name="c", master_name="r1", epoch=1, down_after=3, clock=clock, link=SimpleNamespace(owner=lambda m: reach.ranked(m, R, "r1")[0]))  # type: ignore[arg-type]
+    downs: list[str] = []
+    reasons: list[str] = []
+
+    def mark_down(name: str, reason: str) -> None:
+        if machines[name].up:
+            downs.append(name)
+            reasons.append(reason)
+        machines[name].up = False
+
+    poller._mark_down = mark_down  # type: ignore[method-assign]
+    poller._answer = lambda name, report, ids: None  # type: ignore[method-assign]
+    poller.writer = SimpleNamespace(mutate=lambda change: None)  # type: ignore[assignment]
+    poller.reasons = reasons  # type: ignore[attr-defined]
+    return poller, downs, clock, reasons
+
+
+def _word(shard: str, refused: dict[str, str], answered: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "shard": shard, "missed": {}, "refused": refused,
+        "reports": {m: {"version": 1, "report": {"tasks": []}} for m in answered},
+    }  # fmt: skip
+
+
+def test_a_borglet_refusing_every_replica_is_asked_to_stand_down_then_declared_down() -> None:
+    from reference.master.shardreports import STAND_DOWN_WAIT_S
+
+    poller, downs, clock, reasons = _cell_of_three()
+    try:
+        for r in R:
+            poller.accept(_word(r, {}, answered=("m2", "m3")))
+        asked_at = None
+        for second in range(int(STAND_DOWN_WAIT_S) + 5):
+            clock.now += 1
+            for r in R:  # every replica's signature is refused by m1's borglet, said once (news)
+                refused = {"m1": KEY_REASON} if second == 0 else {}
+                answer = poller.accept(_word(r, refused, answered=("m2", "m3")))
+                if "m1" in answer.get("stand_down", ()) and asked_at is None:
+                    asked_at = clock.now
+            if downs:
+                break
+        assert asked_at is not None and downs == ["m1"]
+        # Down no sooner than the wait after it was first asked: the borglet's tasks are stopped by then.
+        assert clock.now - asked_at >= STAND_DOWN_WAIT_S
+        assert "refused every replica" in reasons[0] and "another key" in reasons[0]
+        # It answers again (its key put right): asked no more.
+        clock.now += 1
+        answer = poller.accept(_word("r2", {}, answered=("m1", "m2", "m3")))
+        assert "stand_down" not in answer
+    finally:
+        poller._pool.shutdown(wait=False)
+
+
+def test_a_replica_with_the_wrong_key_takes_nothing_down_and_asks_nothing() -> None:
+    # Only the owner of m1 is refused (its own key is wrong); the others reach m1.
+    poller, downs, clock, _ = _cell_of_three()
+    owner = reach.ranked("m1", R, "r1")[0]
+    try:
+        for _ in range(int(3 * channel_wait())):
+            clock.now += 1
+            for r in R:
+                refused = {"m1": KEY_REASON} if r == owner else {}
+                answered = ("m2", "m3") if r == owner else ("m1", "m2", "m3")
+                answer = poller.accept(_word(r, refused, answered=answered))
+                assert "stand_down" not in answer
+        assert downs == []
+    finally:
+        poller._pool.shutdown(wait=False)
+
+
+def test_half_the_cell_refusing_is_the_masters_fault_nobody_is_asked_nothing_down() -> None:
+    poller, downs, clock, _ = _cell_of_three()
+    try:
+        for _ in range(int(3 * channel_wait())):
+            clock.now += 1
+            for r in R:
+                answer = poller.accept(_word(r, {"m1": KEY_REASON, "m2": KEY_REASON}, answered=("m3",)))
+                assert "stand_down" not in answer
+        assert downs == []
+    finally:
+        poller._pool.shutdown(wait=False)
+
+
+def channel_wait() -> float:
+    from reference.master.shardreports import STAND_DOWN_WAIT_S
+
+    return STAND_DOWN_WAIT_S
