@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, MutableMapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from reference.jobspec import JobSpec
@@ -85,12 +85,36 @@ class TaskInfo:
 
     def with_history(self, state: str, at: float, reason: str) -> TaskInfo:
         entries = (*self.history, (state, at, reason))[-HISTORY_LIMIT:]
-        return replace(self, history=entries)
+        return self.evolve(history=entries)
+
+    def evolve(self, **changes: Any) -> TaskInfo:
+        """`dataclasses.replace(self, **changes)`, without its walk of every field and its
+        `__init__`: a copy of the fields with `changes`. A submit of 10,000 tasks makes
+        20,000 of these (its event, then its history entry): `replace` was a third of it."""
+        fields = self.__dict__
+        if not changes.keys() <= fields.keys():
+            raise TypeError(f"TaskInfo has no field {sorted(changes.keys() - fields.keys())[0]!r}")
+        new = object.__new__(TaskInfo)
+        object.__setattr__(new, "__dict__", {**fields, **changes})
+        return new
 
 
 # The facts of a task no borglet has reported on yet: one shared value (TaskInfo is frozen),
 # not a new one per lookup; replies of every machine are mapped against it each poll.
 NO_TASK_INFO = TaskInfo()
+
+_TASK_INFO_FIELDS = frozenset(f.name for f in fields(TaskInfo))
+
+
+def task_info_of(values: dict[str, Any]) -> TaskInfo:
+    """`TaskInfo(**values)` for a dict naming every field (the decoder's: each replica decodes
+    every task record written), without `__init__`'s per-field work: a sixth of the time.
+    `values` becomes the object's own: the caller hands it over."""
+    if values.keys() != _TASK_INFO_FIELDS:
+        raise TypeError(f"TaskInfo fields differ: {sorted(values.keys() ^ _TASK_INFO_FIELDS)}")
+    info = object.__new__(TaskInfo)
+    object.__setattr__(info, "__dict__", values)
+    return info
 
 
 @dataclass(frozen=True)
@@ -318,7 +342,7 @@ class Draft:
         if event is None:
             return info
         pending = info.pending if task.state is TaskState.PENDING else ""
-        return replace(info, events=events.append(info.events, self.now, [event]), pending=pending)
+        return info.evolve(events=events.append(info.events, self.now, [event]), pending=pending)
 
     def task_info(self, tid: TaskId) -> TaskInfo:
         return self.tasks.get(tid) or NO_TASK_INFO

@@ -22,10 +22,12 @@ import functools
 import json
 from typing import Any
 
+import orjson
+
 from reference import fastjson
 from reference.jobspec import JobSpec
 from reference.master.access import UserRecord
-from reference.master.cell import JobInfo, MachineInfo, TaskInfo
+from reference.master.cell import JobInfo, MachineInfo, TaskInfo, task_info_of
 from spec.model import (
     Alloc,
     AppClass,
@@ -93,7 +95,17 @@ class Keys:
 
 
 def dumps(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    """A record's JSON, its keys sorted, compact: orjson's, a tenth of the standard library's
+    time. orjson writes NaN and Infinity as null and refuses integers beyond 64 bits, where the
+    standard library writes what `loads` reads back as it was: a record whose JSON holds a
+    null (a value of None, or one of those) is written by the standard library, as before."""
+    try:
+        out = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        out = b"null"
+    if b"null" in out:
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return out
 
 
 def loads(raw: bytes) -> dict[str, Any]:
@@ -248,15 +260,17 @@ TASK_DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 
 
+# (field, its default, the default's type): a field holding its default is left out of the record.
+_DEFAULTS = tuple((k, d, type(d)) for k, d in TASK_DEFAULTS.items())
+
+
 def encode_task(t: Task, info: TaskInfo) -> bytes:
-    return dumps({k: v for k, v in _task_doc(t, info).items() if not _is_default(k, v)})
-
-
-def _is_default(field: str, value: Any) -> bool:
-    if field not in TASK_DEFAULTS:
-        return False
-    default = TASK_DEFAULTS[field]
-    return value is None if default is None else type(value) is type(default) and value == default
+    doc = _task_doc(t, info)
+    for field, default, kind in _DEFAULTS:
+        value = doc[field]
+        if (value is None) if default is None else (value.__class__ is kind and value == default):
+            del doc[field]
+    return dumps(doc)
 
 
 def _task_doc(t: Task, info: TaskInfo) -> dict[str, Any]:
@@ -328,26 +342,26 @@ def decode_task(raw: bytes) -> tuple[Task, TaskInfo]:
         template=str(d["template"]),
         down_for=str(d["down_for"]),
     )
-    info = TaskInfo(
-        port=int(d["port"]),
-        healthy=d["healthy"],
-        restarts=int(d["restarts"]),
-        borglet_state=d["borglet_state"],
-        started_at=float(d["started_at"]),
-        seen=bool(d["seen"]),
-        placement=int(d["placement"]),
-        reason=d["reason"],
-        usage=tuple(sorted(d["usage"].items())),
-        history=tuple((h[0], float(h[1]), h[2]) for h in d["history"]),
-        draining_since=float(d["draining_since"]),
-        pid=int(d["pid"] or 0),
-        machine=d["last_machine"] or "",
-        events=tuple((int(e[0]), float(e[1]), str(e[2]), str(e[3])) for e in d["events"]),
-        pending=d["pending"],
-        failures=int(d["failures"] or 0),
-        retry_at=float(d["retry_at"] or 0.0),
-        last_exit=str(d["last_exit"] or ""),
-    )
+    info = task_info_of({
+        "port": int(d["port"]),
+        "healthy": d["healthy"],
+        "restarts": int(d["restarts"]),
+        "borglet_state": d["borglet_state"],
+        "started_at": float(d["started_at"]),
+        "seen": bool(d["seen"]),
+        "placement": int(d["placement"]),
+        "reason": d["reason"],
+        "usage": tuple(sorted(d["usage"].items())),
+        "history": tuple((h[0], float(h[1]), h[2]) for h in d["history"]),
+        "draining_since": float(d["draining_since"]),
+        "pid": int(d["pid"] or 0),
+        "machine": d["last_machine"] or "",
+        "events": tuple((int(e[0]), float(e[1]), str(e[2]), str(e[3])) for e in d["events"]),
+        "pending": d["pending"],
+        "failures": int(d["failures"] or 0),
+        "retry_at": float(d["retry_at"] or 0.0),
+        "last_exit": str(d["last_exit"] or ""),
+    })  # fmt: skip
     return task, info
 
 

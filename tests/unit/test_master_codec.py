@@ -97,3 +97,54 @@ def test_alloc_round_trip_and_key() -> None:
     assert codec.decode_alloc(codec.encode_alloc(a)) == a
     # The key ends with the spec's name, so a deleted key names the alloc it removes.
     assert codec.Keys("c1").alloc(a.name) == "/minborg/c1/state/allocs/alice/logs/2"
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"retry_at": float("inf")},  # orjson would write null: the standard library keeps it
+        {"started_at": float("nan")},
+        {"reason": "naïve — 日本 \u2028 \x00 \"quoted\" null"},  # non-ASCII, a NUL, the word null
+        {"usage": (("cpu_milli", 2**70),)},  # beyond 64 bits: orjson refuses it
+        {"history": (("PENDING", 1e16, "x"), ("RUNNING", 1e-7, "y"))},
+    ],
+)
+def test_a_record_reads_back_as_written_whatever_encoder_wrote_it(odd: dict) -> None:
+    t = Task(TaskId("alice/web", 0, 0), TaskState.PENDING, priority=100, request=Resources.of(cpu=10))
+    info = TaskInfo(**odd)
+    raw = codec.encode_task(t, info)
+    back = codec.decode_task(raw)[1]
+    for field, value in odd.items():
+        got = getattr(back, field)
+        if isinstance(value, float) and value != value:  # NaN
+            assert got != got
+        else:
+            assert got == value, (field, got, value)
+    # The same document as the standard library's encoding of it, key for key.
+    doc = json.loads(raw)
+    assert list(doc) == sorted(doc)
+
+
+def test_evolve_is_replace() -> None:
+    from dataclasses import replace
+
+    info = TaskInfo(port=1, history=(("PENDING", 1.0, "a"),))
+    assert info.evolve(port=2, reason="r") == replace(info, port=2, reason="r")
+    assert info.evolve() == info and info.evolve() is not info
+    with pytest.raises(TypeError, match="no field 'prot'"):
+        info.evolve(prot=2)
+
+
+def test_task_info_of_is_the_constructor_and_names_a_missing_or_extra_field() -> None:
+    from dataclasses import asdict
+
+    from reference.master.cell import task_info_of
+
+    info = TaskInfo(port=3, history=(("PENDING", 1.0, "a"),), retry_at=2.5)
+    assert task_info_of(asdict(info)) == info
+    values = asdict(info)
+    del values["port"]
+    with pytest.raises(TypeError, match="port"):
+        task_info_of(values)
+    with pytest.raises(TypeError, match="colour"):
+        task_info_of({**asdict(info), "colour": 1})
