@@ -64,3 +64,37 @@ def test_a_borglet_with_another_key_stops_its_old_copies_within_the_bound(tmp_pa
         assert "refuses this cell's requests" in machine.get("reason", ""), machine
         log = Path(stale.log).read_text(errors="replace")
         assert "asks this borglet to stand down" in log
+
+
+def _placed(task: dict) -> tuple:
+    return task["index"], task["incarnation"], task["machine"], task["started_at"]
+
+
+def test_asking_a_borglet_its_masters_reach_to_stand_down_stops_nothing(tmp_path: Path) -> None:
+    """The attack on the unsigned header: a process on the network without the key asks a
+    borglet to stand down, five times a second for 2.5 times the wait, while the masters poll
+    it. Every request is refused, and the masters' signed polls in between undo the asking:
+    no task is stopped or moved, and the machine stays up."""
+    import httpx
+
+    with LocalCell(tmp_path, masters=1, borglets=3) as cell:
+        cell.wait_leader()
+        assert cell.submit(sleeper_job("steady", count=6)).status_code == 201
+        before = {_placed(t) for t in wait_for(lambda: cell.running("bob", "steady", 6), 60, "6 tasks running")}
+        target = cell.borglets[0]
+        forged_key = bytes(range(channel.KEY_BYTES))
+        answers: list[int] = []
+        end = time.monotonic() + 2.5 * channel.STAND_DOWN_S
+        with httpx.Client(timeout=2) as client:
+            while time.monotonic() < end:
+                headers = channel.sign(forged_key, "GET", b"/v1/state", b"", target.name, time.time())
+                headers[channel.STAND_DOWN_HEADER] = "1"
+                answers.append(client.get(f"{target.url}/v1/state", headers=headers).status_code)
+                time.sleep(0.2)
+        assert answers and set(answers) == {401}, answers
+        time.sleep(2)  # a poll or two after the last forged request
+        after = {_placed(t) for t in cell.running("bob", "steady", 6) or []}
+        assert after == before, (before, after)
+        assert not doubles(cell.workdir)
+        assert cell.get("/v1/cell")["machines"] == {"up": 3, "down": 0}
+        assert "stand down" not in Path(target.log).read_text(errors="replace")
