@@ -22,6 +22,7 @@ from chaos import cellfile, jobs
 from chaos.history import HistoryFile, Op, Outcome, read_result
 from reference.cellfile import auth_headers, read_admin_token
 from reference.launcher import CellInfo, Role
+from reference.master.forward import DEADLINE_HEADER
 from spec.taskid import running_twice
 
 STATE_DIR = os.environ.get("CHAOS_STATE_DIR", ".minborg")
@@ -37,6 +38,7 @@ HISTORY = HistoryFile(RUN_DIR / "history.jsonl")
 # that answered, whatever it showed.
 FLOOR = {"revision": 0}
 MIN_REVISION_HEADER = "X-Minborg-Min-Revision"
+READ_TIMEOUT_S = 3.0  # an attempt with no answer by then is given up and tried on the next master
 _INFO = CellInfo.load(STATE_DIR)
 ADMIN = auth_headers(read_admin_token(_INFO.state_dir))  # every simulated client is the cell's admin
 _ids = itertools.count()
@@ -100,9 +102,14 @@ class KVUser(User):
             url = self.urls[self.turn % len(self.urls)]
             self.turn += 1
             floor = FLOOR["revision"]
-            headers = {MIN_REVISION_HEADER: str(floor)} if method == "GET" else None
+            if method == "GET":
+                headers = {MIN_REVISION_HEADER: str(floor)}
+            else:
+                # This attempt is given up after its read timeout, and perhaps retried on another
+                # master: a copy of it that reaches a master later must not be made.
+                headers = {DEADLINE_HEADER: f"{time.time() + READ_TIMEOUT_S:.3f}"}
             try:
-                response = self.http.request(method, url + path, json=body, headers=headers, timeout=(1.0, 3.0))
+                response = self.http.request(method, url + path, json=body, headers=headers, timeout=(1.0, READ_TIMEOUT_S))
             except requests.RequestException as err:
                 error = f"{url}: {type(err).__name__}"
                 # Refused or unconnected: the request never left; anything else may have.

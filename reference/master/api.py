@@ -40,7 +40,7 @@ from reference.master import allocs as alloc_sets
 from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.contract import detail
-from reference.master.forward import Forwarder
+from reference.master.forward import DEADLINE_HEADER, Forwarder, late
 from reference.master.linkshard import RELAY_PATH, REPORTS_PATH, replica_peer
 from reference.master.machines import MachineBody, capacity_error, machine_from_body
 from reference.master.mutations import ApiError, remove_machine
@@ -183,6 +183,8 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
         The handler stays on the event loop: the writer's thread commits the change (with
         whatever else is queued) and calls back. Handing each write to the thread pool
         instead cost a thread hop per request (docs/decisions.md)."""
+        if (refused := late(request.headers.get(DEADLINE_HEADER), time.time())) is not None:
+            return refused  # held up on the way (a partition): its client may have retried since
         if not replica.is_leader:
             return await run_in_threadpool(forwarder.forward, request, payload)
         loop = asyncio.get_running_loop()

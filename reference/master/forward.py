@@ -14,12 +14,20 @@ finishes the answer to every request it has read before it shuts down; so a requ
 that close was never read, and sending it again cannot apply it twice. (A leader that died
 while handling it refuses the fresh connection, and the client gets the 503 as before.) Any
 other failure, a timeout above all, may follow a write the leader made: it is not retried.
+
+Every forward carries a deadline (`DEADLINE_HEADER`): a partition can hold a forward for
+seconds and deliver it, by TCP's retransmission or by the send once more above, after its
+client gave up and retried the write on another master. The leader refuses a write that reaches
+it after its deadline (`late`, in api.py's `write`), so the copy held up is not made after the
+retry and the writes the client made since.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -35,6 +43,18 @@ log = logging.getLogger(__name__)
 
 FORWARD_TIMEOUT_S = 10.0
 HOP_HEADER = "X-Minborg-Forwarded-By"
+# A write's deadline, in seconds since the epoch: a master that gets it later answers 503 and
+# makes nothing (`late`). A client may set it; a follower sets it on every write it forwards,
+# to when it got the write plus FORWARD_BUDGET_S, or the client's if sooner.
+DEADLINE_HEADER = "X-Minborg-Deadline"
+# How long a forwarded write may take to reach the leader. A forward held up by a partition
+# and delivered after its client gave up (and perhaps retried the write elsewhere, where it was
+# made) must not be made a second time, after writes the client made since: a DELETE of a job
+# by name would kill the job submitted again under that name. Under the 3 s after which the
+# register clients of the chaos suite retry, and under the command line's; a forward takes
+# milliseconds when nothing is cut. Measured on the masters' clocks, which must agree within
+# a second for it to hold (docs/decisions.md).
+FORWARD_BUDGET_S = 2.0
 REVISION_HEADER = "X-Minborg-Revision"
 # What of the leader's answer goes back to the client (WWW-Authenticate with a 401).
 FORWARDED_BACK = ("x-minborg-revision", "retry-after", "www-authenticate")
@@ -60,6 +80,7 @@ class Forwarder:
             # leader to be refused there with a 422, not fail to encode here.
             body = None if payload is None else json.dumps(payload)
             headers = {HOP_HEADER: self.replica.name, "content-type": "application/json"}
+            headers[DEADLINE_HEADER] = f"{forward_deadline(request.headers.get(DEADLINE_HEADER), time.time()):.3f}"
             # The caller's token goes along: the leader checks who asks, as this replica did.
             if (auth := request.headers.get("authorization")) is not None:
                 headers["Authorization"] = auth
@@ -132,6 +153,40 @@ def send_once_more_if_unread(
     # The pool's other idle connections to the leader may be as stale: a fresh one for sure.
     with httpx.Client(timeout=http.timeout, verify=channel.peer_verify()) as fresh:
         return fresh.request(method, url, content=body, headers=headers)
+
+
+def deadline_of(header: str | None) -> float | None:
+    """A write's deadline from its header: None when there is none or it is no finite number."""
+    if header is None:
+        return None
+    try:
+        value = float(header)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def forward_deadline(client_header: str | None, now: float) -> float:
+    """The deadline a follower puts on a write it forwards at `now`: its budget, or the
+    client's own deadline where that is sooner."""
+    own = now + FORWARD_BUDGET_S
+    theirs = deadline_of(client_header)
+    return own if theirs is None else min(own, theirs)
+
+
+def late(header: str | None, now: float) -> JSONResponse | None:
+    """The 503 for a write whose deadline (`header`) passed before it reached this master at
+    `now`; None when it has none or is in time. The write is not made: the client may retry."""
+    deadline = deadline_of(header)
+    if deadline is None or now <= deadline:
+        return None
+    return JSONResponse(
+        status_code=503,
+        content={"detail": [{"field": DEADLINE_HEADER, "error": (
+            f"this write reached the master {now - deadline:.1f} s after its deadline: it was not made; retry"
+        )}]},
+        headers={"Retry-After": "1"},
+    )  # fmt: skip
 
 
 def _unavailable(error: str) -> JSONResponse:

@@ -80,3 +80,31 @@ def test_answers_without_a_revision_do_not_wait() -> None:
         cache = SlowCache(to=42)
         r = forwarder(cache, status=status, revision=revision).forward(post(), {})
         assert r.status_code == status and cache.waited == []
+
+
+# --- a write's deadline: a forward held up past it is not made -------------------------------------
+
+
+def test_a_forward_carries_a_deadline_of_its_budget_or_the_clients_if_sooner() -> None:
+    seen: list[httpx.Request] = []
+    f = forwarder(SlowCache(to=1))
+    f.http = httpx.Client(transport=httpx.MockTransport(lambda req: seen.append(req) or httpx.Response(201, json={})))
+    before = time.time()
+    f.forward(post(), {"name": "x"})
+    stamped = float(seen[-1].headers[forward.DEADLINE_HEADER])
+    assert before + forward.FORWARD_BUDGET_S - 0.001 <= stamped <= time.time() + forward.FORWARD_BUDGET_S + 0.001  # to the ms
+    # The client's own deadline, when sooner, is kept.
+    sooner = Request({"type": "http", "method": "POST", "path": "/v1/jobs", "query_string": b"",
+                      "headers": [(b"x-minborg-deadline", f"{before + 0.5:.3f}".encode())]})  # fmt: skip
+    f.forward(sooner, {"name": "x"})
+    assert float(seen[-1].headers[forward.DEADLINE_HEADER]) == round(before + 0.5, 3)
+
+
+def test_late_refuses_past_the_deadline_and_ignores_what_is_no_deadline() -> None:
+    assert forward.late(None, 100.0) is None
+    assert forward.late("100.0", 100.0) is None  # at the deadline: in time
+    for junk in ("nan", "inf", "-inf", "soon", ""):
+        assert forward.late(junk, 100.0) is None
+    refused = forward.late("98.5", 100.0)
+    assert refused is not None and refused.status_code == 503
+    assert b"1.5 s after its deadline: it was not made" in refused.body
