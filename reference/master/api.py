@@ -183,10 +183,11 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
         The handler stays on the event loop: the writer's thread commits the change (with
         whatever else is queued) and calls back. Handing each write to the thread pool
         instead cost a thread hop per request (docs/decisions.md)."""
-        if (refused := late(request.headers.get(DEADLINE_HEADER), time.time())) is not None:
+        received = time.time()
+        if (refused := late(request.headers.get(DEADLINE_HEADER), received)) is not None:
             return refused  # held up on the way (a partition): its client may have retried since
         if not replica.is_leader:
-            return await run_in_threadpool(forwarder.forward, request, payload)
+            return await run_in_threadpool(forwarder.forward, request, payload, received)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Any] = loop.create_future()
 

@@ -66,7 +66,9 @@ class Forwarder:
         self.replica = replica
         self.http = httpx.Client(timeout=httpx.Timeout(FORWARD_TIMEOUT_S, connect=1.0), verify=channel.peer_verify())
 
-    def forward(self, request: Request, payload: Any) -> Response:
+    def forward(self, request: Request, payload: Any, received: float | None = None) -> Response:
+        """The leader's answer to the write `request` (body `payload`), which this replica got at
+        `received` (now if not given): its deadline counts from then."""
         leader = self.replica.leader()
         if leader is None or leader.name == self.replica.name or request.headers.get(HOP_HEADER):
             # No leader, or the key still names us after we stepped down, or the leader we
@@ -80,7 +82,8 @@ class Forwarder:
             # leader to be refused there with a 422, not fail to encode here.
             body = None if payload is None else json.dumps(payload)
             headers = {HOP_HEADER: self.replica.name, "content-type": "application/json"}
-            headers[DEADLINE_HEADER] = f"{forward_deadline(request.headers.get(DEADLINE_HEADER), time.time()):.3f}"
+            got_at = time.time() if received is None else received
+            headers[DEADLINE_HEADER] = f"{forward_deadline(request.headers.get(DEADLINE_HEADER), got_at):.3f}"
             # The caller's token goes along: the leader checks who asks, as this replica did.
             if (auth := request.headers.get("authorization")) is not None:
                 headers["Authorization"] = auth
