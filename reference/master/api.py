@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,7 +41,7 @@ from reference.master import allocs as alloc_sets
 from reference.master import watch as watches
 from reference.master.cell import Draft
 from reference.master.contract import detail
-from reference.master.forward import DEADLINE_HEADER, Forwarder, late
+from reference.master.forward import DEADLINE_HEADER, HOP_HEADER, Forwarder, late
 from reference.master.linkshard import RELAY_PATH, REPORTS_PATH, replica_peer
 from reference.master.machines import MachineBody, capacity_error, machine_from_body
 from reference.master.mutations import ApiError, remove_machine
@@ -49,6 +50,8 @@ from reference.master.readgate import ReadGate
 from reference.master.replica import Replica
 from reference.master.writer import NotLeader, WriteFailed
 from reference.scheduler.wire import PLANS_PATH, plan_from_json
+
+log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = "1"
 EVENTS = jobroutes.EVENTS
@@ -185,7 +188,10 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
         instead cost a thread hop per request (docs/decisions.md)."""
         received = time.time()
         if (refused := late(request.headers.get(DEADLINE_HEADER), received)) is not None:
-            return refused  # held up on the way (a partition): its client may have retried since
+            # Held up on the way (a partition): its client may have retried it since.
+            log.info("%s %s refused: it came after its deadline (%s)", request.method, request.url.path,
+                     f"forwarded by {request.headers[HOP_HEADER]}" if HOP_HEADER in request.headers else "from a client")
+            return refused
         if not replica.is_leader:
             return await run_in_threadpool(forwarder.forward, request, payload, received)
         loop = asyncio.get_running_loop()
