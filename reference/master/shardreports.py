@@ -255,7 +255,8 @@ class ShardReports:
 
     def _note_refusal(self, name: str, reason: str) -> None:
         """Show on the machine why its borglet refuses the cell (once per reason). The machine
-        answered: it is not down, and its tasks are not started elsewhere (docs/decisions.md)."""
+        answered: it is not down, and its tasks are not started elsewhere, unless its borglet
+        refuses every replica and stands down (`_stand_downs`, docs/decisions.md)."""
         with self._lock:
             if self._refusing.get(name) == reason:
                 return
