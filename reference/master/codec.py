@@ -22,8 +22,6 @@ import functools
 import json
 from typing import Any
 
-import orjson
-
 from reference import fastjson
 from reference.jobspec import JobSpec
 from reference.master.access import UserRecord
@@ -95,14 +93,12 @@ class Keys:
 
 
 def dumps(doc: dict[str, Any]) -> bytes:
-    """A record's JSON, its keys sorted, compact: orjson's, a tenth of the standard library's
-    time. orjson writes NaN and Infinity as null and refuses integers beyond 64 bits, where the
-    standard library writes what `loads` reads back as it was: a record whose JSON holds a
-    null (a value of None, or one of those) is written by the standard library, as before."""
-    try:
-        out = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        out = b"null"
+    """A record's JSON, its keys sorted, compact: `fastjson.dumps` (orjson's, a tenth of the
+    standard library's time; the standard library's for an integer beyond 64 bits). orjson
+    writes NaN and Infinity as null, where the standard library writes what `loads` reads back
+    as it was: a record whose JSON holds a null (a value of None, or one of those) is written
+    by the standard library, as before."""
+    out = fastjson.dumps(doc, sort_keys=True)
     if b"null" in out:
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
     return out

@@ -13,6 +13,7 @@ from reference import procscan
 from reference.borglet.taskusers import task_python
 from reference.launcher import cpubudget
 from reference.launcher.testcell import REPO, LocalCell, Proc, wait_for
+from spec.taskid import parse_task_id
 
 __all__ = [
     "NEEDS_CPU_GROUPS", "REPO", "TASK_PYTHON", "LocalCell", "Proc", "doubles", "hello_job", "sleeper_job", "wait_for",
@@ -31,8 +32,6 @@ NEEDS_CPU_GROUPS = pytest.mark.skipif(
 def doubles(workdir: Path) -> dict[tuple[str, int], set[str]]:
     """Task indices with more than one live incarnation or placement among the processes of
     the cell in `workdir` (scanned in /proc): index -> "incarnation@placement" of each."""
-    from spec.taskid import parse_task_id
-
     by_index: dict[tuple[str, int], set[str]] = defaultdict(set)
     for p in procscan.scan(workdir):
         if p.task_id:
