@@ -61,11 +61,13 @@ class Layered(Mapping[K, V]):
         over = self._over
         if over is None:
             return self._base
-        merged = {k: over.get(k, v) for k, v in self._base.items()}
+        # A copy of the base (one C-level copy), then the layer over it: a key the base holds
+        # keeps its place, a new one goes last in the layer's order, a removed one goes.
+        merged = self._base.copy()
         for k, v in over.items():
             if v is _GONE:
                 merged.pop(k, None)
-            elif k not in self._base:
+            else:
                 merged[k] = v
         self._base = merged
         self._over = None
