@@ -267,6 +267,8 @@ class Term:
         self.crashes = CrashMemory()  # task::machine pairings that crashed lately (scheduler/pairing.py)
         self.templates: dict[str, str] = {}  # each job's template as this term last saw it (rollout.new_versions)
         self._scheduler_heard = -float("inf")
+        self._plans_in_flight = 0  # scheduler plans being committed now
+        self._plans_lock = threading.Lock()
         self.scheduler_name = ""  # the scheduler process whose plan came last
         self.proposals = {"plans": 0, "placed": 0, "conflicts": 0}
         self.poller = Poller(
@@ -362,8 +364,10 @@ class Term:
             self._on_pass(time.perf_counter() - started, placed)
 
     def scheduler_active(self) -> bool:
-        """Whether a scheduler process plans for this cell (it was heard from lately)."""
-        return time.monotonic() - self._scheduler_heard < self.SCHEDULER_GRACE_S
+        """Whether a scheduler process plans for this cell: a plan of its is being committed, or
+        it was heard from lately (a large plan's commit can outlast the grace; the term must not
+        plan beside it while it does)."""
+        return self._plans_in_flight > 0 or time.monotonic() - self._scheduler_heard < self.SCHEDULER_GRACE_S
 
     def accept_plan(self, plan: Plan, by: str = "") -> dict[str, Any]:
         """Commit a scheduler process's plan: each placement with its preemptions only if every
@@ -377,6 +381,16 @@ class Term:
         `schedulerd.process.HEARTBEAT_S` keeps them fresh."""
         self._scheduler_heard = time.monotonic()
         self.scheduler_name = by
+        with self._plans_lock:
+            self._plans_in_flight += 1
+        try:
+            return self._accept_plan(plan)
+        finally:
+            with self._plans_lock:
+                self._plans_in_flight -= 1
+            self._scheduler_heard = time.monotonic()  # the grace counts from the answer too
+
+    def _accept_plan(self, plan: Plan) -> dict[str, Any]:
         if not plan.placements and not plan.unschedulable:
             answer: dict[str, Any] = {"placed": 0, "conflicts": 0, "revision": self.cache.revision}
         else:

@@ -21,8 +21,9 @@ the scheduler's next pass. Here:
   with room, each victim still running there): optimistic concurrency. A placement that fails
   that check is a conflict; its task stays PENDING and is planned again.
 - While the leader hears from a scheduler process (a plan, or an empty one as a heartbeat,
-  every `HEARTBEAT_S`), it leaves scheduling to it and keeps restarts, rolling updates and
-  polling; when it has heard nothing for `Term.SCHEDULER_GRACE_S`, it schedules again itself.
+  every `HEARTBEAT_S`, idle or in the middle of a long pass), or commits a plan of its, it
+  leaves scheduling to it and keeps restarts, rolling updates and polling; when it has heard
+  nothing for `Term.SCHEDULER_GRACE_S`, it schedules again itself.
 
 `cached.CachedCell` is the `CellSource` of a real cell (a watch cache of etcd, the class every
 master replica keeps) and `cached.HttpLeader` the `Leader` (a signed POST); `main` wires them.

@@ -82,6 +82,9 @@ class SchedulerProcess:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        self._beat = threading.Thread(target=self._beat_while_planning, name="scheduler-beat", daemon=True)
+        self._last_sent = 0.0  # when the last proposal (a plan or a heartbeat) was answered
+        self._planning: View | None = None  # the view a pass plans on, while it does
         self.unschedulable = SetAside()
         self.passes = 0
         self.proposed = {"plans": 0, "placements": 0, "placed": 0, "conflicts": 0, "refused": 0}
@@ -94,6 +97,7 @@ class SchedulerProcess:
         self.cell.on_change(lambda _rev: self._wake.set())
         self.election.start()
         self._thread.start()
+        self._beat.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -103,6 +107,7 @@ class SchedulerProcess:
         except StoreError as err:
             log.info("resign failed: %s", err)
         self._thread.join(5)
+        self._beat.join(5)
         self.cell.stop()
         self.leader.close()
 
@@ -118,19 +123,28 @@ class SchedulerProcess:
     # --- the loop ------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        last_sent = 0.0
         while not self._stop.is_set():
             self._wake.wait(HEARTBEAT_S)
             self._wake.clear()
             if not self._active.is_set():
                 continue
             try:
-                sent = self.step(heartbeat=time.monotonic() - last_sent >= HEARTBEAT_S)
+                self.step(heartbeat=time.monotonic() - self._last_sent >= HEARTBEAT_S)
             except Exception:  # one bad pass must not end scheduling
                 log.exception("scheduling pass failed")
-                sent = False
-            if sent:
-                last_sent = time.monotonic()
+
+    def _beat_while_planning(self) -> None:
+        """While a pass plans (a large one takes seconds), tell the leader this process is
+        there every HEARTBEAT_S, as the idle loop does: a leader that heard nothing for its
+        grace would plan the same tasks itself, inside its one writer."""
+        while not self._stop.wait(HEARTBEAT_S):
+            view = self._planning
+            if view is None or not self._active.is_set() or time.monotonic() - self._last_sent < HEARTBEAT_S:
+                continue
+            try:
+                self._propose(view, None)
+            except Exception:  # a failed heartbeat is the next one's to make up
+                log.exception("heartbeat during a pass failed")
 
     def step(self, heartbeat: bool = False) -> bool:
         """One pass: plan what is pending and propose it; with `heartbeat`, propose even an
@@ -146,10 +160,14 @@ class SchedulerProcess:
             return False  # the leader's crashing pairings come first: its answer to an empty plan holds them
         plan = None
         if to_plan:
-            plan = plan_for(
-                view.state, self.config, seed=self.passes, pending_ids=to_plan,
-                running_ids=view.running, images=view.images, crashes=self.crashes,
-            )  # fmt: skip
+            self._planning = view
+            try:
+                plan = plan_for(
+                    view.state, self.config, seed=self.passes, pending_ids=to_plan,
+                    running_ids=view.running, images=view.images, crashes=self.crashes,
+                )  # fmt: skip
+            finally:
+                self._planning = None
             self.passes += 1
             self.proposed["placements"] += len(plan.placements)
         answer = self._propose(view, plan)
@@ -177,6 +195,7 @@ class SchedulerProcess:
             self.proposed["refused"] += 1
             log.info("the leader refused the plan: %d %s", status, str(answer)[:200])
             return None
+        self._last_sent = time.monotonic()
         self.proposed["plans"] += 1
         self.proposed["placed"] += int(answer.get("placed") or 0)
         self.proposed["conflicts"] += int(answer.get("conflicts") or 0)

@@ -9,6 +9,8 @@ through the plan's JSON and back.
 
 from __future__ import annotations
 
+import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 
 from reference.master.cell import Cell
 from reference.master.leader import LeaderConfig, Term
+from reference.scheduler.plan import Placement, Plan
 from reference.scheduler.wire import crashes_from_json, crashes_to_json, plan_from_json
 from reference.schedulerd.process import SchedulerProcess
 from spec.actions import machine_add, submit
@@ -102,3 +105,33 @@ def test_crashes_cross_the_wire_and_a_malformed_row_is_named() -> None:
     assert crashes_from_json(None) == {}
     with pytest.raises(ValueError, match="a crash is"):
         crashes_from_json([["alice/web", "0", "m1", 3]])
+
+
+def test_a_plan_whose_commit_outlasts_the_grace_keeps_the_term_from_planning_beside_it() -> None:
+    """A plan of 10,000 placements takes seconds to commit on a busy leader; the term's own
+    pass must not count that time as silence and plan the same tasks inside the writer."""
+    cell = two_machines()
+    term, writer = term_on(cell)
+    term.SCHEDULER_GRACE_S = 0.05
+    committing, release = threading.Event(), threading.Event()
+    plain = writer.mutate
+
+    def slow_mutate(change: Any) -> tuple[Any, int]:
+        committing.set()
+        release.wait(5)
+        return plain(change)
+
+    writer.mutate = slow_mutate  # type: ignore[method-assign]
+    plan = Plan(placements=[Placement(TASK, "m1")])
+    answered: list[dict[str, Any]] = []
+    t = threading.Thread(target=lambda: answered.append(term.accept_plan(plan, by="s0")))
+    t.start()
+    assert committing.wait(5)
+    time.sleep(0.2)  # four graces
+    assert term.scheduler_active() is True  # the plan is still being committed
+    release.set()
+    t.join(5)
+    assert answered and answered[0]["placed"] == 1
+    assert term.scheduler_active() is True  # heard at the answer, not only at the request
+    time.sleep(0.2)
+    assert term.scheduler_active() is False  # and silence after it counts as before

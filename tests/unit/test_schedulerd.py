@@ -3,11 +3,14 @@ interfaces, faked here: what it plans, what it proposes, and what it waits for."
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 from reference.scheduler.setaside import plannable
+from reference.schedulerd import process as proc_mod
 from reference.schedulerd.process import SchedulerProcess, View
 from spec.actions import machine_add, submit
 from spec.model import CellState, Machine, Resources
@@ -111,3 +114,35 @@ def test_a_task_whose_job_record_has_not_arrived_is_left_for_a_later_pass() -> N
     # The watch cache's work set narrows what is looked at.
     first = min(state.tasks)
     assert plannable(state, {first}) == {first}
+
+
+def test_a_long_pass_sends_heartbeats_while_it_plans(monkeypatch: Any) -> None:
+    """A pass over 10,000 pending tasks takes seconds: the leader, hearing nothing for its
+    grace, would plan the same tasks itself. While a pass plans, empty plans go out every
+    HEARTBEAT_S; an idle moment sends none from the beat (the loop's own heartbeat does)."""
+    planning, done = threading.Event(), threading.Event()
+    real = proc_mod.plan_for
+
+    def slow_plan(*args: Any, **kwargs: Any) -> Any:
+        planning.set()
+        time.sleep(4 * proc_mod.HEARTBEAT_S)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(proc_mod, "plan_for", slow_plan)
+    leader = FakeLeader()
+    p, _ = process(View(revision=40, state=pending_state(), leader=LEADER, capacity_epoch=3), leader)
+    p._active.set()
+    beat = threading.Thread(target=p._beat_while_planning, daemon=True)
+    beat.start()
+    try:
+        threading.Thread(target=lambda: (p.step(), done.set()), daemon=True).start()
+        assert planning.wait(5) and done.wait(10)
+        empties = [d for d in leader.docs[1:-1] if d["plan"] == {}]  # between the first ask and the plan
+        assert len(empties) >= 2, leader.docs
+        assert leader.docs[-1]["plan"]["placements"]  # the plan itself still goes out
+        sent = len(leader.docs)
+        time.sleep(3 * proc_mod.HEARTBEAT_S)
+        assert len(leader.docs) == sent  # no pass, no beat
+    finally:
+        p._stop.set()
+        beat.join(5)
