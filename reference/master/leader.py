@@ -180,6 +180,10 @@ def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
     return placed, conflicts
 
 
+# A scheduler plan is committed this many placements a write at most (about 0.1 s of the
+# writer's time each on an idle host): a write queued meanwhile waits for one part, not the plan.
+PLAN_CHUNK = 1000
+
 MARKED = 1e-9  # the least retry_at written: > 0 marks a death as counted (a cell clock may start at 0)
 
 
@@ -394,7 +398,16 @@ class Term:
         if not plan.placements and not plan.unschedulable:
             answer: dict[str, Any] = {"placed": 0, "conflicts": 0, "revision": self.cache.revision}
         else:
-            (placed, conflicts), revision = self.writer.mutate(lambda d: commit(d, plan))
+            placed = conflicts = revision = 0
+            # A large plan goes in as several writes, so that what clients queued meanwhile (a
+            # submit, a kill) is committed between them rather than behind the whole plan.
+            parts = [plan.placements[i : i + PLAN_CHUNK] for i in range(0, len(plan.placements), PLAN_CHUNK)]
+            for part in parts[:-1]:
+                (p, c), revision = self.writer.mutate(lambda d, part=part: commit_plan(d, Plan(placements=part)))
+                placed, conflicts = placed + p, conflicts + c
+            last = Plan(placements=parts[-1] if parts else [], unschedulable=plan.unschedulable)
+            (p, c), revision = self.writer.mutate(lambda d: commit(d, last))
+            placed, conflicts = placed + p, conflicts + c
             self.proposals["plans"] += 1
             self.proposals["placed"] += placed
             self.proposals["conflicts"] += conflicts

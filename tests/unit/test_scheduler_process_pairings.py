@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from reference.master import leader as leader_mod
 from reference.master.cell import Cell
 from reference.master.leader import LeaderConfig, Term
-from reference.scheduler.plan import Placement, Plan
+from reference.scheduler.plan import Placement, Plan, Reason, Unschedulable
 from reference.scheduler.wire import crashes_from_json, crashes_to_json, plan_from_json
 from reference.schedulerd.process import SchedulerProcess
 from spec.actions import machine_add, submit
@@ -135,3 +136,39 @@ def test_a_plan_whose_commit_outlasts_the_grace_keeps_the_term_from_planning_bes
     assert term.scheduler_active() is True  # heard at the answer, not only at the request
     time.sleep(0.2)
     assert term.scheduler_active() is False  # and silence after it counts as before
+
+
+def test_a_large_plan_is_committed_in_parts_so_a_queued_write_goes_between(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan of more than PLAN_CHUNK placements goes in as several writes, the reasons of
+    what found no place with the last: a submit queued meanwhile waits for one part, not for
+    the whole plan. Every placement is committed, in the plan's order."""
+    monkeypatch.setattr(leader_mod, "PLAN_CHUNK", 2)
+    state = CellState()
+    for name in ("m1", "m2"):
+        state = machine_add(state, Machine(name, Resources.of(cpu=4000, ram=2**30))) or state
+    state = submit(state, Job("alice", "web", 100, 4, Resources.of(cpu=1000))) or state
+    cell = Cell(state, revision=40, running=frozenset(), capacity_epoch=3)
+    writes: list[list[str]] = []
+
+    class Advancing(Writer):
+        def mutate(self, change: Any) -> tuple[Any, int]:
+            out, rev = super().mutate(change)
+            d = self.drafts[-1]
+            writes.append(sorted(f"{t.index}@{d.state.tasks[t].machine}" for t in d.task_keys if d.state.tasks[t].machine))
+            self.cell = Cell(d.state, {}, {}, {**self.cell.tasks, **d.tasks}, rev)
+            return out, rev
+
+    writer = Advancing(cell)
+    cache = SimpleNamespace(cell=lambda: writer.cell, revision=40)
+    term = Term(1, cache, writer, LeaderConfig("c1", "m0"), link=None)  # type: ignore[arg-type]
+    ids = [TaskId("alice/web", i) for i in range(4)]
+    plan = Plan(
+        placements=[Placement(ids[0], "m1"), Placement(ids[1], "m2"), Placement(ids[2], "m1")],
+        unschedulable=[Unschedulable(ids[3], (Reason("cpu", "short", 2),))],
+    )
+    answer = term.accept_plan(plan, by="s0")
+    assert (answer["placed"], answer["conflicts"]) == (3, 0)
+    assert writes == [["0@m1", "1@m2"], ["2@m1"]]
+    final = writer.cell
+    assert [final.state.tasks[t].state for t in ids] == [TaskState.RUNNING] * 3 + [TaskState.PENDING]
+    assert final.tasks[ids[3]].pending  # its reason went in with the last part
