@@ -324,8 +324,8 @@ class Draft:
                 info = self.tasks.get(tid) or NO_TASK_INFO
                 if prev is not None and prev.machine != task.machine:
                     # A new placement (or none): the old process's facts no longer apply.
-                    info = replace(
-                        info, port=0, healthy=None, borglet_state="", seen=False, usage=(),
+                    info = info.evolve(
+                        port=0, healthy=None, borglet_state="", seen=False, usage=(),
                         started_at=0.0, placement=info.placement + (task.machine is not None),
                         pid=0, machine=task.machine or info.machine, retry_at=0.0,
                     )

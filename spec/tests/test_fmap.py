@@ -11,7 +11,7 @@ import pytest
 from spec import fmap
 from spec.actions import submit
 from spec.fmap import FMap
-from spec.model import Job
+from spec.model import CellState, Job
 
 from .fixtures import SMALL, cell_with_job
 
@@ -239,3 +239,12 @@ def test_a_step_on_a_large_map_copies_its_layer_not_its_entries() -> None:
         fmap.Layered.flat = real_flat  # type: ignore[method-assign]
     assert 2 <= merges <= 20, merges
     assert m[97] == -1 and m[0] == 0 and len(m) == 100_000
+
+
+def test_cell_state_with_changes_only_the_fields_named_and_refuses_others() -> None:
+    s = CellState()
+    t = s.with_(jobs=FMap({"a/b": 1}))
+    assert t.jobs == FMap({"a/b": 1}) and t.machines is s.machines and t.tasks is s.tasks
+    assert t.allocs is s.allocs and t.quotas is s.quotas
+    with pytest.raises(TypeError, match="no field 'job'"):
+        s.with_(job=FMap())
