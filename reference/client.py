@@ -33,6 +33,7 @@ from reference.cellfile import (  # re-exported: the client's public names
     state_dir_path,
 )
 from reference.cli.http import (  # the fast path's too
+    WRITE_TIMEOUT_S,
     Message,
     ca_file,
     parse_sse,
@@ -52,6 +53,12 @@ __all__ = [
 DEFAULT_RETRY_S = 12.0
 # A Retry-After larger than this is not honoured as is: the client would look hung.
 MAX_RETRY_AFTER_S = 3.0
+
+
+def write_timeout(base: httpx.Timeout) -> httpx.Timeout:
+    """`base` with its read at least WRITE_TIMEOUT_S: how long a write's answer is waited for."""
+    read = None if base.read is None else max(base.read, WRITE_TIMEOUT_S)  # None: no limit
+    return httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)
 
 
 # --- the client ------------------------------------------------------------------------
@@ -137,12 +144,13 @@ class CellClient:
         """One API call; returns the 2xx answer as it came (ClientError for anything else)."""
         deadline = self._clock() + self.retry_s
         idempotent = method.upper() in ("GET", "HEAD")
+        timeout = self._http.timeout if idempotent else write_timeout(self._http.timeout)
         while True:
             failures: list[str] = []
             wait = 0.5
             for url in self.masters.order():
                 try:
-                    response = self._http.request(method, url + path, json=json, params=params)
+                    response = self._http.request(method, url + path, json=json, params=params, timeout=timeout)
                 except (httpx.ConnectError, httpx.ConnectTimeout) as err:
                     self._refuse_untrusted(url, err)
                     failures.append(f"{url}: {_reason(err)}")  # never reached the replica

@@ -35,6 +35,11 @@ if TYPE_CHECKING:  # typing is imported by type checkers only: it costs the fast
     from typing import Any
 
 RETRY_S = 12.0  # as the full client: 503s (no leader yet) are retried this long
+# How long a write's answer is waited for: a follower waits up to forward.FORWARD_TIMEOUT_S (10 s)
+# for the leader's answer and forward.CATCH_UP_S (2 s) for its own cache before it answers, and
+# a write of 10,000 tasks on a busy cell takes several seconds. A client that gave up sooner
+# would say "may or may not have been made" of a write the cell was still answering in time.
+WRITE_TIMEOUT_S = 15.0
 # The CA a client of the cell trusts; a context's `ca` sets it. Not $SSL_CERT_FILE: many hosts
 # set that to the system's bundle for every program, which would hide the cell's own CA.
 CA_ENV = "MINBORG_CA"
@@ -339,13 +344,14 @@ class PlainCell:
         body = json.dumps(json_body).encode() if json_body is not None else None
         deadline = time.monotonic() + self.retry_s
         idempotent = method in ("GET", "HEAD")
+        if timeout is None:
+            timeout = self.timeout if idempotent else max(self.timeout, WRITE_TIMEOUT_S)
         while True:
             failures: list[str] = []
             for url in self.urls:
                 try:
                     answer = open_request(url, method, path + query, body=body, token=self.token,
-                                          timeout=self.timeout if timeout is None else timeout,
-                                          tls=self.tls, ca=self.ca)  # fmt: skip
+                                          timeout=timeout, tls=self.tls, ca=self.ca)  # fmt: skip
                 except NotSent as err:
                     failures.append(f"{url}: {err.strerror or err}")
                     continue
