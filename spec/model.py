@@ -36,7 +36,7 @@ class Resources:
     def of(mapping: Mapping[str, int] | None = None, **kw: int) -> Resources:
         d: dict[str, int] = dict(mapping or {})
         d.update(kw)
-        return Resources(tuple(sorted((k, int(v)) for k, v in d.items() if v)))
+        return _normalized(d)
 
     def get(self, name: str) -> int:
         for k, v in self.items:
@@ -54,13 +54,13 @@ class Resources:
         d = dict(self.items)
         for k, v in other.items:
             d[k] = d.get(k, 0) + v
-        return Resources(tuple(sorted([(k, int(v)) for k, v in d.items() if v])))  # as `of` makes it
+        return _normalized(d)
 
     def __sub__(self, other: Resources) -> Resources:
         d = dict(self.items)
         for k, v in other.items:
             d[k] = d.get(k, 0) - v
-        return Resources(tuple(sorted([(k, int(v)) for k, v in d.items() if v])))
+        return _normalized(d)
 
     def scale(self, n: int) -> Resources:
         if n == 1:
@@ -82,6 +82,11 @@ class Resources:
         return ",".join(f"{k}={v}" for k, v in self.items) or "0"
 
 
+def _normalized(d: dict[str, int]) -> Resources:
+    """The Resources of `d`, a dict the caller owns: names sorted, zeros left out."""
+    return Resources(tuple(sorted([(k, int(v)) for k, v in d.items() if v])))
+
+
 ZERO = Resources()
 
 
@@ -90,7 +95,7 @@ def total(rs: Iterable[Resources]) -> Resources:
     for r in rs:
         for k, v in r.items:
             acc[k] = acc.get(k, 0) + v
-    return Resources.of(acc)
+    return _normalized(acc)
 
 
 # --- priorities ------------------------------------------------------------------------

@@ -398,7 +398,7 @@ class Term:
         if not plan.placements and not plan.unschedulable:
             answer: dict[str, Any] = {"placed": 0, "conflicts": 0, "revision": self.cache.revision}
         else:
-            placed = conflicts = revision = 0
+            placed = conflicts = 0
             # A large plan goes in as several writes, so that what clients queued meanwhile (a
             # submit, a kill) is committed between them rather than behind the whole plan.
             parts = [plan.placements[i : i + PLAN_CHUNK] for i in range(0, len(plan.placements), PLAN_CHUNK)]
