@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -57,7 +58,9 @@ def submit_from_cli(root: Path, job: dict[str, Any], workdir: Path) -> tuple[int
     return done.returncode, time.perf_counter() - began, (done.stdout + done.stderr).strip()[-400:]
 
 
-def run(machines: int, replicas: int, jobs: int, tasks: int, out: Path, limits: dict[str, float]) -> dict[str, Any]:
+def run(
+    machines: int, replicas: int, jobs: int, tasks: int, out: Path, limits: dict[str, float], keep_logs: bool = False
+) -> dict[str, Any]:
     cfg = scale.Config(replica_cpu=None, tasks_per_machine=0, out=out)
     root = out / "cells" / f"live-m{machines}-r{replicas}"
     figures: dict[str, Any] = {"machines": machines, "replicas": replicas, "jobs": jobs, "tasks_per_job": tasks}
@@ -98,6 +101,8 @@ def run(machines: int, replicas: int, jobs: int, tasks: int, out: Path, limits: 
         figures["started_twice"] = int(settled.get("started_twice") or 0)
         http.close()
     finally:
+        if keep_logs and (root / "logs").is_dir():  # the processes' logs, kept beside the figures
+            shutil.copytree(root / "logs", out / "logs", dirs_exist_ok=True)
         scale.stop_cell(root)
     figures["misses"] = misses(figures, limits)
     return figures
@@ -136,10 +141,11 @@ def main() -> int:
     p.add_argument("--ack-s", type=float, default=2.0)
     p.add_argument("--running-s", type=float, default=90.0)
     p.add_argument("--out", type=Path, default=Path("/tmp/minborg-live"))
+    p.add_argument("--keep-logs", action="store_true", help="copy the cell's process logs into --out/logs")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     limits = {"up_s": args.up_s, "ack_s": args.ack_s, "running_s": args.running_s}
-    figures = run(args.machines, args.replicas, args.jobs, args.tasks, args.out, limits)
+    figures = run(args.machines, args.replicas, args.jobs, args.tasks, args.out, limits, args.keep_logs)
     print(json.dumps(figures), flush=True)
     print("live: " + ("meets every target" if not figures["misses"] else "MISSED: " + "; ".join(figures["misses"])))
     return 0 if not figures["misses"] else 1

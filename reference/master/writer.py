@@ -77,13 +77,15 @@ def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
     task_ops: list[ops.Op] = []
     other: list[ops.Op] = []
     deletes: list[ops.Op] = []
-    for tid in sorted(draft.task_keys):
+    # In the order of their keys, so a change split into several txns writes disjoint runs of
+    # each job's task keys (`guard`'s range compares rely on it).
+    for key, tid in sorted((keys.task(tid), tid) for tid in draft.task_keys):
         task, info = new.tasks.get(tid), draft.tasks.get(tid)
         if task is None:
             if tid in old.tasks:
-                deletes.append(ops.delete(keys.task(tid)))
+                deletes.append(ops.delete(key))
         elif old.tasks.get(tid) is not task or base.tasks.get(tid) is not info:
-            task_ops.append(ops.put(keys.task(tid), codec.encode_task(task, info or TaskInfo())))
+            task_ops.append(ops.put(key, codec.encode_task(task, info or TaskInfo())))
     for key in sorted(draft.job_keys):
         job = new.jobs.get(key)
         if job is None:
@@ -111,6 +113,37 @@ def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
         elif old.allocs.get(name) is not a:
             other.append(ops.put(keys.alloc(name), codec.encode_alloc(a)))
     return task_ops + other + deletes
+
+
+def guard(batch: list[ops.Op], seen: int, task_prefix: bytes, runs: bool) -> list[ops.Compare]:
+    """The compares that keep a txn of `batch`, diffed against the view at revision `seen`,
+    from writing over anything written after it: none of its keys was written since.
+
+    With `runs`, each run of two or more consecutive puts of one job's task records
+    (`task_prefix` + job + "/") is guarded by one compare over the keys from its first to its
+    last (etcd's range compare), not one per key: a 10,000-task job's txns then carry 10
+    compares, not 10,000. The span may hold the job's other task records, which hold too. It
+    is right only where nothing but this writer writes task records, the view is current
+    with this writer's own last commit (the caller's `runs`), and the runs of a change's txns
+    are disjoint (`diff_ops` orders task records by key, puts before deletes)."""
+    out: list[ops.Compare] = []
+    below = seen + 1
+    i, n = 0, len(batch)
+    while i < n:
+        op = batch[i]
+        key = ops.unb64(next(iter(op.values()))["key"])
+        j = i + 1
+        if runs and "request_put" in op and key.startswith(task_prefix):
+            folder = key.rsplit(b"/", 2)[0] + b"/"  # <prefix><job>/<index>/<incarnation>
+            while j < n and "request_put" in batch[j] and ops.unb64(batch[j]["request_put"]["key"]).startswith(folder):
+                j += 1
+        if j - i > 1:
+            last = ops.unb64(batch[j - 1]["request_put"]["key"])
+            out.append(ops.mod_revision(key, "<", below, range_end=last + b"\0"))
+        else:
+            out.append(ops.mod_revision(key, "<", below))
+        i = j
+    return out
 
 
 def chunks(items: list[ops.Op], size: int, max_bytes: int | None = None) -> list[list[ops.Op]]:
@@ -203,6 +236,10 @@ class Writer:
         self._marker_prefix = f"{keys.txns}{election.candidate_name}/{os.urandom(6).hex()}/"
         self._markers = itertools.count()
         self._in_doubt: list[tuple[int, str]] = []
+        # The revision of this writer's last whole commit and the term it was made in; None
+        # until one is known (and while a commit is under way or failed part way), when each
+        # txn guards key by key (`guard`).
+        self._committed: tuple[int, int | None] | None = None
 
     def mutate(self, change: Callable[[Draft], T]) -> tuple[T, int]:
         """Run `change` on a Draft of the cell and commit what it changed.
@@ -343,17 +380,23 @@ class Writer:
                         log.exception("a write's completion callback failed")
 
     def _commit(self, all_ops: list[ops.Op], seen: int = 0) -> int:
+        token, last = self.election.fencing_token, self._committed
+        # Range compares only where the view holds this writer's last commit, made in this term
+        # (so it also holds every write of an earlier leader): see `guard`.
+        runs = last is not None and last[1] == token and seen >= last[0]
+        self._committed = None  # until this commit's last revision is known
         revision = 0
         for batch in chunks(all_ops, self.max_ops, MAX_TXN_BYTES):
-            revision = self._commit_batch(batch, seen)
-        if revision:
-            return revision
-        try:
-            return self.election.client.revision()
-        except StoreError as err:
-            raise WriteFailed(f"committed, but the revision could not be read: {err}") from err
+            revision = self._commit_batch(batch, seen, runs)
+        if not revision:
+            try:
+                revision = self.election.client.revision()
+            except StoreError as err:
+                raise WriteFailed(f"committed, but the revision could not be read: {err}") from err
+        self._committed = (revision, token)
+        return revision
 
-    def _commit_batch(self, batch: list[ops.Op], seen: int = 0) -> int:
+    def _commit_batch(self, batch: list[ops.Op], seen: int = 0, runs: bool = False) -> int:
         """Commit one txn; its revision, or 0 where it landed but its answer was lost.
 
         A txn whose answer was lost may still commit much later: etcd keeps the proposal
@@ -368,12 +411,12 @@ class Writer:
           deleted key and a never-written one the same mod_revision, 0); it cannot pass this one.
         """
         self._settle()  # an earlier attempt still in doubt: no write until it can no longer land
-        guard = [ops.mod_revision(ops.unb64(next(iter(op.values()))["key"]), "<", seen + 1) for op in batch] if seen else []
+        compares = guard(batch, seen, self.keys.tasks.encode(), runs) if seen else []
         for attempt in range(3):
             marker = f"{self._marker_prefix}{next(self._markers)}"
             lease_id = self.election.lease_id
             try:
-                revision = self.election.fenced_commit(batch, [*guard, ops.create_revision(marker, "==", 0)])
+                revision = self.election.fenced_commit(batch, [*compares, ops.create_revision(marker, "==", 0)])
             except StoreOutcomeUnknown as err:
                 self._count("unknown", len(batch))
                 if lease_id is not None:
@@ -394,7 +437,7 @@ class Writer:
                 raise WriteFailed(str(err)) from err
             if revision is None and seen and self.election.is_leader:  # the fence held: a key moved
                 self._count("conflict", len(batch))
-                raise WriteFailed(f"etcd did not confirm the write: a key it writes changed after revision {seen}")
+                raise WriteFailed(f"etcd did not confirm the write: a key it writes (or a task record between two it writes) changed after revision {seen}")
             if revision is None:
                 self._count("fenced", len(batch))
                 raise NotLeader("the leader key is no longer ours: write refused by the fence")

@@ -81,9 +81,14 @@ def create_revision(key: Key, op: CompareOp, expected: int) -> Compare:
     return _compare(key, op, "CREATE", "create_revision", str(expected))
 
 
-def mod_revision(key: Key, op: CompareOp, expected: int) -> Compare:
-    """Compare the revision of the key's last write (0: missing)."""
-    return _compare(key, op, "MOD", "mod_revision", str(expected))
+def mod_revision(key: Key, op: CompareOp, expected: int, range_end: Key | None = None) -> Compare:
+    """Compare the revision of the key's last write (0: missing); with `range_end`, of every
+    key in [key, range_end) that exists (etcd's Compare.range_end: one compare for a run of
+    keys, holding only if it holds for each of them)."""
+    compare = _compare(key, op, "MOD", "mod_revision", str(expected))
+    if range_end is not None:
+        compare["range_end"] = b64(range_end)
+    return compare
 
 
 def lease(key: Key, op: CompareOp, lease_id: int) -> Compare:

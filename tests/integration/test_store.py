@@ -80,6 +80,32 @@ def test_txn_create_if_absent_then_compare_and_swap(client: StoreClient) -> None
     assert swapped.responses[1][0].value == b"v3"
 
 
+def test_a_range_compare_holds_only_while_every_key_in_its_span_is_older(client: StoreClient) -> None:
+    """The writer guards a run of a job's task records with one compare over their span
+    (etcd's Compare.range_end): it must hold for the keys written and for any other key in
+    the span, and for a span with keys absent, as etcd itself judges it."""
+    for i in (0, 5, 9):
+        client.put(f"/test/span/job/{i}/0", b"old")
+    seen = client.revision()
+    span = ("/test/span/job/0/0", b"/test/span/job/9/0\0")
+    held, _ = client.txn([ops.mod_revision(span[0], "<", seen + 1, range_end=span[1])],
+                         [ops.put(f"/test/span/job/{i}/0", b"new") for i in (0, 3, 9)])  # fmt: skip
+    assert held
+    # Written since `seen` (by the txn above): the same compare no longer holds.
+    moved, _ = client.txn([ops.mod_revision(span[0], "<", seen + 1, range_end=span[1])], [ops.put("/test/span/job/1/0", b"x")])
+    assert not moved and client.get("/test/span/job/1/0") is None
+    # A key outside the span, written after, does not count; one between the ends does.
+    seen = client.revision()
+    client.put("/test/span/job/99/0", b"after")  # "99/0" sorts after "9/0\0"
+    outside, _ = client.txn([ops.mod_revision(span[0], "<", seen + 1, range_end=span[1])], [ops.put("/test/span/job/2/0", b"y")])
+    assert outside
+    seen = client.revision()
+    client.put("/test/span/job/5/1", b"between")
+    inside, _ = client.txn([ops.mod_revision(span[0], "<", seen + 1, range_end=span[1])], [ops.put("/test/span/job/4/0", b"z")])
+    assert not inside and client.get("/test/span/job/4/0") is None
+    client.delete_prefix("/test/span/")
+
+
 def test_lease_keys_vanish_when_revoked(client: StoreClient) -> None:
     lease = client.lease(5)
     client.put("/test/leased", "x", lease=lease)

@@ -43,6 +43,7 @@ class FakeElection:
         self.committing = threading.Event()  # a commit began
         self.gate: threading.Event | None = None  # when set: each commit waits for it
         self.candidate_name, self.lease_id = "fake", 1
+        self.fencing_token = 1
         self.poisoned: list[str] = []
 
     def poison(self, marker: str, lease_id: int) -> bool:

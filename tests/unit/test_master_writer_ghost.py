@@ -49,8 +49,13 @@ class Store:
                         return None
                     continue
                 assert c["target"] == "MOD" and c["result"] == "LESS", c
-                mod = self.kv.get(ops.unb64(c["key"]), (b"", 0))[1]
-                if not mod < int(c["mod_revision"]):
+                first = ops.unb64(c["key"])
+                if "range_end" in c:  # every key in [key, range_end), as etcd's range compare
+                    end = ops.unb64(c["range_end"])
+                    mods = [mod for k, (_, mod) in self.kv.items() if first <= k < end]
+                else:
+                    mods = [self.kv.get(first, (b"", 0))[1]]
+                if not all(mod < int(c["mod_revision"]) for mod in mods):
                     return None
             self.revision += 1
             for op in batch:
@@ -88,6 +93,7 @@ class Election:
         self.lose_next = False
         self.ghost: tuple[list[ops.Op], list[ops.Compare]] | None = None
         self.candidate_name, self.lease_id = "m0", 7
+        self.fencing_token = 7
         self.poisoned: list[str] = []
         self.poison_fails = False
 
