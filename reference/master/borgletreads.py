@@ -13,7 +13,6 @@ both go by it. Without the file every address is its own route.
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from reference import channel, fastjson
+from reference.master import http11
 from reference.master.intake import refusal_reason
 
 log = logging.getLogger(__name__)
@@ -75,9 +75,10 @@ class Routes:
 
 
 class KeptAlive:
-    """GETs of JSON over kept-alive connections (one per thread and borglet host), with the
-    standard library: a fraction of what a general HTTP client costs per request, which is
-    most of a shard's work when it polls thousands of machines."""
+    """GETs of JSON, and the POSTs of relayed syncs, over kept-alive connections (one per thread
+    and borglet host) of a bare HTTP/1.1 client (`http11`): a fraction of what a general HTTP
+    client costs per request, which is most of a shard's work when it polls thousands of
+    machines."""
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
@@ -86,13 +87,36 @@ class KeptAlive:
         # keep-alive time. (One per thread and host was used about every `workers` polls,
         # after uvicorn's 5 s keep-alive had closed it: most polls then failed once and
         # connected afresh, on both ends.)
-        self._idle: dict[tuple[str, int], list[http.client.HTTPConnection]] = {}
+        self._idle: dict[tuple[str, int, bool], list[http11.Connection]] = {}
         self._idle_lock = threading.Lock()
         self.connects = 0  # connections opened
         # url -> (ETag, the object read with it): a server that answers 304 to the tag sent
         # back costs neither a body nor a decode, and the object returned is the same one.
         self._tagged: dict[str, tuple[str, dict[str, Any]]] = {}
         self.not_modified = 0  # answers of 304
+
+    def exchange(self, method: str, url: str, headers: dict[str, str] | None = None, body: bytes = b"") -> http11.Answer:
+        """One request to `url` on a kept-alive connection, once more on a fresh one where the
+        kept one had been closed by the server. Raises OSError: TimeoutError where the server
+        was slow (not tried again: slow is not gone), another where it did not answer."""
+        parts = urlsplit(url)
+        https = parts.scheme == "https"
+        key = (parts.hostname or "", parts.port or (443 if https else 80), https)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        for attempt in (0, 1):
+            conn = self._take(key, fresh=bool(attempt))
+            try:
+                answer = conn.request(method, target, headers, body)
+            except TimeoutError:
+                raise
+            except OSError:
+                if attempt:
+                    raise
+                continue  # a kept-alive connection the server had closed: once more, fresh
+            if not answer.will_close:
+                self._give_back(key, conn)
+            return answer
+        raise AssertionError("unreachable")
 
     def get_json(self, url: str, headers: dict[str, str] | None = None) -> dict[str, Any] | Refused | None:
         """The JSON object at `url`, `Refused` (401 or 403: the server answered but will not
@@ -103,56 +127,37 @@ class KeptAlive:
         tagged = self._tagged.get(url)
         if tagged is not None:
             headers = {**(headers or {}), "If-None-Match": tagged[0]}
-        parts = urlsplit(url)
-        https = parts.scheme == "https"
-        key = (parts.hostname or "", parts.port or (443 if https else 80))
-        path = parts.path + (f"?{parts.query}" if parts.query else "")
-        for attempt in (0, 1):
-            conn = self._take(key, fresh=bool(attempt), https=https)
+        try:
+            answer = self.exchange("GET", url, headers)
+        except (OSError, ValueError):
+            return None
+        if answer.status == 304 and tagged is not None:
+            self.not_modified += 1
+            return tagged[1]
+        if answer.status in (401, 403):
+            return Refused(answer.status, refusal_reason(answer.body))
+        if answer.status != 200:
+            return None
+        try:
+            doc = fastjson.loads(answer.body)
+        except ValueError:
+            return None
+        if not isinstance(doc, dict):
+            return None
+        if (skew := answer.headers.get(channel.SKEW_HEADER.lower())) is not None:
+            # The borglet obeyed though its clock is off: the leader shows it on the machine.
             try:
-                conn.request("GET", path or "/", headers=headers or {})
-                response = conn.getresponse()
-                body = response.read()
-            except TimeoutError:
-                conn.close()
-                return None  # slow, not gone: no second wait
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                if attempt:
-                    return None
-                continue  # a kept-alive connection the server had closed: once more, fresh
-            if response.will_close:
-                conn.close()
-            else:
-                self._give_back(key, conn)
-            if response.status == 304 and tagged is not None:
-                self.not_modified += 1
-                return tagged[1]
-            if response.status in (401, 403):
-                return Refused(response.status, refusal_reason(body))
-            if response.status != 200:
-                return None
-            try:
-                doc = fastjson.loads(body)
+                doc["channel_skew_s"] = float(skew)
             except ValueError:
-                return None
-            if not isinstance(doc, dict):
-                return None
-            if (skew := response.getheader(channel.SKEW_HEADER)) is not None:
-                # The borglet obeyed though its clock is off: the leader shows it on the machine.
-                try:
-                    doc["channel_skew_s"] = float(skew)
-                except ValueError:
-                    pass
-            tag = response.getheader("ETag")
-            if tag:
-                self._tagged[url] = (tag, doc)
-            else:
-                self._tagged.pop(url, None)
-            return doc
-        return None
+                pass
+        tag = answer.headers.get("etag")
+        if tag:
+            self._tagged[url] = (tag, doc)
+        else:
+            self._tagged.pop(url, None)
+        return doc
 
-    def _take(self, key: tuple[str, int], fresh: bool = False, https: bool = False) -> http.client.HTTPConnection:
+    def _take(self, key: tuple[str, int, bool], fresh: bool = False) -> http11.Connection:
         """An idle connection to the host (the last one given back), or a new one (over TLS,
         verified with the cell's CA, to an https borglet)."""
         with self._idle_lock:
@@ -160,12 +165,12 @@ class KeptAlive:
             if idle and not fresh:
                 return idle.pop()
             self.connects += 1
-        if https:
+        context = None
+        if key[2]:
             trusted = channel.peer_verify()
-            context = trusted if isinstance(trusted, ssl.SSLContext) else None
-            return http.client.HTTPSConnection(key[0], key[1], timeout=self.timeout, context=context)
-        return http.client.HTTPConnection(key[0], key[1], timeout=self.timeout)
+            context = trusted if isinstance(trusted, ssl.SSLContext) else ssl.create_default_context()
+        return http11.Connection(key[0], key[1], self.timeout, context)
 
-    def _give_back(self, key: tuple[str, int], conn: http.client.HTTPConnection) -> None:
+    def _give_back(self, key: tuple[str, int, bool], conn: http11.Connection) -> None:
         with self._idle_lock:
             self._idle.setdefault(key, []).append(conn)

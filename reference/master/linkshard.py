@@ -48,8 +48,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from reference import channel, fastjson
 from reference.channel import replica_peer
 from reference.master import shardbook
@@ -84,7 +82,6 @@ class LinkShard:
         name: str,
         send: SendBatch,
         interval: float = 1.0,
-        http: httpx.Client | None = None,
         workers: int = 16,
         clock: Callable[[], float] = time.monotonic,
         key: bytes | None = None,
@@ -95,10 +92,6 @@ class LinkShard:
         self.send = send
         self.interval = interval
         self.clock = clock
-        self._http = http or httpx.Client(
-            timeout=httpx.Timeout(max(0.5, min(interval, 2.0)), connect=0.5), auth=channel.client_auth(key),
-            verify=channel.peer_verify(),
-        )
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"shard-{name}")
         self._relay_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"relay-{name}")
         self._reads = KeptAlive(max(0.5, min(interval, 2.0)))
@@ -142,7 +135,6 @@ class LinkShard:
                 thread.join(5)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._relay_pool.shutdown(wait=False, cancel_futures=True)
-        self._http.close()
 
     # --- the share ---------------------------------------------------------------------------------
 
@@ -312,23 +304,27 @@ class LinkShard:
 
     def _relay_one(self, item: dict[str, Any]) -> dict[str, Any]:
         machine, address = str(item.get("machine", "")), str(item.get("address", ""))
+        url = f"{self._routes.route(address).rstrip('/')}/v1/sync"
+        body = fastjson.dumps(item.get("body"))
+        if self.key is not None:
+            headers = channel.sign(self.key, "POST", urlsplit(url).path.encode(), body, machine, time.time())
+        else:
+            headers = channel.to_machine(machine)
+        headers["Content-Type"] = "application/json"
         try:
-            response = self._http.post(
-                f"{self._routes.route(address).rstrip('/')}/v1/sync", json=item.get("body"),
-                headers=channel.to_machine(machine),
-            )
-        except httpx.HTTPError as err:
+            answer = self._reads.exchange("POST", url, headers, body)
+        except (OSError, ValueError) as err:
             return {"machine": machine, "status": 0, "error": str(err) or type(err).__name__}
         try:
-            body: Any = fastjson.loads(response.content)
+            got: Any = fastjson.loads(answer.body)
         except ValueError:
-            body = {"error": response.text[:200]}
-        if isinstance(body, dict) and (skew := response.headers.get(channel.SKEW_HEADER)) is not None:
+            got = {"error": answer.body[:200].decode("utf-8", "replace")}
+        if isinstance(got, dict) and (skew := answer.headers.get(channel.SKEW_HEADER.lower())) is not None:
             try:
-                body["channel_skew_s"] = float(skew)  # as a poll's read shows it (KeptAlive.get_json)
+                got["channel_skew_s"] = float(skew)  # as a poll's read shows it (KeptAlive.get_json)
             except ValueError:
                 pass
-        return {"machine": machine, "status": response.status_code, "body": body}
+        return {"machine": machine, "status": answer.status, "body": got}
 
     # --- what it shows -------------------------------------------------------------------------
 
