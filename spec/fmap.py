@@ -170,10 +170,12 @@ class FMap(Mapping[K, V], Generic[K, V]):
         out: FMap[K, V] = FMap.__new__(FMap)
         out._d, out._h, out._parent, out._changed = d, None, weakref.ref(self), changed
         out._groups = out._sums = None
-        if self._groups:
-            out._groups = {by: _regroup(groups, by, self._d, d, changed) for by, groups in self._groups.items()}
-        if self._sums:
-            out._sums = {key: _resum(sums, *key, self._d, d, changed) for key, sums in self._sums.items()}
+        # `group` and `sums` replace these dicts, never change them, so another thread adding
+        # an index to this map meanwhile cannot change them under these loops.
+        if groups := self._groups:
+            out._groups = {by: _regroup(g, by, self._d, d, changed) for by, g in groups.items()}
+        if sums := self._sums:
+            out._sums = {key: _resum(s, *key, self._d, d, changed) for key, s in sums.items()}
         return out
 
     def group(self, by: Callable[[K, V], Any]) -> Mapping[Any, frozenset[K]]:
@@ -188,9 +190,9 @@ class FMap(Mapping[K, V], Generic[K, V]):
                     built.setdefault(g, set()).add(k)
             groups = {g: frozenset(ks) for g, ks in built.items()}
             if len(self._d) >= GROUP_MIN:  # small maps (the explorer's) are grouped afresh
-                if self._groups is None:
-                    self._groups = {}
-                self._groups[by] = groups
+                # A new dict, not an insertion: a thread deriving a map from this one may be
+                # looping over the old one (`_derived`).
+                self._groups = {**(self._groups or {}), by: groups}
         return groups
 
     def sums(self, by: Callable[[K, V], Any], weigh: Callable[[K, V], Any]) -> Mapping[Any, Any]:
@@ -209,9 +211,7 @@ class FMap(Mapping[K, V], Generic[K, V]):
                     built[g] = built[g] + w if g in built else w
             sums = built
             if len(self._d) >= GROUP_MIN:
-                if self._sums is None:
-                    self._sums = {}
-                self._sums[key] = sums
+                self._sums = {**(self._sums or {}), key: sums}  # a new dict, as in `group`
         return sums
 
     def changed_since(self, other: FMap[K, V]) -> tuple[K, ...] | None:

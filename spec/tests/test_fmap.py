@@ -248,3 +248,48 @@ def test_cell_state_with_changes_only_the_fields_named_and_refuses_others() -> N
     assert t.allocs is s.allocs and t.quotas is s.quotas
     with pytest.raises(TypeError, match="no field 'job'"):
         s.with_(job=FMap())
+
+
+# --- indexes added while a map is derived from ----------------------------------------------
+
+
+def _by_mod3(key: int, value: int) -> int:
+    return value % 3
+
+
+def _by_mod5(key: int, value: int) -> int:
+    return value % 5
+
+
+def _weight(key: int, value: int) -> int:
+    return value
+
+
+def test_an_index_added_while_a_map_is_derived_from_it_does_not_break_the_derivation() -> None:
+    """A leader's writer derived the next cell from a task map while a reader thread asked the
+    same map for an index it did not keep yet: the reader's insertion into the map's index
+    dict, in the middle of the writer's loop over it, failed a 10,000-task submission with
+    "dictionary changed size during iteration" (an HTTP 500). Here the other thread's call is
+    made from inside the loop, at the step where the GIL let it in: `group` and `sums` must
+    replace the dicts, never change them in place."""
+    m = FMap({i: i for i in range(100)})
+    added: list[str] = []
+
+    def by_parity_adding_more(key: int, value: int) -> int:
+        if deriving and not added:  # once, in the middle of `_derived`'s loop over the indexes
+            added.append("group")
+            m.group(_by_mod3)
+            m.sums(_by_mod5, _weight)
+        return value % 2
+
+    deriving = False
+    m.group(by_parity_adding_more)
+    m.sums(by_parity_adding_more, _weight)
+    m.group(_by_mod5)
+    m.sums(_by_mod3, _weight)  # two of each, so the loops go on after the insertion
+    deriving = True
+    m2 = m.set(3, 4)
+    assert added == ["group"]
+    assert m2.group(by_parity_adding_more)[0] == frozenset(k for k, v in m2.items() if v % 2 == 0)
+    assert m2.sums(by_parity_adding_more, _weight)[0] == sum(v for v in m2.values() if v % 2 == 0)
+    assert m.group(_by_mod3)[1] == frozenset(k for k in range(100) if k % 3 == 1)
