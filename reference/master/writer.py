@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -115,17 +115,21 @@ def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
     return task_ops + other + deletes
 
 
-def guard(batch: list[ops.Op], seen: int, task_prefix: bytes, runs: bool) -> list[ops.Compare]:
+def guard(batch: list[ops.Op], seen: int, task_prefix: bytes, fresh: Collection[bytes] = ()) -> list[ops.Compare]:
     """The compares that keep a txn of `batch`, diffed against the view at revision `seen`,
     from writing over anything written after it: none of its keys was written since.
 
-    With `runs`, each run of two or more consecutive puts of one job's task records
-    (`task_prefix` + job + "/") is guarded by one compare over the keys from its first to its
-    last (etcd's range compare), not one per key: a 10,000-task job's txns then carry 10
-    compares, not 10,000. The span may hold the job's other task records, which hold too. It
-    is right only where nothing but this writer writes task records, the view is current
-    with this writer's own last commit (the caller's `runs`), and the runs of a change's txns
-    are disjoint (`diff_ops` orders task records by key, puts before deletes)."""
+    Each run of two or more consecutive puts of task records under one folder of `fresh`
+    (`task_prefix` + job + "/", of a job with no task record in the view: a job being
+    submitted) is guarded by one compare over the keys from its first to its last (etcd's
+    range compare), not one per key: a 10,000-task submission's txns then carry 10 compares,
+    not 10,000. The span then holds no record but this txn's, unless one was written since;
+    etcd reads every key in a span, so a span over a job that has records (placements of a
+    large job, whose keys interleave by index) would cost more than the keys written, and
+    those keep one compare each. It is right only where nothing but this writer writes task
+    records, and the runs of a change's txns are disjoint (`diff_ops` orders task records by
+    key, puts before deletes); the caller passes `fresh` only while its view holds its own
+    last commit."""
     out: list[ops.Compare] = []
     below = seen + 1
     i, n = 0, len(batch)
@@ -133,10 +137,11 @@ def guard(batch: list[ops.Op], seen: int, task_prefix: bytes, runs: bool) -> lis
         op = batch[i]
         key = ops.unb64(next(iter(op.values()))["key"])
         j = i + 1
-        if runs and "request_put" in op and key.startswith(task_prefix):
+        if fresh and "request_put" in op and key.startswith(task_prefix):
             folder = key.rsplit(b"/", 2)[0] + b"/"  # <prefix><job>/<index>/<incarnation>
-            while j < n and "request_put" in batch[j] and ops.unb64(batch[j]["request_put"]["key"]).startswith(folder):
-                j += 1
+            if folder in fresh:
+                while j < n and "request_put" in batch[j] and ops.unb64(batch[j]["request_put"]["key"]).startswith(folder):
+                    j += 1
         if j - i > 1:
             last = ops.unb64(batch[j - 1]["request_put"]["key"])
             out.append(ops.mod_revision(key, "<", below, range_end=last + b"\0"))
@@ -144,6 +149,13 @@ def guard(batch: list[ops.Op], seen: int, task_prefix: bytes, runs: bool) -> lis
             out.append(ops.mod_revision(key, "<", below))
         i = j
     return out
+
+
+def fresh_folders(base: Cell, task_keys: Iterable[TaskId], keys: codec.Keys) -> frozenset[bytes]:
+    """The task-record folders (`guard`) of the jobs among `task_keys` of which `base` holds no
+    task record: jobs being submitted."""
+    jobs = {tid.job for tid in task_keys}
+    return frozenset(f"{keys.tasks}{job}/".encode() for job in jobs if not base.state.task_ids_of(job))
 
 
 def chunks(items: list[ops.Op], size: int, max_bytes: int | None = None) -> list[list[ops.Op]]:
@@ -349,7 +361,7 @@ class Writer:
                 try:
                     diff = diff_ops(base, result, self.keys)
                     diffed = time.perf_counter()
-                    revision = self._commit(diff, base.revision)
+                    revision = self._commit(diff, base.revision, fresh_folders(base, result.task_keys, self.keys))
                 except (NotLeader, WriteFailed) as err:
                     for r in applied:
                         r.error = err
@@ -379,15 +391,16 @@ class Writer:
                     except Exception:
                         log.exception("a write's completion callback failed")
 
-    def _commit(self, all_ops: list[ops.Op], seen: int = 0) -> int:
+    def _commit(self, all_ops: list[ops.Op], seen: int = 0, fresh: Collection[bytes] = ()) -> int:
         token, last = self.election.fencing_token, self._committed
         # Range compares only where the view holds this writer's last commit, made in this term
         # (so it also holds every write of an earlier leader): see `guard`.
-        runs = last is not None and last[1] == token and seen >= last[0]
+        if not (last is not None and last[1] == token and seen >= last[0]):
+            fresh = ()
         self._committed = None  # until this commit's last revision is known
         revision = 0
         for batch in chunks(all_ops, self.max_ops, MAX_TXN_BYTES):
-            revision = self._commit_batch(batch, seen, runs)
+            revision = self._commit_batch(batch, seen, fresh)
         if not revision:
             try:
                 revision = self.election.client.revision()
@@ -396,7 +409,7 @@ class Writer:
         self._committed = (revision, token)
         return revision
 
-    def _commit_batch(self, batch: list[ops.Op], seen: int = 0, runs: bool = False) -> int:
+    def _commit_batch(self, batch: list[ops.Op], seen: int = 0, fresh: Collection[bytes] = ()) -> int:
         """Commit one txn; its revision, or 0 where it landed but its answer was lost.
 
         A txn whose answer was lost may still commit much later: etcd keeps the proposal
@@ -411,7 +424,7 @@ class Writer:
           deleted key and a never-written one the same mod_revision, 0); it cannot pass this one.
         """
         self._settle()  # an earlier attempt still in doubt: no write until it can no longer land
-        compares = guard(batch, seen, self.keys.tasks.encode(), runs) if seen else []
+        compares = guard(batch, seen, self.keys.tasks.encode(), fresh) if seen else []
         for attempt in range(3):
             marker = f"{self._marker_prefix}{next(self._markers)}"
             lease_id = self.election.lease_id

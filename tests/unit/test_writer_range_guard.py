@@ -1,4 +1,4 @@
-"""The writer's guard: one range compare per run of a job's task records, not one per key.
+"""The writer's guard: one range compare per run of a submitted job's task records, not one per key.
 
 A 10,000-task job is written in several txns, each guarded so that nothing written after the
 view it was diffed against is overwritten. Key by key, that doubles the txn (a compare per
@@ -15,9 +15,10 @@ import pytest
 
 from reference.master.cell import Draft
 from reference.master.mutations import submit_job
-from reference.master.writer import WriteFailed, Writer, chunks, diff_ops, guard
+from reference.master.writer import WriteFailed, Writer, chunks, diff_ops, fresh_folders, guard
 from reference.store import ops
-from spec.model import Machine, Resources
+from spec.model import Machine, Resources, TaskId
+from tests.unit.master_cells import T0, placed_cell
 from tests.unit.test_master_writer_ghost import KEYS, Cache, Election, Store
 
 TASKS = KEYS.tasks.encode()
@@ -39,7 +40,8 @@ def test_a_run_of_one_jobs_task_records_is_one_compare() -> None:
     batch = [put(f"{KEYS.tasks}alice/web/{i}/0") for i in (0, 1, 10, 2)]
     batch += [put(f"{KEYS.tasks}alice/webx/0/0"), put(f"{KEYS.tasks}alice/webx/1/0")]
     batch += [put(KEYS.job("alice/web")), ops.delete(f"{KEYS.tasks}alice/web/7/0"), ops.delete(f"{KEYS.tasks}alice/web/8/0")]
-    got = spans(guard(batch, 41, TASKS, runs=True))
+    fresh = {f"{KEYS.tasks}alice/web/".encode(), f"{KEYS.tasks}alice/webx/".encode()}
+    got = spans(guard(batch, 41, TASKS, fresh))
     assert got == [
         (f"{KEYS.tasks}alice/web/0/0".encode(), f"{KEYS.tasks}alice/web/2/0\0".encode()),
         # "webx" is another job: its own run, not the tail of "web"'s
@@ -50,8 +52,20 @@ def test_a_run_of_one_jobs_task_records_is_one_compare() -> None:
         (f"{KEYS.tasks}alice/web/7/0".encode(), None),
         (f"{KEYS.tasks}alice/web/8/0".encode(), None),
     ]
-    assert all(c["result"] == "LESS" and c["mod_revision"] == "42" for c in guard(batch, 41, TASKS, runs=True))
-    assert spans(guard(batch, 41, TASKS, runs=False)) == [(ops.unb64(next(iter(op.values()))["key"]), None) for op in batch]
+    assert all(c["result"] == "LESS" and c["mod_revision"] == "42" for c in guard(batch, 41, TASKS, fresh))
+    key_by_key = [(ops.unb64(next(iter(op.values()))["key"]), None) for op in batch]
+    assert spans(guard(batch, 41, TASKS, ())) == key_by_key
+    # A job with records already (not in `fresh`): its puts are guarded one by one.
+    assert spans(guard(batch, 41, TASKS, {f"{KEYS.tasks}alice/webx/".encode()}))[:4] == key_by_key[:4]
+
+
+def test_only_a_job_without_records_in_the_view_gets_range_compares() -> None:
+    """etcd reads every key of a span: placements of 1,000 tasks of a 10,000-task job, whose
+    keys interleave by index ("0", "1", "10", "100", "1000", ...), span nearly all of the job's
+    records, so a range compare would read ten times the keys the txn writes."""
+    cell = placed_cell()  # alice/web has records
+    assert fresh_folders(cell, [T0], KEYS) == frozenset()
+    assert fresh_folders(cell, [T0, TaskId("bob/new", 0, 0)], KEYS) == {f"{KEYS.tasks}bob/new/".encode()}
 
 
 def test_a_large_jobs_txns_write_disjoint_runs_in_key_order() -> None:
@@ -65,7 +79,7 @@ def test_a_large_jobs_txns_write_disjoint_runs_in_key_order() -> None:
     task_keys = [ops.unb64(op["request_put"]["key"]) for op in all_ops if "request_put" in op and ops.unb64(op["request_put"]["key"]).startswith(TASKS)]
     assert len(task_keys) == 500 and task_keys == sorted(task_keys)
     batches = chunks(all_ops, 120)
-    ranges = [s for b in batches for s in spans(guard(b, 1, TASKS, runs=True)) if s[1] is not None]
+    ranges = [s for b in batches for s in spans(guard(b, 1, TASKS, {f"{KEYS.tasks}alice/big/".encode()})) if s[1] is not None]
     assert len(ranges) == len(batches)  # one compare per txn for the whole job
     for (_, a1), (b0, _) in zip(ranges, ranges[1:], strict=False):
         assert a1 <= b0, "two txns' spans overlap"
