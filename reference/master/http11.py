@@ -71,9 +71,9 @@ class Connection:
                 head.append(f"{name}: {value}\r\n".encode("latin-1"))
             if body or method not in ("GET", "HEAD"):
                 head.append(b"Content-Length: %d\r\n" % len(body))
-            head.append(b"\r\n")
+            head += (b"\r\n", body)
             assert self._sock is not None
-            self._sock.sendall(b"".join(head) + body if body else b"".join(head))
+            self._sock.sendall(b"".join(head))
             answer = self._read(method)
         except BaseException:
             self.close()
