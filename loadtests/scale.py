@@ -79,6 +79,7 @@ class Config:
     readers: int = 2
     reads: str = "followers"  # where the readers send their reads: READS
     writers: int = 4
+    every_size: bool = False  # run every size even after one missed the SLOs (to compare costs across sizes)
     out: Path = Path("reports/scale")
 
 
@@ -421,7 +422,9 @@ def _q(values: list[float], q: float) -> float | None:
 # --- the campaign -------------------------------------------------------------------------------
 
 
-def run(cfg: Config) -> list[Result]:
+def run(cfg: Config, run_one: Any = run_one) -> list[Result]:
+    """Every (machines, replicas) of `cfg` in order of size; a replica count's ladder stops at
+    its first size that misses the SLOs, unless `cfg.every_size`."""
     cfg.out.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
     path = cfg.out / "results.json"
@@ -434,7 +437,7 @@ def run(cfg: Config) -> list[Result]:
             r = run_one(cfg, machines, replicas)
             results.append(r)
             print(f"  -> {'meets the SLOs' if r.slo_met else '; '.join(failures(r))}", flush=True)
-            if not r.slo_met:
+            if not r.slo_met and not cfg.every_size:
                 failed.add(replicas)
             path.write_text(json.dumps(
                 {"config": _config_json(cfg), "results": [asdict(x) for x in results]}, indent=1
@@ -475,6 +478,10 @@ def main(argv: list[str] | None = None) -> None:
         "--check", action="store_true",
         help="exit 1 when a run broke a promise (failed, a task id started twice, an index running twice, the fill incomplete); SLOs are measured, not checked",
     )  # fmt: skip
+    p.add_argument(
+        "--every-size", action="store_true",
+        help="run every size even after a smaller one missed the SLOs (to compare the leader's CPU per task across sizes in one run)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     random.seed(args.seed)
@@ -483,6 +490,7 @@ def main(argv: list[str] | None = None) -> None:
         replica_cpu=args.replica_cpu or None, tasks_per_machine=args.tasks_per_machine,
         poll_interval=args.poll_interval, arrival_per_min=args.arrival_per_min, measure_s=args.measure_s,
         fill_timeout_s=args.fill_timeout_s, confirm_s=args.confirm_s, reads=args.reads, out=Path(args.out),
+        every_size=args.every_size,
     )  # fmt: skip
     results = run(cfg) if not args.report_only else []
     from loadtests.scale_report import write_report
