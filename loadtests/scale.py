@@ -394,6 +394,7 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         result.arrived = len(submitted) * cfg.arrival_job
         result.arrivals_confirmed = confirmed
         result.confirmed_per_min = sustained_per_min(confirmed, starts, list(submitted.values()))
+        result.offered_per_min = cfg.arrival_per_min
         result.start_latency_p50_s = _q(latencies, 50)
         result.start_latency_p95_s = _q(latencies, 95)
         result.reads, result.read_errors = len(probe.latencies), probe.errors

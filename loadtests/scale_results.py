@@ -12,6 +12,10 @@ from typing import Any
 SLO_POLL_P95_S = 10.0  # Borg's: 95th percentile of the borglet polling interval
 SLO_READ_P99_S = 1.0  # Borg's: 99th percentile UI (read) response time
 ARRIVAL_PER_MIN = 10_000  # the campaign's default rate of arriving tasks (the target)
+# A cell sustains the offered arrivals when it starts at least this share of their rate (the
+# starts are measured from the first to the last, so a rate a little under the offered one is
+# the window's edges, not a backlog) and no submit fails.
+SUSTAINED_SHARE = 0.9
 CONFIRM_S = 60.0  # the campaign's default wait after the window for arrivals to be confirmed
 
 
@@ -40,6 +44,7 @@ class Result:
     arrived: int = 0
     arrivals_confirmed: int | None = None  # arriving tasks confirmed running; None: older results
     confirmed_per_min: float = 0.0  # older results: confirmed by the window's end, over the window
+    offered_per_min: int | None = None  # the rate the window's writers offered; None: older results, not judged on it
     start_latency_p50_s: float | None = None
     start_latency_p95_s: float | None = None
     cpu: dict[str, float] = field(default_factory=dict)  # role -> cores used during the window
@@ -115,6 +120,11 @@ def failures(r: Result, arrivals: bool = True) -> list[str]:
         out.append(f"read p99 {r.read_p99_s:.2f} s >= {SLO_READ_P99_S:.0f} s")
     if arrivals and r.arrivals_confirmed is not None and r.arrivals_confirmed < r.arrived:
         out.append(f"arrivals: {r.arrivals_confirmed:,} of {r.arrived:,} tasks confirmed started within the wait")
+    if arrivals and r.offered_per_min:
+        if r.confirmed_per_min < SUSTAINED_SHARE * r.offered_per_min:
+            out.append(f"arrivals: {r.confirmed_per_min:,.0f} tasks/min started of {r.offered_per_min:,} offered")
+        if r.write_errors:
+            out.append(f"arrivals: {r.write_errors} of {r.writes + r.write_errors} submits refused or unanswered")
     return out
 
 

@@ -177,3 +177,19 @@ def test_the_estimate_extends_the_leaders_cost_per_task_and_a_followers_per_mach
     config["reads"] = "all"
     path.write_text(json.dumps({"config": config, "results": [asdict(r) for r in runs]}))
     assert estimate([path]) == []
+
+
+def test_arrivals_started_below_the_offered_rate_miss_the_slo() -> None:
+    # All 4,500 tasks the cell accepted started within the wait, but at 2,979 a minute of the
+    # 10,000 offered, and 11 submits failed: the cell did not sustain the arrivals.
+    slow = _run(10_000, 5, arrived=4_500, arrivals_confirmed=4_500, confirmed_per_min=2_979.0,
+                offered_per_min=10_000, writes=45, write_errors=11)  # fmt: skip
+    assert failures(slow) == [
+        "arrivals: 2,979 tasks/min started of 10,000 offered",
+        "arrivals: 11 of 56 submits refused or unanswered",
+    ]
+    kept_up = _run(1_000, 5, arrived=10_000, arrivals_confirmed=10_000, confirmed_per_min=9_961.0,
+                   offered_per_min=10_000, writes=100)  # fmt: skip
+    assert kept_up.slo_met
+    # Older results did not record the offered rate and are not judged on it.
+    assert _run(300, 1, arrived=100, arrivals_confirmed=100, confirmed_per_min=10.0).slo_met

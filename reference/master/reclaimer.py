@@ -24,7 +24,7 @@ from reference.master.jobscaler import UsageSource
 from reference.master.views import task_counts
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from spec.actions import ACTIONS, EvictReason
-from spec.model import Resources, TaskId, TaskState, is_prod
+from spec.model import Resources, Task, TaskId, TaskState, is_prod
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ class Reclaimer:
         self.interval, self.margin, self.half_life = interval, margin, half_life
         self.clock, self.wall = clock, wall
         self._last: dict[TaskId, float] = {}
+        self._unmoved: dict[TaskId, Unmoved] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reclaimer", daemon=True)
 
@@ -87,6 +88,7 @@ class Reclaimer:
         return reservation_changes(
             cell, self.usage(), self.clock(), self.wall(), self._last,
             interval=self.interval, margin=self.margin, half_life=self.half_life, limit=write_budget(cell),
+            unmoved=self._unmoved,
         )  # fmt: skip
 
     def tick(self) -> None:
@@ -104,6 +106,13 @@ def write_budget(cell: Cell) -> int:
     return max(MIN_WRITES_PER_TICK, MAX_WRITES_PER_TICK - starting)
 
 
+# A task whose last estimate was not worth writing: the task as it was (the same object: a
+# view carries unchanged records over, and a new reservation, request or state is a new
+# one), its usage then, and the longest time since an estimate over which its estimate was
+# found not worth writing.
+Unmoved = tuple[Task, object, float]
+
+
 def reservation_changes(
     cell: Cell,
     usage: Mapping[TaskId, Iterable[tuple[str, int]]],
@@ -115,33 +124,57 @@ def reservation_changes(
     margin: float = DEFAULT_MARGIN,
     half_life: float = DEFAULT_HALF_LIFE_S,
     limit: int | None = None,
+    unmoved: dict[TaskId, Unmoved] | None = None,
 ) -> dict[TaskId, Resources]:
     """The reservations worth writing at `now`: each RUNNING task outside allocs, past its
     warm-up, with usage, gets `estimate` over the time since its last estimate (`last`, task
     -> clock of its last estimate, kept up to date here; tasks no longer running leave it).
     The leader's `Reclaimer` and the Fauxmaster both decide through this. With `limit`, at
     most that many, the largest changes (as a share of the request) first; a task left out
-    keeps its last estimate's time, so its next one covers the whole time since."""
+    keeps its last estimate's time, so its next one covers the whole time since.
+
+    `unmoved` (kept by the caller from one call to the next) makes a quiet cell's tick cheap
+    without changing its result: a task whose reservation, request and usage are what they
+    were when its estimate was last found not worth writing, over a time since its last
+    estimate no longer than then, is not estimated again. An estimate moves a reservation
+    toward its target, at once or by a decay that only grows with the time, so over no more
+    time it moves no further: still not worth writing."""
     out: dict[TaskId, Resources] = {}
     earlier: dict[TaskId, float | None] = {}
     running = set()
+    jobs = cell.state.jobs
     for t in cell.state.tasks.values():
-        if t.state is not TaskState.RUNNING or t.id not in usage:
+        if t.state is not TaskState.RUNNING:
             continue
-        job = cell.state.jobs.get(t.id.job)
-        info = cell.task_info(t.id)
+        tid = t.id
+        used = usage.get(tid)
+        if used is None:
+            continue
+        job = jobs.get(tid.job)
+        info = cell.task_info(tid)
         if job is None or job.alloc is not None or not info.started_at or wall - info.started_at < WARMUP_S:
             continue
-        running.add(t.id)
-        before = last.get(t.id)
+        running.add(tid)
+        before = last.get(tid)
         dt = now - (before if before is not None else now - interval)
-        last[t.id] = now
-        new = estimate(t.reserved, dict(usage[t.id]), t.request, dt, margin=margin, half_life=half_life)
+        last[tid] = now
+        if unmoved is not None:
+            seen = unmoved.get(tid)
+            if seen is not None and seen[0] is t and dt <= seen[2] and seen[1] == used:
+                continue
+        new = estimate(t.reserved, dict(used), t.request, dt, margin=margin, half_life=half_life)
         if worth_writing(t.reserved, new, t.request):
-            out[t.id] = new
-            earlier[t.id] = before
+            out[tid] = new
+            earlier[tid] = before
+            if unmoved is not None:
+                unmoved.pop(tid, None)
+        elif unmoved is not None:
+            unmoved[tid] = (t, used, dt)
     for tid in [k for k in last if k not in running]:
         del last[tid]
+    if unmoved is not None:
+        for tid in [k for k in unmoved if k not in running]:
+            del unmoved[tid]
     if limit is not None and len(out) > limit:
         tasks = cell.state.tasks
         ranked = sorted(out, key=lambda tid: (-change_share(tasks[tid].reserved, out[tid], tasks[tid].request), str(tid)))

@@ -85,3 +85,57 @@ def test_tasks_still_to_be_started_take_the_ticks_budget_down_to_its_floor() -> 
     assert write_budget(replace(cell, tasks=infos)) == MAX_WRITES_PER_TICK - 200
     # A start larger than the budget leaves the floor, not nothing.
     assert write_budget(running_cell(950)) == MIN_WRITES_PER_TICK  # 950 to start: 50 left
+
+
+def test_skipping_unmoved_tasks_changes_no_tick() -> None:
+    """Ticks with the `unmoved` memo write exactly what ticks without it write, whatever the
+    usage does and however irregular the ticks: two reclaimers side by side over 400 ticks,
+    each applying its own writes, stay identical, and the memo does skip most estimates."""
+    import random
+    from dataclasses import replace
+
+    import reference.master.reclaimer as reclaimer
+
+    rng = random.Random(43)
+    n = 40
+    cell = running_cell(n)
+    tids = [TaskId("u/many", i) for i in range(n)]
+    usage = {tid: (("cpu_milli", rng.randrange(0, 1200)), ("ram_bytes", rng.randrange(0, 1000))) for tid in tids}
+    cells = [cell, cell]
+    lasts: list[dict[TaskId, float]] = [{}, {}]
+    memo: dict[TaskId, reclaimer.Unmoved] = {}
+    calls = [0]
+    real_estimate = reclaimer.estimate
+
+    def counted(*args: object, **kw: object) -> Resources:
+        calls[0] += 1
+        return real_estimate(*args, **kw)  # type: ignore[arg-type]
+
+    now, skipped_ticks = 100.0, 0
+    reclaimer.estimate = counted  # type: ignore[assignment]
+    try:
+        for tick in range(400):
+            now += rng.choice([5.0, 5.0, 4.9, 5.1, 7.5, 12.0])
+            for tid in rng.sample(tids, rng.choice([0, 0, 0, 1, 3])):  # a few usages move
+                usage[tid] = (("cpu_milli", rng.randrange(0, 1200)), ("ram_bytes", rng.randrange(0, 1000)))
+            if tick % 97 == 50:  # a task's facts change (a restart in place): estimated again
+                tid = rng.choice(tids)
+                infos = dict(cells[0].tasks)
+                infos[tid] = replace(infos[tid], started_at=now + 1000.0 - 20.0)
+                cells = [Cell(state=c.state, tasks=FMap(infos)) for c in cells]
+            before = calls[0]
+            plain = reservation_changes(cells[0], usage, now, now + 1000.0, lasts[0], interval=5.0)
+            plain_calls = calls[0] - before
+            memoed = reservation_changes(cells[1], usage, now, now + 1000.0, lasts[1], interval=5.0, unmoved=memo)
+            assert memoed == plain, tick
+            assert lasts[0] == lasts[1], tick
+            skipped_ticks += calls[0] - before - plain_calls < plain_calls
+            new = []
+            for c in cells:
+                d = Draft(c, now)
+                apply_reservations(d, plain)
+                new.append(Cell(state=d.state, tasks=c.tasks))
+            cells = new
+    finally:
+        reclaimer.estimate = real_estimate  # type: ignore[assignment]
+    assert skipped_ticks > 300  # the memo saved estimates in most ticks
