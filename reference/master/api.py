@@ -303,7 +303,13 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
     @read("/v1/shard", responses=contract.answers(503))
     async def shard_status() -> JSONResponse:
         """This replica's link shard: its machines, polling intervals and what it sent."""
-        return JSONResponse(content={"link_shards": True, **replica.shard.stats()})
+        relay = replica.relay
+        return JSONResponse(content={
+            "link_shards": True, **replica.shard.stats(),
+            # This replica's syncs (while it leads) sent through their owners' shards, and those
+            # sent through its own because the owner did not take them.
+            "relayed": {"through_owners": relay.through_owners, "fallbacks": relay.fallbacks},
+        })  # fmt: skip
 
     # --- link shards (between replicas; not part of API v1) ------------------------------------
 

@@ -80,8 +80,8 @@ class KeptAlive:
     client costs per request, which is most of a shard's work when it polls thousands of
     machines."""
 
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
+    def __init__(self, timeout: float, connect_timeout: float | None = None) -> None:
+        self.timeout, self.connect_timeout = timeout, connect_timeout
         # Idle connections per borglet host, shared by the shard's threads and taken last in,
         # first out: each host's connection is used at every poll, within the server's
         # keep-alive time. (One per thread and host was used about every `workers` polls,
@@ -94,6 +94,14 @@ class KeptAlive:
         # back costs neither a body nor a decode, and the object returned is the same one.
         self._tagged: dict[str, tuple[str, dict[str, Any]]] = {}
         self.not_modified = 0  # answers of 304
+
+    def close(self) -> None:
+        """Close the idle connections (one in use is closed by its answer or given back after)."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                conn.close()
 
     def exchange(self, method: str, url: str, headers: dict[str, str] | None = None, body: bytes = b"") -> http11.Answer:
         """One request to `url` on a kept-alive connection, once more on a fresh one where the
@@ -169,7 +177,7 @@ class KeptAlive:
         if key[2]:
             trusted = channel.peer_verify()
             context = trusted if isinstance(trusted, ssl.SSLContext) else ssl.create_default_context()
-        return http11.Connection(key[0], key[1], self.timeout, context)
+        return http11.Connection(key[0], key[1], self.timeout, context, self.connect_timeout)
 
     def _give_back(self, key: tuple[str, int, bool], conn: http11.Connection) -> None:
         with self._idle_lock:

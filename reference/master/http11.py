@@ -34,8 +34,13 @@ class Connection:
     """A connection to one host, opened on first use (over TLS with `context`); a request
     after the server closed it raises (an `OSError`), and the caller opens a fresh one."""
 
-    def __init__(self, host: str, port: int, timeout: float, context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, host: str, port: int, timeout: float, context: ssl.SSLContext | None = None, connect_timeout: float | None = None
+    ) -> None:
         self.host, self.port, self.timeout, self.context = host, port, timeout, context
+        # Connecting (and the TLS handshake) may be bounded tighter than an answer: a peer
+        # that is not there is known in a second, a busy one may take its time to answer.
+        self.connect_timeout = timeout if connect_timeout is None else min(connect_timeout, timeout)
         self._sock: socket.socket | None = None
         self._rfile = None
         self._host_header = f"Host: {host}:{port}\r\n".encode("latin-1")
@@ -48,11 +53,12 @@ class Connection:
         self._sock = self._rfile = None
 
     def _open(self) -> None:
-        sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.context is not None:
                 sock = self.context.wrap_socket(sock, server_hostname=self.host)
+            sock.settimeout(self.timeout)
         except BaseException:
             sock.close()
             raise

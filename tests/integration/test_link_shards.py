@@ -41,6 +41,12 @@ def test_a_dead_replicas_machines_move_without_going_down(tmp_path: Path) -> Non
         assert cell.submit(sleeper_job("before", count=12)).status_code == 201
         wait_for(lambda: cell.running("bob", "before", 12), 60, "12 tasks running")
         ids = _running_ids(cell, "bob", "before")
+        # The leader's syncs to the followers' machines went through their shards, signed for
+        # them: none had to fall back to the leader's own shard (a refused signature would).
+        relayed = cell.request("GET", "/v1/shard", master=leader).json()["relayed"]
+        if any(b["machines"] for name, b in shares.items() if name != leader.name):
+            assert relayed["through_owners"] >= 1, relayed
+        assert relayed["fallbacks"] == 0, relayed
 
         # Kill a follower that polls at least one machine.
         followers = [m for m in cell.masters if m is not leader and shares[m.name]["machines"] > 0]

@@ -179,3 +179,46 @@ def test_kept_alive_reads_tags_refusals_and_a_closed_connection() -> None:
         assert reads.get_json(url) is None  # a list, not an object
         assert reads.get_json(url) == {"channel_skew_s": 61.5}
         assert reads.connects == 2 and len(seen) == 6
+
+
+def test_a_peer_that_never_finishes_its_handshake_is_given_up_at_the_connect_timeout() -> None:
+    """A listener that accepts and says nothing (a hung peer): the TLS handshake is bounded by
+    the connect timeout, not by the far longer time an answer may take."""
+    import ssl
+    import time
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    accepter = threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True)
+    accepter.start()
+    try:
+        conn = Connection("127.0.0.1", listener.getsockname()[1], 30.0, ssl.create_default_context(), connect_timeout=0.3)
+        began = time.monotonic()
+        with pytest.raises(TimeoutError):
+            conn.request("GET", "/")
+        assert time.monotonic() - began < 3.0
+    finally:
+        for s in held:
+            s.close()
+        listener.close()
+
+
+def test_an_answer_may_take_longer_than_the_connect_timeout() -> None:
+    import time
+
+    def slow(request: bytes, n: int) -> bytes:
+        time.sleep(0.5)
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+    with raw_server(slow) as (port, _):
+        answer = Connection("127.0.0.1", port, 5.0, connect_timeout=0.1).request("GET", "/")
+    assert (answer.status, answer.body) == (200, b"ok")
+
+
+def test_kept_alive_close_closes_its_idle_connections() -> None:
+    with raw_server(lambda request, n: b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}") as (port, _):
+        reads = KeptAlive(5.0)
+        assert reads.exchange("GET", f"http://127.0.0.1:{port}/a").status == 200
+        (idle,) = [c for conns in reads._idle.values() for c in conns]
+        reads.close()
+        assert idle._sock is None and reads._idle == {}
