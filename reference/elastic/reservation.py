@@ -69,7 +69,8 @@ def estimate(
             out[name] = min(asked, previous.get(name)) if name in previous.names() else asked
             continue
         out[name] = next_reservation(previous.get(name), int(usage[key]), asked, margin, factor)
-    return Resources.of(out)
+    # In the request's order, which is by name: the normal form once zeros are left out.
+    return Resources(tuple((name, amount) for name, amount in out.items() if amount))
 
 
 def worth_writing(old: Resources, new: Resources, request: Resources, threshold: float = 0.02) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 from reference import fastjson
 from reference.master import shards
-from reference.master.cell import Draft
+from reference.master.cell import Cell, Draft, MachineInfo
 from reference.master.reports import Outcome, news
 from spec.model import TaskId, TaskState
 
@@ -240,8 +240,29 @@ def merge(
             )
     if usage is not None:
         info = d.machine_info(machine)
-        d.machines[machine] = replace(info, usage=facts.usage, isolation=facts.isolation, images=facts.images)
+        if (info.usage, info.isolation, info.images) != (facts.usage, facts.isolation, facts.images):
+            d.machines[machine] = replace(info, usage=facts.usage, isolation=facts.isolation, images=facts.images)
         for tid in sent:
             task = d.state.tasks.get(tid)
-            if task is not None and task.state is TaskState.RUNNING and tid in usage:
-                d.set_task_info(tid, replace(d.task_info(tid), usage=usage[tid]))
+            if task is not None and task.state is TaskState.RUNNING and (used := usage.get(tid)) is not None:
+                cur = d.task_info(tid)
+                if cur.usage != used:
+                    d.set_task_info(tid, replace(cur, usage=used))
+
+
+def usage_news(
+    cell: Cell, machine: str, facts: MachineFacts, sent: Collection[TaskId], usage: Mapping[TaskId, tuple[tuple[str, int], ...]]
+) -> bool:
+    """Whether writing an answer's usage (`merge` with `usage`) would change `cell`: the
+    machine's usage, isolation or images, or the usage of a running task it was sent. A
+    borglet whose figures did not move since they were last written costs no write."""
+    info = cell.machines.get(machine) or MachineInfo()
+    if (info.usage, info.isolation, info.images) != (facts.usage, facts.isolation, facts.images):
+        return True
+    tasks = cell.state.tasks
+    for tid in sent:
+        task = tasks.get(tid)
+        if task is not None and task.state is TaskState.RUNNING and (used := usage.get(tid)) is not None:
+            if cell.task_info(tid).usage != used:
+                return True
+    return False

@@ -334,6 +334,9 @@ class ShardReports:
             return None
         facts = intake.machine_facts(reply)
         reason_changed = cell.machines.get(name, MachineInfo()).reason != facts.reason
+        # Usage due but unchanged since it was written: nothing to write for it (it is looked
+        # at again with the next answer, until it moves).
+        write_usage = write_usage and intake.usage_news(cell, name, facts, ids, self.usage)
         if not intake.changes_cell(outcome, up=m.up, write_usage=write_usage, reason_changed=reason_changed):
             return None
         usage = self.usage if write_usage else None

@@ -189,3 +189,26 @@ def test_an_answer_read_before_a_drain_moved_its_task_does_not_end_it_where_it_n
     intake.merge(d, "m1", outcome, intake.machine_facts({}), sent={T0, T1}, usage=None)
     t0 = d.state.tasks[T0]
     assert (t0.state, t0.machine) == (TaskState.RUNNING, "m2")
+
+
+def test_usage_that_did_not_move_is_no_news_and_merges_to_no_write() -> None:
+    """A report whose usage is what the cell holds (the machine's and its running tasks') asks
+    for no write; one moved figure, of the machine or of one task, is news."""
+    cell = master_cells.placed_cell()
+    reply = {"tasks": [], "usage": {"cpu": 120}, "isolation": "cgroup"}
+    facts = intake.machine_facts(reply)
+    running = [t for t in (T0, T1) if cell.state.tasks[t].state is TaskState.RUNNING and cell.state.tasks[t].machine == "m1"]
+    assert running, "the fixture runs a task on m1"
+    usage = {tid: (("cpu", 50),) for tid in running}
+    assert intake.usage_news(cell, "m1", facts, running, usage)  # never written yet
+    d = Draft(cell, now=10.0)
+    intake.merge(d, "m1", Outcome(), facts, sent=running, usage=usage)
+    written = replace(cell, state=d.state, machines=d.machines, tasks=d.tasks)
+    assert not intake.usage_news(written, "m1", facts, running, usage)
+    again = Draft(written, now=20.0)
+    intake.merge(again, "m1", Outcome(), facts, sent=running, usage=usage)
+    assert again.machine_info("m1") is written.machines["m1"]
+    assert all(again.task_info(t) is written.task_info(t) for t in running)  # nothing rewritten
+    moved = {**usage, running[0]: (("cpu", 51),)}
+    assert intake.usage_news(written, "m1", facts, running, moved)
+    assert intake.usage_news(written, "m1", intake.machine_facts({**reply, "usage": {"cpu": 121}}), running, usage)
