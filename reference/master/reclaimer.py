@@ -141,6 +141,7 @@ def reservation_changes(
     time it moves no further: still not worth writing."""
     out: dict[TaskId, Resources] = {}
     earlier: dict[TaskId, float | None] = {}
+    shares: dict[TaskId, float] = {}  # with `limit`: how far each reservation worth writing moves
     running = set()
     jobs = cell.state.jobs
     for t in cell.state.tasks.values():
@@ -166,6 +167,8 @@ def reservation_changes(
         if worth_writing(t.reserved, new, t.request):
             out[tid] = new
             earlier[tid] = before
+            if limit is not None:
+                shares[tid] = change_share(t.reserved, new, t.request)
             if unmoved is not None:
                 unmoved.pop(tid, None)
         elif unmoved is not None:
@@ -176,8 +179,7 @@ def reservation_changes(
         for tid in [k for k in unmoved if k not in running]:
             del unmoved[tid]
     if limit is not None and len(out) > limit:
-        tasks = cell.state.tasks
-        ranked = sorted(out, key=lambda tid: (-change_share(tasks[tid].reserved, out[tid], tasks[tid].request), str(tid)))
+        ranked = sorted(out, key=lambda tid: (-shares[tid], str(tid)))
         for tid in ranked[limit:]:
             del out[tid]
             if (before := earlier[tid]) is None:
