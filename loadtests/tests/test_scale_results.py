@@ -193,3 +193,29 @@ def test_arrivals_started_below_the_offered_rate_miss_the_slo() -> None:
     assert kept_up.slo_met
     # Older results did not record the offered rate and are not judged on it.
     assert _run(300, 1, arrived=100, arrivals_confirmed=100, confirmed_per_min=10.0).slo_met
+
+
+def test_the_leaders_cost_per_task_is_set_beside_the_smallest_sizes(tmp_path: Path) -> None:
+    import json
+    from dataclasses import asdict
+
+    from loadtests.scale_report import estimate, measured_cost
+
+    def run(machines: int, leader_ms: float) -> Result:
+        r = _run(machines, 5, fill_s=30.0, fill_cpu_ms_per_task={"leader": leader_ms, "followers": 0.8, "hollow": 0.3})
+        r.replica_cpu = 0.3
+        return r
+
+    path = tmp_path / "results.json"
+    config = {"replica_cpu": 0.3, "tasks_per_machine": 10, "reads": "followers", "poll_interval": 5.0,
+              "arrival_per_min": 10_000, "out": "reports/x"}  # fmt: skip
+    path.write_text(json.dumps({"config": config, "results": [asdict(run(1000, 0.5)), asdict(run(10_000, 1.4))]}))
+    rows = [line for line in measured_cost([path]) if line.startswith("| `reports/x`")]
+    assert [row.split(" | ")[5:7] for row in rows] == [["**0.500**", "1.00"], ["**1.400**", "2.80 (over 1.5)"]]
+    path.write_text(json.dumps({"config": config, "results": [asdict(run(1000, 0.5)), asdict(run(10_000, 0.7))]}))
+    assert "1.40 (within 1.5)" in "\n".join(measured_cost([path]))
+    # A cell of the estimate's size was measured: it is no anchor of the estimate.
+    assert estimate([path], machines=10_000) == []
+    # One size alone has nothing to set beside.
+    path.write_text(json.dumps({"config": config, "results": [asdict(run(1000, 0.5))]}))
+    assert measured_cost([path]) == []
