@@ -326,7 +326,9 @@ def _section(results_path: Path, out: Path) -> list[str]:
         f"--fill-timeout-s {config['fill_timeout_s']:g}"
         + (f" --arrival-per-min {config['arrival_per_min']}" if config.get("arrival_per_min", ARRIVAL_PER_MIN) != ARRIVAL_PER_MIN else "")
         + (f" --confirm-s {config['confirm_s']:g}" if config.get("confirm_s", CONFIRM_S) != CONFIRM_S else "")
+        + (f" --poll-interval {config['poll_interval']:g}" if config.get("poll_interval", 2.0) != 2.0 else "")
         + (" --reads all" if reads_of(config) == "all" else "")
+        + (" --every-size" if config.get("every_size") else "")
         + f" --out {config['out']}"
     )
     lines = [
