@@ -18,6 +18,7 @@ import logging
 import os
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -125,6 +126,17 @@ class KeptAlive:
                 self._give_back(key, conn)
             return answer
         raise AssertionError("unreachable")
+
+    def post_json(self, url: str, body: bytes, key: bytes | None, machine: str) -> http11.Answer:
+        """POST the JSON `body` to `url`, signed with the cell's `key` for `machine` as
+        `channel.ClientAuth` signs a request (without a key, unsigned, naming `machine`);
+        raises as `exchange` does."""
+        if key is None:
+            headers = channel.to_machine(machine)
+        else:
+            headers = channel.sign(key, "POST", urlsplit(url).path.encode(), body, machine, time.time())
+        headers["Content-Type"] = "application/json"
+        return self.exchange("POST", url, headers, body)
 
     def get_json(self, url: str, headers: dict[str, str] | None = None) -> dict[str, Any] | Refused | None:
         """The JSON object at `url`, `Refused` (401 or 403: the server answered but will not

@@ -305,14 +305,8 @@ class LinkShard:
     def _relay_one(self, item: dict[str, Any]) -> dict[str, Any]:
         machine, address = str(item.get("machine", "")), str(item.get("address", ""))
         url = f"{self._routes.route(address).rstrip('/')}/v1/sync"
-        body = fastjson.dumps(item.get("body"))
-        if self.key is not None:
-            headers = channel.sign(self.key, "POST", urlsplit(url).path.encode(), body, machine, time.time())
-        else:
-            headers = channel.to_machine(machine)
-        headers["Content-Type"] = "application/json"
         try:
-            answer = self._reads.exchange("POST", url, headers, body)
+            answer = self._reads.post_json(url, fastjson.dumps(item.get("body")), self.key, machine)
         except (OSError, ValueError) as err:
             return {"machine": machine, "status": 0, "error": str(err) or type(err).__name__}
         try:

@@ -11,11 +11,9 @@ the leader can always reach a borglet itself. Shards send their batches to the l
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
-from reference import channel, fastjson
+from reference import fastjson
 from reference.channel import replica_peer
 from reference.master import shards
 from reference.master.borgletreads import KeptAlive
@@ -61,14 +59,10 @@ class ShardRelay:
     def relay(self, owner: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         url = self.shard.cache.cell().replicas.get(owner, "")
         if owner != self.shard.name and url:
-            target = f"{url.rstrip('/')}{RELAY_PATH}"
-            body = fastjson.dumps({"items": items})
-            peer = replica_peer(owner)
-            key = self.shard.key
-            headers = channel.to_machine(peer) if key is None else channel.sign(key, "POST", urlsplit(target).path.encode(), body, peer, time.time())
-            headers["Content-Type"] = "application/json"
             try:
-                answer = self._peers.exchange("POST", target, headers, body)
+                answer = self._peers.post_json(
+                    f"{url.rstrip('/')}{RELAY_PATH}", fastjson.dumps({"items": items}), self.shard.key, replica_peer(owner)
+                )
                 if answer.status == 200:
                     replies = fastjson.loads(answer.body).get("replies")
                     if isinstance(replies, list):
