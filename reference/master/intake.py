@@ -10,13 +10,13 @@ calls these. The borglet's side of the same protocol is `borglet/decisions.accep
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from reference import fastjson
 from reference.master import shards
-from reference.master.cell import Cell, Draft, MachineInfo
+from reference.master.cell import Cell, Draft, MachineInfo, TaskInfo
 from reference.master.reports import Outcome, news
 from spec.model import TaskId, TaskState
 
@@ -202,6 +202,10 @@ def changes_cell(outcome: Outcome, *, up: bool, write_usage: bool, reason_change
     return bool(outcome.steps or outcome.infos or not up or write_usage or reason_changed)
 
 
+# Task id -> the usage a borglet last reported for it (the leader's `ShardReports.usage`).
+Usage = Mapping[TaskId, tuple[tuple[str, int], ...]]
+
+
 def merge(
     d: Draft,
     machine: str,
@@ -209,7 +213,7 @@ def merge(
     facts: MachineFacts,
     *,
     sent: Collection[TaskId],
-    usage: Mapping[TaskId, tuple[tuple[str, int], ...]] | None,
+    usage: Usage | None,
 ) -> None:
     """Write an answer of `machine` into the draft: it is up, its reason, the steps its task
     states map to, its tasks' facts, and with `usage` (when due) the machine's and the `sent`
@@ -240,29 +244,30 @@ def merge(
             )
     if usage is not None:
         info = d.machine_info(machine)
-        if (info.usage, info.isolation, info.images) != (facts.usage, facts.isolation, facts.images):
+        if _machine_moved(info, facts):
             d.machines[machine] = replace(info, usage=facts.usage, isolation=facts.isolation, images=facts.images)
-        for tid in sent:
-            task = d.state.tasks.get(tid)
-            if task is not None and task.state is TaskState.RUNNING and (used := usage.get(tid)) is not None:
-                cur = d.task_info(tid)
-                if cur.usage != used:
-                    d.set_task_info(tid, replace(cur, usage=used))
+        for tid, cur, used in _usage_moved(d, sent, usage):
+            d.set_task_info(tid, replace(cur, usage=used))
 
 
-def usage_news(
-    cell: Cell, machine: str, facts: MachineFacts, sent: Collection[TaskId], usage: Mapping[TaskId, tuple[tuple[str, int], ...]]
-) -> bool:
+def usage_news(cell: Cell, machine: str, facts: MachineFacts, sent: Collection[TaskId], usage: Usage) -> bool:
     """Whether writing an answer's usage (`merge` with `usage`) would change `cell`: the
     machine's usage, isolation or images, or the usage of a running task it was sent. A
     borglet whose figures did not move since they were last written costs no write."""
-    info = cell.machines.get(machine) or MachineInfo()
-    if (info.usage, info.isolation, info.images) != (facts.usage, facts.isolation, facts.images):
-        return True
+    return _machine_moved(cell.machines.get(machine) or MachineInfo(), facts) or any(_usage_moved(cell, sent, usage))
+
+
+def _machine_moved(info: MachineInfo, facts: MachineFacts) -> bool:
+    return (info.usage, info.isolation, info.images) != (facts.usage, facts.isolation, facts.images)
+
+
+def _usage_moved(cell: Cell | Draft, sent: Collection[TaskId], usage: Usage) -> Iterator[tuple[TaskId, TaskInfo, tuple[tuple[str, int], ...]]]:
+    """(task, its facts, its new usage) for each running task of `sent` whose usage in
+    `usage` is not the one `cell` holds: what `merge` rewrites, and all `usage_news` asks."""
     tasks = cell.state.tasks
     for tid in sent:
         task = tasks.get(tid)
         if task is not None and task.state is TaskState.RUNNING and (used := usage.get(tid)) is not None:
-            if cell.task_info(tid).usage != used:
-                return True
-    return False
+            cur = cell.task_info(tid)
+            if cur.usage != used:
+                yield tid, cur, used
