@@ -170,10 +170,10 @@ def measured_cost(paths: list[Path], target: float = 1.5) -> list[str]:
             for r in runs:
                 ms = r.fill_cpu_ms_per_task
                 ratio = ms["leader"] / base
+                verdict = "" if r is runs[0] else f" ({'within' if ratio <= target else 'over'} {target:g})"
                 rows.append(
                     f"| `{config['out']}` | {config.get('replica_cpu') or 'none'} | {replicas} | {r.machines:,} | "
-                    f"{r.fill_confirmed:,} in {r.fill_s:.0f} s | **{ms['leader']:.3f}** | {ratio:.2f}"
-                    f"{'' if r is runs[0] else (' (within ' if ratio <= target else ' (over ') + f'{target:g})'} | "
+                    f"{r.fill_confirmed:,} in {r.fill_s:.0f} s | **{ms['leader']:.3f}** | {ratio:.2f}{verdict} | "
                     + " / ".join(f"{ms.get(k, 0.0):.3f}" for k in ("followers", "scheduler", "etcd", "hollow"))
                     + " |"
                 )
