@@ -7,6 +7,7 @@ reclamation) until it fits, as Borg does; the evicted tasks go back to PENDING.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -61,6 +62,7 @@ class Reclaimer:
         self.clock, self.wall = clock, wall
         self._last: dict[TaskId, float] = {}
         self._unmoved: dict[TaskId, Unmoved] = {}
+        self._waiting: dict[TaskId, Waiting] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reclaimer", daemon=True)
 
@@ -88,7 +90,7 @@ class Reclaimer:
         return reservation_changes(
             cell, self.usage(), self.clock(), self.wall(), self._last,
             interval=self.interval, margin=self.margin, half_life=self.half_life, limit=write_budget(cell),
-            unmoved=self._unmoved,
+            unmoved=self._unmoved, waiting=self._waiting,
         )  # fmt: skip
 
     def tick(self) -> None:
@@ -112,6 +114,11 @@ def write_budget(cell: Cell) -> int:
 # found not worth writing.
 Unmoved = tuple[Task, object, float]
 
+# A task whose estimate was worth writing but left out by a tick's limit: the task as it was
+# (the same object, as in `Unmoved`), its usage then, and its rank: (minus the share of its
+# request the estimate moved it, the clock when it was first found worth writing, its id).
+Waiting = tuple[Task, object, tuple[float, float, str]]
+
 
 def reservation_changes(
     cell: Cell,
@@ -125,6 +132,7 @@ def reservation_changes(
     half_life: float = DEFAULT_HALF_LIFE_S,
     limit: int | None = None,
     unmoved: dict[TaskId, Unmoved] | None = None,
+    waiting: dict[TaskId, Waiting] | None = None,
 ) -> dict[TaskId, Resources]:
     """The reservations worth writing at `now`: each RUNNING task outside allocs, past its
     warm-up, with usage, gets `estimate` over the time since its last estimate (`last`, task
@@ -138,10 +146,19 @@ def reservation_changes(
     were when its estimate was last found not worth writing, over a time since its last
     estimate no longer than then, is not estimated again. An estimate moves a reservation
     toward its target, at once or by a decay that only grows with the time, so over no more
-    time it moves no further: still not worth writing."""
+    time it moves no further: still not worth writing.
+
+    `waiting` (kept by the caller too, used with `limit`) makes a backlog cheap: a task found
+    worth writing but left out keeps the rank it was found with, and while its reservation,
+    request and usage stay what they were it is not estimated again until a tick chooses it
+    (over more time it moves at least as far: still worth writing). A tick then costs its
+    walk, the new estimates and the `limit` it writes, not an estimate of the whole backlog.
+    With it, the largest changes go first as each was measured when first found, the earlier
+    found first among equals; without it, as measured at this tick."""
     out: dict[TaskId, Resources] = {}
     earlier: dict[TaskId, float | None] = {}
-    shares: dict[TaskId, float] = {}  # with `limit`: how far each reservation worth writing moves
+    ranks: dict[TaskId, tuple[float, float, str]] = {}  # with `limit`: each worth writing, largest first
+    found: dict[TaskId, tuple[Task, object, float]] = {}  # waiting tasks not estimated: (task, usage, dt)
     running = set()
     jobs = cell.state.jobs
     for t in cell.state.tasks.values():
@@ -163,29 +180,50 @@ def reservation_changes(
             seen = unmoved.get(tid)
             if seen is not None and seen[0] is t and dt <= seen[2] and seen[1] == used:
                 continue
+        if waiting is not None and limit is not None and (w := waiting.get(tid)) is not None:
+            if w[0] is t and w[1] == used:
+                ranks[tid], earlier[tid], found[tid] = w[2], before, (t, used, dt)
+                continue
+            del waiting[tid]  # its reservation, request or usage moved: estimated afresh
         new = estimate(t.reserved, dict(used), t.request, dt, margin=margin, half_life=half_life)
         if worth_writing(t.reserved, new, t.request):
             out[tid] = new
             earlier[tid] = before
             if limit is not None:
-                shares[tid] = change_share(t.reserved, new, t.request)
+                ranks[tid] = (-change_share(t.reserved, new, t.request), now, str(tid))
+                if waiting is not None:
+                    found[tid] = (t, used, dt)
             if unmoved is not None:
                 unmoved.pop(tid, None)
         elif unmoved is not None:
             unmoved[tid] = (t, used, dt)
     for tid in [k for k in last if k not in running]:
         del last[tid]
-    if unmoved is not None:
-        for tid in [k for k in unmoved if k not in running]:
-            del unmoved[tid]
-    if limit is not None and len(out) > limit:
-        ranked = sorted(out, key=lambda tid: (-shares[tid], str(tid)))
-        for tid in ranked[limit:]:
-            del out[tid]
-            if (before := earlier[tid]) is None:
-                del last[tid]  # its next estimate is a first one again
-            else:
-                last[tid] = before
+    for memo in (unmoved, waiting):
+        if memo is not None:
+            for tid in [k for k in memo if k not in running]:
+                del memo[tid]
+    if limit is None:
+        return out
+    chosen = set(ranks) if len(ranks) <= limit else set(heapq.nsmallest(limit, ranks, key=ranks.__getitem__))
+    for tid, rank in ranks.items():
+        if tid in chosen:
+            if tid not in out:  # waiting: estimated now, over all the time since its last estimate
+                t, used, dt = found[tid]
+                new = estimate(t.reserved, dict(used), t.request, dt, margin=margin, half_life=half_life)
+                if worth_writing(t.reserved, new, t.request):  # it is: over more time it moves no less
+                    out[tid] = new
+            if waiting is not None:
+                waiting.pop(tid, None)
+            continue
+        out.pop(tid, None)
+        if waiting is not None and tid not in waiting:
+            t, used, _ = found[tid]
+            waiting[tid] = (t, used, rank)
+        if (before := earlier[tid]) is None:
+            del last[tid]  # its next estimate is a first one again
+        else:
+            last[tid] = before
     return out
 
 

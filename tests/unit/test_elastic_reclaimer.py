@@ -139,3 +139,66 @@ def test_skipping_unmoved_tasks_changes_no_tick() -> None:
     finally:
         reclaimer.estimate = real_estimate  # type: ignore[assignment]
     assert skipped_ticks > 300  # the memo saved estimates in most ticks
+
+
+def test_a_backlog_waits_unestimated_and_is_written_once_each_largest_first() -> None:
+    """A backlog larger than a tick's limit: with the `waiting` memo each tick estimates only
+    what is new or moved and the `limit` it writes, writes what ticks without the memo write
+    (where an estimate does not depend on the time), each task once, until none is left; a
+    waiting task whose usage moves is estimated afresh from its new usage."""
+    import random
+
+    import reference.master.reclaimer as reclaimer
+
+    rng = random.Random(7)
+    n, limit = 60, 8
+    cell = running_cell(n)
+    tids = [TaskId("u/many", i) for i in range(n)]
+    usage = {tid: (("cpu_milli", rng.randrange(0, 700)), ("ram_bytes", 1000)) for tid in tids}
+    calls = [0]
+    real_estimate = reclaimer.estimate
+
+    def counted(*args: object, **kw: object) -> Resources:
+        calls[0] += 1
+        return real_estimate(*args, **kw)  # type: ignore[arg-type]
+
+    cells, lasts = [cell, cell], [{}, {}]  # without the memo, with it
+    unmoved: dict[TaskId, reclaimer.Unmoved] = {}
+    waiting: dict[TaskId, reclaimer.Waiting] = {}
+    written: list[TaskId] = []
+    moved = tids[-1]  # the smallest fall: waits to the end; its usage moves on the way
+    now = 100.0
+    reclaimer.estimate = counted  # type: ignore[assignment]
+    try:
+        for tick in range(12):
+            now += 5.0
+            if tick == 3:
+                usage[moved] = (("cpu_milli", 0), ("ram_bytes", 1000))  # now the largest fall
+            outs, estimated = [], []
+            for k, c in enumerate(cells):
+                before = calls[0]
+                memo = {"unmoved": unmoved, "waiting": waiting} if k else {}
+                outs.append(
+                    reservation_changes(c, usage, now, now + 1000.0, lasts[k], interval=5.0, half_life=0.0, limit=limit, **memo)
+                )
+                estimated.append(calls[0] - before)
+            plain, memoed = outs
+            # With no decay (half-life 0) an estimate does not depend on the time since the last:
+            # the memo's ranks are the ones ticks that estimate the whole backlog find.
+            assert memoed == plain, tick
+            assert estimated[0] == n  # without a memo: every running task, every tick
+            # With the memo: the `limit` it writes, last tick's writes once more (their
+            # reservations moved), and the one whose usage moved.
+            assert estimated[1] <= (2 * limit if tick else n) + (tick == 3), (tick, estimated)
+            if tick == 3:
+                assert moved in memoed and memoed[moved].get("cpu") == 0  # the new usage, at once
+            assert len(memoed) == min(limit, n - len(written))
+            written += memoed
+            drafts = [Draft(c, now) for c in cells]
+            for d in drafts:
+                apply_reservations(d, memoed)
+            cells = [Cell(state=d.state, tasks=cell.tasks) for d in drafts]
+    finally:
+        reclaimer.estimate = real_estimate  # type: ignore[assignment]
+    assert sorted(written) == sorted(tids)  # each task once, none left
+    assert not waiting
