@@ -356,14 +356,16 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
                     try:
                         response = client.post(f"{urls[(w + k) % len(urls)]}/v1/jobs", json=sleeper_job(name, cfg.arrival_job))
                         ok = response.status_code == 201
-                    except httpx.HTTPError:
-                        ok = False
+                        failure = "" if ok else f"{response.status_code} {response.text[:120]}"
+                    except httpx.HTTPError as err:
+                        ok, failure = False, f"{type(err).__name__} after {time.perf_counter() - sent:.1f} s"
                     with lock:
                         if ok:
                             writes.append(time.perf_counter() - sent)
                             submitted[f"scale/{name}"] = time.time()
                         else:
                             result.write_errors += 1
+                            result.write_failures.append(failure)
                     k += 1
                     time.sleep(max(0.0, window_began + w * every / cfg.writers + k * every - time.monotonic()))
 

@@ -41,6 +41,8 @@ class Result:
     write_p99_s: float | None = None
     writes: int = 0
     write_errors: int = 0
+    # What each failed submit got, as the client saw it ("503 <first words>", "ReadTimeout"); []: none, or older results
+    write_failures: list[str] = field(default_factory=list)
     arrived: int = 0
     arrivals_confirmed: int | None = None  # arriving tasks confirmed running; None: older results
     confirmed_per_min: float = 0.0  # older results: confirmed by the window's end, over the window
@@ -124,7 +126,8 @@ def failures(r: Result, arrivals: bool = True) -> list[str]:
         if r.confirmed_per_min < SUSTAINED_SHARE * r.offered_per_min:
             out.append(f"arrivals: {r.confirmed_per_min:,.0f} tasks/min started of {r.offered_per_min:,} offered")
         if r.write_errors:
-            out.append(f"arrivals: {r.write_errors} of {r.writes + r.write_errors} submits refused or unanswered")
+            seen = f" ({'; '.join(sorted(set(r.write_failures))[:3])})" if r.write_failures else ""
+            out.append(f"arrivals: {r.write_errors} of {r.writes + r.write_errors} submits refused or unanswered{seen}")
     return out
 
 

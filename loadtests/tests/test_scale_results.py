@@ -188,6 +188,10 @@ def test_arrivals_started_below_the_offered_rate_miss_the_slo() -> None:
         "arrivals: 2,979 tasks/min started of 10,000 offered",
         "arrivals: 11 of 56 submits refused or unanswered",
     ]
+    # What the failed submits got is named beside their count.
+    refused = _run(10_000, 5, arrived=9_000, arrivals_confirmed=9_000, confirmed_per_min=9_500.0, offered_per_min=10_000,
+                   writes=90, write_errors=2, write_failures=["503 leader busy", "ReadTimeout after 60.0 s"])  # fmt: skip
+    assert failures(refused) == ["arrivals: 2 of 92 submits refused or unanswered (503 leader busy; ReadTimeout after 60.0 s)"]
     kept_up = _run(1_000, 5, arrived=10_000, arrivals_confirmed=10_000, confirmed_per_min=9_961.0,
                    offered_per_min=10_000, writes=100)  # fmt: skip
     assert kept_up.slo_met

@@ -75,6 +75,7 @@ class WatchCache:
         self._job_tasks: dict[str, set[TaskId]] = {}
         self._latest: dict[tuple[str, int], int] = {}
         self._work: set[TaskId] = set()
+        self._acting: set[TaskId] = set()  # the work set's tasks that are not PENDING (`Cell.acting`)
         self._running: set[TaskId] = set()
         # The maps and indexes as `cacheindex` reads them: these very dicts, never copied.
         self._index = cacheindex.Index(self._tasks, self._jobs, self._job_tasks, self._latest, self._work)
@@ -187,6 +188,7 @@ class WatchCache:
             leader_revision=self._leader_revision,
             replicas=dict(self._replicas) if "replicas" in dirty else last.replicas,  # type: ignore[union-attr]
             work=frozenset(self._work) if "work" in dirty else last.work,  # type: ignore[union-attr]
+            acting=frozenset(self._acting) if "acting" in dirty else last.acting,  # type: ignore[union-attr]
             running=frozenset(self._running) if "running" in dirty else last.running,  # type: ignore[union-attr]
             capacity_epoch=self._capacity_epoch,
             counts=dict(self._counts) if tasks_changed else last.counts,  # type: ignore[union-attr]
@@ -234,7 +236,7 @@ class WatchCache:
             for d in (
                 self._machines, self._machine_infos, self._jobs, self._job_infos, self._tasks,
                 self._task_infos, self._quotas, self._replicas, self._users, self._user_hashes, self._raw, self._job_tasks,
-                self._latest, self._work, self._running, self._allocs,
+                self._latest, self._work, self._acting, self._running, self._allocs,
             ):  # fmt: skip
                 d.clear()
             self._capacity_epoch += 1
@@ -417,6 +419,15 @@ class WatchCache:
         self._task_infos[tid] = ti
         self._dirty.update(("tasks", "task_infos"))
         self._apply(edits)
+        self._judge_acting(tid)  # in the work set before and after, its state may have moved
+
+    def _judge_acting(self, tid: TaskId) -> None:
+        """Keep `tid` in the acting set exactly while it is in the work set and not PENDING."""
+        t = self._tasks.get(tid)
+        acting = t is not None and t.state is not TaskState.PENDING and tid in self._work
+        if acting != (tid in self._acting):
+            (self._acting.add if acting else self._acting.discard)(tid)
+            self._dirty.add("acting")
 
     def _delete_task(self, tid: TaskId) -> None:
         edits = cacheindex.task_deleted(self._index, tid)
@@ -467,6 +478,7 @@ class WatchCache:
                     self._work.add(tid)
                 else:
                     self._work.discard(tid)
+                self._judge_acting(tid)
             self._dirty.add("work")
         if running is not None:
             tid, joins = running
@@ -481,7 +493,7 @@ class WatchCache:
 
 _ALL_MAPS = frozenset(
     ("machines", "machine_infos", "jobs", "job_infos", "tasks", "task_infos", "quotas", "replicas", "work",
-     "running", "allocs")
+     "acting", "running", "allocs")
 )
 
 

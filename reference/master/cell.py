@@ -135,6 +135,10 @@ class Cell:
     # The tasks a scheduling pass could act on (`is_pass_work`), kept up to date by the watch
     # cache from the keys each revision changed; None where the view was not built by a cache.
     work: frozenset[TaskId] | None = None
+    # The work set less its PENDING tasks: what a pass may restart, roll or record as failed.
+    # A scheduler process places the pending ones; the leader's pass, beside it, then walks
+    # these, not the whole queue (a fill of 100,000 tasks queues them all at once).
+    acting: frozenset[TaskId] | None = None
     # The RUNNING tasks, and a counter that moves whenever capacity may have been freed or
     # added (a machine changed, a task left a machine or changed what it holds there, a job
     # changed its request): a task found unschedulable stays so while it does not move.

@@ -29,7 +29,8 @@ from reference.master.machines import MAX_DRAIN_DEADLINE_S as MAX_DEADLINE_S
 from reference.master.mutations import ApiError
 from reference.master.reports import confirmed
 from spec.actions import EvictReason, budget, tasks_down
-from spec.model import CellState, Task, TaskState
+from spec.fmap import FMap
+from spec.model import CellState, Machine, Task, TaskState
 
 Write = Callable[[Request, Any, Callable[[Draft], Any], Callable[[Any, int], JSONResponse]], Awaitable[Response]]
 
@@ -86,15 +87,28 @@ def movable(state: CellState, machine: str) -> list[Task]:
     return [t for t in state.running_on(machine) if (j := state.jobs.get(t.id.job)) is not None and j.alloc is None]
 
 
+def cordoned(name: str, m: Machine) -> bool | None:
+    """The index (`FMap.group`) of the machines no task may be placed on: drained ones."""
+    return True if not m.schedulable else None
+
+
 def draining(state: CellState) -> list[str]:
-    """The drained machines that still run tasks a drain moves, by name."""
-    return sorted(n for n, m in state.machines.items() if not m.schedulable and movable(state, n))
+    """The drained machines that still run tasks a drain moves, by name: looked up in the
+    machines' index of cordoned ones, not a walk of every machine on each pass."""
+    return sorted(n for n in _cordoned(state) if movable(state, n))
 
 
 def has_work(cell: Cell) -> bool:
     """Whether a leader's pass has a drain to advance (a drained machine still runs a task it moves)."""
     state = cell.state
-    return any(not m.schedulable and movable(state, n) for n, m in state.machines.items())
+    return any(movable(state, n) for n in _cordoned(state))
+
+
+def _cordoned(state: CellState) -> frozenset[str]:
+    machines = state.machines
+    if isinstance(machines, FMap):
+        return machines.group(cordoned).get(True, frozenset())
+    return frozenset(n for n, m in machines.items() if not m.schedulable)
 
 
 def down_now(d: Draft, job_key: str) -> int:

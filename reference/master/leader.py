@@ -359,6 +359,8 @@ class Term:
         draining = drain.has_work(cell)  # a drained machine still runs a task: move what budgets allow
         if not cell_has_work(cell) and not draining:
             return  # nothing pending, restartable or stale: the common quiet case
+        if cell.acting is not None and not cell.acting and not draining and self.scheduler_active():
+            return  # only pending tasks, and a scheduler process places them: nothing for this pass
         if self.unschedulable.covers(cell) and not draining:
             return  # only tasks already found unschedulable, and nothing has freed capacity
         started = time.perf_counter()
@@ -424,13 +426,16 @@ class Term:
         # (which only plans them after the set is dropped) or killed, and killed tasks stay
         # dead: none of them can be a restart or a roll this pass would miss.
         known = self.unschedulable.known(view.capacity_epoch) if view.running is not None else set()
-        candidates = self._candidates(d) - known
+        # Restarts, rolls and failures act on tasks that are not PENDING: the work set less
+        # the queue, where the cache keeps it, so a pass beside a long queue does not walk it.
+        acting = self._acting(d)
         for key in rollout.new_versions(d.state, self.templates):
             self.crashes.forget(key)  # a new program: where the old one crashed says nothing of it
-        record_failures(d, candidates, self.crashes)  # before restart_dead marks each death seen
-        acted = self._restart_dead(d, candidates) + self._roll(d, candidates) + drain.advance(d)
+        record_failures(d, acting, self.crashes)  # before restart_dead marks each death seen
+        acted = self._restart_dead(d, acting) + self._roll(d, acting) + drain.advance(d)
         if self.scheduler_active():
             return 0  # a scheduler process plans: its plans come through accept_plan
+        candidates = self._candidates(d) - known
         # The pending tasks to plan, chosen as the scheduler process chooses them. A roll or
         # restart of this pass frees capacity the cache has not seen yet, and without the
         # cache's sets there is no epoch: every pending task is planned then.
@@ -467,6 +472,17 @@ class Term:
         if work is None:
             return pass_work(d.state)
         return set(work) | d.touched
+
+    def _acting(self, d: Draft) -> set[TaskId]:
+        """The tasks this pass may restart, roll or record as failed: the cache's acting set
+        (its work set less PENDING tasks) and whatever this draft changed, or, without one,
+        `_candidates`, whose PENDING tasks each of those steps passes over."""
+        acting = d.base.acting
+        if acting is None and d.base.work is None:
+            acting = self.cache.cell().acting
+        if acting is None:
+            return self._candidates(d)
+        return set(acting) | d.touched
 
     def _restart_dead(self, d: Draft, candidates: set[TaskId]) -> int:
         return restart_dead(d, candidates, self.restarts.take)

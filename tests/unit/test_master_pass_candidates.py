@@ -139,6 +139,13 @@ def test_restarts_and_rolls_from_the_work_set_are_the_scans(seed: int, rate: flo
     Term._restart_dead(term, new, candidates)  # type: ignore[arg-type]
     Term._roll(term, new, candidates | new.touched)  # type: ignore[arg-type]
     assert new.state == old.state
+    # From the acting set (the work set less the queue) the same: the PENDING tasks of the
+    # work set are none of a restart's or a roll's.
+    acting = {t for t in base.work or () if state.tasks[t].state is not TaskState.PENDING}
+    third, fresh = Draft(base, 0.0), FromWork(rate)
+    Term._restart_dead(fresh, third, set(acting))  # type: ignore[arg-type]
+    Term._roll(fresh, third, acting | third.touched)  # type: ignore[arg-type]
+    assert third.state == old.state
 
 
 def test_a_draft_knows_the_tasks_its_steps_touched() -> None:

@@ -140,6 +140,8 @@ def assert_same(got: Cell, want: Cell) -> None:
     assert got.replicas == want.replicas
     assert got.revision == want.revision
     assert got.work == want.work == pass_work(got.state)
+    # The acting set is the work set less its PENDING tasks, kept as records change.
+    assert got.acting == {t for t in got.work if got.state.tasks[t].state is not TaskState.PENDING}
     assert got.running == {t for t, task in got.state.tasks.items() if task.state is TaskState.RUNNING}
     assert bool(got.work) == pass_has_work(got.state)
     # The counts the cache keeps as records change equal a walk of every task.
