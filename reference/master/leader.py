@@ -289,7 +289,7 @@ class Term:
         # Around the scheduler: horizontal autoscaling of jobs and Borg's reservation
         # estimates, both reading the usage the poller gathers and writing through `writer`.
         self.autoscaler = JobAutoscaler(cache, writer, lambda: self.poller.usage)
-        self.reclaimer = Reclaimer(cache, writer, lambda: self.poller.usage)
+        self.reclaimer = Reclaimer(cache, writer, lambda: self.poller.usage, moved=self.poller.take_usage_moved)
         self._thread = threading.Thread(target=self._run, name=f"leader-{token}", daemon=True)
 
     def start(self) -> None:

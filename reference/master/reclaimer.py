@@ -19,8 +19,10 @@ from reference.elastic.reservation import (
     estimate,
     worth_writing,
 )
+from reference.master import views, work
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft
+from reference.master.changes import TooOld
 from reference.master.jobscaler import UsageSource
 from reference.master.views import task_counts
 from reference.master.writer import NotLeader, WriteFailed, Writer
@@ -42,6 +44,12 @@ MAX_WRITES_PER_TICK = 1000
 # record for etcd to apply and for each replica to decode, in the seconds those starts need
 # them. A 10,000-task start wrote 2,000 reservations before its last process ran.
 MIN_WRITES_PER_TICK = 100
+# A tick looks at the tasks that changed since the last one (their records or jobs, from the
+# watch cache's change log; their usage, from the poller; the end of their warm-up; the
+# backlog), not at every running task. Every this many ticks, and whenever what changed is not
+# known, it walks every running task: the safety net, which also estimates again, over all the
+# time since their last estimate, the quiet tasks no change brought in (a minute at 5 s a tick).
+FULL_WALK_EVERY = 12
 
 
 class Reclaimer:
@@ -56,13 +64,26 @@ class Reclaimer:
         half_life: float = DEFAULT_HALF_LIFE_S,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        moved: Callable[[], set[TaskId] | None] | None = None,
+        full_walk_every: int = FULL_WALK_EVERY,
     ) -> None:
         self.cache, self.writer, self.usage = cache, writer, usage
+        # The tasks whose usage moved since the last call (None: not known); without it every
+        # tick walks every running task.
+        self.moved = moved
+        self._revision = -1  # the view the last tick looked at
+        self._reloads = -1  # the cache's reload count then
+        self._ticks = 0
+        self.full_walk_every = full_walk_every
+        self._warming: list[tuple[float, TaskId]] = []  # (wall time its warm-up ends, task)
         self.interval, self.margin, self.half_life = interval, margin, half_life
         self.clock, self.wall = clock, wall
         self._last: dict[TaskId, float] = {}
         self._unmoved: dict[TaskId, Unmoved] = {}
         self._waiting: dict[TaskId, Waiting] = {}
+        # The backlog by rank (rank, task), entries of tasks no longer waiting, or waiting with
+        # another rank, left in and skipped: a tick between walks takes its best `limit` alone.
+        self._ranked: list[tuple[tuple[float, float, str], TaskId]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reclaimer", daemon=True)
 
@@ -87,11 +108,85 @@ class Reclaimer:
     def estimates(self) -> dict[TaskId, Resources]:
         """The reservations worth writing now, from the cached cell and the latest usage."""
         cell = self.cache.cell()
-        return reservation_changes(
-            cell, self.usage(), self.clock(), self.wall(), self._last,
-            interval=self.interval, margin=self.margin, half_life=self.half_life, limit=write_budget(cell),
-            unmoved=self._unmoved, waiting=self._waiting,
+        wall = self.wall()
+        limit = write_budget(cell)
+        only = self._to_look_at(cell, wall)
+        best = [] if only is None else self._best_waiting(limit)
+        if only is not None:
+            only.update(tid for _, tid in best)
+            work.add("reservation_checks", len(only))
+        warming: list[tuple[float, TaskId]] = []
+        queued: list[tuple[tuple[float, float, str], TaskId]] = []
+        changes = reservation_changes(
+            cell, self.usage(), self.clock(), wall, self._last,
+            interval=self.interval, margin=self.margin, half_life=self.half_life, limit=limit,
+            unmoved=self._unmoved, waiting=self._waiting, only=only, warming=warming, queued=queued,
         )  # fmt: skip
+        if only is None:
+            self._warming = warming
+            heapq.heapify(self._warming)
+            self._ranked = [(w[2], tid) for tid, w in self._waiting.items()]
+            heapq.heapify(self._ranked)
+        else:
+            for item in warming:
+                heapq.heappush(self._warming, item)
+            for item in (*queued, *best):  # the newly waiting, and the best that still wait
+                if (w := self._waiting.get(item[1])) is not None and w[2] == item[0]:
+                    heapq.heappush(self._ranked, item)
+        return changes
+
+    def _best_waiting(self, limit: int) -> list[tuple[tuple[float, float, str], TaskId]]:
+        """The `limit` best ranked tasks of the backlog, taken off the heap: the only ones of
+        it a tick may write, whatever else it looks at (the others rank lower still)."""
+        best: list[tuple[tuple[float, float, str], TaskId]] = []
+        seen: set[TaskId] = set()
+        while self._ranked and len(best) < limit:
+            rank, tid = heapq.heappop(self._ranked)
+            w = self._waiting.get(tid)
+            if w is not None and w[2] == rank and tid not in seen:
+                best.append((rank, tid))
+                seen.add(tid)
+        return best
+
+    def _to_look_at(self, cell: Cell, wall: float) -> set[TaskId] | None:
+        """The tasks this tick looks at: those whose record or job changed since the last tick,
+        whose usage moved, whose warm-up has ended, and the backlog; None for every running
+        task (the first tick, every FULL_WALK_EVERY-th, and whenever what changed is not known:
+        a reload of the cache, changes older than its log holds, usage moves not counted)."""
+        log = getattr(self.cache, "changes", None)
+        reloads = getattr(self.cache, "reloads", 0)
+        moved = self.moved() if self.moved is not None else None
+        since, self._revision = self._revision, cell.revision
+        full = moved is None or log is None or reloads != self._reloads or self._ticks % self.full_walk_every == 0
+        self._ticks += 1
+        self._reloads = reloads
+        changes = []
+        if not full:
+            try:
+                changes, _ = log.after(since)
+            except TooOld:
+                full = True
+        if full:
+            work.add("reservation_full_walks")
+            work.add("reservation_checks", len(cell.state.tasks))
+            return None
+        only = set(moved)  # type: ignore[arg-type]
+        tasks = cell.state.tasks
+        for c in changes:
+            if c.revision > cell.revision:
+                continue  # not in this view yet: the next tick reads it from here
+            if c.kind == "task":
+                job, _, incarnation = c.key.rpartition("/")
+                job, _, index = job.rpartition("/")
+                try:
+                    only.add(TaskId(job, int(index), int(incarnation)))
+                except ValueError:
+                    continue
+            elif c.kind == "job":
+                only.update(tasks.group(views.job_of).get(c.key, ()))
+        while self._warming and self._warming[0][0] <= wall:
+            only.add(heapq.heappop(self._warming)[1])
+        return only
 
     def tick(self) -> None:
         changes = self.estimates()
@@ -133,6 +228,9 @@ def reservation_changes(
     limit: int | None = None,
     unmoved: dict[TaskId, Unmoved] | None = None,
     waiting: dict[TaskId, Waiting] | None = None,
+    only: Iterable[TaskId] | None = None,
+    warming: list[tuple[float, TaskId]] | None = None,
+    queued: list[tuple[tuple[float, float, str], TaskId]] | None = None,
 ) -> dict[TaskId, Resources]:
     """The reservations worth writing at `now`: each RUNNING task outside allocs, past its
     warm-up, with usage, gets `estimate` over the time since its last estimate (`last`, task
@@ -154,14 +252,23 @@ def reservation_changes(
     (over more time it moves at least as far: still worth writing). A tick then costs its
     walk, the new estimates and the `limit` it writes, not an estimate of the whole backlog.
     With it, the largest changes go first as each was measured when first found, the earlier
-    found first among equals; without it, as measured at this tick."""
+    found first among equals; without it, as measured at this tick.
+
+    `only` (the `Reclaimer`'s ticks between its full walks): look at these tasks alone, not at
+    every task of the cell; the others keep their time since their last estimate, and leave
+    `last` and the memos only when a call looks at them (a deleted task comes as a change of
+    its own). `warming` gets (the wall time its warm-up ends, task) for each running task
+    looked at that is still warming up: the caller looks at it again then. `queued` gets
+    (rank, task) for each task that starts waiting."""
     out: dict[TaskId, Resources] = {}
     earlier: dict[TaskId, float | None] = {}
     ranks: dict[TaskId, tuple[float, float, str]] = {}  # with `limit`: each worth writing, largest first
     found: dict[TaskId, tuple[Task, object, float]] = {}  # waiting tasks not estimated: (task, usage, dt)
     running = set()
     jobs = cell.state.jobs
-    for t in cell.state.tasks.values():
+    tasks = cell.state.tasks
+    looked = tasks.values() if only is None else [t for tid in only if (t := tasks.get(tid)) is not None]
+    for t in looked:
         if t.state is not TaskState.RUNNING:
             continue
         tid = t.id
@@ -170,7 +277,11 @@ def reservation_changes(
             continue
         job = jobs.get(tid.job)
         info = cell.task_info(tid)
-        if job is None or job.alloc is not None or not info.started_at or wall - info.started_at < WARMUP_S:
+        if job is None or job.alloc is not None or not info.started_at:
+            continue
+        if wall - info.started_at < WARMUP_S:
+            if warming is not None:
+                warming.append((info.started_at + WARMUP_S, tid))
             continue
         running.add(tid)
         before = last.get(tid)
@@ -197,12 +308,16 @@ def reservation_changes(
                 unmoved.pop(tid, None)
         elif unmoved is not None:
             unmoved[tid] = (t, used, dt)
-    for tid in [k for k in last if k not in running]:
-        del last[tid]
-    for memo in (unmoved, waiting):
-        if memo is not None:
+    memos = [m for m in (last, unmoved, waiting) if m is not None]
+    if only is None:
+        for memo in memos:
             for tid in [k for k in memo if k not in running]:
                 del memo[tid]
+    else:
+        for tid in only:
+            if tid not in running:
+                for memo in memos:
+                    memo.pop(tid, None)
     if limit is None:
         return out
     chosen = set(ranks) if len(ranks) <= limit else set(heapq.nsmallest(limit, ranks, key=ranks.__getitem__))
@@ -220,6 +335,8 @@ def reservation_changes(
         if waiting is not None and tid not in waiting:
             t, used, _ = found[tid]
             waiting[tid] = (t, used, rank)
+            if queued is not None:
+                queued.append((rank, tid))
         if (before := earlier[tid]) is None:
             del last[tid]  # its next estimate is a first one again
         else:

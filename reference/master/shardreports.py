@@ -42,6 +42,9 @@ SENT_KEPT = 16  # syncs of a machine whose tasks are kept for the reports that w
 # (channel.STAND_DOWN_S), which leaves its kill grace (3 s) and a poll or two of slack, so the
 # old copies are stopped before the new ones start.
 STAND_DOWN_WAIT_S = 2 * channel.STAND_DOWN_S
+# Tasks whose usage moved, kept for the reclaimer's next tick at most: past this, nobody is
+# taking them (a cell without reservations), and the next taker looks at every task instead.
+USAGE_MOVED_KEPT = 500_000
 
 
 @dataclass
@@ -95,6 +98,11 @@ class ShardReports:
         self._lock = threading.Lock()
         self._wake = threading.Event()  # wakes the sending side's loop: a batch may make it work
         self.usage: dict[TaskId, tuple[tuple[str, int], ...]] = {}
+        # The tasks whose usage moved since the reclaimer last took them (`take_usage_moved`);
+        # None before the first take, or once more moved than it may hold unread: the taker
+        # then looks at every task.
+        self._usage_moved: set[TaskId] | None = None
+        self._usage_lock = threading.Lock()
         # machine -> {borglet task id: state} from its last reply: what really runs there.
         self._reported: dict[str, dict[str, str]] = {}
         # Per machine, the borglet task ids its last report says have run READY_AFTER_S and
@@ -308,6 +316,26 @@ class ShardReports:
             said = self._ready.get(machine) if machine is not None else None
             return None if said is None else borglet_id in said
 
+    def _take_usage(self, usage: dict[TaskId, tuple[tuple[str, int], ...]]) -> None:
+        """Keep a report's usage, noting the tasks whose figures moved."""
+        known = self.usage
+        moved = [tid for tid, used in usage.items() if known.get(tid) != used]
+        if not moved:
+            return
+        known.update(usage)
+        with self._usage_lock:
+            if self._usage_moved is not None:
+                self._usage_moved.update(moved)
+                if len(self._usage_moved) > USAGE_MOVED_KEPT:
+                    self._usage_moved = None  # nobody takes them: the next taker walks every task
+
+    def take_usage_moved(self) -> set[TaskId] | None:
+        """The tasks whose usage moved since the last call (None: more than could be kept, or
+        the first call: look at every task), and start counting afresh."""
+        with self._usage_lock:
+            moved, self._usage_moved = self._usage_moved, set()
+        return moved
+
     def _usage_written(self, name: str, change: Callable[[Draft], None]) -> None:
         if getattr(change, "writes_usage", False):
             with self._lock:
@@ -328,7 +356,7 @@ class ShardReports:
             self._standing_down.pop(name, None)
         cell = self.cache.cell()
         outcome = reports.map_reply(cell, name, reply, ids)
-        self.usage.update(outcome.usage)
+        self._take_usage(outcome.usage)
         m = cell.state.machines.get(name)
         if m is None:
             return None
