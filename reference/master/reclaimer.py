@@ -195,12 +195,16 @@ class Reclaimer:
 
 
 def write_budget(cell: Cell) -> int:
-    """How many reservations a tick may write: MAX_WRITES_PER_TICK less one per task placed
-    whose borglet has not confirmed its start yet (RUNNING less `running_confirmed`, the
-    counts a watch cache's view keeps), and at least MIN_WRITES_PER_TICK."""
+    """How many reservations a tick may write: MAX_WRITES_PER_TICK less one per task still
+    to be placed (PENDING) or placed with its start not confirmed by its borglet yet (RUNNING
+    less `running_confirmed`; the counts a watch cache's view keeps), and at least
+    MIN_WRITES_PER_TICK. Submits and starts come first: a backlog of reservations left by a
+    fill of 100,000 written at the full rate took the leader's budget from the submits after
+    it, which queued, and queued tasks did not take the budget down while they waited to be
+    placed."""
     counts = task_counts(cell)
-    starting = counts[TaskState.RUNNING.value] - counts["running_confirmed"]
-    return max(MIN_WRITES_PER_TICK, MAX_WRITES_PER_TICK - starting)
+    waiting = counts[TaskState.PENDING.value] + counts[TaskState.RUNNING.value] - counts["running_confirmed"]
+    return max(MIN_WRITES_PER_TICK, MAX_WRITES_PER_TICK - waiting)
 
 
 # A task whose last estimate was not worth writing: the task as it was (the same object: a
