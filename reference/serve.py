@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import socket
 import sys
+import time
 from types import FrameType
 from typing import Any
 
@@ -27,6 +30,29 @@ from reference import gctune, wirelimits
 from reference.channel import ServerTLS
 
 TICK_S = 1.0
+# How long a server started on a port it had before (a cell resumed on its recorded ports)
+# waits for that port to be free. A recorded port is one the kernel also hands out as the
+# source port of outgoing connections; one of them may hold it for a moment (the masters
+# poll the borglet's port while it is down, and a connection to a closed port on loopback can
+# be given that very port and connect to itself). It lets go when that connection ends.
+BIND_WAIT_S = 15.0
+
+
+def wait_bindable(host: str, port: int, wait_s: float = BIND_WAIT_S) -> bool:
+    """Wait until (`host`, `port`) can be bound for listening, as uvicorn binds it
+    (SO_REUSEADDR), for at most `wait_s` seconds; whether it can. Port 0 always can."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+                return True
+            except OSError as err:
+                if err.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                    return err.errno != errno.EADDRINUSE
+        time.sleep(0.2)
 
 
 class QuietServer(uvicorn.Server):
@@ -67,6 +93,8 @@ def run(
         **(tls.options() if tls else {}), **options,
     )  # fmt: skip
     server = QuietServer(config)
+    if port and not wait_bindable(host, port):
+        print(f"port {host}:{port} still in use after {BIND_WAIT_S:.0f} s", file=sys.stderr)
     gctune.tune()
     with contextlib.suppress(KeyboardInterrupt):
         server.run()
