@@ -95,7 +95,7 @@ class ExecBody(BaseModel):
     command: list[str] = Field(
         min_length=1, max_length=execspec.MAX_ARGS,
         # The program (the first item) is not empty; no item holds a NUL byte.
-        json_schema_extra={"prefixItems": [{"type": "string", "minLength": 1}], "items": {"type": "string", "pattern": "^[^\\x00]*$"}},
+        json_schema_extra={"prefixItems": [{"type": "string", "minLength": 1, "pattern": "^[^\\x00]*$"}], "items": {"type": "string", "pattern": "^[^\\x00]*$"}},
         description=f"the program and its arguments, no NUL byte, at most {execspec.MAX_ARGV_BYTES} bytes together; "
         "the program is looked up on the task's PATH",
     )  # fmt: skip

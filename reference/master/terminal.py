@@ -44,7 +44,7 @@ class TerminalBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     command: list[str] = Field(
         min_length=1, max_length=execspec.MAX_ARGS,
-        json_schema_extra={"prefixItems": [{"type": "string", "minLength": 1}], "items": {"type": "string", "pattern": "^[^\\x00]*$"}},
+        json_schema_extra={"prefixItems": [{"type": "string", "minLength": 1, "pattern": "^[^\\x00]*$"}], "items": {"type": "string", "pattern": "^[^\\x00]*$"}},
         description="the program and its arguments (e.g. [\"/bin/sh\"]), looked up on the task's PATH",
     )  # fmt: skip
     rows: int = Field(default=24, ge=1, le=execspec.MAX_WINDOW, description="the terminal's rows")
