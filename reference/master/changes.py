@@ -12,6 +12,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+from spec.model import TaskId
+
 MAX_CHANGES = 50_000
 MAX_BYTES = 64 * 1024 * 1024
 
@@ -85,3 +87,27 @@ class ChangeLog:
                 out.append(change)
             out.reverse()
             return out, max(revision, self.last)
+
+
+def between(log: ChangeLog, since: int, upto: int) -> list[Change] | None:
+    """The changes after revision `since` up to `upto` (a view's revision), oldest first; None
+    when the log no longer holds them all. What a reader that follows views from one to the next
+    (the desired sets, the reclaimer) has to look at again."""
+    if upto <= since:
+        return []
+    try:
+        changes, _ = log.after(since)
+    except TooOld:
+        return None
+    return [c for c in changes if c.revision <= upto]
+
+
+def task_of(change: Change) -> TaskId | None:
+    """The task a task change names (its key is job/index/incarnation); None for a key that
+    does not parse."""
+    job, _, incarnation = change.key.rpartition("/")
+    job, _, index = job.rpartition("/")
+    try:
+        return TaskId(job, int(index), int(incarnation))
+    except ValueError:
+        return None

@@ -18,7 +18,7 @@ from typing import Any
 
 from reference.master import reports, views, work
 from reference.master.cell import Cell
-from reference.master.changes import Change, TooOld
+from reference.master.changes import Change, between, task_of
 from spec.model import TaskId, TaskState
 
 Entry = tuple[list[dict[str, Any]], set[TaskId]]  # a desired set and its task ids
@@ -56,13 +56,7 @@ class DesiredSets:
     def _changes(self, cell: Cell, log: Any, reloads: int) -> list[Change] | None:
         if log is None or reloads != self._reloads or cell.state.allocs is not self._allocs:
             return None
-        if cell.revision <= self._revision:
-            return []
-        try:
-            changes, _ = log.after(self._revision)
-        except TooOld:
-            return None
-        return [c for c in changes if c.revision <= cell.revision]
+        return between(log, self._revision, cell.revision)
 
     def touched(self, cell: Cell, changes: Iterable[Change]) -> set[str]:
         """The machines whose desired sets `changes` may change."""
@@ -73,12 +67,9 @@ class DesiredSets:
                 out.add(c.key)
                 continue
             if c.kind == "task":
-                job, _, rest = c.key.rpartition("/")
-                job, _, index = job.rpartition("/")
-                try:
-                    ids: Iterable[TaskId] = (TaskId(job, int(index), int(rest)),)
-                except ValueError:
+                if (tid := task_of(c)) is None:
                     continue
+                ids: Iterable[TaskId] = (tid,)
             elif c.kind == "job":
                 # Its tasks now, dead ones too: a task deleted since comes as a change of its own.
                 ids = tasks.group(views.job_of).get(c.key, ())

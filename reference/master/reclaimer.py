@@ -22,7 +22,7 @@ from reference.elastic.reservation import (
 from reference.master import views, work
 from reference.master.cache import WatchCache
 from reference.master.cell import Cell, Draft
-from reference.master.changes import TooOld
+from reference.master.changes import between, task_of
 from reference.master.jobscaler import UsageSource
 from reference.master.views import task_counts
 from reference.master.writer import NotLeader, WriteFailed, Writer
@@ -163,28 +163,17 @@ class Reclaimer:
         full = moved is None or log is None or reloads != self._reloads or self._ticks % self.full_walk_every == 0
         self._ticks += 1
         self._reloads = reloads
-        changes = []
-        if not full:
-            try:
-                changes, _ = log.after(since)
-            except TooOld:
-                full = True
-        if full:
+        changes = None if full else between(log, since, cell.revision)
+        if changes is None:
             work.add("reservation_full_walks")
             work.add("reservation_checks", len(cell.state.tasks))
             return None
         only = set(moved)  # type: ignore[arg-type]
         tasks = cell.state.tasks
-        for c in changes:
-            if c.revision > cell.revision:
-                continue  # not in this view yet: the next tick reads it from here
+        for c in changes:  # those after this view's revision: the next tick reads them from here
             if c.kind == "task":
-                job, _, incarnation = c.key.rpartition("/")
-                job, _, index = job.rpartition("/")
-                try:
-                    only.add(TaskId(job, int(index), int(incarnation)))
-                except ValueError:
-                    continue
+                if (tid := task_of(c)) is not None:
+                    only.add(tid)
             elif c.kind == "job":
                 only.update(tasks.group(views.job_of).get(c.key, ()))
         while self._warming and self._warming[0][0] <= wall:

@@ -15,8 +15,8 @@ from reference.master import codec, work
 from reference.master.cache import WatchCache
 from reference.master.cell import JobInfo, MachineInfo, TaskInfo
 from reference.master.reclaimer import FULL_WALK_EVERY, WARMUP_S, Reclaimer
-from reference.store import ops
 from spec.model import Job, Machine, Resources, Task, TaskId, TaskState
+from tests.unit.fakestore import Store
 
 KEYS = codec.Keys("c1")
 REQ = Resources.of(cpu=1000, ram=1000)
@@ -25,36 +25,12 @@ TARGET = Resources.of(cpu=500, ram=1000)  # usage plus the 25% margin, within th
 N = 300
 
 
-class _Store:
-    """etcd as a dict, fed to the cache by hand as a watch would."""
-
-    def __init__(self) -> None:
-        self.kv: dict[bytes, bytes] = {}
-        self.revision = 1
-        self.cache: WatchCache | None = None
-
-    def get_prefix(self, prefix: str) -> tuple[list[tuple[bytes, bytes, int]], int]:
-        return [(k, v, 1) for k, v in self.kv.items()], self.revision
-
-    def watch_prefix(self, *args: object, **kwargs: object) -> None:
-        return None
-
-    def put(self, records: list[tuple[str, bytes]]) -> None:
-        self.revision += 1
-        events = []
-        for key, value in records:
-            self.kv[key.encode()] = value
-            events.append(ops.WatchEvent("PUT", key.encode(), value, self.revision, 1, 1))
-        if self.cache is not None:
-            self.cache._on_events(events, self.revision)
-
-
 RUNNING = TaskInfo(placement=1, seen=True, borglet_state="RUNNING", port=1, started_at=900.0)
 
 
-def _cell() -> tuple[_Store, WatchCache, dict[TaskId, tuple[tuple[str, int], ...]]]:
+def _cell() -> tuple[Store, WatchCache, dict[TaskId, tuple[tuple[str, int], ...]]]:
     """N tasks running on m0 for long, each reserving what its usage calls for already."""
-    store = _Store()
+    store = Store()
     spec = parse_job({"name": "quiet", "user": "u", "task_count": N, "request": {"cpu": "1", "ram": "1000"},
                       "command": ["sleep", "100"]})  # fmt: skip
     job = Job("u", "quiet", 100, N, REQ)
@@ -123,7 +99,7 @@ def test_a_tick_looks_at_what_changed_not_at_every_task() -> None:
     assert tick()[2] == 1
 
 
-def new_started(store: _Store, tid: TaskId) -> float:
+def new_started(store: Store, tid: TaskId) -> float:
     _, info = codec.decode_task(store.kv[KEYS.task(tid).encode()])
     return info.started_at
 

@@ -23,8 +23,8 @@ from reference.master.cache import WatchCache
 from reference.master.cell import JobInfo, MachineInfo, TaskInfo, borglet_task_id
 from reference.master.poller import Poller
 from reference.master.reclaimer import Reclaimer
-from reference.store import ops
 from spec.model import Job, Machine, Resources, Task, TaskId, TaskState
+from tests.unit.fakestore import Store
 
 KEYS = codec.Keys("c1")
 REQ = Resources.of(cpu=100, ram=100)
@@ -34,30 +34,6 @@ TASKS, BATCH, TARGETS = 300, 20, 60  # 300 tasks, 20 per commit, on machines m0.
 def _spec(name: str, count: int) -> Any:
     return parse_job({"name": name, "user": "u", "task_count": count, "request": {"cpu": "100m"},
                       "command": ["sleep", "100"]})  # fmt: skip
-
-
-class _Store:
-    """etcd as a dict, fed to the cache by hand as a watch would."""
-
-    def __init__(self) -> None:
-        self.kv: dict[bytes, bytes] = {}
-        self.revision = 1
-        self.cache: WatchCache | None = None
-
-    def get_prefix(self, prefix: str) -> tuple[list[tuple[bytes, bytes, int]], int]:
-        return [(k, v, 1) for k, v in self.kv.items()], self.revision
-
-    def watch_prefix(self, *args: object, **kwargs: object) -> None:
-        return None
-
-    def put(self, records: list[tuple[str, bytes]]) -> None:
-        self.revision += 1
-        events = []
-        for key, value in records:
-            self.kv[key.encode()] = value
-            events.append(ops.WatchEvent("PUT", key.encode(), value, self.revision, 1, 1))
-        if self.cache is not None:
-            self.cache._on_events(events, self.revision)
 
 
 class _Borglets:
@@ -118,7 +94,7 @@ class _Inline:
 
 def _fill(machines: int) -> dict[str, float]:
     """Fill TASKS tasks into a cell of `machines` machines; the leader's work per task."""
-    store, borglets, now = _Store(), _Borglets(), [100.0]
+    store, borglets, now = Store(), _Borglets(), [100.0]
     records: list[tuple[str, bytes]] = []
     bg = Job("u", "bg", 100, machines, REQ)
     records.append((KEYS.job(bg.key), codec.encode_job(bg, JobInfo(_spec("bg", machines)))))
@@ -199,7 +175,7 @@ def test_a_new_incarnation_waits_for_the_old_process_and_starts_once_it_is_gone(
     """The hold-back decided from the changed keys and the index of where each task index has
     a process: the new incarnation of web/0 on m1 is held while m0 still reports the old one,
     and sent once m0's report no longer shows it (reports.hold_back's rule, kept per change)."""
-    store, borglets, now = _Store(), _Borglets(), [100.0]
+    store, borglets, now = Store(), _Borglets(), [100.0]
     web = Job("u", "web", 100, 1, REQ)
     store.kv[KEYS.job(web.key).encode()] = codec.encode_job(web, JobInfo(_spec("web", 1)))
     for name in ("m0", "m1", "m2"):
