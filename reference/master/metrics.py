@@ -14,9 +14,10 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from reference.master import views, work
 from reference.master.cell import Cell
 
 
@@ -29,11 +30,9 @@ class _CellCollector(Collector):
     def collect(self):  # type: ignore[no-untyped-def]
         cell = self._cell()
         tasks = GaugeMetricFamily("minborg_tasks", "Tasks by state.", labels=["state"])
-        counts: dict[str, int] = {"PENDING": 0, "RUNNING": 0, "DEAD": 0}
-        for t in cell.state.tasks.values():
-            counts[t.state.value] += 1
-        for state, n in counts.items():
-            tasks.add_metric([state], n)
+        counts = views.task_counts(cell)  # kept by the watch cache's views: no walk of the tasks
+        for state in ("PENDING", "RUNNING", "DEAD"):
+            tasks.add_metric([state], counts.get(state, 0))
         yield tasks
         machines = GaugeMetricFamily("minborg_machines", "Machines by state.", labels=["state"])
         up = sum(1 for m in cell.state.machines.values() if m.up)
@@ -44,6 +43,17 @@ class _CellCollector(Collector):
         yield GaugeMetricFamily(
             "minborg_cache_revision", "etcd revision the watch cache reflects.", value=cell.revision
         )
+
+
+class _WorkCollector(Collector):
+    """The work this process's per-event paths did, counted by kind (`work`): what a campaign
+    divides by the tasks it filled, to compare cells of different sizes without timing."""
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        family = CounterMetricFamily("minborg_work", "Work done by the master's per-event paths, by kind.", labels=["kind"])
+        for kind, n in sorted(work.snapshot().items()):
+            family.add_metric([kind], n)
+        yield family
 
 
 class MasterMetrics:
@@ -91,6 +101,7 @@ class MasterMetrics:
             ["kind"], registry=r,
         )  # fmt: skip
         r.register(_CellCollector(cell))
+        r.register(_WorkCollector())
 
     def on_txn(self, outcome: str, n: int) -> None:
         self.txns.labels(outcome).inc()

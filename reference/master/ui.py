@@ -22,6 +22,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from reference.master import guard
 from reference.master.cell import Cell
+from reference.master.changes import ChangeLog, between, task_of
 from reference.master.logs import LogProxy
 from reference.master.sigma import history as usage
 from reference.master.sigma.eventlog import events_page
@@ -29,26 +30,72 @@ from reference.master.sigma.html import e, shell_page
 from reference.master.sigma.jobs import cell_page, job_page, outcome, painted, task_page
 from reference.master.sigma.machines import machine_page, machines_page
 from reference.master.sigma.rollouts import rollout_section
-from spec.model import TaskState
+from spec.model import TaskId, TaskState
 
 __all__ = ["install", "outcome", "painted", "shell_page", "usage_sample"]
 
 
 def usage_sample(cell: Cell) -> dict[str, tuple[float, float]]:
     """(cpu_milli, ram_bytes) now of each machine ("machine:NAME") and of each job, its running
-    tasks' sum ("job:USER/NAME"): one sample of the history."""
-    out: dict[str, tuple[float, float]] = {}
-    for name in cell.state.machines:
-        info = cell.machines.get(name)
-        out[f"machine:{name}"] = usage.usage_of(info.usage if info else ())
-    for key in cell.state.jobs:
-        out[f"job:{key}"] = (0.0, 0.0)
-    for task in cell.state.tasks.values():
-        if task.state is TaskState.RUNNING and task.id.job in cell.state.jobs:
-            cpu, ram = usage.usage_of(cell.task_info(task.id).usage)
-            old = out[f"job:{task.id.job}"]
-            out[f"job:{task.id.job}"] = (old[0] + cpu, old[1] + ram)
-    return out
+    tasks' sum ("job:USER/NAME"): one sample of the history, from the whole cell."""
+    return UsageSampler()(cell)
+
+
+class UsageSampler:
+    """`usage_sample`, kept from one sample to the next: each running task's share of its job's
+    sum is held, and a sample looks again only at the tasks the watch cache's change log names
+    since the last one (`changes.between`); machines are read as they stand (one lookup each).
+    Without a log, after a reload of the cache, or when the log no longer holds every change
+    since, it walks every task. A sample of 10,000 machines and 100,000 tasks from the whole
+    cell took 1.6 s of the leader's GIL each minute, on every replica."""
+
+    def __init__(self) -> None:
+        self._revision = -1
+        self._reloads = -1
+        self._shares: dict[TaskId, tuple[str, float, float]] = {}  # running task -> (job, cpu, ram)
+        self._sums: dict[str, tuple[float, float, int]] = {}  # job -> its running tasks' sum, and their count
+        self.full_walks = 0
+
+    def __call__(self, cell: Cell, log: ChangeLog | None = None, reloads: int = 0) -> dict[str, tuple[float, float]]:
+        changes = None
+        if log is not None and reloads == self._reloads and self._revision >= 0:
+            changes = between(log, self._revision, cell.revision)
+        self._revision, self._reloads = cell.revision, reloads
+        if changes is None:
+            self.full_walks += 1
+            self._shares, self._sums = {}, {}
+            for task in cell.state.tasks.values():
+                self._take(cell, task.id)
+        else:
+            for c in changes:
+                if c.kind == "task" and (tid := task_of(c)) is not None:
+                    self._take(cell, tid)
+        out: dict[str, tuple[float, float]] = {}
+        for name in cell.state.machines:
+            info = cell.machines.get(name)
+            out[f"machine:{name}"] = usage.usage_of(info.usage if info else ())
+        for key in cell.state.jobs:
+            cpu, ram, _ = self._sums.get(key, (0.0, 0.0, 0))
+            out[f"job:{key}"] = (cpu, ram)
+        return out
+
+    def _take(self, cell: Cell, tid: TaskId) -> None:
+        """Bring `tid`'s share of its job's sum to `cell` (a job whose running tasks all left
+        leaves the sums)."""
+        old = self._shares.pop(tid, None)
+        if old is not None:
+            cpu, ram, n = self._sums[old[0]]
+            if n == 1:
+                del self._sums[old[0]]
+            else:
+                self._sums[old[0]] = (cpu - old[1], ram - old[2], n - 1)
+        task = cell.state.tasks.get(tid)
+        if task is None or task.state is not TaskState.RUNNING:
+            return
+        cpu, ram = usage.usage_of(cell.task_info(tid).usage)
+        self._shares[tid] = (tid.job, cpu, ram)
+        had = self._sums.get(tid.job, (0.0, 0.0, 0))
+        self._sums[tid.job] = (had[0] + cpu, had[1] + ram, had[2] + 1)
 
 
 def _params(**given: Any) -> dict[str, str]:
@@ -65,7 +112,13 @@ def install(app: FastAPI, replica: Any, proxy: LogProxy, overview: Any) -> None:
     history = usage.UsageHistory(samples=max(2, min(3600, int(usage.WINDOW_S / interval))))
     # The sampler ends with the replica (its stop event), else with the process.
     stop = getattr(replica, "_stop", None) or threading.Event()
-    usage.start_sampler(history, lambda: usage_sample(replica.cache.cell()), time.time, stop, interval)
+    sampler = UsageSampler()
+    cache = replica.cache
+
+    def sample() -> dict[str, tuple[float, float]]:
+        return sampler(cache.cell(), getattr(cache, "changes", None), getattr(cache, "reloads", 0))
+
+    usage.start_sampler(history, sample, time.time, stop, interval)
 
     def who(request: Request) -> str:
         identity = guard.identity_of(request.scope)

@@ -28,3 +28,12 @@ class Store:
             events.append(ops.WatchEvent("PUT", key.encode(), value, self.revision, 1, 1))
         if self.cache is not None:
             self.cache._on_events(events, self.revision)
+
+    def delete(self, keys: list[str]) -> None:
+        self.revision += 1
+        events = []
+        for key in keys:
+            self.kv.pop(key.encode(), None)
+            events.append(ops.WatchEvent("DELETE", key.encode(), b"", self.revision, 1, 1))
+        if self.cache is not None:
+            self.cache._on_events(events, self.revision)

@@ -98,3 +98,37 @@ def test_the_grafana_dashboard_queries_only_exposed_metrics() -> None:
             for y in range(g["y"], g["y"] + g["h"]):
                 assert (x, y) not in cells, panel["title"]
                 cells.add((x, y))
+
+
+def test_the_work_counters_are_exposed_and_read_back_by_the_scale_campaign() -> None:
+    import httpx
+
+    from loadtests.scale import leader_work
+    from reference.master import work
+
+    work.add("records_decoded", 7)
+    before = work.snapshot()["records_decoded"]
+    text = MasterMetrics(lambda: Cell()).render().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["minborg_work"].type == "counter"
+    samples = {s.labels["kind"]: s.value for s in families["minborg_work"].samples if s.name == "minborg_work_total"}
+    assert samples["records_decoded"] == before
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=text)
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        read = leader_work(http, "http://leader")
+    assert read["records_decoded"] == before and set(read) == set(samples)
+    with httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, text="garbage"))) as http:
+        assert leader_work(http, "http://leader") == {}
+    assert leader_work(httpx.Client(), None) == {}
+
+
+def test_the_task_gauge_reads_the_views_counts_without_walking_the_tasks() -> None:
+    from dataclasses import replace
+
+    cell = replace(Cell(), counts={"PENDING": 3, "RUNNING": 5, "DEAD": 1, "running_confirmed": 4}, job_counts={})
+    text = MasterMetrics(lambda: cell).render().decode()
+    tasks = {s.labels["state"]: s.value for f in text_string_to_metric_families(text) if f.name == "minborg_tasks" for s in f.samples}
+    assert tasks == {"PENDING": 3, "RUNNING": 5, "DEAD": 1}
