@@ -79,6 +79,7 @@ class Config:
     readers: int = 2
     reads: str = "followers"  # where the readers send their reads: READS
     writers: int = 4
+    idle_s: float = 20.0  # how long each role's CPU is measured on the cell alone, before the fill (0: not)
     every_size: bool = False  # run every size even after one missed the SLOs (to compare costs across sizes)
     out: Path = Path("reports/scale")
 
@@ -103,6 +104,26 @@ def cpu_seconds(pid: int) -> float:
 def role_cpu(roles: dict[str, list[int]]) -> dict[str, float]:
     """CPU seconds used so far by each role's processes together (`process_roles`)."""
     return {role: sum(cpu_seconds(p) for p in pids) for role, pids in roles.items()}
+
+
+def leader_work(http: httpx.Client, leader_url: str | None) -> dict[str, float]:
+    """The leader's work counters (`minborg_work_total{kind}` of its /metrics): kind -> count
+    so far; {} when it does not answer."""
+    if not leader_url:
+        return {}
+    try:
+        text = http.get(f"{leader_url}/metrics").text
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith('minborg_work_total{kind="'):
+            kind, _, value = line.removeprefix('minborg_work_total{kind="').partition('"} ')
+            try:
+                out[kind] = float(value)
+            except ValueError:
+                continue
+    return out
 
 
 def process_roles(info: CellInfo, leader: str | None) -> dict[str, list[int]]:
@@ -316,12 +337,26 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         result.fill_tasks = cfg.tasks_per_machine * result.machines
         # The fill's CPU per task, per role, read from /proc before and after: what each task
         # costs the leader, whatever its budget (issue 43 compares it across cell sizes).
-        before = process_roles(info, http.get(f"{urls[0]}/v1/cell").json().get("leader"))
+        overview = http.get(f"{urls[0]}/v1/cell").json()
+        before = process_roles(info, overview.get("leader"))
+        # What each role spends a second on the cell alone (its machines up, no task yet): the
+        # part of the fill's cost that grows with the fill's length, not with its tasks.
+        if cfg.idle_s > 0:
+            idle0 = role_cpu(before)
+            time.sleep(cfg.idle_s)
+            idle1 = role_cpu(before)
+            result.idle_cores = {role: round((idle1[role] - idle0[role]) / cfg.idle_s, 3) for role in before}
+        work_before = leader_work(http, overview.get("leader_url"))
         cpu_before = role_cpu(before)
         result.fill_confirmed, result.fill_s = fill(http, urls[0], served, result.fill_tasks, cfg.fill_timeout_s)
         cpu_after = role_cpu(before)
         result.fill_cpu_ms_per_task = {
             role: round(1000 * (cpu_after[role] - cpu_before[role]) / max(1, result.fill_confirmed), 3) for role in before
+        }
+        work_after = leader_work(http, overview.get("leader_url"))
+        result.fill_work_per_task = {
+            kind: round((n - work_before.get(kind, 0)) / max(1, result.fill_confirmed), 3)
+            for kind, n in sorted(work_after.items())
         }
         say(f"  fill: {result.fill_confirmed}/{result.fill_tasks} confirmed" + (f" in {result.fill_s} s" if result.fill_s else "")
             + "; CPU ms per task " + ", ".join(f"{r} {v}" for r, v in result.fill_cpu_ms_per_task.items()))  # fmt: skip
@@ -475,7 +510,11 @@ def main(argv: list[str] | None = None) -> None:
         "the leader's own read latency is measured beside), or every replica in turn",
     )  # fmt: skip
     p.add_argument("--out", default="reports/scale")
-    p.add_argument("--report", default="reports/scale.md", help="the report to write")
+    p.add_argument(
+        "--report", default=None,
+        help="the report to write (default: report.md in --out; reports/scale.md is rebuilt from several "
+        "campaigns by python -m loadtests.scale_report, whose command it names)",
+    )  # fmt: skip
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the last results.json")
     p.add_argument(
         "--check", action="store_true",
@@ -485,6 +524,10 @@ def main(argv: list[str] | None = None) -> None:
         "--every-size", action="store_true",
         help="run every size even after a smaller one missed the SLOs (to compare the leader's CPU per task across sizes in one run)",
     )  # fmt: skip
+    p.add_argument(
+        "--idle-s", type=float, default=20.0,
+        help="seconds each role's CPU is measured with the machines up and no task, before each fill (0: not)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     random.seed(args.seed)
@@ -493,12 +536,12 @@ def main(argv: list[str] | None = None) -> None:
         replica_cpu=args.replica_cpu or None, tasks_per_machine=args.tasks_per_machine,
         poll_interval=args.poll_interval, arrival_per_min=args.arrival_per_min, measure_s=args.measure_s,
         fill_timeout_s=args.fill_timeout_s, confirm_s=args.confirm_s, reads=args.reads, out=Path(args.out),
-        every_size=args.every_size,
+        every_size=args.every_size, idle_s=args.idle_s,
     )  # fmt: skip
     results = run(cfg) if not args.report_only else []
     from loadtests.scale_report import write_report
 
-    print(write_report(cfg.out / "results.json", Path(args.report)))
+    print(write_report(cfg.out / "results.json", Path(args.report) if args.report else cfg.out / "report.md"))
     broken = [r for r in results if broke_a_promise(r)]
     if args.check and broken:
         for r in broken:

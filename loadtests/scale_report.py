@@ -174,6 +174,7 @@ def measured_cost(paths: list[Path], target: float = 1.5) -> list[str]:
                 rows.append(
                     f"| `{config['out']}` | {config.get('replica_cpu') or 'none'} | {replicas} | {r.machines:,} | "
                     f"{r.fill_confirmed:,} in {r.fill_s:.0f} s | **{ms['leader']:.3f}** | {ratio:.2f}{verdict} | "
+                    f"{_idle_share(r)} | "
                     + " / ".join(f"{ms.get(k, 0.0):.3f}" for k in ("followers", "scheduler", "etcd", "hollow"))
                     + " |"
                 )
@@ -187,14 +188,25 @@ def measured_cost(paths: list[Path], target: float = 1.5) -> list[str]:
         "even past a miss). The ratio is the leader's cost per task at that size over its cost at the "
         f"campaign's smallest; issue 43 holds it within {target:g} from 1,000 to 10,000 machines, same budget, "
         "same run. A fill that takes longer also carries more of the leader's per-second work (its share of "
-        "the polls' reports, the reservations it estimates every 5 s) per task.",
+        "the polls' reports, the reservations it estimates every 5 s) per task. 'leader idle' is the cores the "
+        "leader used with the machines up and no task, measured before the fill ('-': not measured), and the "
+        "milliseconds per task that rate comes to over the fill's length: the part of the cost that the "
+        "cell's size and the fill's length bring, not its tasks.",
         "",
         "| campaign | cores per replica | replicas | machines | fill | leader ms/task | ratio to the smallest | "
-        "followers / scheduler / etcd / hollow ms/task |",
-        "|---|---:|---:|---:|---|---:|---|---|",
+        "leader idle: cores, ms/task | followers / scheduler / etcd / hollow ms/task |",
+        "|---|---:|---:|---:|---|---:|---|---|---|",
         *rows,
         "",
     ]
+
+
+def _idle_share(r: Result) -> str:
+    """The leader's idle cores before the fill and what they come to per task over the fill."""
+    idle = r.idle_cores.get("leader")
+    if idle is None or not r.fill_s or not r.fill_confirmed:
+        return "-"
+    return f"{idle:.3f}, {1000 * idle * r.fill_s / r.fill_confirmed:.3f}"
 
 
 def estimate(paths: list[Path], machines: int = 10_000, host_cores: float = 2.0) -> list[str]:

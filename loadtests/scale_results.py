@@ -52,6 +52,10 @@ class Result:
     cpu: dict[str, float] = field(default_factory=dict)  # role -> cores used during the window
     # role -> CPU milliseconds per task confirmed, over the fill (from /proc); {}: not measured
     fill_cpu_ms_per_task: dict[str, float] = field(default_factory=dict)
+    # role -> cores used with the machines up and no task yet, before the fill; {}: not measured
+    idle_cores: dict[str, float] = field(default_factory=dict)
+    # the leader's work counters over the fill per task confirmed (`work` kinds); {}: not measured
+    fill_work_per_task: dict[str, float] = field(default_factory=dict)
     etcd_db_bytes: int = 0
     started_twice: int = 0
     index_twice: int | None = None  # task indices with two processes running at the end; None: not counted (older results)
