@@ -55,6 +55,12 @@ def sync_sent(s: Schedule, now: float, interval: float) -> Schedule:
     return Schedule(now + interval, now, s.misses, s.usage_written_at)
 
 
+def sync_skipped(s: Schedule, now: float, interval: float) -> Schedule:
+    """A regular sync came due at `now` and was not sent (the borglet holds the set it would
+    carry): the next is due `interval` later."""
+    return replace(s, next_at=now + interval)
+
+
 def answered(s: Schedule) -> Schedule:
     """The machine answered a sync: it is alive."""
     return replace(s, misses=0)

@@ -193,6 +193,16 @@ class Poller(ShardReports):
                 if not pollclock.sync_due(st.schedule, now, name in blocking) and signature == st.signature:
                     self._queue(name, st)
                     continue
+                if (
+                    signature == st.signature and name not in blocking and name in cell.state.machines
+                    and st.holds(signature)
+                ):  # fmt: skip
+                    # Its regular sync came due, but its borglet's latest report names the sync
+                    # that gave it this very set: sending it again would change nothing.
+                    st.schedule = pollclock.sync_skipped(st.schedule, now, self.sync_every)
+                    self._queue(name, st)
+                    work.add("syncs_skipped")
+                    continue
                 self._sites_sent(name, st.signature, signature)
                 st.inflight, st.signature = True, signature
                 st.schedule = pollclock.sync_sent(st.schedule, now, self.sync_every)

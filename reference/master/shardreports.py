@@ -60,6 +60,15 @@ class MachineSync:
     # seq -> the tasks of each sync sent, as the cell names them, while a report may still name
     # it: a report is read against the sync its fence names (`intake.read_report`).
     sent_ids: dict[int, frozenset[TaskId]] = field(default_factory=dict)
+    # The seq of the sync the machine's latest report (this term's) says its borglet applied
+    # last; 0: none, or a report of an earlier term or of a sync this leader no longer holds.
+    reported_seq: int = 0
+
+    def holds(self, signature: frozenset[str]) -> bool:
+        """Whether the borglet holds `signature` as this leader last told it: the last sync
+        it acknowledged listed exactly these tasks, and its latest report names that sync. A
+        sync of the same set would change nothing on it."""
+        return self.acked_seq > 0 and self.acked == signature and self.reported_seq == self.acked_seq
 
     def sent(self, seq: int, ids: frozenset[TaskId]) -> None:
         """Sync `seq` lists `ids` (kept until a report names a later one, SENT_KEPT at most)."""
@@ -161,6 +170,9 @@ class ShardReports:
                 reading, ids = intake.read_report(merged[1], epoch=self.epoch, sent=st.sent_ids)
                 if reading is Reading.TAKE:
                     st.applied(intake.fence_of(merged[1]).seq)
+                    st.reported_seq = intake.fence_of(merged[1]).seq
+                else:
+                    st.reported_seq = 0
                 if reading is not Reading.LATER_TERM:
                     known.append((name, merged[1], set(ids)))
         # One write for the whole batch: a round of a thousand machines is one group commit.

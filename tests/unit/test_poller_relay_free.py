@@ -137,3 +137,64 @@ def test_a_borglets_word_that_a_task_ran_its_first_second_is_the_leaders_until_i
         assert poller.ready("m1", b0) is True
     finally:
         poller._pool.shutdown(wait=False)
+
+
+def test_a_regular_sync_is_skipped_while_the_borglet_reports_holding_the_set_it_would_carry() -> None:
+    """Anti-entropy without the traffic: when a machine's regular sync comes due and its
+    borglet's latest report names the acknowledged sync of this very set, nothing is sent; a
+    report that no longer names it (a restarted borglet, an earlier term's fence), a refused
+    or unanswered sync, or a changed set bring the sync back."""
+    from reference.master import work
+
+    poller, link, _ = _poller({"fence": {"epoch": 2, "seq": 1}}, ("a",))
+    poller._answer = lambda name, reply, ids: None  # type: ignore[method-assign]
+    poller._pool.shutdown(wait=False)
+    poller._pool = SimpleNamespace(submit=lambda f, *args: f(*args))  # type: ignore[assignment]
+    cell = poller.cache.cell()
+    cell.revision = 1
+    signature = frozenset({"u/web/0#0@1"})
+    poller._machines["a"].inflight = False
+    poller._plan["a"], poller._signatures["a"] = ([], {A}), signature
+    poller._reported["a"] = {}
+    poller._pending = {"a"}  # known from its shard's first report
+    clock = [100.0]
+    poller.clock = lambda: clock[0]  # type: ignore[method-assign]
+
+    def due() -> int:
+        """Let the machine's regular sync come due and run a turn's sending: syncs sent."""
+        clock[0] = poller._machines["a"].schedule.next_at + 0.1
+        before = len(link.sent)
+        poller._send_due(cell, clock[0])
+        return len(link.sent) - before
+
+    def report(epoch: int, seq: int, version: int) -> None:
+        poller.accept({"shard": "r1", "reports": {"a": {"version": version, "report": {"fence": {"epoch": epoch, "seq": seq}}}}})
+
+    skipped = work.snapshot().get("syncs_skipped", 0)
+    assert due() == 1  # never acknowledged: sent
+    seq = link.sent[-1]["seq"]
+    assert due() == 1  # acknowledged, but no report names it yet: sent again
+    seq = link.sent[-1]["seq"]
+    report(2, seq, 1)
+    assert due() == 0 and due() == 0  # the borglet says it holds it: nothing to send
+    assert work.snapshot()["syncs_skipped"] == skipped + 2
+    report(0, 0, 2)  # the borglet restarted: its report names no sync of this term
+    assert due() == 1
+    report(2, link.sent[-1]["seq"], 3)
+    assert due() == 0
+    # A changed set goes at once, due or not; unanswered, it leaves nothing acknowledged, and
+    # the regular sync of the set after it goes.
+    unanswered = link.relay
+    link.relay = lambda owner, items: [{"machine": i["machine"], "status": 0} for i in items]  # type: ignore[method-assign]
+    poller._signatures["a"] = frozenset({"u/web/0#0@1", "u/web/1#0@1"})
+    poller._pending.add("a")  # as a replan that changed its set does
+    sent = poller._seq
+    poller._send_due(cell, clock[0])
+    assert poller._seq == sent + 1 and poller._machines["a"].acked is None
+    link.relay = unanswered  # type: ignore[method-assign]
+    poller._signatures["a"] = signature
+    poller._pending.add("a")
+    poller._send_due(cell, clock[0])
+    assert poller._seq == sent + 2  # changed back: sent at once, and acknowledged
+    report(2, poller._seq, 4)
+    assert due() == 0
