@@ -3,7 +3,7 @@ the machines its changes touch, not a walk of the whole cell.
 
 The watch cache logs every change to a task, job or machine record by revision
 (`changes.ChangeLog`). A task's change touches the machine whose set held it and the one it
-runs on now; a job's, the machines of its tasks (an entry carries its job's command); a
+runs on now, unless it changed nothing its entry carries (`_same`); a job's, the machines of its tasks (an entry carries its job's command); a
 machine's, itself. Anything the log cannot account for (a reload of the cache, changes older
 than the log holds, the allocs changed, a cache without a log) rebuilds every set from the
 whole cell: the safety net, counted as `full_rebuilds` (reference/master/work.py).
@@ -67,7 +67,7 @@ class DesiredSets:
                 out.add(c.key)
                 continue
             if c.kind == "task":
-                if (tid := task_of(c)) is None:
+                if (tid := task_of(c)) is None or self._same(cell, tid):
                     continue
                 ids: Iterable[TaskId] = (tid,)
             elif c.kind == "job":
@@ -83,6 +83,18 @@ class DesiredSets:
                 if task is not None and task.state is TaskState.RUNNING and task.machine:
                     out.add(task.machine)
         return out
+
+    def _same(self, cell: Cell, tid: TaskId) -> bool:
+        """Whether `tid`'s record changed in nothing its entry carries: it runs on the machine
+        whose set holds it, and its memo's entry was built from the same job file, placement and
+        `reports.same_entry` record (a reservation written, its borglet's facts taken). Its set
+        stands: each task of a filling cell is written three or four times after its placement."""
+        held = self.where.get(tid)
+        hit = self.memo.get(tid)
+        task = cell.state.tasks.get(tid)
+        if held is None or hit is None or task is None or task.state is not TaskState.RUNNING or task.machine != held:
+            return False
+        return hit[1] is cell.jobs.get(tid.job) and hit[2] == cell.task_info(tid).placement and reports.same_entry(hit[0], task)
 
     def _compute(self, cell: Cell, name: str) -> None:
         old = self.sets.pop(name, None)

@@ -70,7 +70,7 @@ def desired_set(
             hit = memo.get(task.id)
             # A task record rewritten with the same values (its borglet's facts changed, not
             # the task) is a new object that compares equal: its entry stands.
-            if hit is not None and hit[1] is ji and hit[2] == info.placement and (hit[0] is task or hit[0] == task):
+            if hit is not None and hit[1] is ji and hit[2] == info.placement and same_entry(hit[0], task):
                 if hit[0] is not task:
                     memo[task.id] = (task, ji, info.placement, hit[3])
                 out.append(hit[3])
@@ -88,6 +88,16 @@ def desired_set(
     work.add("desired_sets")
     work.add("desired_entries", len(out))
     return out, ids
+
+
+def same_entry(was: Any, now: Any) -> bool:
+    """Whether two records of one task, of the same job file and placement, make the same
+    desired entry: they differ at most in what no entry carries (its reservation, the reason it
+    went down, ...). An entry is built from the task's id, state, machine, request and priority."""
+    return was is now or (
+        was.state is now.state and was.machine == now.machine and was.request == now.request
+        and was.priority == now.priority and was.id == now.id
+    )  # fmt: skip
 
 
 def _desired_entry(task: Any, ji: Any, info: TaskInfo, cell_name: str) -> dict[str, Any]:
