@@ -34,6 +34,7 @@ import argparse
 import json
 import random
 import shutil
+import subprocess
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -486,7 +487,23 @@ def run(cfg: Config, run_one: Any = run_one) -> list[Result]:
 def _config_json(cfg: Config) -> dict[str, Any]:
     d = asdict(cfg)
     d["out"] = str(cfg.out)
+    d["commit"] = _commit()
     return d
+
+
+def _commit() -> str:
+    """The commit the campaign ran on ("" outside a git checkout), "+" after it when the
+    tree differed from it."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True,
+                               text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    if head.returncode != 0:
+        return ""
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
 def _ints(text: str) -> tuple[int, ...]:

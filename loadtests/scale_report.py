@@ -346,7 +346,8 @@ def _section(results_path: Path, out: Path) -> list[str]:
     lines = [
         f"## {config['tasks_per_machine']} task(s) per machine (`{config['out']}`)",
         "",
-        f"Produced by `{command}`. "
+        f"Produced by `{command}`"
+        + (f" on commit {config['commit']}. " if config.get("commit") else ". ")
         + (f"**{budget} cores per replica** and for the scheduler process (a cgroup CPU quota each)"
            if budget else "No CPU budget per replica")
         + f"; poll interval {config['poll_interval']} s; arrivals {config['arrival_per_min']:,} tasks/min "

@@ -223,3 +223,27 @@ def test_the_leaders_cost_per_task_is_set_beside_the_smallest_sizes(tmp_path: Pa
     # One size alone has nothing to set beside.
     path.write_text(json.dumps({"config": config, "results": [asdict(run(1000, 0.5))]}))
     assert measured_cost([path]) == []
+
+
+def test_the_leaders_idle_rate_is_shown_with_what_it_comes_to_per_task(tmp_path: Path) -> None:
+    import json
+    from dataclasses import asdict
+
+    from loadtests.scale_report import measured_cost
+
+    small = _run(1000, 5, fill_s=20.0, fill_cpu_ms_per_task={"leader": 0.5})
+    big = _run(10_000, 5, fill_s=400.0, fill_cpu_ms_per_task={"leader": 1.1},
+               idle_cores={"leader": 0.05, "followers": 0.4})  # fmt: skip
+    path = tmp_path / "results.json"
+    config = {"replica_cpu": 0.3, "tasks_per_machine": 10, "out": "reports/x", "commit": "abc1234"}
+    path.write_text(json.dumps({"config": config, "results": [asdict(small), asdict(big)]}))
+    rows = [line for line in measured_cost([path]) if line.startswith("| `reports/x`")]
+    # 0.05 cores over a 400 s fill of 100,000 tasks: 0.2 ms a task; not measured: "-".
+    assert [row.split(" | ")[7] for row in rows] == ["-", "0.050, 0.200"]
+
+
+def test_results_name_the_commit_they_ran_on() -> None:
+    from loadtests.scale import Config, _config_json
+
+    commit = _config_json(Config())["commit"]
+    assert commit == "" or commit.rstrip("+").isalnum()
