@@ -467,6 +467,7 @@ def run(cfg: Config, run_one: Any = run_one) -> list[Result]:
     cfg.out.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
     path = cfg.out / "results.json"
+    commit = _commit()  # the tree it starts on
     failed: set[int] = set()  # replica counts whose ladder has stopped
     for machines in cfg.machines:
         for replicas in cfg.replicas:
@@ -479,15 +480,15 @@ def run(cfg: Config, run_one: Any = run_one) -> list[Result]:
             if not r.slo_met and not cfg.every_size:
                 failed.add(replicas)
             path.write_text(json.dumps(
-                {"config": _config_json(cfg), "results": [asdict(x) for x in results]}, indent=1
+                {"config": _config_json(cfg, commit), "results": [asdict(x) for x in results]}, indent=1
             ))  # fmt: skip
     return results
 
 
-def _config_json(cfg: Config) -> dict[str, Any]:
+def _config_json(cfg: Config, commit: str | None = None) -> dict[str, Any]:
     d = asdict(cfg)
     d["out"] = str(cfg.out)
-    d["commit"] = _commit()
+    d["commit"] = _commit() if commit is None else commit
     return d
 
 
