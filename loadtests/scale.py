@@ -480,12 +480,12 @@ def run(cfg: Config, run_one: Any = run_one) -> list[Result]:
             if not r.slo_met and not cfg.every_size:
                 failed.add(replicas)
             path.write_text(json.dumps(
-                {"config": _config_json(cfg, commit), "results": [asdict(x) for x in results]}, indent=1
+                {"config": config_json(cfg, commit), "results": [asdict(x) for x in results]}, indent=1
             ))  # fmt: skip
     return results
 
 
-def _config_json(cfg: Config, commit: str | None = None) -> dict[str, Any]:
+def config_json(cfg: Config, commit: str | None = None) -> dict[str, Any]:
     d = asdict(cfg)
     d["out"] = str(cfg.out)
     d["commit"] = _commit() if commit is None else commit

@@ -243,7 +243,7 @@ def test_the_leaders_idle_rate_is_shown_with_what_it_comes_to_per_task(tmp_path:
 
 
 def test_results_name_the_commit_they_ran_on() -> None:
-    from loadtests.scale import Config, _config_json
+    from loadtests.scale import Config, config_json
 
-    commit = _config_json(Config())["commit"]
+    commit = config_json(Config())["commit"]
     assert commit == "" or commit.rstrip("+").isalnum()
