@@ -90,11 +90,10 @@ class DesiredSets:
         `reports.same_entry` record (a reservation written, its borglet's facts taken). Its set
         stands: each task of a filling cell is written three or four times after its placement."""
         held = self.where.get(tid)
-        hit = self.memo.get(tid)
         task = cell.state.tasks.get(tid)
-        if held is None or hit is None or task is None or task.state is not TaskState.RUNNING or task.machine != held:
+        if held is None or task is None or task.state is not TaskState.RUNNING or task.machine != held:
             return False
-        return hit[1] is cell.jobs.get(tid.job) and hit[2] == cell.task_info(tid).placement and reports.same_entry(hit[0], task)
+        return reports.entry_stands(self.memo.get(tid), cell.jobs.get(tid.job), cell.task_info(tid), task)
 
     def _compute(self, cell: Cell, name: str) -> None:
         old = self.sets.pop(name, None)

@@ -70,7 +70,7 @@ def desired_set(
             hit = memo.get(task.id)
             # A task record rewritten with the same values (its borglet's facts changed, not
             # the task) is a new object that compares equal: its entry stands.
-            if hit is not None and hit[1] is ji and hit[2] == info.placement and same_entry(hit[0], task):
+            if entry_stands(hit, ji, info, task):
                 if hit[0] is not task:
                     memo[task.id] = (task, ji, info.placement, hit[3])
                 out.append(hit[3])
@@ -88,6 +88,13 @@ def desired_set(
     work.add("desired_sets")
     work.add("desired_entries", len(out))
     return out, ids
+
+
+def entry_stands(hit: Any, ji: Any, info: TaskInfo, task: Any) -> bool:
+    """Whether a memo's `hit` for a task (the task, job file and placement its entry was built
+    from, and the entry) still gives the task's entry, now of job file `ji`, facts `info` and
+    record `task`."""
+    return hit is not None and hit[1] is ji and hit[2] == info.placement and same_entry(hit[0], task)
 
 
 def same_entry(was: Any, now: Any) -> bool:

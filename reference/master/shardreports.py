@@ -168,11 +168,9 @@ class ShardReports:
                 self._ready[name] = reports.ready_ids(merged[1])
                 st = self._machines.setdefault(name, MachineSync())
                 reading, ids = intake.read_report(merged[1], epoch=self.epoch, sent=st.sent_ids)
-                if reading is Reading.TAKE:
-                    st.applied(intake.fence_of(merged[1]).seq)
-                    st.reported_seq = intake.fence_of(merged[1]).seq
-                else:
-                    st.reported_seq = 0
+                st.reported_seq = intake.fence_of(merged[1]).seq if reading is Reading.TAKE else 0
+                if st.reported_seq:
+                    st.applied(st.reported_seq)
                 if reading is not Reading.LATER_TERM:
                     known.append((name, merged[1], set(ids)))
         # One write for the whole batch: a round of a thousand machines is one group commit.

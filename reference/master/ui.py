@@ -52,7 +52,7 @@ class UsageSampler:
     def __init__(self) -> None:
         self._revision = -1
         self._reloads = -1
-        self._shares: dict[TaskId, tuple[str, float, float]] = {}  # running task -> (job, cpu, ram)
+        self._shares: dict[TaskId, tuple[float, float]] = {}  # running task -> (cpu, ram)
         self._sums: dict[str, tuple[float, float, int]] = {}  # job -> its running tasks' sum, and their count
         self.full_walks = 0
 
@@ -84,16 +84,16 @@ class UsageSampler:
         leaves the sums)."""
         old = self._shares.pop(tid, None)
         if old is not None:
-            cpu, ram, n = self._sums[old[0]]
+            cpu, ram, n = self._sums[tid.job]
             if n == 1:
-                del self._sums[old[0]]
+                del self._sums[tid.job]
             else:
-                self._sums[old[0]] = (cpu - old[1], ram - old[2], n - 1)
+                self._sums[tid.job] = (cpu - old[0], ram - old[1], n - 1)
         task = cell.state.tasks.get(tid)
         if task is None or task.state is not TaskState.RUNNING:
             return
         cpu, ram = usage.usage_of(cell.task_info(tid).usage)
-        self._shares[tid] = (tid.job, cpu, ram)
+        self._shares[tid] = (cpu, ram)
         had = self._sums.get(tid.job, (0.0, 0.0, 0))
         self._sums[tid.job] = (had[0] + cpu, had[1] + ram, had[2] + 1)
 
