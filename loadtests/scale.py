@@ -43,6 +43,7 @@ from typing import Any
 
 import httpx
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.stats import percentile
 from loadtests.scale_results import (
@@ -113,18 +114,13 @@ def leader_work(http: httpx.Client, leader_url: str | None) -> dict[str, float]:
     if not leader_url:
         return {}
     try:
-        text = http.get(f"{leader_url}/metrics").text
-    except httpx.HTTPError:
+        families = list(text_string_to_metric_families(http.get(f"{leader_url}/metrics").text))
+    except (httpx.HTTPError, ValueError):
         return {}
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith('minborg_work_total{kind="'):
-            kind, _, value = line.removeprefix('minborg_work_total{kind="').partition('"} ')
-            try:
-                out[kind] = float(value)
-            except ValueError:
-                continue
-    return out
+    return {
+        s.labels["kind"]: s.value
+        for f in families if f.name == "minborg_work" for s in f.samples if s.name == "minborg_work_total"
+    }  # fmt: skip
 
 
 def process_roles(info: CellInfo, leader: str | None) -> dict[str, list[int]]:
