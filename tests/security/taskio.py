@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from reference.cellfile import ClientError
 from reference.client import CellClient
 from tests.integration.cellkit import LocalCell, wait_for
 
@@ -18,13 +19,26 @@ def ended(api: CellClient, key: str) -> dict[str, Any]:
     return wait_for(lambda: (t := api.task(key, 0))["state"] == "DEAD" and t, 60, f"{key} to end")
 
 
+def borglets_said(cell: LocalCell) -> str:
+    """Whether each borglet of the cell still runs, and the end of its log."""
+    said = []
+    for b in cell.borglets:
+        tail = b.log.read_text(errors="replace")[-3000:] if b.log.exists() else "(no log)"
+        said.append(f"borglet {b.name} (pid {b.pid}) alive: {b.alive}; its log ends:\n{tail}")
+    return "\n".join(said)
+
+
 def output(cell: LocalCell, api: CellClient, spec: dict[str, Any]) -> dict[str, Any]:
     """Submit a job whose one task (process or container) prints one JSON line, wait for it to
-    end, return the line."""
+    end, return the line. When the task does not end or its log cannot be read, the failure
+    says whether the borglets still run and what they last logged."""
     assert cell.submit(spec).status_code == 201
     key = f"{spec['user']}/{spec['name']}"
-    task = ended(api, key)
-    out = api.logs(key, 0).decode()
+    try:
+        task = ended(api, key)
+        out = api.logs(key, 0).decode()
+    except (TimeoutError, ClientError) as err:
+        raise AssertionError(f"{err}\n{borglets_said(cell)}") from err
     assert out.strip(), (task, api.logs(key, 0, stream="stderr"))
     return json.loads(out.strip().splitlines()[-1])
 

@@ -35,7 +35,6 @@ import requests
 
 from reference import images
 from reference.borglet import taskusers
-from reference.cellfile import ClientError
 from reference.client import CellClient
 from tests.integration.cellkit import LocalCell, docker_engine, wait_for
 from tests.security.taskio import REACH, cell_secrets, ended, output
@@ -327,12 +326,7 @@ def test_a_container_cannot_signal_another_users_task_nor_the_borglet(cell: Loca
     )
     pid, borglet = running["pid"], cell.borglets[0].pid
     assert borglet is not None
-    try:
-        seen = output(cell, api, python_job("killer", "mallory", SIGNALS, str(pid), str(borglet)))
-    except ClientError as err:  # say whether the borglet is still there, and what it last logged
-        b = cell.borglets[0]
-        tail = b.log.read_text(errors="replace")[-3000:] if b.log.exists() else "(no log)"
-        raise AssertionError(f"{err}; borglet alive: {b.alive}; its log ends:\n{tail}") from err
+    seen = output(cell, api, python_job("killer", "mallory", SIGNALS, str(pid), str(borglet)))
     assert seen["victim"] in ("ProcessLookupError", "PermissionError"), seen
     assert seen["borglet"] in ("ProcessLookupError", "PermissionError"), seen
     # Its own pid namespace: its init, itself and what it forked (nothing of the host's).
