@@ -109,6 +109,13 @@ class Poller(ShardReports):
         self._plans_key: Any = None
         self._held: dict[str, list[reports.Hold]] = {}  # machine -> its held tasks
         self._unsent: set[str] = set()  # machines whose plan keeps a task not yet released
+        # Of those, the ones whose sync was in flight at a refresh and that were not planned
+        # again then: each is planned again in `_send_due`, just before its next sync goes.
+        self._stale: set[str] = set()
+        # The last refresh's removed machines that may still run a process, and its first up
+        # machine not yet reported: what a plan made between refreshes holds back against.
+        self._departed_live: Mapping[str, Mapping[str, str]] = {}
+        self._first_unreported: str | None = None
         self._blocking: set[str] = set()  # machines whose processes block a hold
         self._gone: set[str] = set()  # removed machines that may still run a process
         self._departed_names: set[str] = set()
@@ -176,12 +183,10 @@ class Poller(ShardReports):
             self._pending = set()
         work.add("sync_checks", len(names))
         relayed: dict[str, list[tuple[Any, ...]]] = {}
+        replanned = False
         for name in sorted(names):
-            plan = self._plan.get(name)
-            if plan is None:
+            if name not in self._plan:
                 continue  # no longer synced (removed, and nothing of it may run)
-            desired, ids = plan
-            signature = self._signatures[name]
             address = cell.machines.get(name, MachineInfo()).address or self._addresses.get(name, "")
             with self._lock:
                 if name not in self._reported:
@@ -189,6 +194,15 @@ class Poller(ShardReports):
                 st = self._machines.setdefault(name, MachineSync())
                 if st.inflight:
                     continue  # `_poll_through` looks at it again once it is answered
+                if name in self._stale:
+                    # Its plan keeps a task not yet released and was made before the reports
+                    # since: held back against them now, before the task is sent.
+                    self._replan(cell, name, self._departed_live, self._first_unreported)
+                    replanned = True
+                    if name not in self._plan:
+                        continue
+                desired, ids = self._plan[name]
+                signature = self._signatures[name]
                 # The signatures compared last: equal sets cost a walk of each.
                 if not pollclock.sync_due(st.schedule, now, name in blocking) and signature == st.signature:
                     self._queue(name, st)
@@ -211,6 +225,8 @@ class Poller(ShardReports):
             if self._stop.is_set():
                 return
             relayed.setdefault(self._carrier(name), []).append((name, address, desired, signature, ids, cell.revision))
+        if replanned:
+            self._settle_holds()
         for owner, items in relayed.items():
             for i in range(0, len(items), RELAY_CHUNK):
                 self._pool.submit(self._poll_through, owner, items[i : i + RELAY_CHUNK])
@@ -225,7 +241,8 @@ class Poller(ShardReports):
     def _refresh(self, cell: Cell) -> None:
         """Bring the plans (desired sets less held tasks) to `cell` and the last reports: the
         machines the view's changes touched (`desired.DesiredSets`), those with a held task or
-        a kept one not yet released, and the removed ones still synced."""
+        a kept one not yet released (unless their sync is in flight: those are planned again
+        just before their next sync, in `_send_due`), and the removed ones still synced."""
         touched = self._desired.update(cell, getattr(self.cache, "changes", None), getattr(self.cache, "reloads", 0))
         machines = cell.state.machines
         full = touched is None
@@ -259,13 +276,30 @@ class Poller(ShardReports):
             departed = {n: v for n, v in departed.items() if n in self._addresses}
             self._gone = {n for n in self._gone if n in self._reported or sent.get(n)}
             first_unreported = min(self._unreported) if self._unreported else None
-            redo = {*self._desired.sets, *self._plan, *departed} if full else (
-                set(names) | set(self._held) | self._unsent | set(departed) | self._departed_names
-            )  # fmt: skip
+            self._departed_live, self._first_unreported = departed, first_unreported
+            if full:
+                redo = {*self._desired.sets, *self._plan, *departed}
+            else:
+                # A machine whose sync is in flight cannot be sent its plan before the answer:
+                # planning it at every refresh until then (thousands of machines in a fill
+                # whose relays are slow) is work that changes nothing. `_send_due` plans it
+                # once its turn to be sent comes.
+                redo = set(names) | set(self._held) | (self._unsent - self._in_flight(self._unsent)) | set(departed)
+                redo |= self._departed_names
             self._departed_names = set(departed)
             for name in redo:
                 self._replan(cell, name, departed, first_unreported)
-        holds = {h.task_id: h for held in self._held.values() for h in held}
+            self._stale |= self._in_flight(self._unsent)
+        self._settle_holds()
+
+    def _in_flight(self, names: Iterable[str]) -> set[str]:
+        """Those of `names` whose sync is in flight (under the lock)."""
+        return {n for n in names if (st := self._machines.get(n)) is not None and st.inflight}
+
+    def _settle_holds(self) -> None:
+        """The held tasks of every plan: new holds shown, the machines that block them noted."""
+        with self._lock:
+            holds = {h.task_id: h for held in self._held.values() for h in held}
         self._note_holds(holds)
         self._blocking = {h.machine for h in holds.values()}
 
@@ -276,6 +310,7 @@ class Poller(ShardReports):
         looking only at the processes of the indices it may hold (under the lock)."""
         self._held.pop(name, None)
         self._unsent.discard(name)
+        self._stale.discard(name)
         entry = ([], set()) if name in departed else self._desired.sets.get(name)
         if entry is None:
             self._plan.pop(name, None)
