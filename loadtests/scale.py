@@ -109,18 +109,29 @@ def role_cpu(roles: dict[str, list[int]]) -> dict[str, float]:
 
 
 def leader_work(http: httpx.Client, leader_url: str | None) -> dict[str, float]:
-    """The leader's work counters (`minborg_work_total{kind}` of its /metrics): kind -> count
-    so far; {} when it does not answer."""
+    """The leader's work counters so far, from its /metrics: each `minborg_work_total{kind}`
+    by its kind, and the records its committed txns wrote (`records_written`) and those txns
+    (`txns`); {} when it does not answer."""
     if not leader_url:
         return {}
     try:
-        families = list(text_string_to_metric_families(http.get(f"{leader_url}/metrics").text))
+        return work_counts(http.get(f"{leader_url}/metrics").text)
     except (httpx.HTTPError, ValueError):
         return {}
-    return {
-        s.labels["kind"]: s.value
-        for f in families if f.name == "minborg_work" for s in f.samples if s.name == "minborg_work_total"
-    }  # fmt: skip
+
+
+def work_counts(exposition: str) -> dict[str, float]:
+    """`leader_work`'s counts read from a /metrics text."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for s in family.samples:
+            if s.name == "minborg_work_total":
+                out[s.labels["kind"]] = s.value
+            elif s.name == "minborg_txn_ops_total":
+                out["records_written"] = s.value
+            elif s.name == "minborg_txns_total" and s.labels.get("outcome") == "committed":
+                out["txns"] = s.value
+    return out
 
 
 def process_roles(info: CellInfo, leader: str | None) -> dict[str, list[int]]:

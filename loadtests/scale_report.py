@@ -174,7 +174,7 @@ def measured_cost(paths: list[Path], target: float = 1.5) -> list[str]:
                 rows.append(
                     f"| `{config['out']}` | {config.get('replica_cpu') or 'none'} | {replicas} | {r.machines:,} | "
                     f"{r.fill_confirmed:,} in {r.fill_s:.0f} s | **{ms['leader']:.3f}** | {ratio:.2f}{verdict} | "
-                    f"{_idle_share(r)} | "
+                    f"{_idle_share(r)} | {_written(r)} | "
                     + " / ".join(f"{ms.get(k, 0.0):.3f}" for k in ("followers", "scheduler", "etcd", "hollow"))
                     + " |"
                 )
@@ -191,11 +191,14 @@ def measured_cost(paths: list[Path], target: float = 1.5) -> list[str]:
         "the polls' reports, the reservations it estimates every 5 s) per task. 'leader idle' is the cores the "
         "leader used with the machines up and no task, measured before the fill ('-': not measured), and the "
         "milliseconds per task that rate comes to over the fill's length: the part of the cost that the "
-        "cell's size and the fill's length bring, not its tasks.",
+        "cell's size and the fill's length bring, not its tasks. 'records written' is the records the leader's "
+        "committed txns wrote over the fill per task filled, and the txns per task ('-': not counted): a task's "
+        "placement, its start, its usage and its reservations are each a write, and the writes a fill leaves "
+        "behind (reservations estimated after it) count only where the fill lasts long enough to make them.",
         "",
         "| campaign | cores per replica | replicas | machines | fill | leader ms/task | ratio to the smallest | "
-        "leader idle: cores, ms/task | followers / scheduler / etcd / hollow ms/task |",
-        "|---|---:|---:|---:|---|---:|---|---|---|",
+        "leader idle: cores, ms/task | records written, txns per task | followers / scheduler / etcd / hollow ms/task |",
+        "|---|---:|---:|---:|---|---:|---|---|---|---|",
         *rows,
         "",
     ]
@@ -207,6 +210,14 @@ def _idle_share(r: Result) -> str:
     if idle is None or not r.fill_s or not r.fill_confirmed:
         return "-"
     return f"{idle:.3f}, {1000 * idle * r.fill_s / r.fill_confirmed:.3f}"
+
+
+def _written(r: Result) -> str:
+    """The records the leader wrote per task over the fill, and the txns that wrote them."""
+    work = r.fill_work_per_task
+    if "records_written" not in work:
+        return "-"
+    return f"{work['records_written']:.2f}, {work.get('txns', 0.0):.3f}"
 
 
 def estimate(paths: list[Path], machines: int = 10_000, host_cores: float = 2.0) -> list[str]:
