@@ -114,23 +114,18 @@ def leader_work(http: httpx.Client, leader_url: str | None) -> dict[str, float]:
     (`txns`); {} when it does not answer."""
     if not leader_url:
         return {}
+    out: dict[str, float] = {}
     try:
-        return work_counts(http.get(f"{leader_url}/metrics").text)
+        for family in text_string_to_metric_families(http.get(f"{leader_url}/metrics").text):
+            for s in family.samples:
+                if s.name == "minborg_work_total":
+                    out[s.labels["kind"]] = s.value
+                elif s.name == "minborg_txn_ops_total":
+                    out["records_written"] = s.value
+                elif s.name == "minborg_txns_total" and s.labels.get("outcome") == "committed":
+                    out["txns"] = s.value
     except (httpx.HTTPError, ValueError):
         return {}
-
-
-def work_counts(exposition: str) -> dict[str, float]:
-    """`leader_work`'s counts read from a /metrics text."""
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(exposition):
-        for s in family.samples:
-            if s.name == "minborg_work_total":
-                out[s.labels["kind"]] = s.value
-            elif s.name == "minborg_txn_ops_total":
-                out["records_written"] = s.value
-            elif s.name == "minborg_txns_total" and s.labels.get("outcome") == "committed":
-                out["txns"] = s.value
     return out
 
 

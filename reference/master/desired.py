@@ -4,7 +4,10 @@ the machines its changes touch, not a walk of the whole cell.
 The watch cache logs every change to a task, job or machine record by revision
 (`changes.ChangeLog`). A task's change touches the machine whose set held it and the one it
 runs on now, unless it changed nothing its entry carries (`_same`); a job's, the machines of its tasks (an entry carries its job's command); a
-machine's, itself. Anything the log cannot account for (a reload of the cache, changes older
+machine's, itself only when it joins or leaves the cell: no entry carries the machine's record,
+so its usage, reason or state written again (every 10 s while its tasks' usage moves) changes
+no set. Those machines are listed apart (`machines_changed`), for what the poller keeps of
+each machine (its address, whether it is up and reported). Anything the log cannot account for (a reload of the cache, changes older
 than the log holds, the allocs changed, a cache without a log) rebuilds every set from the
 whole cell: the safety net, counted as `full_rebuilds` (reference/master/work.py).
 
@@ -34,12 +37,14 @@ class DesiredSets:
         self._reloads = -1  # the cache's reload count then
         self._allocs: Any = None  # that view's allocs: entries name their alloc
         self.dropped: list[str] = []  # borglet task ids the last update took out of a set
+        self.machines_changed: set[str] = set()  # machines whose record the last update saw written
 
     def update(self, cell: Cell, log: Any, reloads: int) -> set[str] | None:
         """Bring the sets to `cell`, given the cache's change log and reload count; returns
         the machines whose sets were computed again (None: all of them, from the whole cell)."""
         changes = self._changes(cell, log, reloads)
         self.dropped = []
+        self.machines_changed = set()
         self._reloads, self._allocs = reloads, cell.state.allocs
         if len(self.memo) > 2 * len(cell.state.tasks) + 1000:
             self.memo = {}  # entries of tasks long gone: the next sets build theirs again
@@ -64,7 +69,9 @@ class DesiredSets:
         tasks = cell.state.tasks
         for c in changes:
             if c.kind == "machine":
-                out.add(c.key)
+                self.machines_changed.add(c.key)
+                if c.key not in self.sets or c.key not in cell.state.machines:
+                    out.add(c.key)  # joined or left the cell: its set is made or dropped
                 continue
             if c.kind == "task":
                 if (tid := task_of(c)) is None or self._same(cell, tid):

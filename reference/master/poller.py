@@ -246,7 +246,9 @@ class Poller(ShardReports):
         touched = self._desired.update(cell, getattr(self.cache, "changes", None), getattr(self.cache, "reloads", 0))
         machines = cell.state.machines
         full = touched is None
-        names: Iterable[str] = machines if touched is None else touched
+        # What the poller keeps of each machine follows every write of its record; its plan,
+        # only the writes that changed its set.
+        names: Iterable[str] = machines if touched is None else touched | self._desired.machines_changed
         for name in names:
             info = cell.machines.get(name)
             if info is not None and info.address:
@@ -284,7 +286,7 @@ class Poller(ShardReports):
                 # planning it at every refresh until then (thousands of machines in a fill
                 # whose relays are slow) is work that changes nothing. `_send_due` plans it
                 # once its turn to be sent comes.
-                redo = set(names) | set(self._held) | (self._unsent - self._in_flight(self._unsent)) | set(departed)
+                redo = set(touched or ()) | set(self._held) | (self._unsent - self._in_flight(self._unsent)) | set(departed)
                 redo |= self._departed_names
             self._departed_names = set(departed)
             for name in redo:

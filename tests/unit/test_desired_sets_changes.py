@@ -87,3 +87,36 @@ def test_kept_sets_equal_sets_built_afresh_and_entry_blind_changes_touch_nothing
             if blind:
                 assert touched == set(), (seed, step)
             assert {m: (s[0], s[1]) for m, s in sets.sets.items()} == _afresh(cache), (seed, step)
+
+
+def test_a_machines_record_written_again_changes_no_set_and_one_that_joins_or_leaves_does() -> None:
+    """A machine's usage, reason or state written again touches no set (no entry carries
+    them) but is listed in `machines_changed`; a machine removed loses its set, and one added
+    gets its own; after each, the kept sets equal sets built afresh."""
+    for seed in range(20):
+        rng = random.Random(seed)
+        store, cache = _cell()
+        sets = DesiredSets("c1")
+        sets.update(cache.cell(), cache.changes, cache.reloads)
+        placed = [(TaskId("u/web", i), rng.choice(MACHINES)) for i in range(8)]
+        store.put([(KEYS.task(tid), codec.encode_task(Task(tid, TaskState.RUNNING, m, 100, Resources.of(cpu=100)),
+                                                      TaskInfo(placement=1))) for tid, m in placed])  # fmt: skip
+        sets.update(cache.cell(), cache.changes, cache.reloads)
+        present = set(MACHINES)
+        for step in range(40):
+            name = rng.choice(MACHINES)
+            m = Machine(name, Resources.of(cpu=10**6, ram=10**9), up=rng.random() < 0.7)
+            if name in present and rng.random() < 0.2:  # it leaves the cell
+                present.discard(name)
+                store.delete([KEYS.machine(name)])
+                joins_or_leaves = True
+            else:  # it joins, or its record is written again (usage, reason, up or down)
+                joins_or_leaves = name not in present
+                present.add(name)
+                info = MachineInfo(address=f"http://{name}", reason=rng.choice(("", "lost")),
+                                   usage=(("cpu_milli", rng.randrange(1000)),))  # fmt: skip
+                store.put([(KEYS.machine(name), codec.encode_machine(m, info))])
+            touched = sets.update(cache.cell(), cache.changes, cache.reloads)
+            assert touched == ({name} if joins_or_leaves else set()), (seed, step)
+            assert sets.machines_changed == {name}, (seed, step)
+            assert {n: (s[0], s[1]) for n, s in sets.sets.items()} == _afresh(cache), (seed, step)

@@ -108,7 +108,11 @@ def test_the_work_counters_are_exposed_and_read_back_by_the_scale_campaign() -> 
 
     work.add("records_decoded", 7)
     before = work.snapshot()["records_decoded"]
-    text = MasterMetrics(lambda: Cell()).render().decode()
+    metrics = MasterMetrics(lambda: Cell())
+    metrics.on_txn("committed", 40)
+    metrics.on_txn("committed", 2)
+    metrics.on_txn("conflict", 7)  # refused: it wrote nothing
+    text = metrics.render().decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert families["minborg_work"].type == "counter"
     samples = {s.labels["kind"]: s.value for s in families["minborg_work"].samples if s.name == "minborg_work_total"}
@@ -119,7 +123,8 @@ def test_the_work_counters_are_exposed_and_read_back_by_the_scale_campaign() -> 
 
     with httpx.Client(transport=httpx.MockTransport(answer)) as http:
         read = leader_work(http, "http://leader")
-    assert read["records_decoded"] == before and set(read) == set(samples)
+    assert read["records_decoded"] == before and set(read) == set(samples) | {"records_written", "txns"}
+    assert read["records_written"] == 42 and read["txns"] == 2  # the records its committed txns wrote
     with httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, text="garbage"))) as http:
         assert leader_work(http, "http://leader") == {}
     assert leader_work(httpx.Client(), None) == {}
