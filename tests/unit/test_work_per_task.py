@@ -92,6 +92,57 @@ class _Inline:
         pass
 
 
+class _Later:
+    """A pool whose calls wait until the test runs them: a sync stays in flight until then."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def submit(self, fn: Any, *args: Any) -> None:
+        self.calls.append((fn, args))
+
+    def run(self) -> None:
+        calls, self.calls = self.calls, []
+        for fn, args in calls:
+            fn(*args)
+
+    def shutdown(self, **kwargs: Any) -> None:
+        pass
+
+
+def _cell(machines: int, jobs: list[Job]) -> tuple[Store, WatchCache]:
+    store = Store()
+    for job in jobs:
+        store.kv[KEYS.job(job.key).encode()] = codec.encode_job(job, JobInfo(_spec(job.name, job.task_count)))
+    for i in range(machines):
+        m = Machine(f"m{i}", Resources.of(cpu=64000, ram=1 << 20))
+        store.kv[KEYS.machine(m.name).encode()] = codec.encode_machine(m, MachineInfo(address=f"http://{m.name}"))
+    cache = WatchCache(store, KEYS)  # type: ignore[arg-type]
+    cache._reload()
+    store.cache = cache
+    return store, cache
+
+
+def _poller(cache: WatchCache, borglets: _Borglets, now: list[float], pool: Any) -> Poller:
+    """The leader's poller over `cache`, syncing through `borglets` on the clock `now[0]`, its
+    relays made by `pool`."""
+    poller = Poller(cache, _Writer(), cell_name="c1", master_name="leader", epoch=1, link=borglets,  # type: ignore[arg-type]
+                    clock=lambda: now[0])  # fmt: skip
+    poller._pool = pool  # type: ignore[assignment]
+    return poller
+
+
+def _report(poller: Poller, reports: dict[str, dict[str, Any]]) -> None:
+    """One batch of the shard's reports: machine -> what its borglet says."""
+    poller.accept({"shard": "r0", "reports": {n: {"version": 1, "report": r} for n, r in reports.items()}})
+
+
+def _turn(poller: Poller, now: list[float]) -> None:
+    now[0] += 0.05
+    poller._rebuild_after = -math.inf  # pacing is a matter of time; this counts work
+    poller._turn()
+
+
 def _fill(machines: int) -> dict[str, float]:
     """Fill TASKS tasks into a cell of `machines` machines; the leader's work per task."""
     store, borglets, now = Store(), _Borglets(), [100.0]
@@ -110,17 +161,13 @@ def _fill(machines: int) -> dict[str, float]:
     cache = WatchCache(store, KEYS)  # type: ignore[arg-type]
     cache._reload()
     store.cache = cache
-    poller = Poller(cache, _Writer(), cell_name="c1", master_name="leader", epoch=1, link=borglets,  # type: ignore[arg-type]
-                    clock=lambda: now[0])  # fmt: skip
-    poller._pool = _Inline()  # type: ignore[assignment]
+    poller = _poller(cache, borglets, now, _Inline())
 
     def report(names: list[str]) -> None:
-        poller.accept({"shard": "r0", "reports": {n: {"version": 1, "report": borglets.report(n)} for n in names}})
+        _report(poller, {n: borglets.report(n) for n in names})
 
     def turn() -> None:
-        now[0] += 0.05
-        poller._rebuild_after = -math.inf  # pacing is a matter of time; this counts work
-        poller._turn()
+        _turn(poller, now)
 
     # The reclaimer's ticks: one after each commit, none of them its periodic walk of every task.
     reclaimer = Reclaimer(cache, _Writer(), lambda: poller.usage, clock=lambda: now[0] * 100,  # type: ignore[arg-type]
@@ -175,30 +222,21 @@ def test_a_new_incarnation_waits_for_the_old_process_and_starts_once_it_is_gone(
     """The hold-back decided from the changed keys and the index of where each task index has
     a process: the new incarnation of web/0 on m1 is held while m0 still reports the old one,
     and sent once m0's report no longer shows it (reports.hold_back's rule, kept per change)."""
-    store, borglets, now = Store(), _Borglets(), [100.0]
+    borglets, now = _Borglets(), [100.0]
     web = Job("u", "web", 100, 1, REQ)
-    store.kv[KEYS.job(web.key).encode()] = codec.encode_job(web, JobInfo(_spec("web", 1)))
+    store, cache = _cell(3, [web])
     for name in ("m0", "m1", "m2"):
-        m = Machine(name, Resources.of(cpu=64000, ram=1 << 20))
-        store.kv[KEYS.machine(name).encode()] = codec.encode_machine(m, MachineInfo(address=f"http://{name}"))
         borglets.running[name] = {}
     old = Task(TaskId(web.key, 0, 0), TaskState.RUNNING, "m0", 100, REQ)
     seen = TaskInfo(placement=1, seen=True, borglet_state="RUNNING", port=1)
-    store.kv[KEYS.task(old.id).encode()] = codec.encode_task(old, seen)
+    store.put([(KEYS.task(old.id), codec.encode_task(old, seen))])
     old_id = borglet_task_id(old.id, seen)
     borglets.running["m0"][old_id] = {}
-    cache = WatchCache(store, KEYS)  # type: ignore[arg-type]
-    cache._reload()
-    store.cache = cache
-    poller = Poller(cache, _Writer(), cell_name="c1", master_name="leader", epoch=1, link=borglets,  # type: ignore[arg-type]
-                    clock=lambda: now[0])  # fmt: skip
-    poller._pool = _Inline()  # type: ignore[assignment]
+    poller = _poller(cache, borglets, now, _Inline())
 
     def step() -> None:
-        poller.accept({"shard": "r0", "reports": {n: {"version": 1, "report": borglets.report(n)} for n in borglets.running}})
-        now[0] += 0.05
-        poller._rebuild_after = -math.inf
-        poller._turn()
+        _report(poller, {n: borglets.report(n) for n in borglets.running})
+        _turn(poller, now)
 
     step()
     assert set(borglets.running["m0"]) == {old_id}
@@ -254,37 +292,6 @@ def test_the_index_of_where_each_task_index_runs_agrees_with_a_walk_of_every_rep
     poller._pool.shutdown(wait=False)
 
 
-class _Later:
-    """A pool whose calls wait until the test runs them: a sync stays in flight until then."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, tuple[Any, ...]]] = []
-
-    def submit(self, fn: Any, *args: Any) -> None:
-        self.calls.append((fn, args))
-
-    def run(self) -> None:
-        calls, self.calls = self.calls, []
-        for fn, args in calls:
-            fn(*args)
-
-    def shutdown(self, **kwargs: Any) -> None:
-        pass
-
-
-def _cell(machines: int, jobs: list[Job]) -> tuple[Store, WatchCache]:
-    store = Store()
-    for job in jobs:
-        store.kv[KEYS.job(job.key).encode()] = codec.encode_job(job, JobInfo(_spec(job.name, job.task_count)))
-    for i in range(machines):
-        m = Machine(f"m{i}", Resources.of(cpu=64000, ram=1 << 20))
-        store.kv[KEYS.machine(m.name).encode()] = codec.encode_machine(m, MachineInfo(address=f"http://{m.name}"))
-    cache = WatchCache(store, KEYS)  # type: ignore[arg-type]
-    cache._reload()
-    store.cache = cache
-    return store, cache
-
-
 def _slow_fill(answer_after: int) -> dict[str, float]:
     """Place 300 tasks, 20 a turn, on 60 machines while each sync's answer comes `answer_after`
     turns after it was sent, and every turn the shard reports the machines that ran something
@@ -294,17 +301,13 @@ def _slow_fill(answer_after: int) -> dict[str, float]:
     store, cache = _cell(TARGETS, [web])
     for i in range(TARGETS):
         borglets.running[f"m{i}"] = {}
-    poller = Poller(cache, _Writer(), cell_name="c1", master_name="leader", epoch=1, link=borglets,  # type: ignore[arg-type]
-                    clock=lambda: now[0])  # fmt: skip
     pool = _Later()
-    poller._pool = pool  # type: ignore[assignment]
+    poller = _poller(cache, borglets, now, pool)
     in_flight: list[list[tuple[Any, tuple[Any, ...]]]] = []
 
     def turn() -> None:
-        poller.accept({"shard": "r0", "reports": {n: {"version": 1, "report": borglets.report(n)} for n in borglets.running}})
-        now[0] += 0.05
-        poller._rebuild_after = -math.inf
-        poller._turn()
+        _report(poller, {n: borglets.report(n) for n in borglets.running})
+        _turn(poller, now)
         in_flight.append(pool.calls)
         pool.calls = []
         if len(in_flight) >= answer_after:
@@ -352,16 +355,12 @@ def test_a_report_that_comes_while_a_sync_is_in_flight_holds_what_the_next_sync_
     old = Task(TaskId(web.key, 0, 0), TaskState.RUNNING, "m0", 100, REQ)
     store.put([(KEYS.task(old.id), codec.encode_task(old, seen))])
     old_id = borglet_task_id(old.id, seen)
-    poller = Poller(cache, _Writer(), cell_name="c1", master_name="leader", epoch=1, link=borglets,  # type: ignore[arg-type]
-                    clock=lambda: now[0])  # fmt: skip
     pool = _Later()
-    poller._pool = pool  # type: ignore[assignment]
+    poller = _poller(cache, borglets, now, pool)
 
     def turn(report: dict[str, dict[str, Any]]) -> None:
-        poller.accept({"shard": "r0", "reports": {n: {"version": 1, "report": r} for n, r in report.items()}})
-        now[0] += 0.05
-        poller._rebuild_after = -math.inf
-        poller._turn()
+        _report(poller, report)
+        _turn(poller, now)
 
     turn({"m0": borglets.report("m0"), "m1": borglets.report("m1")})
     pool.run()
