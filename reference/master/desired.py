@@ -3,13 +3,14 @@ the machines its changes touch, not a walk of the whole cell.
 
 The watch cache logs every change to a task, job or machine record by revision
 (`changes.ChangeLog`). A task's change touches the machine whose set held it and the one it
-runs on now, unless it changed nothing its entry carries (`_same`); a job's, the machines of its tasks (an entry carries its job's command); a
-machine's, itself only when it joins or leaves the cell: no entry carries the machine's record,
-so its usage, reason or state written again (every 10 s while its tasks' usage moves) changes
-no set. Those machines are listed apart (`machines_changed`), for what the poller keeps of
-each machine (its address, whether it is up and reported). Anything the log cannot account for (a reload of the cache, changes older
-than the log holds, the allocs changed, a cache without a log) rebuilds every set from the
-whole cell: the safety net, counted as `full_rebuilds` (reference/master/work.py).
+runs on now, unless it changed nothing its entry carries (`_same`); a job's, the machines of
+its tasks (an entry carries its job's command); a machine's, itself only when it joins or
+leaves the cell: no entry carries the machine's record, so its usage, reason or state written
+again (every 10 s while its tasks' usage moves) changes no set. Those machines are listed apart
+(`machines_changed`), for what the poller keeps of each machine (its address, whether it is up
+and reported). Anything the log cannot account for (a reload of the cache, changes older than
+the log holds, the allocs changed, a cache without a log) rebuilds every set from the whole
+cell: the safety net, counted as `full_rebuilds` (reference/master/work.py).
 
 No I/O, no locks: the poller holds one and calls `update` from its loop.
 """
