@@ -285,6 +285,8 @@ def oom_kills(group: dict[str, str]) -> int:
 def remove_group(group: dict[str, str]) -> bool:
     """Kill what is left in the group and remove its directories; False if some remain."""
     for pid in members(group):
+        if pid <= 1:  # not one of the task's (0 is this process's own group)
+            continue
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -137,7 +137,9 @@ def cgroup_dirs(parent: str, container_id: str, root: str = "/sys/fs/cgroup") ->
 @dataclass(frozen=True)
 class Started:
     """A container just started, or found running: its id, its init's host pid and that
-    process's start time (the task's identity, as for a process)."""
+    process's start time (the task's identity, as for a process). The pid is 0 and the start
+    time None when the container ended before the engine was asked: the borglet then finds it
+    exited at its next look and asks the engine how it ended."""
 
     container_id: str
     pid: int

@@ -276,7 +276,10 @@ def boot_ticks() -> int:
 
 
 def is_same_process(pid: int, started: float | None) -> bool:
-    """True when pid is alive (not a zombie) and is the process that started at `started`."""
+    """True when pid is alive (not a zombie) and is the process that started at `started`.
+    A pid under 1 is no process (a container that ended before its init was seen)."""
+    if pid < 1:
+        return False
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
@@ -287,7 +290,14 @@ def is_same_process(pid: int, started: float | None) -> bool:
 
 
 def signal_session(pid: int, sig: int) -> None:
-    """Signal the task's whole process group (its session leader's pgid is its pid)."""
+    """Signal the task's whole process group (its session leader's pgid is its pid).
+
+    Only a pid above 1 is signalled: to the kernel, 0 is the caller's own process group, -1
+    every process it may signal and 1 init, and no task is any of them. A container that ended
+    before the engine showed its init has pid 0 (`containers.Started`); signalling that killed
+    the borglet itself."""
+    if pid <= 1:
+        return
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -324,3 +324,75 @@ def test_a_container_in_an_alloc_runs_beneath_the_allocs_group_made_first_and_re
         assert not group.exists()
     finally:
         borglet.stop(kill_tasks=True, timeout_s=3)
+
+
+class EndedEngine(FakeEngine):
+    """An engine whose containers end before they are inspected: the engine shows no init
+    (pid 0), as docker does for a container that has already exited."""
+
+    def run(self, spec, env, uid, log_dir, cgroup_parent=None):
+        started = super().run(spec, env, uid, log_dir, cgroup_parent)
+        proc = self.boxes[started.container_id][1]
+        proc.kill()
+        proc.wait()
+        return containers.Started(started.container_id, 0, None)
+
+    def exit_status(self, cid):
+        return 0, False
+
+
+@pytest.fixture
+def signals_sent(monkeypatch):
+    """Every pid the borglet signals; one under 2 is never passed on to the kernel (there, 0
+    would kill this test's own process group)."""
+    import os
+
+    sent: list[int] = []
+    real_kill, real_killpg = os.kill, os.killpg
+
+    def kill(pid, sig):
+        sent.append(pid)
+        if pid > 1:
+            real_kill(pid, sig)
+
+    def killpg(pid, sig):
+        sent.append(pid)
+        if pid > 1:
+            real_killpg(pid, sig)
+
+    monkeypatch.setattr(os, "kill", kill)
+    monkeypatch.setattr(os, "killpg", killpg)
+    return sent
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["ends", "killed"])
+def test_a_container_that_ended_before_its_init_was_seen_ends_and_nothing_signals_pid_0(tmp_path, signals_sent, killed):
+    engine = EndedEngine()
+    borglet = borglet_on(tmp_path, engine)
+    try:
+        sync(borglet, 1, boxed("a#0", restart_policy="never"))
+        assert borglet.start_queued() == 1
+        assert borglet.tasks["a#0"].pid == 0 and borglet.tasks["a#0"].container == "c1"
+        if killed:  # the cell no longer wants it before the borglet looks again
+            sync(borglet, 2)
+        settle(borglet, lambda: borglet.tasks["a#0"].ended, "the container's end seen")
+        task = borglet.tasks["a#0"]
+        assert (task.phase, task.exit_code) == (("KILLED", None) if killed else ("FINISHED", 0))
+        borglet.release_groups()
+        assert engine.removed == ["c1"]
+    finally:
+        borglet.stop(kill_tasks=True, timeout_s=3)
+    assert all(pid > 1 for pid in signals_sent), signals_sent
+
+
+def test_signal_session_never_signals_the_callers_own_group(signals_sent):
+    # Signalled for real in a child of its own session: without the guard the child kills itself.
+    import sys
+
+    code = "import signal; from reference.borglet import processes; processes.signal_session(0, signal.SIGKILL); print('alive')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, start_new_session=True)
+    assert (done.returncode, done.stdout.strip()) == (0, "alive"), done.stderr
+    # -1 (every process) and 1 (init) are not tried for real: they reach no kernel call.
+    for pid in (-1, 1):
+        processes.signal_session(pid, 9)
+    assert signals_sent == []
