@@ -1,6 +1,7 @@
 """The docker runtime on a real cell: hello_world in its image answers through BNS, a container
 killed from outside is restarted by policy, a memory hog is OOM-killed and reported so, a
-restarted borglet re-adopts its containers without restarting them, and `cell down` leaves no
+restarted borglet re-adopts its containers without restarting them, containers that end before
+the engine shows their init end finished with the borglet alive, and `cell down` leaves no
 container behind.
 
 Needs a Docker engine and the images (`minborg image build`); without an engine the tests skip,
@@ -190,6 +191,23 @@ def test_a_container_in_an_alloc_runs_beneath_the_allocs_cgroup(cell: Any, docke
     wait_for(lambda: not containers_of(docker_client, info.cell, "dk/inbox"), 60, "the container gone with its set")
     if CGROUPS:
         wait_for(lambda: not alloc_group.exists(), 30, "the alloc's group removed with its last container")
+
+
+def test_containers_that_end_before_they_are_inspected_end_finished_and_the_borglet_lives(cell: Any) -> None:
+    """A container whose command ends at once is often gone before the engine is asked for its
+    init's pid, which the engine then gives as 0. Signalling pid 0 signals the borglet's own
+    process group: the borglet died, and with it every later task of the machine."""
+    _, api = cell
+    api.submit(job("brief", task_count=8, command=["true"], restart_policy="never"))
+
+    def all_ended() -> list[dict[str, Any]] | None:
+        tasks = api.tasks("dk/brief")
+        return tasks if len(tasks) == 8 and all(t["state"] == "DEAD" for t in tasks) else None
+
+    tasks = wait_for(all_ended, 90, "8 brief containers ended")
+    assert [t["cause"] for t in tasks] == ["finished"] * 8, tasks
+    api.submit(job("after"))  # the machine's borglet still starts tasks
+    wait_for(lambda: running(api, "dk/after", 1), 60, "a task started after the brief ones")
 
 
 def test_cell_down_leaves_no_container(cell: Any, docker_client: Any) -> None:
