@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from reference import channel
+from reference import channel, fastjson
 from reference.jobspec import validation_errors
 from reference.master import (
     access,
@@ -313,24 +313,48 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
 
     # --- link shards (between replicas; not part of API v1) ------------------------------------
 
+    # Their bodies are the leader's largest (a shard's batch of reports, a scheduler's plan),
+    # so they are decoded and their answers encoded by fastjson, not the standard library.
+
+    async def internal_body(request: Request) -> tuple[Any, JSONResponse | None]:
+        try:
+            return fastjson.loads(await request.body()), None
+        except ValueError as err:
+            return None, JSONResponse(status_code=422, content={"detail": [detail("body", f"not JSON: {err}")]})
+
+    def fast_json(content: Any) -> Response:
+        return Response(fastjson.dumps(content), media_type="application/json")
+
     @app.post(REPORTS_PATH, include_in_schema=False)
-    def shard_reports(payload: Any = Body(None)) -> JSONResponse:
+    async def shard_reports(request: Request) -> Response:
+        payload, refused = await internal_body(request)
+        if refused is not None:
+            return refused
         if not isinstance(payload, dict) or not isinstance(payload.get("reports", {}), dict):
             return JSONResponse(status_code=422, content={"detail": [detail("body", "expected a shard batch")]})
-        answer = replica.accept_batch(payload)
+        answer = await run_in_threadpool(replica.accept_batch, payload)
         if answer is None:
             return JSONResponse(status_code=409, content={"detail": [detail("", "this replica does not lead")]})
-        return JSONResponse(content=answer)
+        return fast_json(answer)
 
     @app.post(RELAY_PATH, include_in_schema=False)
-    def shard_relay(payload: Any = Body(None)) -> JSONResponse:
+    async def shard_relay(request: Request) -> Response:
+        payload, refused = await internal_body(request)
+        if refused is not None:
+            return refused
         items = payload.get("items") if isinstance(payload, dict) else None
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             return JSONResponse(status_code=422, content={"detail": [detail("items", "expected a list of syncs")]})
-        return JSONResponse(content={"replies": replica.shard.relay(items)})
+        return fast_json({"replies": await run_in_threadpool(replica.shard.relay, items)})
 
     @app.post(PLANS_PATH, include_in_schema=False)
-    def scheduler_plan(payload: Any = Body(None)) -> JSONResponse:
+    async def scheduler_plan(request: Request) -> Response:
+        payload, refused = await internal_body(request)
+        if refused is not None:
+            return refused
+        return await run_in_threadpool(accept_plan, payload)
+
+    def accept_plan(payload: Any) -> Response:
         try:
             plan = plan_from_json(payload.get("plan") if isinstance(payload, dict) else None)
         except (ValueError, TypeError) as err:
@@ -342,7 +366,7 @@ def make_app(replica: Replica, access_config: access.AccessConfig | None = None)
         if term is None or not replica.is_leader:
             return JSONResponse(status_code=409, content={"detail": [detail("", "this replica does not lead")]})
         try:
-            return JSONResponse(content=term.accept_plan(plan, by=sender))
+            return fast_json(term.accept_plan(plan, by=sender))
         except (NotLeader, WriteFailed) as err:
             return JSONResponse(status_code=503, content={"detail": [detail("", f"not committed: {err}")]})
 

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import http.server
+import socket
+import threading
 from pathlib import Path
 
+import etcd3gw
 import pytest
 import requests
 import urllib3
 from etcd3gw import exceptions as gw_exceptions
 
 from reference.store import etcd_cluster, etcdbin
-from reference.store.client import dumps, endpoint_scheme, never_reached_server, normalize_endpoint
+from reference.store.client import (
+    dumps,
+    endpoint_scheme,
+    gateway_post,
+    never_reached_server,
+    normalize_endpoint,
+)
 from reference.store.etcd_cluster import Member, initial_cluster_flag
 from reference.store.etcdbin import MIN_ETCD_VERSION, etcd_version, why_exited
 from reference.store.tls import StoreTLS, add_arguments, from_arguments
@@ -178,3 +188,46 @@ def test_why_a_member_exited_is_its_last_fatal_or_error_line() -> None:
     assert why_exited(log) == "discovery failed: cannot access member directory: not a directory"
     assert why_exited(["plain text, no JSON", "the last line"]) == "the last line"
     assert why_exited([]) == "(no log)"
+
+
+class _Gateway(http.server.BaseHTTPRequestHandler):
+    """A stand-in gateway: /ok echoes the body it got, /busy answers 503, /hangup closes the
+    connection without an answer (the request reached it)."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path.endswith("/hangup"):
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        status, answer = (200, b'{"got":' + body + b"}") if self.path.endswith("/ok") else (503, b"no leader")
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_gateway_post_answers_and_fails_as_etcd3gws_post_does() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Gateway)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        gw = etcd3gw.Etcd3Client(host="127.0.0.1", port=server.server_address[1], timeout=5, api_path="/v3/")
+        assert gateway_post(gw, "/ok", {"key": "a2V5", "n": 2**63 - 1}) == {"got": {"key": "a2V5", "n": 2**63 - 1}}
+        with pytest.raises(gw_exceptions.ConnectionFailedError) as busy:
+            gateway_post(gw, "busy", {})
+        assert not never_reached_server(busy.value)  # etcd got it
+        with pytest.raises(gw_exceptions.ConnectionFailedError) as hangup:
+            gateway_post(gw, "hangup", {})
+        assert not never_reached_server(hangup.value)  # sent: the outcome is unknown
+    finally:
+        server.shutdown()
+        server.server_close()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    with pytest.raises(gw_exceptions.ConnectionFailedError) as refused:
+        gateway_post(etcd3gw.Etcd3Client(host="127.0.0.1", port=closed, timeout=5, api_path="/v3/"), "kv/txn", {})
+    assert never_reached_server(refused.value)  # safe to try the next member
