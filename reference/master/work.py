@@ -12,6 +12,8 @@ Kinds:
     sync_checks        machines looked at to decide whether a sync is due
     view_index         tasks put in a view's index (`views.tasks_by_job`)
     records_decoded    records the watch cache decoded
+    records_taken_as_written  task records the watch brought back as this process wrote
+                       them, taken without decoding (`WatchCache.expect`)
     full_rebuilds      desired sets rebuilt from the whole cell (the safety net)
 """
 

@@ -31,7 +31,7 @@ from reference.master.cell import Cell, Draft, JobInfo, MachineInfo, TaskInfo
 from reference.store import ops
 from reference.store.client import StoreError, StoreOutcomeUnknown, StoreUnavailable
 from reference.store.election import Election
-from spec.model import CellState, QuotaKey, Resources, TaskId
+from spec.model import CellState, QuotaKey, Resources, Task, TaskId
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,13 @@ class Changed(Protocol):
     alloc_keys: set[str]
 
 
-def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
+def diff_ops(
+    base: Cell, draft: Changed, keys: codec.Keys, written: list[tuple[bytes, bytes, tuple[Task, TaskInfo]]] | None = None
+) -> list[ops.Op]:
     """The puts and deletes that turn `base` into `draft`, task records first; it looks only
-    at the keys the draft names, so its cost is the change's, not the cell's."""
+    at the keys the draft names, so its cost is the change's, not the cell's. `written`, when
+    given, gets each task record put: its key, its value and the objects it encodes (for the
+    watch cache's `expect`)."""
     new, old = draft.state, base.state
     task_ops: list[ops.Op] = []
     other: list[ops.Op] = []
@@ -85,7 +89,11 @@ def diff_ops(base: Cell, draft: Changed, keys: codec.Keys) -> list[ops.Op]:
             if tid in old.tasks:
                 deletes.append(ops.delete(key))
         elif old.tasks.get(tid) is not task or base.tasks.get(tid) is not info:
-            task_ops.append(ops.put(key, codec.encode_task(task, info or TaskInfo())))
+            info = info or TaskInfo()
+            value = codec.encode_task(task, info)
+            task_ops.append(ops.put(key, value))
+            if written is not None:
+                written.append((key.encode(), value, (task, info)))
     for key in sorted(draft.job_keys):
         job = new.jobs.get(key)
         if job is None:
@@ -359,7 +367,9 @@ class Writer:
             if result is not None:
                 drafted, drafted_cpu = time.perf_counter(), time.thread_time()
                 try:
-                    diff = diff_ops(base, result, self.keys)
+                    written: list[tuple[bytes, bytes, tuple[Task, TaskInfo]]] = []
+                    diff = diff_ops(base, result, self.keys, written)
+                    self.cache.expect(written)
                     diffed = time.perf_counter()
                     revision = self._commit(diff, base.revision, fresh_folders(base, result.task_keys, self.keys))
                 except (NotLeader, WriteFailed) as err:

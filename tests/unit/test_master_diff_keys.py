@@ -104,8 +104,16 @@ def test_diff_over_named_keys_equals_the_full_diff() -> None:
         d = Draft(base, 1.0)
         for _ in range(rng.randint(0, 8)):
             random_change(d, rng)
-        fast, slow = diff_ops(base, d, KEYS), full_diff(base, d)
+        written: list = []
+        fast, slow = diff_ops(base, d, KEYS, written), full_diff(base, d)
         assert sorted(map(repr, fast)) == sorted(map(repr, slow)), seed
+        # What the writer hands the watch cache as each record's objects is what a reader of
+        # the record decodes, to the type of every field (repr): the leader's cache takes them
+        # instead of decoding, and must hold what the followers' caches hold.
+        puts = [ops.unb64(op["request_put"]["key"]) for op in fast if "request_put" in op]
+        assert [k for k, _, _ in written] == [k for k in puts if k.startswith(KEYS.tasks.encode())], seed
+        for key, value, objects in written:
+            assert repr(codec.decode_task(value)) == repr(objects), (seed, key)
         assert d.changed == bool(slow), seed
         # Task records are written before job records, and deletes come last.
         kinds = ["t" if "/tasks/" in repr(op) and "request_put" in op else

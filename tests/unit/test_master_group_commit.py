@@ -30,6 +30,9 @@ class FakeCache:
     def wait_revision(self, revision: int, timeout: float) -> bool:
         return True
 
+    def expect(self, writes: list) -> None:
+        """Records about to be written: this view is built from the commits, not a watch."""
+
 
 class FakeElection:
     def __init__(self, cache: FakeCache, *, delay: float = 0.0) -> None:

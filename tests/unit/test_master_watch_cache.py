@@ -357,3 +357,39 @@ def test_the_view_names_the_revision_of_each_term_of_the_leader() -> None:
     assert (cache.cell().leader, cache.cell().leader_revision) == ("", 0)
     cache._on_events([ops.WatchEvent("PUT", KEYS.leader.encode(), b"r0=http://r0", 6, 6, 1)], 6)
     assert (cache.cell().leader, cache.cell().leader_revision) == ("r0=http://r0", 6)
+
+
+def test_records_this_process_wrote_are_taken_as_written_and_any_other_value_is_decoded() -> None:
+    client = FakeClient()
+    cache = WatchCache(client, KEYS)  # type: ignore[arg-type]
+    cache._reload()
+    tid = TaskId("u/j0", 0, 0)
+    key = KEYS.task(tid).encode()
+    mine = (Task(tid, TaskState.PENDING, None, 100, REQS[0]), TaskInfo(pending="no machine fits"))
+    value = codec.encode_task(*mine)
+    cache.expect([(key, value, mine)])
+    cache._on_events([ops.WatchEvent("PUT", key, value, 2, 2, 1)], 2)
+    got = cache.cell()
+    assert got.state.tasks[tid] is mine[0] and got.tasks[tid] is mine[1]  # not decoded again
+    assert cache._expected == {}  # taken once
+    # Expected, but the watch brings other bytes (another write of the key came first): decoded.
+    theirs = (Task(tid, TaskState.RUNNING, "m0", 100, REQS[0]), TaskInfo(port=8080))
+    cache.expect([(key, value, mine)])
+    cache._on_events([ops.WatchEvent("PUT", key, codec.encode_task(*theirs), 3, 2, 2)], 3)
+    got = cache.cell()
+    assert (got.state.tasks[tid], got.tasks[tid]) == theirs and got.state.tasks[tid] is not theirs[0]
+    assert key in cache._expected  # still expected: its own write may yet come
+    # What is taken equals what a reader of the bytes decodes.
+    cache._on_events([ops.WatchEvent("PUT", key, value, 4, 2, 3)], 4)
+    assert (cache.cell().state.tasks[tid], cache.cell().tasks[tid]) == codec.decode_task(value)
+
+
+def test_the_memo_of_expected_records_is_dropped_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference.master import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "EXPECTED_MAX", 3)
+    cache = WatchCache(FakeClient(), KEYS)  # type: ignore[arg-type]
+    mine = (Task(TaskId("u/j0", 0, 0), TaskState.PENDING, None, 100, REQS[0]), TaskInfo())
+    cache.expect([(b"a", b"1", mine), (b"b", b"2", mine)])
+    cache.expect([(b"c", b"3", mine), (b"d", b"4", mine)])  # 4 > 3: the writes that never landed go
+    assert set(cache._expected) == {b"c", b"d"}

@@ -82,6 +82,9 @@ class Cache:
     def wait_revision(self, revision: int, timeout: float) -> bool:
         return True
 
+    def expect(self, writes: list) -> None:
+        """Records about to be written: this view is built from the commits, not a watch."""
+
 
 class Election:
     """The fence always holds; the first txn after `lose_next` is answered with a timeout
@@ -150,7 +153,8 @@ def test_a_key_changed_behind_the_view_fails_the_write_without_deposing() -> Non
     w.mutate(add("m1"))
     stale = store.view
     store.apply([ops.put(KEYS.machine("m1"), b"newer")], [])  # a write the view has not seen
-    w.cache = type("Behind", (), {"cell": lambda self: stale, "wait_revision": lambda self, r, t: True})()  # type: ignore[assignment]
+    w.cache = type("Behind", (), {"cell": lambda self: stale, "wait_revision": lambda self, r, t: True,
+                             "expect": lambda self, writes: None})()  # type: ignore[assignment]
     with pytest.raises(WriteFailed, match="did not confirm"):
         w.mutate(lambda d: remove_machine(d, "m1"))
     assert store.get(KEYS.machine("m1")) == (b"newer", store.revision) and election.is_leader

@@ -148,7 +148,8 @@ def test_a_view_behind_the_writers_last_commit_is_guarded_key_by_key() -> None:
     w.mutate(lambda d: submit_job(d, job("a", 10)))
     stale = store.view
     w.mutate(lambda d: submit_job(d, job("b", 10)))
-    w.cache = type("Behind", (), {"cell": lambda self: stale, "wait_revision": lambda self, r, t: True})()  # type: ignore[assignment]
+    w.cache = type("Behind", (), {"cell": lambda self: stale, "wait_revision": lambda self, r, t: True,
+                             "expect": lambda self, writes: None})()  # type: ignore[assignment]
     txns = counted(election)
     w.mutate(lambda d: submit_job(d, job("c", 10)))
     assert len(txns) == 1 and len(txns[0]) >= 10 + 1 + 1  # ten records, the job, the marker
