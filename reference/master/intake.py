@@ -17,7 +17,7 @@ from typing import Any
 from reference import fastjson
 from reference.master import shards
 from reference.master.cell import Cell, Draft, MachineInfo, TaskInfo
-from reference.master.reports import Outcome, news
+from reference.master.reports import Outcome, news, usage_items
 from spec.model import TaskId, TaskState
 
 DELTA_MIN_TASKS = 64  # a machine with at least this many desired tasks gets deltas
@@ -180,7 +180,7 @@ class MachineFacts:
 
 def machine_facts(reply: Mapping[str, Any]) -> MachineFacts:
     return MachineFacts(
-        usage=tuple(sorted((k, int(v)) for k, v in (reply.get("usage") or {}).items())),
+        usage=usage_items(reply.get("usage")),
         isolation=str(reply.get("isolation") or ""),
         images=tuple(sorted(str(i) for i in reply.get("images") or ())),
         reason=skew_reason(reply.get("channel_skew_s")),

@@ -318,6 +318,27 @@ def show_holds(d: Draft, holds: Iterable[Hold]) -> None:
             d.set_task_info(tid, replace(info, borglet_state=h.describe()))
 
 
+# The largest usage figure the cell keeps: a record holds a whole number up to 64 bits exactly.
+USAGE_MAX = 2**63 - 1
+
+
+def usage_items(raw: Any) -> tuple[tuple[str, int], ...]:
+    """A reported usage (name -> amount) as the cell keeps it: whole numbers from 0 to
+    USAGE_MAX, names sorted. An amount that is no finite number is left out and one out of
+    bounds is held at the bound, so no borglet's report, however odd, makes a master fail or
+    keep what its record cannot store exactly (a larger integer reads back as a float)."""
+    if not isinstance(raw, Mapping):
+        return ()
+    out: dict[str, int] = {}
+    for name, amount in raw.items():
+        try:
+            n = int(amount)
+        except (TypeError, ValueError, OverflowError):  # a string, NaN, an infinity
+            continue
+        out[str(name)] = min(max(n, 0), USAGE_MAX)
+    return tuple(sorted(out.items()))
+
+
 def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]) -> Outcome:
     """Steps and facts from a borglet's reply to a sync that listed the tasks in `sent`.
 
@@ -349,7 +370,7 @@ def map_reply(cell: Cell, machine: str, reply: dict[str, Any], sent: set[TaskId]
                 out.steps.append(("evict", (tid, EvictReason.RECLAMATION), reason))
             else:
                 out.steps.append(("lost", (tid,), f"killed on the machine: {reason or '?'}"))
-        usage = tuple(sorted((k, int(v)) for k, v in (r.get("usage") or {}).items()))
+        usage = usage_items(r.get("usage"))
         out.usage[tid] = usage
         port, healthy, restarts = int(r.get("port") or 0), r.get("healthy"), int(r.get("restarts") or 0)
         started_at = float(r.get("started_at") or 0.0)

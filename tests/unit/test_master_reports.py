@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference.master import codec
+from reference.master import codec, intake
 from reference.master.cell import Cell, Draft, borglet_task_id
 from reference.master.reports import desired_set, map_reply, parse_borglet_task_id
 from reference.master.writer import chunks, diff_ops
@@ -281,3 +281,17 @@ def test_a_borglets_word_that_a_task_is_ready_is_read_from_the_whole_reply_and_n
     said["tasks"][2]["ready"] = "yes"  # nor a value that is not JSON's true
     assert ready_ids(said) == frozenset()
     assert ready_ids({"tasks": "nonsense"}) == ready_ids({}) == frozenset()
+
+
+def test_an_odd_usage_is_kept_in_bounds_and_its_record_reads_back_as_held():
+    # A hostile or broken borglet: amounts beyond 64 bits, an infinity, NaN, a word, a negative.
+    cell = master_cells.placed_cell()
+    odd = {"cpu": 10**21, "ram": float("inf"), "disk": float("nan"), "net": "lots", "gpu": -5, "io": "12", "x": 2.9}
+    r = _reply(cell, T0, state="RUNNING", usage=odd)
+    info = map_reply(cell, "m1", r, {T0}).infos[T0]  # no exception: the reply is this machine's alone
+    assert info.usage == (("cpu", 2**63 - 1), ("gpu", 0), ("io", 12), ("x", 2))
+    assert intake.machine_facts({"usage": odd}).usage == info.usage
+    assert intake.machine_facts({"usage": ["not", "a", "mapping"]}).usage == ()
+    # Held in bounds, the record decodes to exactly what the leader holds (to each type).
+    t = cell.state.tasks[T0]
+    assert repr(codec.decode_task(codec.encode_task(t, info))) == repr((t, info))
