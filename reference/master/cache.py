@@ -172,6 +172,8 @@ class WatchCache:
         The counts are shared with `last` when no task changed."""
         dirty = self._dirty if last is not None else _ALL_MAPS
         tasks_changed = "tasks" in dirty
+        work.add("views_built")
+        work.add("view_entries_copied", sum(len(getattr(self, f"_{name}")) for name in dirty & _COPIED))
         prev = last.state if last is not None else CellState()
         state = CellState(
             machines=FMap(self._machines) if "machines" in dirty else prev.machines,
@@ -520,6 +522,9 @@ class WatchCache:
         if capacity:
             self._capacity_epoch += 1
 
+
+# The maps `_build` copies whole when they changed (the others are small, or carried).
+_COPIED = frozenset(("machines", "jobs", "tasks", "task_infos", "work", "acting", "running", "allocs"))
 
 # Records written but not yet seen on the watch that `expect` keeps (a few 10,000-task jobs).
 EXPECTED_MAX = 200_000

@@ -15,6 +15,9 @@ Kinds:
     records_taken_as_written  task records the watch brought back as this process wrote
                        them, taken without decoding (`WatchCache.expect`)
     full_rebuilds      desired sets rebuilt from the whole cell (the safety net)
+    views_built        cell views the watch cache built (one per batch of changes read)
+    view_entries_copied  entries of the maps a view copied whole (C-level copies of every
+                       task's entry when tasks changed: this grows with the cell)
 """
 
 from __future__ import annotations
