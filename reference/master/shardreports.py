@@ -177,7 +177,7 @@ class ShardReports:
         changes: list[tuple[str, Callable[[Draft], None]]] = []
         for name, report, ids in known:
             try:
-                change = self._answer(name, report, ids)
+                change = self._answer(name, report, ids, cell)
             except Exception:
                 log.exception("report of %s failed", name)
                 continue
@@ -352,9 +352,13 @@ class ShardReports:
                 st = self._machines[name]
                 st.schedule = pollclock.usage_written(st.schedule, self.clock())
 
-    def _answer(self, name: str, reply: dict[str, Any], ids: set[TaskId]) -> Callable[[Draft], None] | None:
+    def _answer(
+        self, name: str, reply: dict[str, Any], ids: set[TaskId], cell: Cell | None = None
+    ) -> Callable[[Draft], None] | None:
         """What an answer of `name` changes in the cell, as a change for the writer (None:
-        nothing); the change's `writes_usage` says whether it writes the usage."""
+        nothing); the change's `writes_usage` says whether it writes the usage. `cell`: the
+        view to map it on (a batch's answers share the view the batch was read against: one
+        view for the batch, not one built for each answer while the watch applies writes)."""
         with self._lock:
             st = self._machines[name]
             st.schedule = pollclock.answered(st.schedule)
@@ -364,7 +368,7 @@ class ShardReports:
             self._silent_since.pop(name, None)
             self._refusing.pop(name, None)
             self._standing_down.pop(name, None)
-        cell = self.cache.cell()
+        cell = self.cache.cell() if cell is None else cell
         outcome = reports.map_reply(cell, name, reply, ids)
         self._take_usage(outcome.usage)
         m = cell.state.machines.get(name)

@@ -44,7 +44,7 @@ def _poller() -> tuple[Poller, list[str], _Clock, dict[str, Any]]:
         machine.up = False
 
     poller._mark_down = mark_down  # type: ignore[method-assign]
-    poller._answer = lambda name, report, ids: None  # type: ignore[method-assign]
+    poller._answer = lambda name, report, ids, cell=None: None  # type: ignore[method-assign]
     return poller, downs, clock, {"machine": machine}
 
 
@@ -173,7 +173,7 @@ def _cell_of_three() -> tuple[Poller, list[str], _Clock, list[str]]:
         machines[name].up = False
 
     poller._mark_down = mark_down  # type: ignore[method-assign]
-    poller._answer = lambda name, report, ids: None  # type: ignore[method-assign]
+    poller._answer = lambda name, report, ids, cell=None: None  # type: ignore[method-assign]
     poller.writer = SimpleNamespace(mutate=lambda change: None)  # type: ignore[assignment]
     poller.reasons = reasons  # type: ignore[attr-defined]
     return poller, downs, clock, reasons

@@ -56,7 +56,7 @@ def _poller(body: dict[str, Any], machines: tuple[str, ...]) -> tuple[Poller, _L
 def test_an_acknowledgement_writes_nothing_and_frees_its_machine_at_once() -> None:
     poller, link, writer = _poller({"fence": {"epoch": 2, "seq": 1}}, ("a",))
     answered: list[str] = []
-    poller._answer = lambda name, reply, ids: answered.append(name)  # type: ignore[method-assign]
+    poller._answer = lambda name, reply, ids, cell=None: answered.append(name)  # type: ignore[method-assign]
     try:
         poller._poll_through("r1", [("a", "http://a", [], frozenset({"t"}), {A}, 1)])
         assert not answered and not writer.mutated  # the facts come in the shard's report
@@ -73,7 +73,7 @@ def test_a_report_read_before_an_acknowledged_sync_is_taken_against_the_sync_it_
     sync 2 is acknowledged, then the shard's report read after sync 1 arrives."""
     poller, link, _ = _poller({"fence": {"epoch": 2, "seq": 2}}, ("a",))
     taken: list[set[TaskId]] = []
-    poller._answer = lambda name, reply, ids: taken.append(ids)  # type: ignore[method-assign]
+    poller._answer = lambda name, reply, ids, cell=None: taken.append(ids)  # type: ignore[method-assign]
     try:
         poller._poll_through("r1", [("a", "http://a", [], frozenset({"t0"}), {A}, 1)])
         poller._poll_through("r1", [("a", "http://a", [], frozenset({"t0", "t1"}), {A, B}, 2)])
@@ -147,7 +147,7 @@ def test_a_regular_sync_is_skipped_while_the_borglet_reports_holding_the_set_it_
     from reference.master import work
 
     poller, link, _ = _poller({"fence": {"epoch": 2, "seq": 1}}, ("a",))
-    poller._answer = lambda name, reply, ids: None  # type: ignore[method-assign]
+    poller._answer = lambda name, reply, ids, cell=None: None  # type: ignore[method-assign]
     poller._pool.shutdown(wait=False)
     poller._pool = SimpleNamespace(submit=lambda f, *args: f(*args))  # type: ignore[assignment]
     cell = poller.cache.cell()
