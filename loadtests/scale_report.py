@@ -174,7 +174,7 @@ def measured_cost(paths: list[Path], target: float = 1.5) -> list[str]:
                 rows.append(
                     f"| `{config['out']}` | {config.get('replica_cpu') or 'none'} | {replicas} | {r.machines:,} | "
                     f"{r.fill_confirmed:,} in {r.fill_s:.0f} s | **{ms['leader']:.3f}** | {ratio:.2f}{verdict} | "
-                    f"{_idle_share(r)} | {_written(r)} | "
+                    f"{_idle_share(r)} | {_written(r)} | {_views(r)} | "
                     + " / ".join(f"{ms.get(k, 0.0):.3f}" for k in ("followers", "scheduler", "etcd", "hollow"))
                     + " |"
                 )
@@ -194,11 +194,15 @@ def measured_cost(paths: list[Path], target: float = 1.5) -> list[str]:
         "cell's size and the fill's length bring, not its tasks. 'records written' is the records the leader's "
         "committed txns wrote over the fill per task filled, and the txns per task ('-': not counted): a task's "
         "placement, its start, its usage and its reservations are each a write, and the writes a fill leaves "
-        "behind (reservations estimated after it) count only where the fill lasts long enough to make them.",
+        "behind (reservations estimated after it) count only where the fill lasts long enough to make them. "
+        "'views' is the cell views the leader's watch cache built per task filled, and the map entries they "
+        "copied whole per task ('-': not counted): a view copies each map that changed, so the copies grow "
+        "with the cell.",
         "",
         "| campaign | cores per replica | replicas | machines | fill | leader ms/task | ratio to the smallest | "
-        "leader idle: cores, ms/task | records written, txns per task | followers / scheduler / etcd / hollow ms/task |",
-        "|---|---:|---:|---:|---|---:|---|---|---|---|",
+        "leader idle: cores, ms/task | records written, txns per task | views, entries copied per task | "
+        "followers / scheduler / etcd / hollow ms/task |",
+        "|---|---:|---:|---:|---|---:|---|---|---|---|---|",
         *rows,
         "",
     ]
@@ -218,6 +222,14 @@ def _written(r: Result) -> str:
     if "records_written" not in work:
         return "-"
     return f"{work['records_written']:.2f}, {work.get('txns', 0.0):.3f}"
+
+
+def _views(r: Result) -> str:
+    """The views the leader's cache built per task over the fill, and the entries they copied."""
+    work = r.fill_work_per_task
+    if "views_built" not in work:
+        return "-"
+    return f"{work['views_built']:.3f}, {work.get('view_entries_copied', 0.0):,.0f}"
 
 
 def estimate(paths: list[Path], machines: int = 10_000, host_cores: float = 2.0) -> list[str]:
