@@ -83,6 +83,7 @@ class Config:
     writers: int = 4
     idle_s: float = 20.0  # how long each role's CPU is measured on the cell alone, before the fill (0: not)
     every_size: bool = False  # run every size even after one missed the SLOs (to compare costs across sizes)
+    keep_logs: bool = False  # copy each cell's process logs into out/logs/m{machines}-r{replicas}
     out: Path = Path("reports/scale")
 
 
@@ -309,6 +310,8 @@ def run_one(cfg: Config, machines: int, replicas: int, say: Any = print) -> Resu
         result.error = f"{type(err).__name__}: {err}"
     finally:
         result.declared_down = declared_down(root)
+        if cfg.keep_logs and (root / "logs").is_dir():
+            shutil.copytree(root / "logs", cfg.out / "logs" / root.name, dirs_exist_ok=True)
         stop_cell(root)
     return result
 
@@ -548,6 +551,7 @@ def main(argv: list[str] | None = None) -> None:
         "--idle-s", type=float, default=20.0,
         help="seconds each role's CPU is measured with the machines up and no task, before each fill (0: not)",
     )  # fmt: skip
+    p.add_argument("--keep-logs", action="store_true", help="copy each cell's process logs into --out/logs")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     random.seed(args.seed)
@@ -556,7 +560,7 @@ def main(argv: list[str] | None = None) -> None:
         replica_cpu=args.replica_cpu or None, tasks_per_machine=args.tasks_per_machine,
         poll_interval=args.poll_interval, arrival_per_min=args.arrival_per_min, measure_s=args.measure_s,
         fill_timeout_s=args.fill_timeout_s, confirm_s=args.confirm_s, reads=args.reads, out=Path(args.out),
-        every_size=args.every_size, idle_s=args.idle_s,
+        every_size=args.every_size, idle_s=args.idle_s, keep_logs=args.keep_logs,
     )  # fmt: skip
     results = run(cfg) if not args.report_only else []
     from loadtests.scale_report import write_report
