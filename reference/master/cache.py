@@ -173,7 +173,7 @@ class WatchCache:
         dirty = self._dirty if last is not None else _ALL_MAPS
         tasks_changed = "tasks" in dirty
         work.add("views_built")
-        work.add("view_entries_copied", sum(len(getattr(self, f"_{name}")) for name in dirty & _COPIED))
+        work.add("view_entries_copied", sum(len(getattr(self, f"_{name}")) for name in dirty & COPIED_MAPS))
         prev = last.state if last is not None else CellState()
         state = CellState(
             machines=FMap(self._machines) if "machines" in dirty else prev.machines,
@@ -524,7 +524,7 @@ class WatchCache:
 
 
 # The maps `_build` copies whole when they changed (the others are small, or carried).
-_COPIED = frozenset(("machines", "jobs", "tasks", "task_infos", "work", "acting", "running", "allocs"))
+COPIED_MAPS = frozenset(("machines", "jobs", "tasks", "task_infos", "work", "acting", "running", "allocs"))
 
 # Records written but not yet seen on the watch that `expect` keeps (a few 10,000-task jobs).
 EXPECTED_MAX = 200_000

@@ -219,7 +219,7 @@ def test_the_leaders_work_per_task_does_not_grow_with_the_cell() -> None:
     # per map it copies (a task a machine, then the fill's), never more.
     for figures, machines in ((small, 100), (big, 5000)):
         per_view = figures["view_entries_copied"] / figures["views_built"]
-        assert machines <= per_view <= len(cache_module._COPIED) * (2 * machines + TASKS), (per_view, machines)
+        assert machines <= per_view <= len(cache_module.COPIED_MAPS) * (2 * machines + TASKS), (per_view, machines)
     # The safety net (a rebuild from the whole cell) does not run on the fill's path.
     assert big.get("full_rebuilds", 0) == 0
     # The reclaimer looked at the tasks each commit changed, never walking every task.
