@@ -329,8 +329,8 @@ class WatchCache:
         The objects must be what decoding the value gives, to each field's type, or the leader
         would hold what no follower holds: `test_master_diff_keys` holds it for the writer's
         records. (Over the whole unit suite the one exception was a test's own TaskInfo with a
-        usage beyond 64 bits, which decodes as a float; every usage comes from a report that
-        fastjson decoded, where such a number is a float already.)"""
+        usage beyond 64 bits, which decodes as a float; a usage from a report is held within 64
+        bits where the report is read, `reports.usage_items`.)"""
         if len(self._expected) + len(writes) > EXPECTED_MAX:
             self._expected.clear()
         for key, value, objects in writes:
