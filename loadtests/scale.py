@@ -1,8 +1,9 @@
 """The scale campaign: hollow cells of 100 to 10,000 machines with 1, 3 and 5 master replicas at a fixed CPU budget each, against Borg's SLOs.
 
 Each run starts a fresh cell (`cell up --machines 0 --hollow N --replicas R --replica-cpu B`,
-one scheduler process), fills it with jobs up to `tasks_per_machine` tasks per machine, then
-for `measure_s` seconds keeps new tasks arriving at `arrival_per_min` while readers call
+one scheduler process), fills it with jobs up to `tasks_per_machine` tasks per machine, waits
+until the leader's records confirm every fill task running (`settle_s`: the hollow borglets
+run them first; `--no-settle` skips this wait), then for `measure_s` seconds keeps new tasks arriving at `arrival_per_min` while readers call
 `GET /v1/cell` on the replicas that do not lead (`--reads followers`, the default: Borg
 spreads read-only RPCs over its replicas while the elected master writes; a 1-replica cell
 has only its leader to read from) or on every replica in turn (`--reads all`). It records:
@@ -84,6 +85,11 @@ class Config:
     idle_s: float = 20.0  # how long each role's CPU is measured on the cell alone, before the fill (0: not)
     every_size: bool = False  # run every size even after one missed the SLOs (to compare costs across sizes)
     keep_logs: bool = False  # copy each cell's process logs into out/logs/m{machines}-r{replicas}
+    # After the borglets run every fill task, wait (within `fill_timeout_s`) until the leader's
+    # records say so too, before the window: the arrivals then meet a cell that has taken in
+    # its fill, not one still recording it (False: open the window at once, as campaigns did
+    # before `settle_s` was measured).
+    settle: bool = True
     out: Path = Path("reports/scale")
 
 
@@ -273,6 +279,23 @@ def fill(http: httpx.Client, url: str, served: str, total: int, timeout_s: float
         time.sleep(2.0)
 
 
+def settle(http: httpx.Client, url: str, total: int, timeout_s: float) -> float | None:
+    """Wait until the replica at `url` (the leader) confirms `total` tasks running (its
+    `running_confirmed`, the tasks whose borglet reported their process started, as its
+    records hold them): the seconds it took, or None when `timeout_s` passed first."""
+    began = time.monotonic()
+    while True:
+        try:
+            confirmed = int(http.get(f"{url}/v1/cell").json()["tasks"]["running_confirmed"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            confirmed = -1  # no answer now (a busy leader): asked again
+        if confirmed >= total:
+            return round(time.monotonic() - began, 1)
+        if time.monotonic() - began > timeout_s:
+            return None
+        time.sleep(2.0)
+
+
 def _submit(http: httpx.Client, url: str, job: dict[str, Any], retry_s: float) -> None:
     """Submit `job`, again while the cell answers 503 (a replica between leaders says
     "retry") or not at all, for up to `retry_s` seconds; RuntimeError on any other refusal."""
@@ -366,6 +389,19 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         }
         say(f"  fill: {result.fill_confirmed}/{result.fill_tasks} confirmed" + (f" in {result.fill_s} s" if result.fill_s else "")
             + "; CPU ms per task " + ", ".join(f"{r} {v}" for r, v in result.fill_cpu_ms_per_task.items()))  # fmt: skip
+        if cfg.settle and result.fill_s is not None:
+            result.settle_s = settle(http, overview.get("leader_url") or urls[0], result.fill_tasks, cfg.fill_timeout_s)
+            cpu_settled = role_cpu(before)
+            work_settled = leader_work(http, overview.get("leader_url"))
+            result.settled_cpu_ms_per_task = {
+                role: round(1000 * (cpu_settled[role] - cpu_before[role]) / max(1, result.fill_confirmed), 3) for role in before
+            }
+            result.settled_work_per_task = {
+                kind: round((n - work_before.get(kind, 0)) / max(1, result.fill_confirmed), 3)
+                for kind, n in sorted(work_settled.items())
+            }
+            say("  the leader confirmed them " + (f"{result.settle_s} s later" if result.settle_s is not None else "not in time")
+                + "; CPU ms per task to then " + ", ".join(f"{r} {v}" for r, v in result.settled_cpu_ms_per_task.items()))  # fmt: skip
 
         # The window: steady arrivals, readers, CPU.
         overview = http.get(f"{urls[0]}/v1/cell").json()
@@ -552,6 +588,10 @@ def main(argv: list[str] | None = None) -> None:
         help="seconds each role's CPU is measured with the machines up and no task, before each fill (0: not)",
     )  # fmt: skip
     p.add_argument("--keep-logs", action="store_true", help="copy each cell's process logs into --out/logs")
+    p.add_argument(
+        "--no-settle", action="store_true",
+        help="open the arrivals' window as soon as the borglets run the fill, not once the leader's records say so too",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     random.seed(args.seed)
@@ -560,7 +600,7 @@ def main(argv: list[str] | None = None) -> None:
         replica_cpu=args.replica_cpu or None, tasks_per_machine=args.tasks_per_machine,
         poll_interval=args.poll_interval, arrival_per_min=args.arrival_per_min, measure_s=args.measure_s,
         fill_timeout_s=args.fill_timeout_s, confirm_s=args.confirm_s, reads=args.reads, out=Path(args.out),
-        every_size=args.every_size, idle_s=args.idle_s, keep_logs=args.keep_logs,
+        every_size=args.every_size, idle_s=args.idle_s, keep_logs=args.keep_logs, settle=not args.no_settle,
     )  # fmt: skip
     results = run(cfg) if not args.report_only else []
     from loadtests.scale_report import write_report

@@ -167,6 +167,7 @@ def measured_cost(paths: list[Path], target: float = 1.5) -> list[str]:
             if len(runs) < 2:
                 continue
             base = runs[0].fill_cpu_ms_per_task["leader"]
+            settled_base = runs[0].settled_cpu_ms_per_task.get("leader")
             for r in runs:
                 ms = r.fill_cpu_ms_per_task
                 ratio = ms["leader"] / base
@@ -174,6 +175,7 @@ def measured_cost(paths: list[Path], target: float = 1.5) -> list[str]:
                 rows.append(
                     f"| `{config['out']}` | {config.get('replica_cpu') or 'none'} | {replicas} | {r.machines:,} | "
                     f"{r.fill_confirmed:,} in {r.fill_s:.0f} s | **{ms['leader']:.3f}** | {ratio:.2f}{verdict} | "
+                    f"{_settled(r, settled_base, target, first=r is runs[0])} | "
                     f"{_idle_share(r)} | {_written(r)} | {_views(r)} | "
                     + " / ".join(f"{ms.get(k, 0.0):.3f}" for k in ("followers", "scheduler", "etcd", "hollow"))
                     + " |"
@@ -197,15 +199,38 @@ def measured_cost(paths: list[Path], target: float = 1.5) -> list[str]:
         "behind (reservations estimated after it) count only where the fill lasts long enough to make them. "
         "'views' is the cell views the leader's watch cache built per task filled, and the map entries they "
         "copied whole per task ('-': not counted): a view copies each map that changed, so the copies grow "
-        "with the cell.",
+        "with the cell. 'settled' is how long after the borglets ran the whole fill the leader's records "
+        "said so too (its `running_confirmed`), and the leader's CPU per task and its ratio measured from the "
+        "fill's start to then: the fill's whole cost to the leader, the records it had yet to write included "
+        "('-': not waited for, before `settle_s` was measured).",
         "",
         "| campaign | cores per replica | replicas | machines | fill | leader ms/task | ratio to the smallest | "
-        "leader idle: cores, ms/task | records written, txns per task | views, entries copied per task | "
+        "settled: s after, leader ms/task, ratio | leader idle: cores, ms/task | records written, txns per task | views, entries copied per task | "
         "followers / scheduler / etcd / hollow ms/task |",
-        "|---|---:|---:|---:|---|---:|---|---|---|---|---|",
+        "|---|---:|---:|---:|---|---:|---|---|---|---|---|---|",
         *rows,
         "",
     ]
+
+
+def _settle(r: Result) -> str:
+    """' (+N)': the seconds the leader took to confirm the fill after its borglets ran it."""
+    if not r.settled_cpu_ms_per_task:
+        return ""
+    return f" (+{r.settle_s:.0f})" if r.settle_s is not None else " (+not in time)"
+
+
+def _settled(r: Result, base: float | None, target: float, *, first: bool) -> str:
+    """How long the leader took to confirm the fill after the borglets ran it, and its CPU per
+    task to then beside the smallest size's ('-': not measured; 'not in time': never)."""
+    ms = r.settled_cpu_ms_per_task.get("leader")
+    if ms is None:
+        return "-"
+    when = f"{r.settle_s:.0f} s" if r.settle_s is not None else "not in time"
+    if first or not base:
+        return f"{when}, {ms:.3f}"
+    ratio = ms / base
+    return f"{when}, {ms:.3f}, {ratio:.2f} ({'within' if ratio <= target else 'over'} {target:g})"
 
 
 def _idle_share(r: Result) -> str:
@@ -387,7 +412,7 @@ def _section(results_path: Path, out: Path) -> list[str]:
         )
     lines += [
         "",
-        "| machines | replicas | up (s) | fill confirmed | fill (s) | poll p50 / p95 / max (s) | read p50 / p99 (s) | "
+        "| machines | replicas | up (s) | fill confirmed | fill (s) (+ until the leader confirmed it) | poll p50 / p95 / max (s) | read p50 / p99 (s) | "
         "write p50 / p99 (s) | started/min | start p50 / p95 (s) | CPU leader / others / scheduler / etcd / hollow "
         "(cores) | etcd db (MiB) | twice | down | verdict |",
         "|---:|---:|---:|---:|---:|---|---|---|---:|---|---|---:|---:|---:|---|",
@@ -397,7 +422,7 @@ def _section(results_path: Path, out: Path) -> list[str]:
         poll = " / ".join(_f(r.poll.get(k)) for k in ("p50", "p95", "max"))
         verdict = "meets" if r.slo_met else "; ".join(failures(r))
         lines.append(
-            f"| {r.machines:,} | {r.replicas} | {r.up_s:.0f} | {r.fill_confirmed:,}/{r.fill_tasks:,} | {_f(r.fill_s, '', 0)} | "
+            f"| {r.machines:,} | {r.replicas} | {r.up_s:.0f} | {r.fill_confirmed:,}/{r.fill_tasks:,} | {_f(r.fill_s, '', 0)}{_settle(r)} | "
             f"{poll} | {_f(r.read_p50_s, '', 3)} / {_f(r.read_p99_s, '', 3)}{_leader_reads(r)} | "
             f"{_f(r.write_p50_s, '', 3)} / {_f(r.write_p99_s, '', 3)} ({r.writes} ok, {r.write_errors} failed) | "
             f"{r.confirmed_per_min:,.0f}{'*' if r.arrivals_confirmed is None else ''} | {_f(r.start_latency_p50_s)} / {_f(r.start_latency_p95_s)} | {cpu} | "

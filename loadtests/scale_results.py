@@ -28,6 +28,10 @@ class Result:
     fill_tasks: int = 0
     fill_confirmed: int = 0
     fill_s: float | None = None
+    # Seconds from the borglets running every fill task to the leader's records saying so (its
+    # `running_confirmed`): the work the fill left the leader; None: not waited for (older
+    # results, `--no-settle`) or not reached within the fill's timeout.
+    settle_s: float | None = None
     poll: dict[str, float] = field(default_factory=dict)  # p50/p95/max of the worst shard
     shards: list[dict[str, Any]] = field(default_factory=list)
     read_p50_s: float | None = None
@@ -52,6 +56,10 @@ class Result:
     cpu: dict[str, float] = field(default_factory=dict)  # role -> cores used during the window
     # role -> CPU milliseconds per task confirmed, over the fill (from /proc); {}: not measured
     fill_cpu_ms_per_task: dict[str, float] = field(default_factory=dict)
+    # the same from the fill's start until the leader's records confirmed every fill task
+    # (`settle_s`): the fill's whole cost; {}: not measured
+    settled_cpu_ms_per_task: dict[str, float] = field(default_factory=dict)
+    settled_work_per_task: dict[str, float] = field(default_factory=dict)  # the leader's work counters, the same way
     # role -> cores used with the machines up and no task yet, before the fill; {}: not measured
     idle_cores: dict[str, float] = field(default_factory=dict)
     # the leader's work counters over the fill per task confirmed (`work` kinds); {}: not measured
@@ -115,6 +123,8 @@ def failures(r: Result, arrivals: bool = True) -> list[str]:
         out.append(f"machines declared down {r.declared_down} time(s) (none fails in this cell)")
     if r.fill_confirmed < r.fill_tasks:
         out.append(f"fill incomplete: {r.fill_confirmed} of {r.fill_tasks} tasks confirmed started")
+    if r.settled_cpu_ms_per_task and r.settle_s is None:
+        out.append("the leader's records did not confirm the fill within its timeout")
     p95 = r.poll.get("p95")
     if p95 is None:
         out.append("no polling interval measured")

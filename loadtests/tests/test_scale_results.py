@@ -239,7 +239,57 @@ def test_the_leaders_idle_rate_is_shown_with_what_it_comes_to_per_task(tmp_path:
     path.write_text(json.dumps({"config": config, "results": [asdict(small), asdict(big)]}))
     rows = [line for line in measured_cost([path]) if line.startswith("| `reports/x`")]
     # 0.05 cores over a 400 s fill of 100,000 tasks: 0.2 ms a task; not measured: "-".
-    assert [row.split(" | ")[7] for row in rows] == ["-", "0.050, 0.200"]
+    assert [row.split(" | ")[8] for row in rows] == ["-", "0.050, 0.200"]
+
+
+def test_the_fill_until_the_leader_confirmed_it_is_shown_and_judged(tmp_path: Path) -> None:
+    import json
+    from dataclasses import asdict
+
+    from loadtests.scale_report import measured_cost
+
+    small = _run(1000, 5, fill_s=20.0, settle_s=3.0, fill_cpu_ms_per_task={"leader": 0.5},
+                 settled_cpu_ms_per_task={"leader": 0.6})  # fmt: skip
+    big = _run(10_000, 5, fill_s=300.0, settle_s=95.0, fill_cpu_ms_per_task={"leader": 0.7},
+               settled_cpu_ms_per_task={"leader": 1.2})  # fmt: skip
+    older = _run(10_000, 5, fill_s=300.0, fill_cpu_ms_per_task={"leader": 0.7})
+    path = tmp_path / "results.json"
+    config = {"replica_cpu": 0.3, "tasks_per_machine": 10, "out": "reports/x"}
+    path.write_text(json.dumps({"config": config, "results": [asdict(small), asdict(big)]}))
+    rows = [line for line in measured_cost([path]) if line.startswith("| `reports/x`")]
+    # The fill's ratio (0.7 / 0.5) passes; to the leader's confirmation (1.2 / 0.6) it does not.
+    assert [row.split(" | ")[6:8] for row in rows] == [
+        ["1.00", "3 s, 0.600"], ["1.40 (within 1.5)", "95 s, 1.200, 2.00 (over 1.5)"],
+    ]
+    path.write_text(json.dumps({"config": config, "results": [asdict(small), asdict(older)]}))
+    rows = [line for line in measured_cost([path]) if line.startswith("| `reports/x`")]
+    assert rows[1].split(" | ")[7] == "-"
+    # A leader that never confirmed the fill fails the run; one that did, or was not asked, does not.
+    never = _run(10_000, 5, fill_s=300.0, settled_cpu_ms_per_task={"leader": 3.0})
+    assert failures(never) == ["the leader's records did not confirm the fill within its timeout"]
+    assert failures(big) == [] and failures(older) == []
+
+
+def test_the_settle_wait_reads_the_leaders_confirmed_count_until_it_holds_the_fill(monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    from loadtests import scale
+
+    answers = iter([503, 40, 90, 100])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        code = next(answers)
+        if code == 503:
+            return httpx.Response(503, json={"detail": "busy"})
+        return httpx.Response(200, json={"tasks": {"running_confirmed": code, "RUNNING": 100}})
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(scale.time, "sleep", sleeps.append)
+    with httpx.Client(transport=httpx.MockTransport(handler)) as http:
+        took = scale.settle(http, "http://leader", 100, timeout_s=60.0)
+    assert took is not None and len(sleeps) == 3  # a busy answer and two short counts were asked again
+    with httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, json={"tasks": {"running_confirmed": 5}}))) as http:
+        assert scale.settle(http, "http://leader", 100, timeout_s=0.0) is None
 
 
 def test_results_name_the_commit_they_ran_on() -> None:
