@@ -28,6 +28,7 @@ from reference.master.reclaimer import Reclaimer
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
 from reference.scheduler.pairing import CrashMemory
+from reference.scheduler.queue import first_in_queue
 from reference.scheduler.setaside import SetAside
 from reference.scheduler.wire import crashes_to_json
 from spec.actions import Step, apply, restart_allowed
@@ -184,6 +185,12 @@ def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
 # writer's time each on an idle host): a write queued meanwhile waits for one part, not the plan.
 PLAN_CHUNK = 1000
 
+# A pass of this term plans at most this many pending tasks (the first in the queue's order):
+# it plans inside the writer, which holds every other write until it is done. A pass of 90,000
+# tasks, made when a busy leader stopped hearing its scheduler process, held the writer 115 s
+# in a 10,000-machine cell, and every submit meanwhile timed out.
+OWN_PASS_MAX = 2000
+
 MARKED = 1e-9  # the least retry_at written: > 0 marks a death as counted (a cell clock may start at 0)
 
 
@@ -243,6 +250,12 @@ class Term:
 
     # While a scheduler process was heard from this recently, this term does not plan.
     SCHEDULER_GRACE_S = 2.0
+    # ... nor while it was heard from this recently and its lease in etcd stands: a leader
+    # whose API is slow to read a plan or a heartbeat (a busy host) does not take that for the
+    # process's death, which its lease's expiry tells. A process that holds its lease but has
+    # stopped planning is planned for after this long.
+    SCHEDULER_LEASED_GRACE_S = 30.0
+    SCHEDULER_LEASE_CHECK_S = 0.5  # how often the lease is read, while only it can tell
 
     def __init__(
         self,
@@ -254,6 +267,7 @@ class Term:
         on_poll: Callable[[str], None] | None = None,
         *,
         link: Link,
+        scheduler_leased: Callable[[], bool] | None = None,
     ) -> None:
         self.token = token
         self.cache = cache
@@ -271,6 +285,11 @@ class Term:
         self.crashes = CrashMemory()  # task::machine pairings that crashed lately (scheduler/pairing.py)
         self.templates: dict[str, str] = {}  # each job's template as this term last saw it (rollout.new_versions)
         self._scheduler_heard = -float("inf")
+        # Whether a scheduler process holds the cell's scheduler lease (a read of etcd), and
+        # when it was last read and last found held; None: not known, the heartbeats alone tell.
+        self._scheduler_leased = scheduler_leased
+        self._lease_read_at = -float("inf")
+        self._lease_seen = -float("inf")
         self._plans_in_flight = 0  # scheduler plans being committed now
         self._plans_lock = threading.Lock()
         self.scheduler_name = ""  # the scheduler process whose plan came last
@@ -359,6 +378,7 @@ class Term:
         draining = drain.has_work(cell)  # a drained machine still runs a task: move what budgets allow
         if not cell_has_work(cell) and not draining:
             return  # nothing pending, restartable or stale: the common quiet case
+        self._read_scheduler_lease()
         if cell.acting is not None and not cell.acting and not draining and self.scheduler_active():
             return  # only pending tasks, and a scheduler process places them: nothing for this pass
         if self.unschedulable.covers(cell) and not draining:
@@ -373,7 +393,35 @@ class Term:
         """Whether a scheduler process plans for this cell: a plan of its is being committed, or
         it was heard from lately (a large plan's commit can outlast the grace; the term must not
         plan beside it while it does)."""
-        return self._plans_in_flight > 0 or time.monotonic() - self._scheduler_heard < self.SCHEDULER_GRACE_S
+        if self._plans_in_flight > 0:
+            return True
+        now = time.monotonic()
+        silent = now - self._scheduler_heard
+        if silent < self.SCHEDULER_GRACE_S:
+            return True
+        leased = now - self._lease_seen < self.SCHEDULER_GRACE_S
+        return leased and silent < self.SCHEDULER_LEASED_GRACE_S
+
+    def _read_scheduler_lease(self) -> None:
+        """Read whether a scheduler process holds its lease, when the heartbeats alone no longer
+        say it is there (outside the writer: this is a read of etcd), at most every
+        SCHEDULER_LEASE_CHECK_S. A read that fails tells nothing: the lease counts as not seen."""
+        if self._scheduler_leased is None:
+            return
+        now = time.monotonic()
+        silent = now - self._scheduler_heard
+        if silent < self.SCHEDULER_GRACE_S / 2 or silent >= self.SCHEDULER_LEASED_GRACE_S:
+            return
+        if now - self._lease_read_at < self.SCHEDULER_LEASE_CHECK_S:
+            return
+        self._lease_read_at = now
+        try:
+            held = self._scheduler_leased()
+        except Exception as err:  # etcd unreachable: the heartbeats alone decide
+            log.info("the scheduler lease could not be read: %s", err)
+            return
+        if held:
+            self._lease_seen = now
 
     def accept_plan(self, plan: Plan, by: str = "") -> dict[str, Any]:
         """Commit a scheduler process's plan: each placement with its preemptions only if every
@@ -443,6 +491,11 @@ class Term:
         to_plan = self.unschedulable.next(d.state, candidates | d.touched, epoch)
         if not to_plan:
             return 0
+        if len(to_plan) > OWN_PASS_MAX:
+            # This pass plans inside the one writer: the first OWN_PASS_MAX of the queue now,
+            # the rest in the passes right after it, with what clients queued between them.
+            to_plan = first_in_queue(d.state, to_plan, OWN_PASS_MAX)
+            self._wake.set()
         state = d.state
         running = None
         if view.running is not None:

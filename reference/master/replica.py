@@ -194,9 +194,15 @@ class Replica:
                 on_pass=self.metrics.on_pass,
                 on_poll=self.metrics.on_poll,
                 link=self.relay,
+                scheduler_leased=self._scheduler_leased,
             )
             self._term.start()
         self.metrics.leader.set(1)
+
+    def _scheduler_leased(self) -> bool:
+        """Whether a scheduler process holds the cell's scheduler lease now (its key stands
+        only while the lease it was written with is alive)."""
+        return self.client.get(self.keys.scheduler) is not None
 
     def _deposed(self, reason: str) -> None:
         log.warning("%s no longer leads: %s", self.name, reason)

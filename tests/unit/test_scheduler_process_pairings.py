@@ -172,3 +172,88 @@ def test_a_large_plan_is_committed_in_parts_so_a_queued_write_goes_between(monke
     final = writer.cell
     assert [final.state.tasks[t].state for t in ids] == [TaskState.RUNNING] * 3 + [TaskState.PENDING]
     assert final.tasks[ids[3]].pending  # its reason went in with the last part
+
+
+def test_a_silent_process_whose_lease_stands_is_waited_for_a_longer_grace() -> None:
+    """A busy leader can be slow to read a plan or a heartbeat; the process's lease in etcd says
+    whether it is alive. While the lease stands the term waits SCHEDULER_LEASED_GRACE_S of
+    silence; once the lease is gone (or cannot be read), the short grace decides again."""
+    cell = two_machines()
+    leased: list[bool | Exception] = [True]
+    reads: list[float] = []
+
+    def read() -> bool:
+        reads.append(time.monotonic())
+        if isinstance(leased[0], Exception):
+            raise leased[0]
+        return leased[0]
+
+    writer = Writer(cell)
+    cache = SimpleNamespace(cell=lambda: cell, revision=cell.revision)
+    term = Term(1, cache, writer, LeaderConfig("c1", "m0"), link=None, scheduler_leased=read)  # type: ignore[arg-type]
+    term.SCHEDULER_GRACE_S, term.SCHEDULER_LEASED_GRACE_S, term.SCHEDULER_LEASE_CHECK_S = 0.05, 0.6, 0.0
+    term.accept_plan(plan_from_json({}), by="s0")  # heard from
+    time.sleep(0.1)  # two graces of silence
+    term.run_pass()  # reads the lease: held, so no pass plans beside the process
+    assert reads and term.scheduler_active() is True
+    assert TASK not in {t for d in writer.drafts for t in d.task_keys}
+    leased[0] = False
+    time.sleep(0.06)
+    term.run_pass()  # the lease is gone: the term plans
+    assert term.scheduler_active() is False
+    assert writer.drafts[-1].state.tasks[TASK].state is TaskState.RUNNING
+    # A lease that stands does not hold the term off past the longer grace (a wedged process).
+    term2, writer2 = term_on(cell)
+    term2._scheduler_leased = lambda: True
+    term2.SCHEDULER_GRACE_S, term2.SCHEDULER_LEASED_GRACE_S, term2.SCHEDULER_LEASE_CHECK_S = 0.05, 0.3, 0.0
+    term2.accept_plan(plan_from_json({}), by="s0")
+    time.sleep(0.1)
+    term2.run_pass()
+    assert term2.scheduler_active() is True
+    time.sleep(0.3)
+    term2.run_pass()
+    assert term2.scheduler_active() is False
+    assert writer2.drafts[-1].state.tasks[TASK].state is TaskState.RUNNING
+    # A read that fails tells nothing: the short grace alone decides.
+    term3, _ = term_on(cell)
+    term3._scheduler_leased = lambda: (_ for _ in ()).throw(OSError("etcd unreachable"))
+    term3.SCHEDULER_GRACE_S, term3.SCHEDULER_LEASE_CHECK_S = 0.05, 0.0
+    term3.accept_plan(plan_from_json({}), by="s0")
+    time.sleep(0.1)
+    term3.run_pass()
+    assert term3.scheduler_active() is False
+
+
+def test_the_terms_own_pass_plans_the_first_of_the_queue_and_the_rest_right_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The term plans inside the one writer: a pass takes at most OWN_PASS_MAX pending tasks,
+    the first in the queue's order (priority, then users in turn), and wakes the next pass for
+    the rest; every task is placed in the end."""
+    monkeypatch.setattr(leader_mod, "OWN_PASS_MAX", 3)
+    state = CellState()
+    for name in ("m1", "m2"):
+        state = machine_add(state, Machine(name, Resources.of(cpu=4000, ram=2**30))) or state
+    state = submit(state, Job("alice", "batch", 100, 4, Resources.of(cpu=10))) or state
+    state = submit(state, Job("bob", "prod", 200, 2, Resources.of(cpu=10))) or state
+    pending = frozenset(state.tasks)
+    cell = Cell(state, revision=40, work=pending, running=frozenset(), capacity_epoch=3)
+
+    class Advancing(Writer):
+        def mutate(self, change: Any) -> tuple[Any, int]:
+            out, rev = super().mutate(change)
+            d = self.drafts[-1]
+            self.cell = Cell(d.state, {}, {}, {**self.cell.tasks, **d.tasks}, rev, work=pending, running=frozenset(),
+                             capacity_epoch=3)  # fmt: skip
+            return out, rev
+
+    writer = Advancing(cell)
+    cache = SimpleNamespace(cell=lambda: writer.cell, revision=40)
+    term = Term(1, cache, writer, LeaderConfig("c1", "m0"), link=None)  # type: ignore[arg-type]
+    term.run_pass()
+    first = writer.drafts[-1]
+    placed = {t for t in first.task_keys if first.state.tasks[t].state is TaskState.RUNNING}
+    assert placed == {TaskId("bob/prod", 0), TaskId("bob/prod", 1), TaskId("alice/batch", 0)}
+    assert term._wake.is_set()  # the rest come in the next pass, at once
+    term._wake.clear()
+    term.run_pass()
+    assert all(t.state is TaskState.RUNNING for t in writer.cell.state.tasks.values())
+    assert not term._wake.is_set()
