@@ -28,7 +28,6 @@ from reference.master.reclaimer import Reclaimer
 from reference.master.writer import NotLeader, WriteFailed, Writer
 from reference.scheduler import Plan, SchedulerConfig, plan_for, plan_steps
 from reference.scheduler.pairing import CrashMemory
-from reference.scheduler.queue import first_in_queue
 from reference.scheduler.setaside import SetAside
 from reference.scheduler.wire import crashes_to_json
 from spec.actions import Step, apply, restart_allowed
@@ -184,12 +183,6 @@ def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
 # A scheduler plan is committed this many placements a write at most (about 0.1 s of the
 # writer's time each on an idle host): a write queued meanwhile waits for one part, not the plan.
 PLAN_CHUNK = 1000
-
-# A pass of this term plans at most this many pending tasks (the first in the queue's order):
-# it plans inside the writer, which holds every other write until it is done. A pass of 90,000
-# tasks, made when a busy leader stopped hearing its scheduler process, held the writer 115 s
-# in a 10,000-machine cell, and every submit meanwhile timed out.
-OWN_PASS_MAX = 2000
 
 MARKED = 1e-9  # the least retry_at written: > 0 marks a death as counted (a cell clock may start at 0)
 
@@ -491,11 +484,8 @@ class Term:
         to_plan = self.unschedulable.next(d.state, candidates | d.touched, epoch)
         if not to_plan:
             return 0
-        if len(to_plan) > OWN_PASS_MAX:
-            # This pass plans inside the one writer: the first OWN_PASS_MAX of the queue now,
-            # the rest in the passes right after it, with what clients queued between them.
-            to_plan = first_in_queue(d.state, to_plan, OWN_PASS_MAX)
-            self._wake.set()
+        if self.unschedulable.left:
+            self._wake.set()  # the rest of the queue in the next pass, at once (SetAside.pass_max)
         state = d.state
         running = None
         if view.running is not None:

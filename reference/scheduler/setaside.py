@@ -8,7 +8,15 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Protocol
 
+from reference.scheduler.queue import first_in_queue
 from spec.model import CellState, TaskId, TaskState
+
+# The most pending tasks one pass plans. The leader's own pass plans inside its one writer, which
+# holds every other write meanwhile, and a scheduler process's plan is committed while the
+# process waits for the answer (30 s at most): in a 10,000-machine cell on a loaded host a pass
+# of 90,000 tasks held the leader's writer 94 s (every submit meanwhile timed out), and plans of
+# 30,000 and more outlasted the process's wait, which planned the same tasks again beside them.
+PASS_MAX = 5000
 
 
 def plannable(state: CellState, work: Iterable[TaskId] | None) -> set[TaskId]:
@@ -46,11 +54,15 @@ class SetAside:
     randomization samples machines but scans on until it has found enough feasible ones), so
     a task that fitted nowhere still fits nowhere."""
 
-    def __init__(self, retry_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, retry_s: float = 30.0, clock: Callable[[], float] = time.monotonic, pass_max: int = PASS_MAX
+    ) -> None:
         self.retry_s, self.clock = retry_s, clock
         self.tasks: set[TaskId] = set()
         self.epoch = -1
         self.since = 0.0
+        self.pass_max = pass_max
+        self.left = 0  # pending tasks the last `next` left for the next pass (past `pass_max`)
 
     def _valid(self, epoch: int) -> bool:
         return epoch >= 0 and epoch == self.epoch and self.clock() - self.since < self.retry_s
@@ -70,7 +82,11 @@ class SetAside:
         among `work`, less those known to be unschedulable (all of them once the set is stale).
         The leader's own pass and the scheduler process both choose with this."""
         pending = plannable(state, work)
-        return self.to_plan(pending, epoch) if pending else set()
+        chosen = self.to_plan(pending, epoch) if pending else set()
+        self.left = max(0, len(chosen) - self.pass_max)
+        # A pass plans at most `pass_max`: the first in the queue's order now, the rest in the
+        # passes right after it (the caller wakes the next when `left`).
+        return first_in_queue(state, chosen, self.pass_max) if self.left else chosen
 
     def to_plan(self, pending: set[TaskId], epoch: int) -> set[TaskId]:
         """Which of the pending tasks to plan: all of them when the set is no longer valid."""

@@ -156,6 +156,8 @@ class SchedulerProcess:
         to_plan = self.unschedulable.next(view.state, view.work, view.capacity_epoch)
         if not to_plan and not heartbeat:
             return False
+        if self.unschedulable.left:
+            self._wake.set()  # the rest of the queue in the next pass, once this plan is committed
         if to_plan and self.crashes is None and self._propose(view, None) is None:
             return False  # the leader's crashing pairings come first: its answer to an empty plan holds them
         plan = None

@@ -224,11 +224,10 @@ def test_a_silent_process_whose_lease_stands_is_waited_for_a_longer_grace() -> N
     assert term3.scheduler_active() is False
 
 
-def test_the_terms_own_pass_plans_the_first_of_the_queue_and_the_rest_right_after(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The term plans inside the one writer: a pass takes at most OWN_PASS_MAX pending tasks,
-    the first in the queue's order (priority, then users in turn), and wakes the next pass for
-    the rest; every task is placed in the end."""
-    monkeypatch.setattr(leader_mod, "OWN_PASS_MAX", 3)
+def test_a_pass_plans_the_first_of_the_queue_and_the_rest_right_after() -> None:
+    """A pass takes at most `SetAside.pass_max` pending tasks, the first in the queue's order
+    (priority, then users in turn), and wakes the next pass for the rest; every task is placed
+    in the end. The term's own pass and the scheduler process's choose alike."""
     state = CellState()
     for name in ("m1", "m2"):
         state = machine_add(state, Machine(name, Resources.of(cpu=4000, ram=2**30))) or state
@@ -248,10 +247,21 @@ def test_the_terms_own_pass_plans_the_first_of_the_queue_and_the_rest_right_afte
     writer = Advancing(cell)
     cache = SimpleNamespace(cell=lambda: writer.cell, revision=40)
     term = Term(1, cache, writer, LeaderConfig("c1", "m0"), link=None)  # type: ignore[arg-type]
+    term.unschedulable.pass_max = 3
+    # The scheduler process, on the same cell, proposes the same three first.
+    lead = Http(term)
+    lease = SimpleNamespace(start=lambda: None, resign=lambda: None)
+    proc = SchedulerProcess(name="s0", cell=Cached(cell), leader=lead, lease=lambda elected, deposed: lease)
+    proc.unschedulable.pass_max = 3
+    proc.crashes = {}  # no pairings to ask for first
+    proposed: list[set[TaskId]] = []
+    lead.term = SimpleNamespace(accept_plan=lambda plan, by="": proposed.append({p.task for p in plan.placements}) or {"placed": 0})  # type: ignore[assignment]
+    assert proc.step() is True and proc._wake.is_set()
     term.run_pass()
     first = writer.drafts[-1]
     placed = {t for t in first.task_keys if first.state.tasks[t].state is TaskState.RUNNING}
     assert placed == {TaskId("bob/prod", 0), TaskId("bob/prod", 1), TaskId("alice/batch", 0)}
+    assert proposed == [placed]
     assert term._wake.is_set()  # the rest come in the next pass, at once
     term._wake.clear()
     term.run_pass()
