@@ -184,6 +184,12 @@ def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
 # writer's time each on an idle host): a write queued meanwhile waits for one part, not the plan.
 PLAN_CHUNK = 1000
 
+# The most pending tasks this term's own pass plans: it plans inside the one writer, which holds
+# every other write meanwhile. A pass of 90,000 tasks, made when a busy leader stopped hearing its
+# scheduler process, held the writer 94 s in a 10,000-machine cell, and every submit meanwhile
+# timed out. (A scheduler process plans more a pass: its plan is committed in parts.)
+OWN_PASS_MAX = 5000
+
 MARKED = 1e-9  # the least retry_at written: > 0 marks a death as counted (a cell clock may start at 0)
 
 
@@ -274,7 +280,7 @@ class Term:
         self.restarts = TokenBucket(config.restart_rate)
         self.rolls = TokenBucket(config.roll_rate)
         self.passes = 0
-        self.unschedulable = SetAside()
+        self.unschedulable = SetAside(pass_max=OWN_PASS_MAX)
         self.crashes = CrashMemory()  # task::machine pairings that crashed lately (scheduler/pairing.py)
         self.templates: dict[str, str] = {}  # each job's template as this term last saw it (rollout.new_versions)
         self._scheduler_heard = -float("inf")

@@ -11,12 +11,13 @@ from typing import Protocol
 from reference.scheduler.queue import first_in_queue
 from spec.model import CellState, TaskId, TaskState
 
-# The most pending tasks one pass plans. The leader's own pass plans inside its one writer, which
-# holds every other write meanwhile, and a scheduler process's plan is committed while the
-# process waits for the answer (30 s at most): in a 10,000-machine cell on a loaded host a pass
-# of 90,000 tasks held the leader's writer 94 s (every submit meanwhile timed out), and plans of
-# 30,000 and more outlasted the process's wait, which planned the same tasks again beside them.
-PASS_MAX = 5000
+# The most pending tasks one pass of the scheduler process plans. Its plan is committed while
+# the process waits for the answer (`cached.PLAN_ANSWER_S`); in a 10,000-machine fill on a loaded
+# host, plans of 30,000 and more outlasted a 30 s wait, and the process planned the same tasks
+# again beside them. Passes much smaller cost more: the scheduler spreads a pass over the cell,
+# so each pass is a sync and a changed report for most machines (at 5,000 a pass, 100,000 tasks
+# on 10,000 machines cost the leader twice the CPU per task; docs/decisions.md).
+PASS_MAX = 20_000
 
 
 def plannable(state: CellState, work: Iterable[TaskId] | None) -> set[TaskId]:

@@ -18,6 +18,12 @@ from reference.store.client import StoreClient
 
 log = logging.getLogger(__name__)
 
+# How long the process waits for the leader's answer to a plan: the leader commits a plan of
+# `SetAside.pass_max` placements in parts of 1,000, each behind the writes queued before it,
+# which on a loaded 10,000-machine cell took 1-3 s a part. A plan given up on is planned again
+# on a view that lacks its placements (conflicts, and the work twice).
+PLAN_ANSWER_S = 120.0
+
 
 class CachedCell:
     """The cell from etcd, through the same watch cache every master replica keeps."""
@@ -59,7 +65,7 @@ class HttpLeader:
 
     def __init__(self, key: bytes | None) -> None:
         self._http = httpx.Client(
-            timeout=httpx.Timeout(30.0, connect=1.0), auth=channel.client_auth(key), verify=channel.peer_verify()
+            timeout=httpx.Timeout(PLAN_ANSWER_S, connect=1.0), auth=channel.client_auth(key), verify=channel.peer_verify()
         )
 
     def propose(self, leader: tuple[str, str], doc: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
