@@ -26,10 +26,10 @@ the scheduler's next pass. Here:
   nothing for `Term.SCHEDULER_GRACE_S`, it schedules again itself, unless the process's lease
   still stands in etcd (a busy leader can be slow to read a heartbeat), in which case it waits
   up to `Term.SCHEDULER_LEASED_GRACE_S` of silence.
-- A pass plans at most `SetAside.pass_max` (20,000) pending tasks, the first in the queue's
-  order, and the next pass, once the plan is committed, takes the rest: a plan's commit stays
-  within the process's wait for its answer (`cached.PLAN_ANSWER_S`). The leader's own pass plans
-  at most `leader.OWN_PASS_MAX` (5,000): it plans inside the writer.
+- A pass plans at most `SetAside.pass_max` (100,000) pending tasks, the first in the queue's
+  order, and the next pass, once the plan is committed, takes the rest; the process waits up to
+  `cached.PLAN_ANSWER_S` (300 s) for the answer to a plan, which the leader commits in parts.
+  The leader's own pass plans at most `leader.OWN_PASS_MAX` (5,000): it plans inside the writer.
 
 `cached.CachedCell` is the `CellSource` of a real cell (a watch cache of etcd, the class every
 master replica keeps) and `cached.HttpLeader` the `Leader` (a signed POST); `main` wires them.
