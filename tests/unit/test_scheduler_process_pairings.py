@@ -141,7 +141,8 @@ def test_a_plan_whose_commit_outlasts_the_grace_keeps_the_term_from_planning_bes
 def test_a_large_plan_is_committed_in_parts_so_a_queued_write_goes_between(monkeypatch: pytest.MonkeyPatch) -> None:
     """A plan of more than PLAN_CHUNK placements goes in as several writes, the reasons of
     what found no place with the last: a submit queued meanwhile waits for one part, not for
-    the whole plan. Every placement is committed, in the plan's order."""
+    the whole plan. Every placement is committed, each machine's together and in the plan's
+    order."""
     monkeypatch.setattr(leader_mod, "PLAN_CHUNK", 2)
     state = CellState()
     for name in ("m1", "m2"):
@@ -168,7 +169,7 @@ def test_a_large_plan_is_committed_in_parts_so_a_queued_write_goes_between(monke
     )
     answer = term.accept_plan(plan, by="s0")
     assert (answer["placed"], answer["conflicts"]) == (3, 0)
-    assert writes == [["0@m1", "1@m2"], ["2@m1"]]
+    assert writes == [["0@m1", "2@m1"], ["1@m2"]]  # m1's two in one write, not cut by m2's
     final = writer.cell
     assert [final.state.tasks[t].state for t in ids] == [TaskState.RUNNING] * 3 + [TaskState.PENDING]
     assert final.tasks[ids[3]].pending  # its reason went in with the last part
@@ -267,3 +268,24 @@ def test_a_pass_plans_the_first_of_the_queue_and_the_rest_right_after() -> None:
     term.run_pass()
     assert all(t.state is TaskState.RUNNING for t in writer.cell.state.tasks.values())
     assert not term._wake.is_set()
+
+
+def test_a_plans_parts_hold_whole_machines_in_the_plans_order() -> None:
+    """A spread plan cut in its own order gave each machine its tasks in as many writes as
+    parts; by machine, each machine's placements go in one write, in the plan's order, and
+    only a machine with more than a part is cut."""
+    from reference.master.leader import plan_parts
+
+    spread = [Placement(TaskId("alice/web", i), f"m{i % 4}") for i in range(12)]
+    parts = plan_parts(spread, 6)
+    assert [[(p.machine, p.task.index) for p in part] for part in parts] == [
+        [("m0", 0), ("m0", 4), ("m0", 8), ("m1", 1), ("m1", 5), ("m1", 9)],
+        [("m2", 2), ("m2", 6), ("m2", 10), ("m3", 3), ("m3", 7), ("m3", 11)],
+    ]
+    big = [Placement(TaskId("bob/db", i), "m9") for i in range(5)] + [Placement(TaskId("bob/db", 5), "m1")]
+    parts = plan_parts(big, 2)
+    assert [[p.task.index for p in part] for part in parts] == [[5], [0, 1], [2, 3], [4]]
+    assert plan_parts([], 3) == []
+    for size in (1, 4, 7, 100):
+        assert sorted(p.task for part in plan_parts(spread, size) for p in part) == sorted(p.task for p in spread)
+        assert all(len(part) <= size for part in plan_parts(spread, size))
