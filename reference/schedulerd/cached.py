@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 # up to `SetAside.pass_max` placements in parts of 1,000, each behind the writes queued before
 # it, which on a loaded 10,000-machine cell took 1-3 s a part. A plan given up on is planned
 # again on a view that lacks its placements (conflicts, and the work twice): with a 30 s wait,
-# plans of 30,000 were, 4,000 conflicts by the middle of a fill.
+# plans of about 30,000 were given up on (4,000 conflicts by the middle of a fill).
 PLAN_ANSWER_S = 300.0
 
 
