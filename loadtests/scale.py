@@ -133,7 +133,13 @@ def leader_work(http: httpx.Client, leader_url: str | None) -> dict[str, float]:
                     out["txns"] = s.value
     except (httpx.HTTPError, ValueError):
         return {}
-    return out
+    return dict(sorted(out.items()))
+
+
+def per_task(after: dict[str, float], before: dict[str, float], tasks: int, scale: float = 1.0) -> dict[str, float]:
+    """What each counter of `after` grew by since `before` (a counter `before` lacks: from 0),
+    per task of `tasks`, times `scale` (1000: CPU seconds as milliseconds), in `after`'s order."""
+    return {k: round(scale * (v - before.get(k, 0)) / max(1, tasks), 3) for k, v in after.items()}
 
 
 def process_roles(info: CellInfo, leader: str | None) -> dict[str, list[int]]:
@@ -379,27 +385,16 @@ def _measure(cfg: Config, info: CellInfo, root: Path, result: Result, say: Any) 
         cpu_before = role_cpu(before)
         result.fill_confirmed, result.fill_s = fill(http, urls[0], served, result.fill_tasks, cfg.fill_timeout_s)
         cpu_after = role_cpu(before)
-        result.fill_cpu_ms_per_task = {
-            role: round(1000 * (cpu_after[role] - cpu_before[role]) / max(1, result.fill_confirmed), 3) for role in before
-        }
-        work_after = leader_work(http, overview.get("leader_url"))
-        result.fill_work_per_task = {
-            kind: round((n - work_before.get(kind, 0)) / max(1, result.fill_confirmed), 3)
-            for kind, n in sorted(work_after.items())
-        }
+        result.fill_cpu_ms_per_task = per_task(cpu_after, cpu_before, result.fill_confirmed, scale=1000)
+        result.fill_work_per_task = per_task(leader_work(http, overview.get("leader_url")), work_before, result.fill_confirmed)
         say(f"  fill: {result.fill_confirmed}/{result.fill_tasks} confirmed" + (f" in {result.fill_s} s" if result.fill_s else "")
             + "; CPU ms per task " + ", ".join(f"{r} {v}" for r, v in result.fill_cpu_ms_per_task.items()))  # fmt: skip
         if cfg.settle and result.fill_s is not None:
             result.settle_s = settle(http, overview.get("leader_url") or urls[0], result.fill_tasks, cfg.fill_timeout_s)
-            cpu_settled = role_cpu(before)
-            work_settled = leader_work(http, overview.get("leader_url"))
-            result.settled_cpu_ms_per_task = {
-                role: round(1000 * (cpu_settled[role] - cpu_before[role]) / max(1, result.fill_confirmed), 3) for role in before
-            }
-            result.settled_work_per_task = {
-                kind: round((n - work_before.get(kind, 0)) / max(1, result.fill_confirmed), 3)
-                for kind, n in sorted(work_settled.items())
-            }
+            result.settled_cpu_ms_per_task = per_task(role_cpu(before), cpu_before, result.fill_confirmed, scale=1000)
+            result.settled_work_per_task = per_task(
+                leader_work(http, overview.get("leader_url")), work_before, result.fill_confirmed
+            )
             say("  the leader confirmed them " + (f"{result.settle_s} s later" if result.settle_s is not None else "not in time")
                 + "; CPU ms per task to then " + ", ".join(f"{r} {v}" for r, v in result.settled_cpu_ms_per_task.items()))  # fmt: skip
 

@@ -297,3 +297,12 @@ def test_results_name_the_commit_they_ran_on() -> None:
 
     commit = config_json(Config())["commit"]
     assert commit == "" or commit.rstrip("+").isalnum()
+
+
+def test_growth_per_task_counts_a_new_counter_from_zero_and_keeps_the_order() -> None:
+    from loadtests.scale import per_task
+
+    got = per_task({"leader": 3.0, "followers": 5.0}, {"leader": 1.0, "followers": 1.0}, 1000, scale=1000)
+    assert list(got.items()) == [("leader", 2.0), ("followers", 4.0)]
+    assert per_task({"txns": 40.0, "views": 3.0}, {"txns": 10.0}, 10) == {"txns": 3.0, "views": 0.3}
+    assert per_task({"txns": 4.0}, {}, 0) == {"txns": 4.0}  # no task confirmed: per one, not a division by zero
