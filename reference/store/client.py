@@ -1,4 +1,5 @@
-"""Read, write, lease and watch etcd keys through etcd3gw, failing over across endpoints.
+"""Read, write, lease and watch etcd keys, failing over across endpoints: every request through
+etcd's JSON gateway (etcd3gw), the watch over gRPC.
 
 The wrapper adds to etcd3gw what a cell needs: a list of endpoints tried in turn, a timeout on
 every request, typed results with revisions, readable transactions (see `ops`), and a watch
@@ -10,8 +11,9 @@ what we need, the request goes to the same JSON gateway through etcd3gw's own `p
   helpers drop the response header, so the revision a read reflects would be lost;
 - `put` and `delete_prefix`: etcd3gw returns True, not the revision or the count;
 - `lease` and `time_to_live`: to return the TTL etcd granted, and -1 for an expired lease;
-- `watch_prefix`: etcd3gw's watcher ignores compaction and cancellation, has no read timeout
-  and cannot resume, so `watch.PrefixWatch` speaks to `/v3/watch` itself.
+- `watch_prefix`: `watch.PrefixWatch` opens etcd's gRPC `Watch` stream itself (etcd3gw's
+  watcher ignores compaction and cancellation, has no read timeout and cannot resume, and a
+  watch through the gateway costs each member a JSON rendering of every event per watcher).
 """
 
 from __future__ import annotations

@@ -1,23 +1,25 @@
 """Follow a key prefix in etcd from a revision, in order, across member failures.
 
-etcd3gw's watcher cannot be used for this: it ignores compaction and cancellation, has no
-read timeout (a silent member hangs it forever) and assumes one JSON message per HTTP chunk.
-`PrefixWatch` speaks to the gateway's `/v3/watch` stream directly.
+The watch is etcd's gRPC `Watch` stream (`etcdpb`), the one request not sent through the JSON
+gateway: a gateway watch cost each serving member a JSON rendering of every event per watcher,
+and each watcher a JSON parse and base64 decodes (docs/decisions.md, "The watch over gRPC").
+etcd3gw's watcher could not be used in any case: it ignores compaction and cancellation and has
+no read timeout (a silent member hangs it forever). A stream silent for `idle_timeout` is
+cancelled and opened again on the next member.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import socket
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import requests
+import grpc
 
-from reference import fastjson
-from reference.store import ops
+from reference.store import etcdpb, ops
 from reference.store.tls import StoreTLS
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,10 @@ WatchCallback = Callable[[list[ops.WatchEvent], int], None]
 
 # A watch made with this gRPC metadata is cancelled by a member that loses its leader, so
 # a watcher on a member cut off from the majority moves on instead of waiting in silence.
-REQUIRE_LEADER_HEADER = {"Grpc-Metadata-hasleader": "true"}
+REQUIRE_LEADER = (("hasleader", "true"),)
+# One answer can carry the events of many revisions (a 10,000-task submission's are about 3 MB):
+# no cap on what is received, where gRPC's default is 4 MiB.
+CHANNEL_OPTIONS = (("grpc.max_receive_message_length", -1),)
 
 MAX_BACKOFF_S = 1.0
 
@@ -41,13 +46,6 @@ class Compacted(Exception):
 
 class StreamBroken(Exception):
     """The stream ended or etcd cancelled the watch for a reason other than compaction."""
-
-
-def split_messages(buffer: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
-    """Add `chunk` to `buffer`; return the complete newline-ended messages and the rest."""
-    buffer += chunk
-    *complete, rest = buffer.split(b"\n")
-    return [m for m in complete if m.strip()], rest
 
 
 class PrefixWatch:
@@ -87,19 +85,23 @@ class PrefixWatch:
         # Without events, a member sends a progress notification every second (our clusters)
         # or every ten minutes (etcd's default); `idle_timeout` bounds how long a dead
         # connection goes unnoticed. On an idle external etcd it only causes a reconnect.
-        self._timeouts = (connect_timeout, idle_timeout)
         self._endpoint = first_endpoint % len(self.endpoints)
+        self._connect_timeout, self._idle_timeout = connect_timeout, idle_timeout
+        self._credentials = _credentials(tls)
         self._stopped = threading.Event()
-        self._response: requests.Response | None = None
-        self._session = requests.Session()
-        self._session.trust_env = False  # as StoreClient's: explicit member addresses, no proxy
-        if tls is not None:
-            self._session.verify = tls.ca_file
-            self._session.cert = (tls.cert_file, tls.key_file)
+        self._call: Any = None  # the stream being read, for `stop` and the idle check to cancel
+        # When the stream last brought a message, or the callback last finished with one: the
+        # silence the idle check measures is the stream's, not the callback's time.
+        self._heard = time.monotonic()
+        self._handling = False
         self._thread = threading.Thread(
             target=self._run, name=f"watch {self.prefix!r}", daemon=True
         )
         self._thread.start()
+        self._idle_check = threading.Thread(
+            target=self._cancel_when_silent, name=f"watch {self.prefix!r} idle check", daemon=True
+        )
+        self._idle_check.start()
 
     @property
     def running(self) -> bool:
@@ -111,7 +113,6 @@ class PrefixWatch:
         self._abort_stream()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
-        self._session.close()
 
     # -- the thread --------------------------------------------------------------------------
 
@@ -133,7 +134,7 @@ class PrefixWatch:
             except _CallbackFailed:
                 self._stopped.set()
                 return
-            except (requests.RequestException, StreamBroken, ValueError, OSError) as exc:
+            except (grpc.RpcError, StreamBroken, ValueError, OSError) as exc:
                 if self._stopped.is_set():
                     return
                 failures += 1
@@ -146,57 +147,95 @@ class PrefixWatch:
 
     def _follow(self, url: str) -> None:
         """Open a watch on `url` from last_revision + 1 and deliver until the stream ends."""
-        request = {
-            "create_request": {
-                "key": ops.b64(self.prefix),
-                "range_end": ops.b64(ops.prefix_range_end(self.prefix)),
-                "start_revision": str(self.last_revision + 1),
-                "progress_notify": True,
-            }
-        }
-        response = self._session.post(
-            f"{url}/v3/watch",
-            json=request,
-            stream=True,
-            timeout=self._timeouts,
-            headers=REQUIRE_LEADER_HEADER,
-        )
-        self._response = response
+        target = url.split("://", 1)[-1]
+        if self._credentials is not None:
+            channel = grpc.secure_channel(target, self._credentials, options=CHANNEL_OPTIONS)
+        else:
+            channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        ended = threading.Event()
+        call = None
         try:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=self._connect_timeout)
+            except grpc.FutureTimeoutError as exc:
+                raise StreamBroken(f"no connection within {self._connect_timeout} s") from exc
+            create = etcdpb.WatchCreateRequest(
+                key=self.prefix,
+                range_end=ops.prefix_range_end(self.prefix),
+                start_revision=self.last_revision + 1,
+                progress_notify=True,
+            )
+
+            def requests() -> Iterator[Any]:
+                # The request side stays open while the stream is read: etcd ends a watch
+                # whose client has closed its side.
+                yield etcdpb.WatchRequest(create_request=create)
+                ended.wait()
+
+            watch = channel.stream_stream(
+                etcdpb.WATCH_METHOD,
+                request_serializer=etcdpb.WatchRequest.SerializeToString,
+                response_deserializer=etcdpb.WatchResponse.FromString,
+            )
+            self._heard = time.monotonic()
+            call = watch(requests(), metadata=REQUIRE_LEADER)
+            self._call = call
             if self._stopped.is_set():
                 return
-            if response.status_code != 200:
-                raise StreamBroken(f"HTTP {response.status_code}: {response.text[:200]}")
-            buffer = b""
-            for chunk in response.iter_content(chunk_size=None):
-                messages, buffer = split_messages(buffer, chunk)
-                for message in messages:
-                    self._handle(fastjson.loads(message))
+            for response in call:
+                self._handling = True
+                try:
+                    self._handle(response)
+                finally:
+                    self._handling = False
+                    self._heard = time.monotonic()
                 if self._stopped.is_set():
                     return
             raise StreamBroken("stream closed by the server")
+        except grpc.RpcError as exc:
+            if self._stopped.is_set():
+                return
+            code = exc.code() if hasattr(exc, "code") else None
+            raise StreamBroken(f"{code}: {exc.details() if hasattr(exc, 'details') else exc}") from exc
         finally:
-            self._response = None
-            response.close()
+            self._call = None
+            ended.set()
+            if call is not None:
+                call.cancel()
+            channel.close()
 
-    def _handle(self, message: dict[str, Any]) -> None:
-        if "error" in message:
-            raise StreamBroken(f"gateway error: {message['error']}")
-        result = message.get("result", {})
-        compact_revision = int(result.get("compact_revision", 0))
+    def _handle(self, message: Any) -> None:
+        compact_revision = message.compact_revision
         if compact_revision > 0:
             raise Compacted(compact_revision)
-        if result.get("canceled"):
-            raise StreamBroken(f"watch cancelled: {result.get('cancel_reason', 'no reason given')}")
-        if result.get("created"):
+        if message.canceled:
+            raise StreamBroken(f"watch cancelled: {message.cancel_reason or 'no reason given'}")
+        if message.created:
             return
-        events = [ops.parse_event(e) for e in result.get("events", [])]
+        events = [
+            ops.WatchEvent(
+                "DELETE" if e.type == etcdpb.EVENT_DELETE else "PUT",
+                e.kv.key, e.kv.value, e.kv.mod_revision, e.kv.create_revision, e.kv.version,
+            )  # fmt: skip
+            for e in message.events
+        ]
         if events:
             self.last_revision = max(self.last_revision, events[-1].mod_revision)
             self.progress_revision = max(self.progress_revision, self.last_revision)
         else:
-            self.progress_revision = max(self.progress_revision, ops.header_revision(result))
+            self.progress_revision = max(self.progress_revision, message.header.revision)
         self._call_safely(self._callback, events, self.progress_revision)
+
+    def _cancel_when_silent(self) -> None:
+        """Cancel a stream that brought nothing for `idle_timeout` (a member that hangs, or a
+        link that drops packets): `_run` opens the watch again on the next member."""
+        tick = min(0.5, self._idle_timeout / 4)
+        while not self._stopped.wait(tick):
+            call = self._call
+            if call is not None and not self._handling and time.monotonic() - self._heard > self._idle_timeout:
+                log.info("watch %r: nothing heard for %.1f s; reconnecting", self.prefix, self._idle_timeout)
+                self._heard = time.monotonic()
+                call.cancel()
 
     def _call_safely(self, function: Callable[..., None], *args: Any) -> None:
         try:
@@ -209,16 +248,19 @@ class PrefixWatch:
             raise _CallbackFailed() from exc
 
     def _abort_stream(self) -> None:
-        """Unblock a read in progress by shutting the stream's socket down."""
-        response = self._response
-        if response is None:
-            return
-        try:
-            sock = response.raw.connection.sock  # type: ignore[union-attr]
-            sock.shutdown(socket.SHUT_RDWR)
-        except (AttributeError, OSError):
-            pass
+        """Unblock a read in progress by cancelling the stream."""
+        call = self._call
+        if call is not None:
+            call.cancel()
 
 
 class _CallbackFailed(Exception):
     pass
+
+
+def _credentials(tls: StoreTLS | None) -> grpc.ChannelCredentials | None:
+    """The cell's CA to verify the member and the client certificate etcd asks for."""
+    if tls is None:
+        return None
+    with open(tls.ca_file, "rb") as ca, open(tls.cert_file, "rb") as cert, open(tls.key_file, "rb") as key:
+        return grpc.ssl_channel_credentials(root_certificates=ca.read(), private_key=key.read(), certificate_chain=cert.read())

@@ -25,7 +25,6 @@ from reference.store.client import (
 from reference.store.etcd_cluster import Member, initial_cluster_flag
 from reference.store.etcdbin import MIN_ETCD_VERSION, etcd_version, why_exited
 from reference.store.tls import StoreTLS, add_arguments, from_arguments
-from reference.store.watch import split_messages
 
 
 @pytest.mark.parametrize(
@@ -143,13 +142,6 @@ def test_a_reset_or_read_timeout_leaves_the_outcome_unknown() -> None:
 
 def test_dumps_is_canonical() -> None:
     assert dumps({"b": 1, "a": [1, 2]}) == b'{"a":[1,2],"b":1}'
-
-
-def test_split_messages_keeps_partial_lines_for_the_next_chunk() -> None:
-    messages, rest = split_messages(b"", b'{"a":1}\n{"b":')
-    assert messages == [b'{"a":1}'] and rest == b'{"b":'
-    messages, rest = split_messages(rest, b"2}\n\n")
-    assert messages == [b'{"b":2}'] and rest == b""
 
 
 def test_initial_cluster_flag_lists_every_peer() -> None:
