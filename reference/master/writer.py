@@ -22,7 +22,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -45,12 +44,6 @@ MAX_GROUP = 64  # changes committed together at most (docs/decisions.md)
 # commit_siblings, for the same reason. docs/decisions.md has the measurement.
 GROUP_DELAY_S = 0.001
 SLOW_GROUP_S = 1.0  # a group that takes longer is logged with where its time went
-# A change's txns that write task records only, all but its last, go to etcd this many at a
-# time: etcd takes several proposals in one round of its members' agreement, where txns sent one
-# after the other each wait for their own. Ten 1,000-put txns on a 3-member etcd of this host:
-# 0.44-0.60 s one after the other, 0.25-0.41 s eight at a time, beside four prefix watchers
-# (docs/decisions.md). The rest (job, machine and other records, deletes) follows them in order.
-PIPELINE = 8
 
 
 class NotLeader(Exception):
@@ -166,19 +159,6 @@ def guard(batch: list[ops.Op], seen: int, task_prefix: bytes, fresh: Collection[
     return out
 
 
-def leading_task_txns(batches: list[list[ops.Op]], task_puts: int) -> int:
-    """How many of a change's txns, from its first, hold only task-record puts (`diff_ops` puts
-    its `task_puts` of them first) and may go to etcd together: never its last txn, which
-    follows them."""
-    n = used = 0
-    for batch in batches[:-1]:
-        used += len(batch)
-        if used > task_puts:
-            break
-        n += 1
-    return n
-
-
 def fresh_folders(base: Cell, task_keys: Iterable[TaskId], keys: codec.Keys) -> frozenset[bytes]:
     """The task-record folders (`guard`) of the jobs among `task_keys` of which `base` holds no
     task record: jobs being submitted."""
@@ -252,7 +232,6 @@ class Writer:
         max_group: int = MAX_GROUP,
         group_delay: float = GROUP_DELAY_S,
         on_txn: Callable[[str, int], None] | None = None,
-        pipeline: int = PIPELINE,
     ) -> None:
         self.cache = cache
         self.election = election
@@ -277,9 +256,6 @@ class Writer:
         self._marker_prefix = f"{keys.txns}{election.candidate_name}/{os.urandom(6).hex()}/"
         self._markers = itertools.count()
         self._in_doubt: list[tuple[int, str]] = []
-        self._doubt_lock = threading.RLock()  # the txns of one change may be in flight together
-        self.pipeline = max(1, pipeline)
-        self._pool: ThreadPoolExecutor | None = None
         # The revision of this writer's last whole commit and the term it was made in; None
         # until one is known (and while a commit is under way or failed part way), when each
         # txn guards key by key (`guard`).
@@ -395,9 +371,7 @@ class Writer:
                     diff = diff_ops(base, result, self.keys, written)
                     self.cache.expect(written)
                     diffed = time.perf_counter()
-                    revision = self._commit(
-                        diff, base.revision, fresh_folders(base, result.task_keys, self.keys), task_puts=len(written)
-                    )
+                    revision = self._commit(diff, base.revision, fresh_folders(base, result.task_keys, self.keys))
                 except (NotLeader, WriteFailed) as err:
                     for r in applied:
                         r.error = err
@@ -427,22 +401,16 @@ class Writer:
                     except Exception:
                         log.exception("a write's completion callback failed")
 
-    def _commit(self, all_ops: list[ops.Op], seen: int = 0, fresh: Collection[bytes] = (), task_puts: int = 0) -> int:
-        """Commit `all_ops` in txns, the first `task_puts` of them (task-record puts, each txn of
-        them but the last) up to `pipeline` at a time; the revision after the last."""
+    def _commit(self, all_ops: list[ops.Op], seen: int = 0, fresh: Collection[bytes] = ()) -> int:
         token, last = self.election.fencing_token, self._committed
         # Range compares only where the view holds this writer's last commit, made in this term
         # (so it also holds every write of an earlier leader): see `guard`.
         if not (last is not None and last[1] == token and seen >= last[0]):
             fresh = ()
         self._committed = None  # until this commit's last revision is known
-        batches = chunks(all_ops, self.max_ops, MAX_TXN_BYTES)
-        together = leading_task_txns(batches, task_puts) if self.pipeline > 1 else 0
-        revisions = self._commit_together(batches[:together], seen, fresh) if together > 1 else []
-        for batch in batches[len(revisions) :]:
-            revisions.append(self._commit_batch(batch, seen, fresh))
-        # A txn that landed without its answer (0) has no revision known: the store's is read.
-        revision = 0 if not revisions or 0 in revisions else max(revisions)
+        revision = 0
+        for batch in chunks(all_ops, self.max_ops, MAX_TXN_BYTES):
+            revision = self._commit_batch(batch, seen, fresh)
         if not revision:
             try:
                 revision = self.election.client.revision()
@@ -450,28 +418,6 @@ class Writer:
                 raise WriteFailed(f"committed, but the revision could not be read: {err}") from err
         self._committed = (revision, token)
         return revision
-
-    def _commit_together(self, batches: list[list[ops.Op]], seen: int, fresh: Collection[bytes]) -> list[int]:
-        """Commit `batches` (txns of task records only, on disjoint runs of keys) with up to
-        `pipeline` in flight at once; each one's revision (`_commit_batch`). Every one has
-        ended, committed or not, before this returns or raises, so nothing of this change is
-        still on its way when the next txn (its job record) or the next group is sent; the
-        first failure is raised, NotLeader before any other."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.pipeline, thread_name_prefix="writer-txn")
-        futures = [self._pool.submit(self._commit_batch, batch, seen, fresh) for batch in batches]
-        revisions: list[int] = []
-        errors: list[Exception] = []
-        for f in futures:
-            try:
-                revisions.append(f.result())
-            except (NotLeader, WriteFailed) as err:
-                errors.append(err)
-            except Exception as err:  # anything else ends the write too, once every txn has ended
-                errors.append(WriteFailed(f"a txn failed: {err}"))
-        if errors:
-            raise next((e for e in errors if isinstance(e, NotLeader)), errors[0])
-        return revisions
 
     def _commit_batch(self, batch: list[ops.Op], seen: int = 0, fresh: Collection[bytes] = ()) -> int:
         """Commit one txn; its revision, or 0 where it landed but its answer was lost.
@@ -497,8 +443,7 @@ class Writer:
             except StoreOutcomeUnknown as err:
                 self._count("unknown", len(batch))
                 if lease_id is not None:
-                    with self._doubt_lock:
-                        self._in_doubt.append((lease_id, marker))
+                    self._in_doubt.append((lease_id, marker))
                 self._settle()
                 if self._landed(batch):
                     return 0
@@ -526,14 +471,13 @@ class Writer:
     def _settle(self) -> None:
         """Poison the marker of every attempt still in doubt, so none of them can commit from
         now on; WriteFailed, with the attempts kept in doubt, where etcd does not confirm it."""
-        with self._doubt_lock:
-            while self._in_doubt:
-                lease_id, marker = self._in_doubt[0]
-                try:
-                    self.election.poison(marker, lease_id)  # False: its term's lease is gone, and the fence holds
-                except StoreError as err:
-                    raise WriteFailed(f"etcd did not confirm the write: an earlier txn is still in doubt ({err})") from err
-                self._in_doubt.pop(0)
+        while self._in_doubt:
+            lease_id, marker = self._in_doubt[0]
+            try:
+                self.election.poison(marker, lease_id)  # False: its term's lease is gone, and the fence holds
+            except StoreError as err:
+                raise WriteFailed(f"etcd did not confirm the write: an earlier txn is still in doubt ({err})") from err
+            self._in_doubt.pop(0)
 
     def _landed(self, batch: list[ops.Op]) -> bool:
         """After an unanswered txn: did it commit? Its first op's key tells (all or nothing)."""
