@@ -20,6 +20,8 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from reference.store import ops
+
 PACKAGE = "etcdserverpb"
 WATCH_METHOD = f"/{PACKAGE}.Watch/Watch"
 
@@ -108,3 +110,11 @@ WatchRequest = _message("WatchRequest")
 WatchCreateRequest = _message("WatchCreateRequest")
 WatchResponse = _message("WatchResponse")
 EVENT_DELETE = 1
+
+
+def watch_event(event: Any) -> ops.WatchEvent:
+    """A `WatchResponse`'s event as the watch delivers it (a DELETE: empty value, the delete's
+    mod_revision; fields a member left at their default read as 0 and b"")."""
+    kv = event.kv
+    kind = "DELETE" if event.type == EVENT_DELETE else "PUT"
+    return ops.WatchEvent(kind, kv.key, kv.value, kv.mod_revision, kv.create_revision, kv.version)

@@ -161,14 +161,6 @@ class WatchEvent(NamedTuple):
     version: int
 
 
-def parse_event(event: dict[str, Any]) -> WatchEvent:
-    get = event.get("kv", {}).get
-    return WatchEvent(
-        "DELETE" if event.get("type") == "DELETE" else "PUT", unb64(get("key")), unb64(get("value")),
-        int(get("mod_revision", 0)), int(get("create_revision", 0)), int(get("version", 0)),
-    )  # fmt: skip
-
-
 @dataclass(frozen=True)
 class TxnResult:
     """What a transaction did: which branch ran, the revision after it, and for each op of

@@ -212,13 +212,7 @@ class PrefixWatch:
             raise StreamBroken(f"watch cancelled: {message.cancel_reason or 'no reason given'}")
         if message.created:
             return
-        events = [
-            ops.WatchEvent(
-                "DELETE" if e.type == etcdpb.EVENT_DELETE else "PUT",
-                e.kv.key, e.kv.value, e.kv.mod_revision, e.kv.create_revision, e.kv.version,
-            )  # fmt: skip
-            for e in message.events
-        ]
+        events = [etcdpb.watch_event(e) for e in message.events]
         if events:
             self.last_revision = max(self.last_revision, events[-1].mod_revision)
             self.progress_revision = max(self.progress_revision, self.last_revision)

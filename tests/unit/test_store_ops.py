@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from reference.store import ops
+from reference.store import etcdpb, ops
 
 
 def b64(raw: bytes) -> str:
@@ -70,13 +70,16 @@ def test_parse_kv_fills_omitted_defaults() -> None:
     assert kv == ops.KeyValue(b"/k", b"", 5, 6, 0, 0)
 
 
-def test_parse_event_put_and_delete() -> None:
-    put = ops.parse_event(
-        {"kv": {"key": b64(b"/k"), "value": b64(b"v"), "create_revision": "3", "mod_revision": "4", "version": "2"}}
-    )
-    assert put == ops.WatchEvent("PUT", b"/k", b"v", 4, 3, 2)
-    deleted = ops.parse_event({"type": "DELETE", "kv": {"key": b64(b"/k"), "mod_revision": "5"}})
-    assert deleted == ops.WatchEvent("DELETE", b"/k", b"", 5, 0, 0)
+def test_watch_event_put_and_delete() -> None:
+    response = etcdpb.WatchResponse()
+    put = response.events.add()
+    put.kv.key, put.kv.value, put.kv.create_revision, put.kv.mod_revision, put.kv.version = b"/k", b"v", 3, 4, 2
+    deleted = response.events.add(type=etcdpb.EVENT_DELETE)
+    deleted.kv.key, deleted.kv.mod_revision = b"/k", 5
+    # Through the wire, as a member sends them: fields at their default are left out.
+    put, deleted = etcdpb.WatchResponse.FromString(response.SerializeToString()).events
+    assert etcdpb.watch_event(put) == ops.WatchEvent("PUT", b"/k", b"v", 4, 3, 2)
+    assert etcdpb.watch_event(deleted) == ops.WatchEvent("DELETE", b"/k", b"", 5, 0, 0)
 
 
 def test_parse_txn_failed_branch_with_a_range_response() -> None:
