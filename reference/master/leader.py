@@ -180,10 +180,15 @@ def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
     return placed, conflicts
 
 
-# A scheduler plan is committed this many placements a write at most (about 0.1 s of the
-# writer's time each on an idle host): a write queued meanwhile waits for one part, not the plan.
-# The parts hold whole machines (`plan_parts`).
+# A scheduler plan is committed this many placements a write (about 0.1 s of the writer's time
+# each on an idle host) while other changes wait for the writer: a write queued meanwhile waits
+# for one part, not the plan. The first part goes alone, so its machines start at once; after
+# it, while nothing waits, up to PLAN_MERGE parts go in one write (`Term._accept_plan`), so a
+# plan met by its own machines' start storm needs fewer writes, and what queues behind one write
+# still waits for at most PLAN_MERGE * PLAN_CHUNK placements. The parts hold whole machines
+# (`plan_parts`).
 PLAN_CHUNK = 1000
+PLAN_MERGE = 4
 
 
 def plan_parts(placements: list[Placement], size: int) -> list[list[Placement]]:
@@ -477,9 +482,17 @@ class Term:
         else:
             placed = conflicts = 0
             # A large plan goes in as several writes, so that what clients queued meanwhile (a
-            # submit, a kill) is committed between them rather than behind the whole plan.
+            # submit, a kill) is committed between them rather than behind the whole plan; while
+            # nothing waits, up to PLAN_MERGE parts go in one (see PLAN_CHUNK).
             parts = plan_parts(list(plan.placements), PLAN_CHUNK)
-            for part in parts[:-1]:
+            first = True
+            while len(parts) > 1:
+                if not first and not self.writer.waiting():
+                    merged = [p for part in parts[:PLAN_MERGE] for p in part]
+                    parts = [merged, *parts[PLAN_MERGE:]]
+                    if len(parts) == 1:
+                        break
+                part, first = parts.pop(0), False
                 (p, c), revision = self.writer.mutate(lambda d, part=part: commit_plan(d, Plan(placements=part)))
                 placed, conflicts = placed + p, conflicts + c
             last = Plan(placements=parts[-1] if parts else [], unschedulable=plan.unschedulable)

@@ -280,6 +280,11 @@ class Writer:
             raise request.error
         return request.result, request.revision
 
+    def waiting(self) -> int:
+        """Changes queued and not yet taken into a group."""
+        with self._queue_lock:
+            return len(self._queue)
+
     def submit(self, change: Callable[[Draft], Any], done: Callable[[_Request], None]) -> None:
         """Queue `change` and return at once; `done(request)` is called, from the writer's
         thread, once it was committed or failed (see `mutate` for what the request holds)."""

@@ -199,3 +199,19 @@ def test_no_write_goes_out_while_an_unanswered_txn_may_still_land() -> None:
     assert store.get(KEYS.machine("m2")) is not None and len(election.poisoned) == 1
     batch, compares = election.ghost
     assert store.apply(batch, compares) is None and store.get(KEYS.machine("m1")) is None
+
+
+def test_waiting_counts_the_changes_queued_behind_a_group_being_committed() -> None:
+    """What a large plan asks before it merges parts into one write (leader.PLAN_MERGE): the
+    changes that wait for the writer, none once they were committed."""
+    store = Store()
+    w = Writer(Cache(store), Election(store), KEYS)  # type: ignore[arg-type]
+    assert w.waiting() == 0
+    done = threading.Event()
+    with w._lock:  # a group being committed: what is submitted now waits
+        w.submit(add("m1"), lambda r: None)
+        w.submit(add("m2"), lambda r: done.set())
+        assert w.waiting() == 2
+    assert done.wait(5.0)
+    assert w.waiting() == 0
+    assert store.get(KEYS.machine("m1")) is not None and store.get(KEYS.machine("m2")) is not None

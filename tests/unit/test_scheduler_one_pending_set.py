@@ -55,6 +55,9 @@ class Writer:
         self.cell = cell
         self.drafts: list[Draft] = []
 
+    def waiting(self) -> int:
+        return 0  # nothing else is queued: no other client writes
+
     def mutate(self, change: Callable[[Draft], Any]) -> tuple[Any, int]:
         d = Draft(self.cell, 100.0)
         self.drafts.append(d)

@@ -138,16 +138,23 @@ def test_a_plan_whose_commit_outlasts_the_grace_keeps_the_term_from_planning_bes
     assert term.scheduler_active() is False  # and silence after it counts as before
 
 
-def test_a_large_plan_is_committed_in_parts_so_a_queued_write_goes_between(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A plan of more than PLAN_CHUNK placements goes in as several writes, the reasons of
-    what found no place with the last: a submit queued meanwhile waits for one part, not for
-    the whole plan. Every placement is committed, each machine's together and in the plan's
-    order."""
+@pytest.mark.parametrize("queued", [1, 0])
+def test_a_large_plan_is_committed_in_parts_so_a_queued_write_goes_between(
+    monkeypatch: pytest.MonkeyPatch, queued: int
+) -> None:
+    """A plan of more than PLAN_CHUNK placements goes in as several writes while other changes
+    wait for the writer, the reasons of what found no place with the last: a submit queued
+    meanwhile waits for one part, not for the whole plan. While nothing waits, the first part
+    goes alone and then PLAN_MERGE parts a write, never more: what queues behind a write waits
+    for a bounded number of placements. Every placement is committed, each machine's together
+    and in the plan's order."""
     monkeypatch.setattr(leader_mod, "PLAN_CHUNK", 2)
+    monkeypatch.setattr(leader_mod, "PLAN_MERGE", 2)
+    machines = ("m1", "m2", "m3", "m4", "m5")
     state = CellState()
-    for name in ("m1", "m2"):
+    for name in machines:
         state = machine_add(state, Machine(name, Resources.of(cpu=4000, ram=2**30))) or state
-    state = submit(state, Job("alice", "web", 100, 4, Resources.of(cpu=1000))) or state
+    state = submit(state, Job("alice", "web", 100, 11, Resources.of(cpu=1000))) or state
     cell = Cell(state, revision=40, running=frozenset(), capacity_epoch=3)
     writes: list[list[str]] = []
 
@@ -160,19 +167,25 @@ def test_a_large_plan_is_committed_in_parts_so_a_queued_write_goes_between(monke
             return out, rev
 
     writer = Advancing(cell)
+    writer.waiting = lambda: queued  # type: ignore[method-assign]
     cache = SimpleNamespace(cell=lambda: writer.cell, revision=40)
     term = Term(1, cache, writer, LeaderConfig("c1", "m0"), link=None)  # type: ignore[arg-type]
-    ids = [TaskId("alice/web", i) for i in range(4)]
+    ids = [TaskId("alice/web", i) for i in range(11)]
+    on = ("m1", "m2", "m1", "m3", "m2", "m4", "m3", "m5", "m4", "m5")
     plan = Plan(
-        placements=[Placement(ids[0], "m1"), Placement(ids[1], "m2"), Placement(ids[2], "m1")],
-        unschedulable=[Unschedulable(ids[3], (Reason("cpu", "short", 2),))],
+        placements=[Placement(ids[i], m) for i, m in enumerate(on)],
+        unschedulable=[Unschedulable(ids[10], (Reason("cpu", "short", 2),))],
     )
     answer = term.accept_plan(plan, by="s0")
-    assert (answer["placed"], answer["conflicts"]) == (3, 0)
-    assert writes == [["0@m1", "2@m1"], ["1@m2"]]  # m1's two in one write, not cut by m2's
+    assert (answer["placed"], answer["conflicts"]) == (10, 0)
+    m1, m2, m3, m4, m5 = (["0@m1", "2@m1"], ["1@m2", "4@m2"], ["3@m3", "6@m3"], ["5@m4", "8@m4"], ["7@m5", "9@m5"])
+    if queued:  # a part a write; m1's two in one write, not cut by m2's
+        assert writes == [m1, m2, m3, m4, m5]
+    else:  # the first part alone, then two parts a write (PLAN_MERGE), not the whole rest
+        assert writes == [m1, sorted(m2 + m3), sorted(m4 + m5)]
     final = writer.cell
-    assert [final.state.tasks[t].state for t in ids] == [TaskState.RUNNING] * 3 + [TaskState.PENDING]
-    assert final.tasks[ids[3]].pending  # its reason went in with the last part
+    assert [final.state.tasks[t].state for t in ids] == [TaskState.RUNNING] * 10 + [TaskState.PENDING]
+    assert final.tasks[ids[10]].pending  # its reason went in with the last part
 
 
 def test_a_silent_process_whose_lease_stands_is_waited_for_a_longer_grace() -> None:
