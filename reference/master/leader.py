@@ -180,15 +180,25 @@ def commit_plan(d: Draft, plan: Plan) -> tuple[int, int]:
     return placed, conflicts
 
 
-# A scheduler plan is committed this many placements a write (about 0.1 s of the writer's time
-# each on an idle host) while other changes wait for the writer: a write queued meanwhile waits
-# for one part, not the plan. The first part goes alone, so its machines start at once; after
-# it, while nothing waits, up to PLAN_MERGE parts go in one write (`Term._accept_plan`), so a
-# plan met by its own machines' start storm needs fewer writes, and what queues behind one write
-# still waits for at most PLAN_MERGE * PLAN_CHUNK placements. The parts hold whole machines
-# (`plan_parts`).
+# A scheduler plan is committed in parts of this many placements, by machine (`plan_parts`), and
+# a write takes as many parts as the writer's recent pace (`Writer.op_s`) says it commits within
+# PLAN_WRITE_S, so what a client queues meanwhile (a submit, a kill) waits for about that long,
+# not for the whole plan, whatever the cell's size or the host's load. While a change waits for
+# the writer, a write takes one part. Before the writer has a pace, a write takes one part.
 PLAN_CHUNK = 1000
-PLAN_MERGE = 4
+PLAN_WRITE_S = 1.0
+
+
+def parts_a_write(parts: list[list[Placement]], op_s: float | None, waiting: bool) -> int:
+    """How many of `parts` (at least one) the next write takes: one while a change waits or the
+    pace is unknown, else as many as fit PLAN_WRITE_S at `op_s` seconds per placement."""
+    if waiting or op_s is None:
+        return 1
+    take, placements = 1, len(parts[0])
+    while take < len(parts) and (placements + len(parts[take])) * op_s <= PLAN_WRITE_S:
+        placements += len(parts[take])
+        take += 1
+    return take
 
 
 def plan_parts(placements: list[Placement], size: int) -> list[list[Placement]]:
@@ -482,20 +492,18 @@ class Term:
         else:
             placed = conflicts = 0
             # A large plan goes in as several writes, so that what clients queued meanwhile (a
-            # submit, a kill) is committed between them rather than behind the whole plan; while
-            # nothing waits, up to PLAN_MERGE parts go in one (see PLAN_CHUNK).
+            # submit, a kill) is committed between them rather than behind the whole plan (see
+            # PLAN_CHUNK).
             parts = plan_parts(list(plan.placements), PLAN_CHUNK)
-            first = True
             while len(parts) > 1:
-                if not first and not self.writer.waiting():
-                    merged = [p for part in parts[:PLAN_MERGE] for p in part]
-                    parts = [merged, *parts[PLAN_MERGE:]]
-                    if len(parts) == 1:
-                        break
-                part, first = parts.pop(0), False
+                take = parts_a_write(parts, self.writer.op_s, self.writer.waiting() > 0)
+                if take >= len(parts):
+                    break
+                part = [p for q in parts[:take] for p in q]
+                parts = parts[take:]
                 (p, c), revision = self.writer.mutate(lambda d, part=part: commit_plan(d, Plan(placements=part)))
                 placed, conflicts = placed + p, conflicts + c
-            last = Plan(placements=parts[-1] if parts else [], unschedulable=plan.unschedulable)
+            last = Plan(placements=[p for q in parts for p in q], unschedulable=plan.unschedulable)
             (p, c), revision = self.writer.mutate(lambda d: commit(d, last))
             placed, conflicts = placed + p, conflicts + c
             self.proposals["plans"] += 1

@@ -44,6 +44,11 @@ MAX_GROUP = 64  # changes committed together at most (docs/decisions.md)
 # commit_siblings, for the same reason. docs/decisions.md has the measurement.
 GROUP_DELAY_S = 0.001
 SLOW_GROUP_S = 1.0  # a group that takes longer is logged with where its time went
+# The writer's pace, in seconds per op written (`Writer.op_s`), is learned from the groups of at
+# least this many ops (a smaller one's time is mostly a txn's round trip), each new group weighing
+# OP_S_WEIGHT in the mean: a few groups follow the host from idle into a start storm and back.
+OP_S_MIN_OPS = 200
+OP_S_WEIGHT = 0.5
 
 
 class NotLeader(Exception):
@@ -250,6 +255,7 @@ class Writer:
         self._thread: threading.Thread | None = None
         self.groups = 0  # groups committed, and the changes in them: their ratio is the mean group size
         self.grouped = 0
+        self.op_s: float | None = None  # seconds per op of the recent large groups; None until one
         # Each txn attempt requires a marker key of its own to be absent; an attempt whose answer
         # was lost is "in doubt" until its marker is written (poisoned), after which no copy of
         # it can commit. (lease id of its term, marker)
@@ -386,7 +392,11 @@ class Writer:
                 committed = time.perf_counter()
                 if not self.cache.wait_revision(revision, 5.0):
                     log.warning("watch cache did not reach revision %d in 5 s", revision)
-                if (seen := time.perf_counter()) - began > SLOW_GROUP_S:
+                seen = time.perf_counter()
+                if len(diff) >= OP_S_MIN_OPS:
+                    pace = (seen - began) / len(diff)
+                    self.op_s = pace if self.op_s is None else self.op_s + OP_S_WEIGHT * (pace - self.op_s)
+                if seen - began > SLOW_GROUP_S:
                     log.info(
                         "slow write group: %d changes, %d ops, %.2f s (changes %.2f, of it on this thread's CPU "
                         "%.2f; diff %.2f, txns %.2f, watch cache %.2f)", len(applied), len(diff), seen - began,

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from reference.master import codec
+from reference.master import writer as writer_mod
 from reference.master.cell import Cell, Draft, MachineInfo
 from reference.master.mutations import ApiError, remove_machine
 from reference.master.writer import WriteFailed, Writer
@@ -202,8 +203,8 @@ def test_no_write_goes_out_while_an_unanswered_txn_may_still_land() -> None:
 
 
 def test_waiting_counts_the_changes_queued_behind_a_group_being_committed() -> None:
-    """What a large plan asks before it merges parts into one write (leader.PLAN_MERGE): the
-    changes that wait for the writer, none once they were committed."""
+    """What a large plan asks before it writes more than one part at a time (leader.parts_a_write):
+    the changes that wait for the writer, none once they were committed."""
     store = Store()
     w = Writer(Cache(store), Election(store), KEYS)  # type: ignore[arg-type]
     assert w.waiting() == 0
@@ -215,3 +216,22 @@ def test_waiting_counts_the_changes_queued_behind_a_group_being_committed() -> N
     assert done.wait(5.0)
     assert w.waiting() == 0
     assert store.get(KEYS.machine("m1")) is not None and store.get(KEYS.machine("m2")) is not None
+
+
+def test_the_pace_is_learned_from_large_groups_only_and_follows_the_recent_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`op_s`, the seconds per op a large plan sizes its writes by (leader.parts_a_write): unknown
+    until a group of OP_S_MIN_OPS ops or more; a smaller group (a txn's round trip, mostly) does
+    not move it; each large group weighs OP_S_WEIGHT, so a host that got faster (or slower)
+    shows within a few groups."""
+    monkeypatch.setattr(writer_mod, "OP_S_MIN_OPS", 3)
+    store = Store()
+    w = Writer(Cache(store), Election(store), KEYS)  # type: ignore[arg-type]
+    w.mutate(add("m0"))
+    assert w.op_s is None  # one op: no pace
+    w.mutate(lambda d: [add(f"m{i}")(d) for i in range(1, 5)])  # four ops
+    assert w.op_s is not None and 0 < w.op_s < 1.0
+    w.op_s = 100.0  # as if the last groups ran at 100 s an op
+    w.mutate(add("x"))  # one op: not a sample
+    assert w.op_s == 100.0
+    w.mutate(lambda d: [add(f"n{i}")(d) for i in range(1, 5)])  # a fast large group: half way down
+    assert 50.0 < w.op_s < 50.5  # 100 + OP_S_WEIGHT * (a fast pace - 100)

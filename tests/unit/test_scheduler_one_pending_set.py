@@ -54,6 +54,7 @@ class Writer:
     def __init__(self, cell: Cell) -> None:
         self.cell = cell
         self.drafts: list[Draft] = []
+        self.op_s: float | None = None  # no pace learned: a large plan goes a part a write
 
     def waiting(self) -> int:
         return 0  # nothing else is queued: no other client writes

@@ -138,18 +138,20 @@ def test_a_plan_whose_commit_outlasts_the_grace_keeps_the_term_from_planning_bes
     assert term.scheduler_active() is False  # and silence after it counts as before
 
 
-@pytest.mark.parametrize("queued", [1, 0])
+# (changes waiting for the writer, its pace in seconds per op as a share of PLAN_WRITE_S)
+@pytest.mark.parametrize("queued,pace", [(1, 0.001), (0, None), (0, 0.25), (0, 0.001)])
 def test_a_large_plan_is_committed_in_parts_so_a_queued_write_goes_between(
-    monkeypatch: pytest.MonkeyPatch, queued: int
+    monkeypatch: pytest.MonkeyPatch, queued: int, pace: float | None
 ) -> None:
     """A plan of more than PLAN_CHUNK placements goes in as several writes while other changes
     wait for the writer, the reasons of what found no place with the last: a submit queued
-    meanwhile waits for one part, not for the whole plan. While nothing waits, the first part
-    goes alone and then PLAN_MERGE parts a write, never more: what queues behind a write waits
-    for a bounded number of placements. Every placement is committed, each machine's together
-    and in the plan's order."""
+    meanwhile waits for one part, not for the whole plan. While nothing waits, a write takes as
+    many parts as the writer's pace says it commits within PLAN_WRITE_S, and one part while the
+    pace is not known: what queues behind a write waits about PLAN_WRITE_S, never the whole plan
+    of a slow writer. Every placement is committed, each machine's together and in the plan's
+    order."""
     monkeypatch.setattr(leader_mod, "PLAN_CHUNK", 2)
-    monkeypatch.setattr(leader_mod, "PLAN_MERGE", 2)
+    monkeypatch.setattr(leader_mod, "PLAN_WRITE_S", 1.0)
     machines = ("m1", "m2", "m3", "m4", "m5")
     state = CellState()
     for name in machines:
@@ -168,6 +170,7 @@ def test_a_large_plan_is_committed_in_parts_so_a_queued_write_goes_between(
 
     writer = Advancing(cell)
     writer.waiting = lambda: queued  # type: ignore[method-assign]
+    writer.op_s = pace
     cache = SimpleNamespace(cell=lambda: writer.cell, revision=40)
     term = Term(1, cache, writer, LeaderConfig("c1", "m0"), link=None)  # type: ignore[arg-type]
     ids = [TaskId("alice/web", i) for i in range(11)]
@@ -179,13 +182,28 @@ def test_a_large_plan_is_committed_in_parts_so_a_queued_write_goes_between(
     answer = term.accept_plan(plan, by="s0")
     assert (answer["placed"], answer["conflicts"]) == (10, 0)
     m1, m2, m3, m4, m5 = (["0@m1", "2@m1"], ["1@m2", "4@m2"], ["3@m3", "6@m3"], ["5@m4", "8@m4"], ["7@m5", "9@m5"])
-    if queued:  # a part a write; m1's two in one write, not cut by m2's
+    if queued or pace is None:  # a part a write; m1's two in one write, not cut by m2's
         assert writes == [m1, m2, m3, m4, m5]
-    else:  # the first part alone, then two parts a write (PLAN_MERGE), not the whole rest
-        assert writes == [m1, sorted(m2 + m3), sorted(m4 + m5)]
+    elif pace == 0.25:  # four placements fit a write: two parts, not the whole rest
+        assert writes == [sorted(m1 + m2), sorted(m3 + m4), m5]
+    else:  # the whole plan fits: one write
+        assert writes == [sorted(m1 + m2 + m3 + m4 + m5)]
     final = writer.cell
     assert [final.state.tasks[t].state for t in ids] == [TaskState.RUNNING] * 10 + [TaskState.PENDING]
     assert final.tasks[ids[10]].pending  # its reason went in with the last part
+
+
+def test_a_write_takes_the_parts_its_pace_fits_and_at_least_one() -> None:
+    """`parts_a_write` counts placements, not parts (a part ends at a machine's last placement,
+    so parts differ in size), stops at the first part that would overrun PLAN_WRITE_S, and
+    takes one part however slow the writer, while a change waits, or before a pace is known."""
+    parts = [[Placement(TaskId("a/b", i), f"m{i}")] * n for i, n in enumerate((3, 1, 4, 2))]
+    per_op = leader_mod.PLAN_WRITE_S / 8  # eight placements a write
+    assert leader_mod.parts_a_write(parts, per_op, waiting=False) == 3  # 3 + 1 + 4; the 2 would overrun
+    assert leader_mod.parts_a_write(parts, per_op / 10, waiting=False) == 4
+    assert leader_mod.parts_a_write(parts, leader_mod.PLAN_WRITE_S, waiting=False) == 1  # slower than a part
+    assert leader_mod.parts_a_write(parts, per_op / 10, waiting=True) == 1
+    assert leader_mod.parts_a_write(parts, None, waiting=False) == 1
 
 
 def test_a_silent_process_whose_lease_stands_is_waited_for_a_longer_grace() -> None:
