@@ -21,9 +21,10 @@ log = logging.getLogger(__name__)
 # How long the process waits for the leader's answer to a plan: the leader commits a plan of
 # up to `SetAside.pass_max` placements in parts of 1,000 (as many a write as the writer's pace
 # fits in about a second while no other change waits: `leader.parts_a_write`), each write
-# behind those queued before it, which on a loaded 10,000-machine cell took 1-3 s a part. A plan given up on is planned
-# again on a view that lacks its placements (conflicts, and the work twice): with a 30 s wait,
-# plans of about 30,000 were given up on (4,000 conflicts by the middle of a fill).
+# behind those queued before it, which on a loaded 10,000-machine cell took 1-3 s a part. A
+# plan given up on is planned again on a view that lacks its placements (conflicts, and the
+# work twice): with a 30 s wait, plans of about 30,000 were given up on (4,000 conflicts by the
+# middle of a fill).
 PLAN_ANSWER_S = 300.0
 
 
