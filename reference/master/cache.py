@@ -77,6 +77,9 @@ class WatchCache:
         self._work: set[TaskId] = set()
         self._acting: set[TaskId] = set()  # the work set's tasks that are not PENDING (`Cell.acting`)
         self._running: set[TaskId] = set()
+        # The machines no task may be placed on (drained), kept with each machine record: the
+        # leader's pass asks whether it has work without building a view (`pass_outlook`).
+        self._cordoned: set[str] = set()
         # The maps and indexes as `cacheindex` reads them: these very dicts, never copied.
         self._index = cacheindex.Index(self._tasks, self._jobs, self._job_tasks, self._latest, self._work)
         self._capacity_epoch = 0
@@ -162,6 +165,16 @@ class WatchCache:
                 self._changed_tasks.clear()
             return self._view
 
+    def pass_outlook(self) -> tuple[bool, bool, bool]:
+        """What a view built now would say to the leader's pass, without building one: whether
+        its work set holds a task (`Cell.work`), whether one of them is not PENDING
+        (`Cell.acting`), and whether a machine is drained. The pass is woken by every batch the
+        watch applies, and most often these say it has nothing to do (only pending tasks, which
+        a scheduler process places); a view built only to learn that copied the changed maps
+        whole each time, a walk of the cell per event (docs/decisions.md, issue 43)."""
+        with self._cond:
+            return bool(self._work), bool(self._acting), bool(self._cordoned)
+
     def _build(self, last: Cell | None) -> Cell:
         """A view of the maps now: a C-level copy of each changed map, the others from `last`.
 
@@ -240,7 +253,7 @@ class WatchCache:
             for d in (
                 self._machines, self._machine_infos, self._jobs, self._job_infos, self._tasks,
                 self._task_infos, self._quotas, self._replicas, self._users, self._user_hashes, self._raw, self._job_tasks,
-                self._latest, self._work, self._acting, self._running, self._allocs,
+                self._latest, self._work, self._acting, self._running, self._allocs, self._cordoned,
             ):  # fmt: skip
                 d.clear()
             self._capacity_epoch += 1
@@ -361,6 +374,7 @@ class WatchCache:
                 if self._machines.get(m.name) != m:
                     self._capacity_epoch += 1
                 self._machines[m.name] = m
+                (self._cordoned.discard if m.schedulable else self._cordoned.add)(m.name)
                 self._machine_infos[m.name] = mi
                 self._dirty.update(("machines", "machine_infos"))
             elif k.startswith(self.keys.jobs):
@@ -402,6 +416,7 @@ class WatchCache:
         elif k.startswith(self.keys.machines):
             name = k[len(self.keys.machines) :]
             self._machines.pop(name, None)
+            self._cordoned.discard(name)
             self._capacity_epoch += 1
             self._machine_infos.pop(name, None)
             self._dirty.update(("machines", "machine_infos"))

@@ -416,6 +416,15 @@ class Term:
     def run_pass(self) -> None:
         """One pass of the term's loop: restarts, rolls, drains, then, unless a scheduler
         process plans for the cell, scheduling, all in one fenced write."""
+        outlook = getattr(self.cache, "pass_outlook", None)
+        if outlook is not None:  # the common quiet cases, decided without building a view
+            work, acting, cordoned = outlook()
+            if not work and not cordoned:
+                return
+            if not acting and not cordoned:
+                self._read_scheduler_lease()
+                if self.scheduler_active():
+                    return
         cell = self.cache.cell()
         draining = drain.has_work(cell)  # a drained machine still runs a task: move what budgets allow
         if not cell_has_work(cell) and not draining:
