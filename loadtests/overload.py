@@ -42,6 +42,7 @@ from bench.stats import percentile
 from loadtests.procsample import ProcSampler, task_processes
 from loadtests.readprobe import ReadProbe
 from loadtests.sampler import Sampler, Target
+from loadtests.scale import tree_commit
 from reference import launcher
 from reference.cellfile import auth_headers
 from reference.launcher.cpubudget import shares_problem
@@ -354,8 +355,9 @@ def read_errors_cell(r: RunResult) -> str:
     return f"{r.read_errors} ({kinds})" if kinds else str(r.read_errors)
 
 
-def report(results: list[RunResult], command: str, out: Path) -> None:
-    """reports/overload.md and the plot of the largest run."""
+def report(results: list[RunResult], command: str, out: Path, commit: str = "") -> None:
+    """reports/overload.md and the plot of the largest run; `commit`: the tree the runs were
+    made on (`scale.tree_commit`, "+" when it differed from that commit)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = [
         "| run | all scheduled | all started | started p50 / p99 / max | kill to no process | "
@@ -378,7 +380,8 @@ def report(results: list[RunResult], command: str, out: Path) -> None:
         "# Overload: jobs of thousands of tiny tasks",
         "",
         f"Regenerate with `{command}` (each run a fresh local cell on this machine; see "
-        "`loadtests/overload.py` for what is measured and how).",
+        "`loadtests/overload.py` for what is measured and how)"
+        + (f". These runs were made on commit {commit}." if commit else "."),
         "",
         *rows,
         "",
@@ -436,6 +439,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("reports/overload.md"))
     args = parser.parse_args(argv)
     runs = [RunSpec.parse(x) for x in args.runs.split(",") if x]
+    commit = tree_commit()  # the tree the runs start on
     results = []
     leftovers: list[Path] = []
     try:
@@ -444,7 +448,7 @@ def main(argv: list[str] | None = None) -> None:
             result = run(spec, args.start_timeout, args.kill_timeout, leftovers)
             print(json.dumps(result.summary()), flush=True)
             results.append(result)
-            report(results, f"minborg bench overload --runs {args.runs}", args.out)
+            report(results, f"minborg bench overload --runs {args.runs}", args.out, commit)
     finally:
         for root in leftovers:
             shutil.rmtree(root, ignore_errors=True)

@@ -503,7 +503,7 @@ def run(cfg: Config, run_one: Any = run_one) -> list[Result]:
     cfg.out.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
     path = cfg.out / "results.json"
-    commit = _commit()  # the tree it starts on
+    commit = tree_commit()  # the tree it starts on
     failed: set[int] = set()  # replica counts whose ladder has stopped
     for machines in cfg.machines:
         for replicas in cfg.replicas:
@@ -524,11 +524,11 @@ def run(cfg: Config, run_one: Any = run_one) -> list[Result]:
 def config_json(cfg: Config, commit: str | None = None) -> dict[str, Any]:
     d = asdict(cfg)
     d["out"] = str(cfg.out)
-    d["commit"] = _commit() if commit is None else commit
+    d["commit"] = tree_commit() if commit is None else commit
     return d
 
 
-def _commit() -> str:
+def tree_commit() -> str:
     """The commit the campaign ran on ("" outside a git checkout), "+" after it when the
     tree differed from it."""
     repo = Path(__file__).resolve().parents[1]

@@ -54,3 +54,17 @@ def test_a_runs_step_downs_are_counted_in_its_summary() -> None:
     assert r.leaders_deposed == 0 and r.summary()["leaders_deposed"] == 0
     r.deposed_why = {"lease not refreshed within 2.0s": 2, "deposed": 1}
     assert r.leaders_deposed == 3 and r.summary()["leaders_deposed"] == 3
+
+
+def test_the_report_names_the_command_and_the_commit_its_runs_were_made_on(tmp_path) -> None:
+    from loadtests.overload import RunResult, report
+
+    r = RunResult(RunSpec.parse("1000x2x1"))
+    r.all_scheduled_s, r.all_started_s, r.timeline = 0.6, 3.2, [(0.0, 0, 0, 0), (3.2, 1000, 1000, 1000)]
+    out = tmp_path / "overload.md"
+    report([r], "minborg bench overload --runs 1000x2x1", out, "abc1234+")
+    text = out.read_text()
+    assert "Regenerate with `minborg bench overload --runs 1000x2x1`" in text
+    assert "made on commit abc1234+." in text
+    report([r], "minborg bench overload --runs 1000x2x1", out)  # outside a checkout: no commit claimed
+    assert "commit" not in out.read_text().split("\n")[2]
