@@ -16,29 +16,15 @@ import random
 import time
 from dataclasses import replace
 
-from reference.jobspec import parse_job
 from reference.master import codec
 from reference.master.cache import WatchCache
-from reference.master.cell import JobInfo, MachineInfo, TaskInfo
+from reference.master.cell import MachineInfo, TaskInfo
 from reference.master.leader import LeaderConfig, Term
 from spec.model import DeathCause, Job, Machine, Resources, Task, TaskId, TaskState
-from tests.unit.fakestore import Store
+from tests.unit.fakestore import Store, watched_cell
 
 KEYS = codec.Keys("c1")
 JOB = Job("u", "web", 100, 8, Resources.of(cpu=100, ram=100))
-SPEC = parse_job({"name": "web", "user": "u", "task_count": 8, "request": {"cpu": "100m"}, "command": ["sleep", "100"]})
-
-
-def _cell(machines: int) -> tuple[Store, WatchCache]:
-    store = Store()
-    store.kv[KEYS.job(JOB.key).encode()] = codec.encode_job(JOB, JobInfo(SPEC))
-    for i in range(machines):
-        m = Machine(f"m{i}", Resources.of(cpu=64000, ram=1 << 20))
-        store.kv[KEYS.machine(m.name).encode()] = codec.encode_machine(m, MachineInfo(address=f"http://{m.name}"))
-    cache = WatchCache(store, KEYS)  # type: ignore[arg-type]
-    cache._reload()
-    store.cache = cache
-    return store, cache
 
 
 def _as_a_view_says(cache: WatchCache) -> tuple[bool, bool, bool]:
@@ -49,7 +35,7 @@ def _as_a_view_says(cache: WatchCache) -> tuple[bool, bool, bool]:
 
 def test_the_outlook_says_what_a_view_built_at_the_same_moment_says() -> None:
     rng = random.Random(43)
-    store, cache = _cell(4)
+    store, cache = watched_cell(KEYS, 4, [JOB])
     states = [TaskState.PENDING, TaskState.RUNNING, TaskState.DEAD]
     seen = set()
     for step in range(400):
@@ -103,7 +89,7 @@ def _pending(store: Store, indexes: range) -> None:
 
 
 def test_a_pass_with_only_pending_tasks_beside_a_scheduler_process_builds_no_view() -> None:
-    store, cache = _cell(3)
+    store, cache = watched_cell(KEYS, 3, [JOB])
     writes: list[object] = []
     term = _term(cache, writes)
     cache.cell()
@@ -120,7 +106,7 @@ def test_a_pass_with_only_pending_tasks_beside_a_scheduler_process_builds_no_vie
 
 
 def test_a_drained_machine_or_a_task_to_act_on_still_gets_its_pass() -> None:
-    store, cache = _cell(3)
+    store, cache = watched_cell(KEYS, 3, [JOB])
     writes: list[object] = []
     term = _term(cache, writes)
     running = Task(TaskId(JOB.key, 0), TaskState.RUNNING, machine="m1", priority=JOB.priority, request=JOB.request)

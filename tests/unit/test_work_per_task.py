@@ -17,7 +17,6 @@ from dataclasses import replace
 from typing import Any
 
 from reference import fastjson
-from reference.jobspec import parse_job
 from reference.master import cache as cache_module
 from reference.master import codec, views, work
 from reference.master.cache import WatchCache
@@ -25,16 +24,11 @@ from reference.master.cell import JobInfo, MachineInfo, TaskInfo, borglet_task_i
 from reference.master.poller import Poller
 from reference.master.reclaimer import Reclaimer
 from spec.model import Job, Machine, Resources, Task, TaskId, TaskState
-from tests.unit.fakestore import Store
+from tests.unit.fakestore import Store, job_spec, watched_cell
 
 KEYS = codec.Keys("c1")
 REQ = Resources.of(cpu=100, ram=100)
 TASKS, BATCH, TARGETS = 300, 20, 60  # 300 tasks, 20 per commit, on machines m0..m59
-
-
-def _spec(name: str, count: int) -> Any:
-    return parse_job({"name": name, "user": "u", "task_count": count, "request": {"cpu": "100m"},
-                      "command": ["sleep", "100"]})  # fmt: skip
 
 
 class _Borglets:
@@ -111,19 +105,6 @@ class _Later:
         pass
 
 
-def _cell(machines: int, jobs: list[Job]) -> tuple[Store, WatchCache]:
-    store = Store()
-    for job in jobs:
-        store.kv[KEYS.job(job.key).encode()] = codec.encode_job(job, JobInfo(_spec(job.name, job.task_count)))
-    for i in range(machines):
-        m = Machine(f"m{i}", Resources.of(cpu=64000, ram=1 << 20))
-        store.kv[KEYS.machine(m.name).encode()] = codec.encode_machine(m, MachineInfo(address=f"http://{m.name}"))
-    cache = WatchCache(store, KEYS)  # type: ignore[arg-type]
-    cache._reload()
-    store.cache = cache
-    return store, cache
-
-
 def _poller(cache: WatchCache, borglets: _Borglets, now: list[float], pool: Any) -> Poller:
     """The leader's poller over `cache`, syncing through `borglets` on the clock `now[0]`, its
     relays made by `pool`."""
@@ -149,7 +130,7 @@ def _fill(machines: int) -> dict[str, float]:
     store, borglets, now = Store(), _Borglets(), [100.0]
     records: list[tuple[str, bytes]] = []
     bg = Job("u", "bg", 100, machines, REQ)
-    records.append((KEYS.job(bg.key), codec.encode_job(bg, JobInfo(_spec("bg", machines)))))
+    records.append((KEYS.job(bg.key), codec.encode_job(bg, JobInfo(job_spec("bg", machines)))))
     for i in range(machines):
         name = f"m{i}"
         m = Machine(name, Resources.of(cpu=64000, ram=1 << 20))
@@ -182,7 +163,7 @@ def _fill(machines: int) -> dict[str, float]:
     borglets.bytes_sent = 0
 
     web = Job("u", "web", 100, TASKS, REQ)
-    store.put([(KEYS.job(web.key), codec.encode_job(web, JobInfo(_spec("web", TASKS))))])
+    store.put([(KEYS.job(web.key), codec.encode_job(web, JobInfo(job_spec("web", TASKS))))])
     for start in range(0, TASKS, BATCH):
         placed = [Task(TaskId(web.key, i), TaskState.RUNNING, f"m{i % TARGETS}", 100, REQ)
                   for i in range(start, start + BATCH)]  # fmt: skip
@@ -232,7 +213,7 @@ def test_a_new_incarnation_waits_for_the_old_process_and_starts_once_it_is_gone(
     and sent once m0's report no longer shows it (reports.hold_back's rule, kept per change)."""
     borglets, now = _Borglets(), [100.0]
     web = Job("u", "web", 100, 1, REQ)
-    store, cache = _cell(3, [web])
+    store, cache = watched_cell(KEYS, 3, [web])
     for name in ("m0", "m1", "m2"):
         borglets.running[name] = {}
     old = Task(TaskId(web.key, 0, 0), TaskState.RUNNING, "m0", 100, REQ)
@@ -306,7 +287,7 @@ def _slow_fill(answer_after: int) -> dict[str, float]:
     new; the leader's work per task, once every task runs where it was placed."""
     borglets, now = _Borglets(), [100.0]
     web = Job("u", "web", 100, TASKS, REQ)
-    store, cache = _cell(TARGETS, [web])
+    store, cache = watched_cell(KEYS, TARGETS, [web])
     for i in range(TARGETS):
         borglets.running[f"m{i}"] = {}
     pool = _Later()
@@ -356,7 +337,7 @@ def test_a_report_that_comes_while_a_sync_is_in_flight_holds_what_the_next_sync_
     borglets, now = _Borglets(), [100.0]
     borglets.owner = lambda machine: machine  # type: ignore[method-assign]  # a relay per machine
     web, bg = Job("u", "web", 100, 1, REQ), Job("u", "bg", 100, 2, REQ)
-    store, cache = _cell(2, [web, bg])
+    store, cache = watched_cell(KEYS, 2, [web, bg])
     for name in ("m0", "m1"):
         borglets.running[name] = {}
     seen = TaskInfo(placement=1, seen=True, borglet_state="RUNNING", port=1)
