@@ -417,21 +417,12 @@ class Term:
         """One pass of the term's loop: restarts, rolls, drains, then, unless a scheduler
         process plans for the cell, scheduling, all in one fenced write."""
         outlook = getattr(self.cache, "pass_outlook", None)
-        if outlook is not None:  # the common quiet cases, decided without building a view
-            work, acting, cordoned = outlook()
-            if not work and not cordoned:
-                return
-            if not acting and not cordoned:
-                self._read_scheduler_lease()
-                if self.scheduler_active():
-                    return
+        if outlook is not None and self._quiet(*outlook()):
+            return  # decided from the watch cache's sets, without building a view
         cell = self.cache.cell()
         draining = drain.has_work(cell)  # a drained machine still runs a task: move what budgets allow
-        if not cell_has_work(cell) and not draining:
-            return  # nothing pending, restartable or stale: the common quiet case
-        self._read_scheduler_lease()
-        if cell.acting is not None and not cell.acting and not draining and self.scheduler_active():
-            return  # only pending tasks, and a scheduler process places them: nothing for this pass
+        if self._quiet(cell_has_work(cell), cell.acting is None or bool(cell.acting), draining):
+            return
         if self.unschedulable.covers(cell) and not draining:
             return  # only tasks already found unschedulable, and nothing has freed capacity
         started = time.perf_counter()
@@ -439,6 +430,17 @@ class Term:
         self.passes += 1
         if self._on_pass is not None:
             self._on_pass(time.perf_counter() - started, placed)
+
+    def _quiet(self, work: bool, acting: bool, draining: bool) -> bool:
+        """Whether a pass has nothing to do: no task it could act on and no drain to advance
+        (the common quiet case), or only pending tasks while a scheduler process places them.
+        `acting`: a task of the work set is not PENDING (True where that is not known);
+        `draining`: a drained machine (the watch cache's outlook), or one still running a task
+        a drain moves (a view's)."""
+        if not work and not draining:
+            return True
+        self._read_scheduler_lease()
+        return not acting and not draining and self.scheduler_active()
 
     def scheduler_active(self) -> bool:
         """Whether a scheduler process plans for this cell: a plan of its is being committed, or
