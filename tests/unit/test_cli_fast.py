@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,6 +152,14 @@ def test_version_and_completion_are_answered_on_the_fast_path(capsys: pytest.Cap
 def test_what_the_fast_path_does_not_know_goes_to_the_full_command_line(args: list[str]) -> None:
     with pytest.raises(cli_fast.Fallback):
         cli_fast.run(args)
+
+
+@pytest.fixture(autouse=True)
+def still_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing's "N h ago" reads the clock on each call: the fast and the full path read one still
+    clock here, or two calls that straddle a tenth of an hour print different rows."""
+    now = time.time()
+    monkeypatch.setattr(cli_plain, "time", types.SimpleNamespace(time=lambda: now))
 
 
 @pytest.fixture
