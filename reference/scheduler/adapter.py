@@ -34,7 +34,8 @@ def snapshot_from_state(
 
     With `pending_ids`, only those of the pending tasks are planned; with `running_ids` (which
     must name every RUNNING task; others are skipped) the running tasks are found without a
-    scan of every task the cell holds."""
+    scan of every task the cell holds. The running tasks are in task id order, as
+    `CellState.running_on` gives a machine's (what `carried.CarriedCell` builds a row from)."""
     running: list[RunningTask] = []
     pending: list[PendingTask] = []
     packages: dict[str, set[str]] = {}
@@ -45,36 +46,53 @@ def snapshot_from_state(
     for t in tasks:
         if pending_ids is not None and t.state is TaskState.PENDING and t.id not in pending_ids:
             continue
-        job = state.jobs.get(t.id.job)
         if t.state is TaskState.RUNNING and t.machine is not None:
-            in_alloc = job is not None and job.alloc is not None
-            running.append(RunningTask(t.id, t.machine, t.priority, t.request, in_alloc, t.reservation))
+            running.append(running_task(state, t))
+            job = state.jobs.get(t.id.job)
             if job is not None and job.package:
                 packages.setdefault(t.machine, set()).add(job.package)
-        elif t.state is TaskState.PENDING and job is not None:
-            pending.append(
-                PendingTask(
-                    t.id,
-                    job.user,
-                    job.priority,
-                    job.request,  # the spec places a task with its job's current request
-                    job.constraints,
-                    job.package,
-                    None if job.alloc is None else alloc_name(job.alloc, t.id.index),  # task i: alloc i
-                )
-            )
+        elif t.state is TaskState.PENDING and (p := pending_task(state, t)) is not None:
+            pending.append(p)
     pending.sort(key=lambda p: (p.id.job, p.id.index, p.id.incarnation))
-    allocs = tuple(
-        AllocView(a.name, a.machine, a.resources, a.priority, state.alloc_used(a.name))
-        for a in state.allocs.values()
-    )
+    running.sort(key=lambda r: r.id)
     return Snapshot(
         machines=tuple(state.machines[name] for name in sorted(state.machines)),
         running=tuple(running),
         pending=tuple(pending),
-        allocs=allocs,
+        allocs=allocs_of(state),
         packages=package_holders(packages, images or {}),
         crashes=crashes or {},
+    )
+
+
+def running_task(state: CellState, t: Task) -> RunningTask:
+    """A RUNNING task (with a machine) as a pass reads it."""
+    job = state.jobs.get(t.id.job)
+    in_alloc = job is not None and job.alloc is not None
+    assert t.machine is not None
+    return RunningTask(t.id, t.machine, t.priority, t.request, in_alloc, t.reservation)
+
+
+def pending_task(state: CellState, t: Task) -> PendingTask | None:
+    """A PENDING task as a pass plans it, with its job's current request; None without its job."""
+    job = state.jobs.get(t.id.job)
+    if job is None:
+        return None
+    return PendingTask(
+        t.id,
+        job.user,
+        job.priority,
+        job.request,  # the spec places a task with its job's current request
+        job.constraints,
+        job.package,
+        None if job.alloc is None else alloc_name(job.alloc, t.id.index),  # task i: alloc i
+    )
+
+
+def allocs_of(state: CellState) -> tuple[AllocView, ...]:
+    return tuple(
+        AllocView(a.name, a.machine, a.resources, a.priority, state.alloc_used(a.name))
+        for a in state.allocs.values()
     )
 
 

@@ -8,13 +8,14 @@ only where a whole candidate set is scored at once (package locality, see engine
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from spec.model import CPU, GPU, RAM, TaskId, is_prod
 
-from .snapshot import Snapshot
+from .snapshot import RunningTask, Snapshot
 
 GPU_UNIT = 1000  # milli-GPUs in one whole GPU
 
@@ -127,6 +128,7 @@ class CellView:
         rng = random.Random(seed)
         self.salt = [rng.random() for _ in machines]
         self.allocs: dict[str, AllocState] = {}
+        self.alloc_rows: dict[int, list[tuple[int, ...]]] = {}  # machine -> the resources of each alloc on it
         for a in snapshot.allocs:
             mi = self.index.get(a.machine)
             if mi is None:
@@ -135,27 +137,74 @@ class CellView:
             self.allocs[a.name] = AllocState(
                 a.name, mi, [x - y for x, y in zip(r, self.vec(a.used.as_dict()), strict=True)]
             )
+            self.alloc_rows.setdefault(mi, []).append(r)
             self._consume(mi, r)
         for t in snapshot.running:
             mi = self.index.get(t.machine)
-            if mi is None or t.in_alloc:
-                continue
-            req = self.vec(t.request.as_dict())
-            shares = self._take_gpus_anyway(mi, req[g] if g is not None else 0)
-            if t.reservation is not None and t.reservation != t.request:
-                held = self.vec(t.reservation.as_dict())
-                if is_prod(t.priority):
-                    self.slack[mi] = [s + a - h for s, a, h in zip(self.slack[mi], req, held, strict=True)]
-                    self.reclaimed[mi] = True
-                else:
-                    req = held  # counts, and is released by preemption, at its reservation
-            self._consume(mi, req)
-            self.add_kind(mi, req)
-            self.victims[mi].append(Victim(t.id, t.id.job, t.priority, req, shares))
+            if mi is not None and not t.in_alloc:
+                self._count_running(mi, t)
         for mi, vs in enumerate(self.victims):
             self.vmin[mi] = min((v.priority for v in vs), default=1 << 30)
         self.ref_free = [list(f) for f in self.free]
         self.ref_gfree = [list(g) for g in self.gfree]
+
+    def _count_running(self, mi: int, t: RunningTask) -> None:
+        """Take a running task (not in an alloc) into machine `mi`'s row, as a possible victim."""
+        g = self.gpu_dim
+        req = self.vec(t.request.as_dict())
+        shares = self._take_gpus_anyway(mi, req[g] if g is not None else 0)
+        if t.reservation is not None and t.reservation != t.request:
+            held = self.vec(t.reservation.as_dict())
+            if is_prod(t.priority):
+                self.slack[mi] = [s + a - h for s, a, h in zip(self.slack[mi], req, held, strict=True)]
+                self.reclaimed[mi] = True
+            else:
+                req = held  # counts, and is released by preemption, at its reservation
+        self._consume(mi, req)
+        self.add_kind(mi, req)
+        self.victims[mi].append(Victim(t.id, t.id.job, t.priority, req, shares))
+
+    def redo_row(self, mi: int, schedulable: bool, running: Iterable[RunningTask], packages: Iterable[str]) -> None:
+        """Machine `mi`'s row made again, as a view built afresh would make it: the machine
+        up and `schedulable` or not, its allocs as they were, `running` (its running tasks
+        outside allocs, in the snapshot's order) and the `packages` it holds. Its capacity,
+        attributes and failure domain are the ones it was built with."""
+        self.up[mi] = schedulable
+        self.free[mi] = list(self.cap[mi])
+        self.gfree[mi] = list(self.gcap[mi])
+        self.slack[mi] = [0] * len(self.dims)
+        self.reclaimed[mi] = False
+        self.victims[mi] = []
+        self.gkinds[mi] = {}
+        self.pkgs[mi] = set(packages)
+        for r in self.alloc_rows.get(mi, ()):
+            self._consume(mi, r)
+        for t in running:
+            self._count_running(mi, t)
+        self.vmin[mi] = min((v.priority for v in self.victims[mi]), default=1 << 30)
+        self.ref_free[mi] = list(self.free[mi])
+        self.ref_gfree[mi] = list(self.gfree[mi])
+
+    def working_copy(self) -> CellView:
+        """A copy for one pass to change: what a pass changes (free resources and GPUs,
+        victims, versions, packages, allocs) copied, what it only reads shared."""
+        c = CellView.__new__(CellView)
+        c.__dict__.update(self.__dict__)
+        c.free = [list(f) for f in self.free]
+        c.gfree = [list(g) for g in self.gfree]
+        c.up = list(self.up)
+        c.slack = [list(s) for s in self.slack]
+        c.reclaimed = list(self.reclaimed)
+        c.victims = [list(v) for v in self.victims]
+        c.vmin = list(self.vmin)
+        c.version = self.version.copy()
+        c.ref_free = [list(f) for f in self.ref_free]
+        c.ref_gfree = [list(g) for g in self.ref_gfree]
+        c.gkinds = [dict(k) for k in self.gkinds]
+        c.pkgs = [set(p) for p in self.pkgs]
+        c.salt = list(self.salt)
+        c.allocs = {n: AllocState(a.name, a.machine, list(a.free)) for n, a in self.allocs.items()}
+        return c
 
     def free_for(self, mi: int, prod: bool) -> list[int]:
         """What a task may use on machine `mi`: prod beside prod requests, others beside reservations."""

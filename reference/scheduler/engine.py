@@ -23,7 +23,7 @@ last walk recorded (`reasons.explain`), and the rest of its tasks are skipped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from .cellview import CellView, Victim
 from .classes import TaskClass, class_key, make_class
@@ -90,9 +90,14 @@ class Pass:
         config: SchedulerConfig,
         seed: int,
         recent_disruptions: Mapping[str, int] | None,
+        cell: CellView | None = None,
+        job_on: Callable[[str], Iterable[str]] | None = None,
     ) -> None:
+        """`cell`: a view of the snapshot's cell for this pass to change, instead of one built
+        from the snapshot's machines and running tasks (`carried.CarriedCell`); `job_on`: the
+        machines of a job's running tasks (`jobterms.JobTerms`), with `cell`."""
         self.cfg = config
-        self.cell = cell = CellView(snapshot, seed ^ 0x5A17)
+        self.cell = cell = cell if cell is not None else CellView(snapshot, seed ^ 0x5A17)
         self.walk = Walk(len(cell.names), seed, config.relaxed_shared_start)
         cell.salt = self.walk.salt()
         self.pre = Prefilter(cell, self.walk.order)
@@ -100,7 +105,7 @@ class Pass:
         self.plan = Plan()
         self.scorer = Scorer(cell, config, self.feasible, self.plan.stats)
         self.sampler = Sampler(cell, config, self.walk, self.pre, self.scorer, self.plan.stats)
-        self.terms = JobTerms(snapshot, cell, config)
+        self.terms = JobTerms(snapshot, cell, config, job_on)
 
     def pick(self, cls: TaskClass, s: Sample, task: PendingTask) -> tuple[int, int, list[Victim], float] | None:
         """(slot, machine, victims, score) of the best machine in the sample, or None: fits nowhere."""
@@ -243,15 +248,19 @@ def plan_pass(
     recent_disruptions: Mapping[str, int] | None = None,
     clock: Callable[[], float] | None = None,
     limit: int | None = None,
+    *,
+    cell: CellView | None = None,
+    job_on: Callable[[str], Iterable[str]] | None = None,
 ) -> Plan:
     """Schedule the snapshot's pending queue once: placements, preemptions, unschedulable tasks.
 
     `recent_disruptions` counts each job's tasks disrupted in the caller's window, for
     `max_disruptions_per_job`. `clock`, if given, only times each task for the stats.
     `limit` stops after that many tasks of the ordered queue (the rest stay pending, unreported).
+    `cell` and `job_on`: the cell as `Pass` takes it, where the caller carries it from pass to pass.
     """
     cfg = config or SchedulerConfig()
     queue = ordered(snapshot.pending, cfg.queue_order)
     if limit is not None:
         queue = queue[:limit]
-    return Pass(snapshot, cfg, seed, recent_disruptions).run(queue, clock)
+    return Pass(snapshot, cfg, seed, recent_disruptions, cell, job_on).run(queue, clock)

@@ -9,6 +9,8 @@ spreading and locality of later tasks see it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import numpy as np
 
 from .cellview import CellView
@@ -22,10 +24,17 @@ from .terms import locality_bonus, skew_penalty, spread_penalty
 class JobTerms:
     """Where each job's tasks are, which machines hold each package, and recent crashes, as the pass moves on."""
 
-    __slots__ = ("cell", "cfg", "job_on", "job_spread", "job_skew", "job_hosts", "pkg_has", "pkg_bonus", "pkg_machines", "crashes")
+    __slots__ = ("cell", "cfg", "job_on", "running_of", "job_spread", "job_skew", "job_hosts", "pkg_has", "pkg_bonus",
+                 "pkg_machines", "crashes")  # fmt: skip
 
-    def __init__(self, snapshot: Snapshot, cell: CellView, cfg: SchedulerConfig) -> None:
+    def __init__(
+        self, snapshot: Snapshot, cell: CellView, cfg: SchedulerConfig,
+        running_of: Callable[[str], Iterable[str]] | None = None,
+    ) -> None:  # fmt: skip
+        """`running_of(job)`: the machines of the job's running tasks, asked once for each job
+        the pass places, instead of the snapshot's running tasks read for every job."""
         self.cell, self.cfg = cell, cfg
+        self.running_of = running_of
         # Where each job's tasks are (running, then placed by this pass), and, once a task of
         # the job is scored beside them, the same counted per failure domain and per machine.
         self.job_on: dict[str, list[int]] = {}
@@ -33,10 +42,11 @@ class JobTerms:
         self.job_hosts: dict[str, int] = {}  # machines holding a task of the job, for the jobs in job_spread
         # Per job in job_spread, skew_penalty's weight * tasks on each machine, kept as tasks land.
         self.job_skew: dict[str, np.ndarray] = {}
-        for t in snapshot.running:
-            mi = cell.index.get(t.machine)
-            if mi is not None:
-                self.job_on.setdefault(t.id.job, []).append(mi)
+        if running_of is None:
+            for t in snapshot.running:
+                mi = cell.index.get(t.machine)
+                if mi is not None:
+                    self.job_on.setdefault(t.id.job, []).append(mi)
         self.pkg_has: dict[str, np.ndarray] = {}
         self.pkg_bonus: dict[str, np.ndarray] = {}  # locality_bonus of each machine, per package in pkg_has
         self.pkg_machines: dict[str, list[int]] | None = None
@@ -52,7 +62,7 @@ class JobTerms:
         cfg, job = self.cfg, task.id.job
         own = False  # whether `total` is an array of this call's own, to add to in place
         if cfg.spread_weight or cfg.skew_weight:
-            placed = len(self.job_on.get(job, ()))
+            placed = len(self.on(job))
             if placed:
                 per_dom, per_machine = self._job_spread(job)
                 if cfg.spread_weight:
@@ -81,6 +91,16 @@ class JobTerms:
             total = total - penalties(crashes, machines)
         return total
 
+    def on(self, job: str) -> list[int]:
+        """The machine rows of the job's tasks: running, then placed by this pass."""
+        rows = self.job_on.get(job)
+        if rows is None:
+            index = self.cell.index
+            rows = self.job_on[job] = (
+                [mi for m in self.running_of(job) if (mi := index.get(m)) is not None] if self.running_of else []
+            )
+        return rows
+
     def _job_spread(self, job: str) -> tuple[np.ndarray, np.ndarray]:
         """The job's tasks counted per failure domain and per machine (a machine is the
         smallest failure domain: a job's tasks spread over machines within a rack too).
@@ -91,7 +111,7 @@ class JobTerms:
             cell = self.cell
             doms = np.zeros(cell.domains, dtype=np.float64)  # counts, exact: no cast where they are weighed
             machines = np.zeros(len(cell.names), dtype=np.int32)
-            for mi in self.job_on.get(job, ()):
+            for mi in self.on(job):
                 doms[cell.dom[mi]] += 1
                 machines[mi] += 1
             spread = self.job_spread[job] = (doms, machines)
@@ -118,7 +138,7 @@ class JobTerms:
         cfg, cell = self.cfg, self.cell
         if cfg.spread_weight or cfg.skew_weight:
             job = task.job
-            self.job_on.setdefault(job, []).append(mi)
+            self.on(job).append(mi)
             spread = self.job_spread.get(job)
             if spread is not None:
                 per_dom, per_machine = spread

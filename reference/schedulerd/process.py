@@ -9,7 +9,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from reference.scheduler import Plan, SchedulerConfig, plan_for
+from reference.scheduler import Plan, SchedulerConfig
+from reference.scheduler.carried import CarriedCell
 from reference.scheduler.pairing import IndexKey
 from reference.scheduler.setaside import SetAside
 from reference.scheduler.wire import crashes_from_json, plan_to_json
@@ -86,6 +87,7 @@ class SchedulerProcess:
         self._last_sent = 0.0  # when the last proposal (a plan or a heartbeat) was answered
         self._planning: View | None = None  # the view a pass plans on, while it does
         self.unschedulable = SetAside()
+        self.carried = CarriedCell()  # the cell view each pass starts from, carried from the last
         self.passes = 0
         self.proposed = {"plans": 0, "placements": 0, "placed": 0, "conflicts": 0, "refused": 0}
         # The leader's memory of crashing task::machine pairings (scheduler/pairing.py), as its
@@ -154,6 +156,8 @@ class SchedulerProcess:
             return False
         # The pending tasks to plan, chosen as the leader's own pass chooses them.
         to_plan = self.unschedulable.next(view.state, view.work, view.capacity_epoch)
+        # The pass's cell view, brought forward on every view read, planned on or not.
+        self.carried.follow(view.state, view.images, to_plan)
         if not to_plan and not heartbeat:
             return False
         if self.unschedulable.left:
@@ -164,10 +168,9 @@ class SchedulerProcess:
         if to_plan:
             self._planning = view
             try:
-                plan = plan_for(
-                    view.state, self.config, seed=self.passes, pending_ids=to_plan,
-                    running_ids=view.running, images=view.images, crashes=self.crashes,
-                )  # fmt: skip
+                plan = self.carried.plan(
+                    view.state, self.config, self.passes, to_plan, images=view.images, crashes=self.crashes
+                )
             finally:
                 self._planning = None
             self.passes += 1

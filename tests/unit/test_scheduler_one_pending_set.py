@@ -19,7 +19,6 @@ from reference.master.cell import Cell, Draft
 from reference.master.leader import LeaderConfig, Term
 from reference.scheduler import Plan, plan_for
 from reference.scheduler.wire import plan_from_json
-from reference.schedulerd import process as process_module
 from reference.schedulerd.process import SchedulerProcess, View
 from spec.actions import machine_add, submit
 from spec.fmap import FMap
@@ -106,7 +105,6 @@ def test_both_choose_the_same_pending_set_and_set_aside_alike(monkeypatch: pytes
         return wrapped
 
     monkeypatch.setattr(leader_module, "plan_for", recording("leader"))
-    monkeypatch.setattr(process_module, "plan_for", recording("process"))
     cell = the_cell()
     writer = Writer(cell)
     cache = SimpleNamespace(cell=lambda: cell, revision=cell.revision)
@@ -114,6 +112,13 @@ def test_both_choose_the_same_pending_set_and_set_aside_alike(monkeypatch: pytes
     lead = Leader()
     lease = SimpleNamespace(start=lambda: None, resign=lambda: None)
     proc = SchedulerProcess(name="s0", cell=Cached(cell), leader=lead, lease=lambda elected, deposed: lease)
+    carried_plan = proc.carried.plan
+
+    def process_plan(state: CellState, config: Any, seed: int, pending_ids: Any, **kwargs: Any) -> Plan:
+        chosen["process"].append(set(pending_ids))
+        return carried_plan(state, config, seed, pending_ids, **kwargs)
+
+    monkeypatch.setattr(proc.carried, "plan", process_plan)
 
     for _ in range(2):  # the same cell twice: the second pass skips what the first set aside
         term.run_pass()

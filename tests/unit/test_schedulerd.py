@@ -121,16 +121,16 @@ def test_a_long_pass_sends_heartbeats_while_it_plans(monkeypatch: Any) -> None:
     grace, would plan the same tasks itself. While a pass plans, empty plans go out every
     HEARTBEAT_S; an idle moment sends none from the beat (the loop's own heartbeat does)."""
     planning, done = threading.Event(), threading.Event()
-    real = proc_mod.plan_for
+    leader = FakeLeader()
+    p, _ = process(View(revision=40, state=pending_state(), leader=LEADER, capacity_epoch=3), leader)
+    real = p.carried.plan
 
     def slow_plan(*args: Any, **kwargs: Any) -> Any:
         planning.set()
         time.sleep(4 * proc_mod.HEARTBEAT_S)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(proc_mod, "plan_for", slow_plan)
-    leader = FakeLeader()
-    p, _ = process(View(revision=40, state=pending_state(), leader=LEADER, capacity_epoch=3), leader)
+    monkeypatch.setattr(p.carried, "plan", slow_plan)
     p._active.set()
     beat = threading.Thread(target=p._beat_while_planning, daemon=True)
     beat.start()
