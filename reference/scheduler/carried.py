@@ -37,11 +37,24 @@ def _running(t: Task | None) -> bool:
     return t is not None and t.state is TaskState.RUNNING and t.machine is not None
 
 
+# Past this share of the cell's tasks changed since the view was last brought forward, it is
+# built afresh: redoing that many rows costs about what a build does.
+CARRY_MAX_SHARE = 0.25
+
+
 class CarriedCell:
-    """The last pass's cell view and the state it was built on, brought forward each pass."""
+    """The last pass's cell view and the state it was built on, brought forward each pass.
+
+    `follow` is called with every state the owner reads, planned on or not, and only notes
+    the keys that changed (what `FMap.changed_since` tells between one state and the next: a
+    state skipped breaks that chain). `view` and `plan` redo the rows those keys touch."""
 
     def __init__(self) -> None:
-        self._state: CellState | None = None
+        self._state: CellState | None = None  # the state the view's rows are of
+        self._seen: CellState | None = None  # the last state followed
+        self._tasks: set[TaskId] = set()  # task keys changed from `_state` to `_seen`
+        self._jobs: set[str] = set()  # job keys changed from `_state` to `_seen`
+        self._lost = False  # a state followed was not made from the one before: build afresh
         self._images: dict[str, tuple[str, ...]] = {}
         self._view: CellView | None = None
         self._names: Counter[str] = Counter()  # resource names of the machines and running tasks
@@ -59,35 +72,67 @@ class CarriedCell:
         crashes: Mapping[tuple[str, int], Mapping[str, int]] | None = None,
     ) -> Plan:
         """One pass over `pending_ids` in `state`: the plan `adapter.plan_for` makes."""
-        pending = self.follow(state, images or {}, pending_ids)
-        assert self._view is not None
+        pending = self._pending(state, pending_ids)
+        view = self._bring(state, images or {}, pending)
         snapshot = Snapshot(machines=(), pending=tuple(pending), crashes=crashes or {})
-        return plan_pass(snapshot, config, seed, cell=self._view.working_copy(), job_on=lambda job: _job_on(state, job))
+        return plan_pass(snapshot, config, seed, cell=view.working_copy(), job_on=lambda job: _job_on(state, job))
 
-    def follow(
+    def follow(self, state: CellState) -> None:
+        """Note the keys that changed from the last state followed to `state`."""
+        seen = self._seen
+        self._seen = state
+        if seen is None or state is seen or self._view is None or self._lost:
+            return
+        tasks = state.tasks.changed_since(seen.tasks)
+        if tasks is None:
+            self._lose()
+            return
+        self._tasks.update(tasks)
+        if len(self._tasks) > CARRY_MAX_SHARE * len(state.tasks):
+            self._lose()
+            return
+        if state.jobs is not seen.jobs:
+            jobs = state.jobs.changed_since(seen.jobs)
+            if jobs is None:  # a job map made afresh: its entries compared (jobs are few beside tasks)
+                jobs = tuple(k for k in state.jobs.keys() | seen.jobs.keys() if state.jobs.get(k) is not seen.jobs.get(k))
+            self._jobs.update(jobs)
+
+    def view(
         self, state: CellState, images: Mapping[str, Iterable[str]], pending_ids: Collection[TaskId] = ()
-    ) -> list[PendingTask]:
-        """Bring the view to `state`, whose `pending_ids` a pass may plan; returns those tasks
-        as the pass reads them. Called on every state its owner reads, planned or not: a state
-        it skips breaks the chain `FMap.changed_since` follows, and the next is built afresh."""
+    ) -> CellView:
+        """The view of `state` for a pass over `pending_ids` (not to be changed: a pass takes a
+        `working_copy`)."""
+        return self._bring(state, images, self._pending(state, pending_ids))
+
+    def _lose(self) -> None:
+        self._lost = True
+        self._tasks.clear()
+        self._jobs.clear()
+
+    @staticmethod
+    def _pending(state: CellState, pending_ids: Collection[TaskId]) -> list[PendingTask]:
         pending = [p for tid in pending_ids if (t := state.tasks.get(tid)) is not None
                    and t.state is TaskState.PENDING and (p := pending_task(state, t)) is not None]  # fmt: skip
         pending.sort(key=lambda p: (p.id.job, p.id.index, p.id.incarnation))
+        return pending
+
+    def _bring(self, state: CellState, images: Mapping[str, Iterable[str]], pending: list[PendingTask]) -> CellView:
+        self.follow(state)
         imgs = {m: tuple(sorted(v)) for m, v in images.items() if v}
         names: set[str] = set()
         for p in pending:
             names |= p.request.names()
-        if state is self._state and imgs == self._images and self._view is not None and self._dims(names) == self._view.dims:
-            return pending
-        if self._view is None or not self._carry(state, imgs) or self._dims(names) != self._view.dims:
+        view = self._view
+        if view is None or self._lost or not self._carry(state, imgs) or self._dims(names) != view.dims:
             self._build(state, imgs, pending)
-        else:
+        elif self._tasks or self._jobs or state is not self._state:
             self.carried += 1
-        self._state, self._images = state, imgs
-        return pending
-
-    def view(self) -> CellView | None:
-        """The view as last brought forward (not to be changed: a pass takes a `working_copy`)."""
+        self._state = self._seen = state
+        self._images = imgs
+        self._lost = False
+        self._tasks.clear()
+        self._jobs.clear()
+        assert self._view is not None
         return self._view
 
     # --- afresh --------------------------------------------------------------------------------
@@ -116,8 +161,7 @@ class CarriedCell:
         old = self._state
         view = self._view
         assert old is not None and view is not None
-        changed = state.tasks.changed_since(old.tasks)
-        if changed is None or (state.allocs is not old.allocs and state.allocs != old.allocs):
+        if state.allocs is not old.allocs and state.allocs != old.allocs:
             return False
         redo: dict[str, None] = {}  # machine names, in the order found
         if state.machines is not old.machines:
@@ -130,14 +174,14 @@ class CarriedCell:
                 if was is None or (was.capacity, was.attrs, was.failure_domain) != (m.capacity, m.attrs, m.failure_domain):
                     return False
                 redo[name] = None
-        if state.jobs is not old.jobs and not self._jobs_carried(old, state, redo):
+        if self._jobs and not self._jobs_carried(old, state, redo):
             return False
         if images != self._images:
             for name in images.keys() | self._images.keys():
                 if images.get(name) != self._images.get(name):
                     redo[name] = None
         names = self._names
-        for tid in changed:
+        for tid in self._tasks:
             was, now = old.tasks.get(tid), state.tasks.get(tid)
             if was is now:
                 continue
@@ -166,10 +210,7 @@ class CarriedCell:
     def _jobs_carried(self, old: CellState, state: CellState, redo: dict[str, None]) -> bool:
         """Note the machines whose rows a job's change moves (its package, or whether it runs in
         an alloc: both read from the job for its running tasks); False for an alloc's job."""
-        keys = state.jobs.changed_since(old.jobs)
-        if keys is None:
-            keys = tuple(k for k in state.jobs.keys() | old.jobs.keys() if state.jobs.get(k) is not old.jobs.get(k))
-        for key in keys:
+        for key in self._jobs:
             was: Job | None = old.jobs.get(key)
             now: Job | None = state.jobs.get(key)
             if any(j is not None and j.alloc is not None for j in (was, now)):

@@ -156,8 +156,8 @@ class SchedulerProcess:
             return False
         # The pending tasks to plan, chosen as the leader's own pass chooses them.
         to_plan = self.unschedulable.next(view.state, view.work, view.capacity_epoch)
-        # The pass's cell view, brought forward on every view read, planned on or not.
-        self.carried.follow(view.state, view.images, to_plan)
+        # What changed since the last view read, planned on or not, for the pass's cell view.
+        self.carried.follow(view.state)
         if not to_plan and not heartbeat:
             return False
         if self.unschedulable.left:

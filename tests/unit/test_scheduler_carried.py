@@ -127,21 +127,22 @@ def test_a_carried_view_equals_one_built_afresh_and_plans_alike(seed: int) -> No
         if rng.random() < 0.05:
             images = {**images, rng.choice(sorted(spec_state.machines)): (rng.choice(("p1", "p4")),)}
         view = as_view(view, spec_state)
+        if rng.random() < 0.4:  # a state read and not planned on: only followed
+            carried.follow(view)
+            continue
         pending = {t.id for t in view.tasks.values() if t.state is TaskState.PENDING and rng.random() < 0.7}
-        carried.follow(view, images, pending)
+        current = carried.view(view, images, pending)
         running = {t.id for t in view.tasks.values() if t.state is TaskState.RUNNING}
         fresh = CellView(snapshot_from_state(view, pending, running, images), SEED)
-        current = carried.view()
-        assert current is not None
         assert_same(current, fresh)
-        if n % 7 == 0 and pending:
+        if n % 3 == 0 and pending:
             mine = carried.plan(view, cfg, n, pending, images=images)
             theirs = plan_for(view, cfg, seed=n, pending_ids=pending, running_ids=running, images=images)
             assert mine.placements == theirs.placements and mine.preemptions == theirs.preemptions
             assert mine.unschedulable == theirs.unschedulable
             assert_same(current, fresh)  # the pass changed a copy, not the carried view
     # Both ways were taken: most states carried, some built afresh (allocs, new machines).
-    assert carried.carried > 150 and carried.built >= 2, (carried.carried, carried.built)
+    assert carried.carried > 80 and carried.built >= 2, (carried.carried, carried.built)
 
 
 def test_a_state_not_made_from_the_last_one_is_built_afresh() -> None:
@@ -153,13 +154,35 @@ def test_a_state_not_made_from_the_last_one_is_built_afresh() -> None:
     assert placed is not None
     carried = CarriedCell()
     first = as_view(None, state)
-    carried.follow(first, {})
+    carried.view(first, {})
     second = as_view(None, placed)  # the same content as the next view, but not made from `first`
-    carried.follow(second, {})
+    carried.view(second, {})
     assert (carried.built, carried.carried) == (2, 0)
     again = as_view(first, placed)  # made from `first`, which is not the last one seen
-    carried.follow(again, {})
+    carried.view(again, {})
     assert (carried.built, carried.carried) == (3, 0)
-    third = as_view(again, actions.finish(placed, TaskId("u/a", 0, 0)) or placed)
-    carried.follow(third, {})  # made from the last one seen: carried
+    ended = actions.finish(placed, TaskId("u/a", 0, 0))
+    assert ended is not None
+    third = as_view(again, ended)  # made from the last one seen: carried
+    carried.view(third, {})
     assert (carried.built, carried.carried) == (3, 1) and carried.rows_redone == 1
+    carried.follow(as_view(None, placed))  # followed, not made from `third`: the chain is lost
+    carried.view(as_view(third, ended), {})
+    assert (carried.built, carried.carried) == (4, 1)
+
+
+def test_many_changes_since_the_last_view_build_it_afresh() -> None:
+    state = CellState()
+    for i in range(4):
+        state = actions.machine_add(state, machine(i)) or state
+    state = actions.submit(state, Job("u", "a", 100, 8, Resources.of(cpu=100, ram=1 << 20))) or state
+    carried = CarriedCell()
+    view = as_view(None, state)
+    carried.view(view, {})
+    for i in range(3):  # 3 of 8 tasks placed, each followed: past CARRY_MAX_SHARE of the cell
+        state = actions.schedule(state, TaskId("u/a", i, 0), f"m{i}") or state
+        view = as_view(view, state)
+        carried.follow(view)
+    fresh = CellView(snapshot_from_state(view, (), {t.id for t in view.tasks.values() if t.state is TaskState.RUNNING}), SEED)
+    assert_same(carried.view(view, {}), fresh)
+    assert (carried.built, carried.carried) == (2, 0)
