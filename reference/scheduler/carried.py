@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
 
 from spec.model import CPU, RAM, CellState, Job, Task, TaskId, TaskState
 
@@ -138,9 +139,8 @@ class CarriedCell:
     # --- afresh --------------------------------------------------------------------------------
 
     def _build(self, state: CellState, images: dict[str, tuple[str, ...]], pending: Iterable[PendingTask]) -> None:
-        running = {t.id for t in state.tasks.values() if _running(t)}
-        snapshot = snapshot_from_state(state, pending_ids=(), running_ids=running, images=images)
-        snapshot = Snapshot(snapshot.machines, snapshot.running, tuple(pending), snapshot.allocs, snapshot.packages)
+        # No pending ids: the one walk of the cell's tasks takes its running ones only.
+        snapshot = replace(snapshot_from_state(state, pending_ids=(), images=images), pending=tuple(pending))
         self._view = CellView(snapshot, SEED)
         self._names = Counter()
         for m in snapshot.machines:
