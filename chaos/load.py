@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 
 from chaos.events import run_dir
+from reference import proctime
 
 LOAD_FILE = "load.json"
 USERS = 5  # 3 register clients, 1 hello_world caller, 1 watcher
@@ -41,7 +42,7 @@ def start(state_dir: str, run: str | None = None, duration_s: float = 120.0) -> 
             command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             env=env, cwd=project, start_new_session=True,
         )  # fmt: skip
-    doc = {"pid": popen.pid, "create_time": psutil.Process(popen.pid).create_time(),
+    doc = {"pid": popen.pid, "start_ticks": proctime.start_ticks(popen.pid),
            "started": time.time(), "duration_s": seconds}  # fmt: skip
     (root / LOAD_FILE).write_text(json.dumps(doc))
     return doc
@@ -50,11 +51,10 @@ def start(state_dir: str, run: str | None = None, duration_s: float = 120.0) -> 
 def _process(root: Path) -> psutil.Process | None:
     try:
         doc = json.loads((root / LOAD_FILE).read_text())
-        proc = psutil.Process(doc["pid"])
-        if abs(proc.create_time() - doc["create_time"]) > 0.05:
+        if not proctime.is_started_at(doc["pid"], doc["start_ticks"]):
             return None
-        return None if proc.status() == psutil.STATUS_ZOMBIE else proc
-    except (FileNotFoundError, ValueError, psutil.NoSuchProcess):
+        return psutil.Process(doc["pid"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError, psutil.NoSuchProcess):
         return None
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 
 from chaos.events import run_dir
+from reference import proctime
 from reference.launcher import CellInfo, ProcessRecord, Role, is_alive
 from reference.store.etcd_cluster import EtcdCluster
 
@@ -54,7 +55,10 @@ def restart_masters(state_dir: str, run: str | None) -> list[str]:
                 saved["cmdline"], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 cwd=saved["cwd"], env=saved["env"], start_new_session=True,
             )  # fmt: skip
-        new = replace(record, pid=popen.pid, create_time=psutil.Process(popen.pid).create_time())
+        new = replace(
+            record, pid=popen.pid, create_time=psutil.Process(popen.pid).create_time(),
+            start_ticks=proctime.start_ticks(popen.pid),
+        )
         info = replace(info, processes=tuple(new if p is record else p for p in info.processes))
         info.save()
         started.append(saved["name"])

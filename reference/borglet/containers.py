@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reference.borglet import cgroups, logs, processes
+from reference import proctime
+from reference.borglet import cgroups, logs
 from reference.borglet.isolation import Sample, tree_sample
 from reference.borglet.protocol import TaskSpec
 
@@ -143,7 +144,7 @@ class Started:
 
     container_id: str
     pid: int
-    create_time: float | None
+    start_ticks: int | None
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,7 @@ def image_tags(images: list[dict[str, Any]]) -> list[str]:
 
 def _started(container_id: str, attrs: Mapping[str, Any]) -> Started:
     pid = int(attrs["State"].get("Pid") or 0)
-    return Started(container_id, pid, processes.create_time(pid) if pid else None)
+    return Started(container_id, pid, proctime.start_ticks(pid) if pid else None)
 
 
 def store_path(store: str, image: str) -> str:

@@ -249,20 +249,21 @@ class TaskTable:
         self.dirty = True
 
     def launched(
-        self, task: Task, pid: int, create_time: float | None, now: float, *,
+        self, task: Task, pid: int, start_ticks: int | None, now: float, *,
         proc: Any = None, container: str = "", oom_base: int = 0, started_at: float | None = None,
     ) -> None:  # fmt: skip
         """A process was started for the task (its first start or a restart in place);
-        `started_at`: its start read from the kernel (processes.start_time), else its
-        creation time, else `now`."""
+        `start_ticks`: its start in ticks since boot, its identity (reference/proctime.py);
+        `started_at`: its start on the wall clock, read from the kernel (processes.start_time),
+        else `now`."""
         task.oom_base = oom_base
         task.restart_at = None
         task.launching = False
-        task.proc, task.pid, task.container, task.create_time = proc, pid, container, create_time
+        task.proc, task.pid, task.container, task.start_ticks = proc, pid, container, start_ticks
         # The process's own start, as the kernel has it: the same figure a borglet that adopts
         # the process after a crash reads back, so a task's start time never changes under
         # re-adoption.
-        task.started_at = started_at or create_time or now
+        task.started_at = started_at or now
         # exit_code and reason describe the current process; the previous run's are gone.
         task.exit_code, task.reason = None, None
         task.cpu_sample = None
@@ -296,7 +297,7 @@ class TaskTable:
         after a backoff, or ended (and released)."""
         ran_for = now - task.started_at
         self._killed_running.discard(task.spec.task_id)
-        task.pid, task.proc, task.create_time, task.container = None, None, None, ""
+        task.pid, task.proc, task.start_ticks, task.container = None, None, None, ""
         task.exit_code = returncode
         task.healthy = None if task.spec.health_check is None else False
         task.cpu_milli, task.ram_bytes, task.cpu_sample = 0, 0, None

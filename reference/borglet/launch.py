@@ -8,6 +8,7 @@ import os
 import subprocess
 from typing import Any
 
+from reference import proctime
 from reference.borglet import containers as runtime
 from reference.borglet import logs, processes
 from reference.borglet.cgroups import AllocGroup
@@ -119,7 +120,7 @@ class Launcher:
             hit = scans["labelled"].get(task.spec.task_id)
             if hit is None:
                 return False
-            task.pid, task.container, task.create_time = hit.pid, hit.container_id, hit.create_time
+            task.pid, task.container, task.start_ticks = hit.pid, hit.container_id, hit.start_ticks
         else:
             if "marked" not in scans:
                 scans["marked"] = processes.marked_processes(self.config.state_dir)
@@ -127,8 +128,8 @@ class Launcher:
             if not pids:
                 return False
             task.pid = pids[0]
-            task.create_time = processes.create_time(pids[0])
-        task.started_at = (processes.start_time(task.pid) if task.pid else None) or task.create_time or now
+            task.start_ticks = proctime.start_ticks(pids[0])
+        task.started_at = (processes.start_time(task.pid) if task.pid else None) or now
         return True
 
     def sample(self, task: Task) -> Sample:

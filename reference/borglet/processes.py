@@ -18,15 +18,10 @@ from dataclasses import dataclass, field
 from hashlib import sha1
 from typing import Any
 
-import psutil
-
-from reference import procscan
+from reference import procscan, proctime
 from reference.borglet import cgroups, logs, spawner
 
 log = logging.getLogger(__name__)
-
-# Process start times agree to within this many seconds between two psutil reads.
-CREATE_TIME_TOLERANCE_S = 0.05
 
 
 def sanitize(task_id: str) -> str:
@@ -232,14 +227,7 @@ def remove_workdir(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def create_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CLOCK_TICKS = proctime.CLOCK_TICKS
 
 
 def start_time(pid: int) -> float | None:
@@ -252,41 +240,29 @@ def start_time(pid: int) -> float | None:
     counts on), taken to the tick as well, so that the same process reads the same start at
     every call and in every borglet process (a borglet restarted re-adopts its tasks with the
     starts they had; a boot read to the microsecond moved each start by a microsecond or two).
-    create_time stays the process's identity (`is_same_process`)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime
-    except (OSError, IndexError, ValueError):
-        return None
-    return (boot_ticks() + ticks) / CLOCK_TICKS
+    The process's identity is its start in ticks since boot (`is_same_process`), which no
+    step of the wall clock moves."""
+    ticks = proctime.start_ticks(pid)
+    return None if ticks is None else (boot_ticks() + ticks) / CLOCK_TICKS
 
 
 def boot_ticks() -> int:
     """This host's boot on the wall clock, in kernel ticks since the epoch: /proc/stat's btime
     (whole seconds, rounded down) and the fraction of a second the wall clock less
     CLOCK_BOOTTIME gives beyond it, rounded to the tick."""
-    btime = 0
-    try:
-        with open("/proc/stat", "rb") as f:
-            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
-    except (OSError, StopIteration, ValueError, IndexError):
-        pass
+    btime = proctime.boot_second() or 0
     rest = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) - btime
     return btime * CLOCK_TICKS + round(rest * CLOCK_TICKS)
 
 
-def is_same_process(pid: int, started: float | None) -> bool:
-    """True when pid is alive (not a zombie) and is the process that started at `started`.
-    A pid under 1 is no process (a container that ended before its init was seen)."""
-    if pid < 1:
+def is_same_process(pid: int, start_ticks: int | None) -> bool:
+    """True when pid is alive (not a zombie) and is the process that started `start_ticks`
+    after boot (reference/proctime.py; None: any process of that pid). A pid under 1 is no
+    process (a container that ended before its init was seen)."""
+    fields = proctime.stat_fields(pid)
+    if fields is None or fields[0] == b"Z":
         return False
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return started is None or abs(proc.create_time() - started) <= CREATE_TIME_TOLERANCE_S
-    except psutil.Error:
-        return False
+    return start_ticks is None or int(fields[19]) == start_ticks
 
 
 def signal_session(pid: int, sig: int) -> None:

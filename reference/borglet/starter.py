@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from reference import ports
+from reference import ports, proctime
 from reference.borglet import containers as runtime
 from reference.borglet import processes, taskusers
 from reference.borglet.config import MachineConfig
@@ -195,12 +195,12 @@ class Starter:
             # Watched as an adopted process is, by its init's host pid; the engine is asked
             # only when it ends.
             self.table.launched(
-                task, proc.pid, proc.create_time, now, container=proc.container_id, oom_base=oom_base,
+                task, proc.pid, proc.start_ticks, now, container=proc.container_id, oom_base=oom_base,
                 started_at=processes.start_time(proc.pid) if proc.pid else None,
             )
         else:
             self.table.launched(
-                task, proc.pid, processes.create_time(proc.pid), now, proc=proc, oom_base=oom_base,
+                task, proc.pid, proctime.start_ticks(proc.pid), now, proc=proc, oom_base=oom_base,
                 started_at=processes.start_time(proc.pid),
             )
         log.info("started %s as pid %d on port %d", task.spec.task_id, proc.pid, task.port)

@@ -183,7 +183,7 @@ class Borglet(Starter):
                 alive = (
                     not task.ended
                     and task.pid is not None
-                    and processes.is_same_process(task.pid, task.create_time)
+                    and processes.is_same_process(task.pid, task.start_ticks)
                 )
                 verdict = self.table.readopt(task, replace(saved, found=found, alive=alive), now)
                 if verdict.verdict == "adopt":
@@ -351,7 +351,7 @@ class Borglet(Starter):
             exited = returncode is not None
         else:
             returncode = None
-            exited = not processes.is_same_process(task.pid, task.create_time)
+            exited = not processes.is_same_process(task.pid, task.start_ticks)
         if exited:
             self._on_exit(task, returncode, now)
         else:

@@ -6,13 +6,14 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from reference import proctime
 from reference.borglet.protocol import ENDED_PHASES, READY_AFTER_S, Phase, TaskSpec
 
 # Fields written to tasks.json; everything else is rebuilt after a borglet restart. The phase
 # is written, and reported, as "state".
 _PERSISTED = (
     "key", "phase", "pid", "port", "exit_code", "restarts", "healthy", "started_at", "reason",
-    "group", "create_time", "kill_reason", "restart_at", "attempt", "oom_base", "ever_healthy", "last_exit",
+    "group", "start_ticks", "kill_reason", "restart_at", "attempt", "oom_base", "ever_healthy", "last_exit",
     "launching", "container",
 )  # fmt: skip
 
@@ -36,7 +37,7 @@ class Task:
     started_at: float = 0.0
     reason: str | None = None
     group: dict[str, str] = field(default_factory=dict)  # cgroup paths; empty in rlimit mode
-    create_time: float | None = None  # the process's start time, its identity across restarts
+    start_ticks: int | None = None  # the process's start in ticks since boot: its identity across restarts
     kill_reason: str | None = None  # set once the borglet decided to kill it
     kill_deadline: float | None = None  # when SIGTERM escalates to SIGKILL
     restart_at: float | None = None  # set while waiting out the restart backoff
@@ -94,6 +95,9 @@ class Task:
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Task:
         values = {name: record[name] for name in _PERSISTED if name in record}
+        if "start_ticks" not in record and record.get("create_time") is not None:
+            # Written before starts were kept in ticks: psutil's create_time, btime + ticks.
+            values["start_ticks"] = proctime.ticks_of_create_time(record["create_time"])
         if "state" in record:
             values["phase"] = record["state"]
         return cls(spec=TaskSpec.model_validate(record["spec"]), **values)

@@ -17,7 +17,7 @@ import sys
 from collections import namedtuple
 from collections.abc import Callable
 
-from reference import cellfile, execspec
+from reference import cellfile, execspec, proctime
 from reference.cli import output as cli_output
 from reference.cli import plain as cli_plain
 from reference.cli import views as cli_views
@@ -393,13 +393,16 @@ def local_status(state_dir: str | None) -> dict[str, Any]:
         raise Fallback from None  # no cell, or an unreadable one: the full command line words it
     if doc.get("replica_cpu") is not None or not os.path.exists("/proc/stat"):
         raise Fallback
-    boot = boot_time()
+    boot = proctime.boot_second()
+    if boot is None:
+        raise Fallback
     processes = []
     for p in doc.get("processes") or []:
-        facts = proc_stat(int(p["pid"]), boot)
-        alive = facts is not None and abs(facts[0] - p["create_time"]) <= CREATE_TIME_TOLERANCE_S and not facts[1]
+        fields = proctime.stat_fields(int(p["pid"]))
+        alive = fields is not None and fields[0] != b"Z" and same_start(p, int(fields[19]), boot)
+        cpu_s = (int(fields[11]) + int(fields[12])) / proctime.CLOCK_TICKS if alive and fields else None
         processes.append({"role": str(p["role"]), "name": p["name"], "pid": p["pid"], "alive": alive,
-                          "url": p.get("url"), "log": p.get("log"), "cpu_s": facts[2] if alive and facts else None})  # fmt: skip
+                          "url": p.get("url"), "log": p.get("log"), "cpu_s": cpu_s})  # fmt: skip
     return {"cell": doc.get("cell"), "state_dir": doc.get("state_dir"), "running": any(p["alive"] for p in processes),
             "master_urls": list(doc.get("master_urls") or []), "processes": processes, "api_error": None,
             "etcd_version": doc.get("etcd_version"), "etcd_tls": bool(doc.get("etcd_tls"))}  # fmt: skip
@@ -408,27 +411,13 @@ def local_status(state_dir: str | None) -> dict[str, Any]:
 CREATE_TIME_TOLERANCE_S = 0.05  # as launcher/cellfile.py: two reads of a start time agree this well
 
 
-def boot_time() -> float:
-    """The host's boot time (epoch seconds), as psutil reads it: /proc/stat's btime."""
-    with open("/proc/stat", "rb") as f:
-        for line in f:
-            if line.startswith(b"btime"):
-                return float(line.split()[1])
-    raise Fallback
-
-
-def proc_stat(pid: int, boot: float) -> tuple[float, bool, float] | None:
-    """A process's (start time, zombie, CPU seconds) from /proc/PID/stat, computed as psutil
-    computes create_time() and cpu_times() (importing psutil costs 25 to 35 ms of CPU); None
-    when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()  # after the command name, which may hold spaces
-    ticks = os.sysconf("SC_CLK_TCK")
-    return boot + int(fields[19]) / ticks, fields[0] == b"Z", (int(fields[11]) + int(fields[12])) / ticks
+def same_start(record: dict[str, Any], ticks: int, boot: int) -> bool:
+    """Whether a process that started `ticks` after boot is the one the cell file records:
+    by its ticks since boot, as launcher/cellfile.py's live_process, or for a record without
+    them by psutil's create_time (btime + ticks) on the wall clock."""
+    if record.get("start_ticks") is not None:
+        return int(record["start_ticks"]) == ticks
+    return abs(boot + ticks / proctime.CLOCK_TICKS - record["create_time"]) <= CREATE_TIME_TOLERANCE_S
 
 
 OUTPUT = ("--output",)

@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from reference import proctime
 from reference.cellfile import CELL_FILE, state_dir_path
 from reference.launcher.netns import Network
 from reference.store.tls import StoreTLS
@@ -39,9 +40,12 @@ class Role(StrEnum):
 
 @dataclass(frozen=True)
 class ProcessRecord:
-    """One process of the cell. The start time tells it apart from a later process that
-    reuses its pid, so `down` never signals an unrelated process; the command line is what
-    `up` and `restart` run again to bring it back on its data."""
+    """One process of the cell. Its start tells it apart from a later process that reuses
+    its pid, so `down` never signals an unrelated process: `start_ticks`, counted from boot
+    (reference/proctime.py), which no step of the wall clock moves; `create_time` is the
+    same start on the wall clock when it was recorded, the identity of records written
+    without ticks. The command line is what `up` and `restart` run again to bring it back
+    on its data."""
 
     role: Role
     name: str
@@ -50,6 +54,7 @@ class ProcessRecord:
     url: str
     log: str
     command: tuple[str, ...] = ()
+    start_ticks: int | None = None
 
 
 @dataclass(frozen=True)
@@ -61,20 +66,30 @@ class ProxyRecord:
     upstream: str
 
 
-def live_process(pid: int, create_time: float) -> psutil.Process | None:
-    """The process `pid` if it is still the one started at `create_time` and not a zombie."""
+def live_process(pid: int, create_time: float, start_ticks: int | None = None) -> psutil.Process | None:
+    """The process `pid` if it is still the one that started at `start_ticks` since boot (or,
+    for a record without them, at `create_time` on the wall clock) and is not a zombie."""
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - create_time) > CREATE_TIME_TOLERANCE_S or proc.status() == psutil.STATUS_ZOMBIE:
+        if start_ticks is not None:
+            same = proctime.is_started_at(pid, start_ticks)
+        else:
+            same = abs(proc.create_time() - create_time) <= CREATE_TIME_TOLERANCE_S
+        if not same or proc.status() == psutil.STATUS_ZOMBIE:
             return None
         return proc
     except psutil.NoSuchProcess:
         return None
 
 
+def record_process(record: ProcessRecord) -> psutil.Process | None:
+    """The recorded process if it still runs (not a zombie, not a reused pid)."""
+    return live_process(record.pid, record.create_time, record.start_ticks)
+
+
 def is_alive(record: ProcessRecord) -> bool:
     """Whether the recorded process still runs (a zombie or a reused pid does not count)."""
-    return live_process(record.pid, record.create_time) is not None
+    return record_process(record) is not None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from reference.launcher.cellfile import (
     ProcessRecord,
     Role,
     is_alive,
-    live_process,
+    record_process,
 )
 
 
@@ -69,7 +69,7 @@ def _cpu(info: CellInfo, record: ProcessRecord) -> dict[str, Any]:
     if info.replica_cpu is not None and record.role in (Role.MASTER, Role.SCHEDULER):
         group = cpubudget.process_group(info.cell, info.state_dir, record.name)
         return {"cpu_s": cpubudget.cpu_used_s(group), "cpu_budget": cpubudget.quota_of(group)}
-    proc = live_process(record.pid, record.create_time)
+    proc = record_process(record)
     try:
         times = proc.cpu_times() if proc is not None else None
     except psutil.Error:

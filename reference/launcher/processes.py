@@ -14,8 +14,8 @@ import httpx
 import psutil
 
 import reference
-from reference import cpuweight
-from reference.launcher.cellfile import LauncherError, ProcessRecord, Role, is_alive, live_process
+from reference import cpuweight, proctime
+from reference.launcher.cellfile import LauncherError, ProcessRecord, Role, is_alive, record_process
 from reference.launcher.netns import in_netns
 from reference.waiting import wait_until
 
@@ -75,7 +75,8 @@ def spawn(
         # Popen returns once the child has exec'd, so its setsid is done: this is its session.
         cpuweight.weigh_session(popen.pid, cpuweight.CONTROL_PLANE_NICE)
     return ProcessRecord(
-        role, name, popen.pid, psutil.Process(popen.pid).create_time(), url, str(log), tuple(command)
+        role, name, popen.pid, psutil.Process(popen.pid).create_time(), url, str(log), tuple(command),
+        start_ticks=proctime.start_ticks(popen.pid),
     )
 
 
@@ -164,14 +165,14 @@ def descendants(records: Iterable[ProcessRecord]) -> list[ProcessRecord]:
     """The live descendants (tasks) of the given processes, as records to check later."""
     found = []
     for record in records:
-        proc = live_process(record.pid, record.create_time)
+        proc = record_process(record)
         if proc is None:
             continue
         for child in live_descendants(proc):
             try:
                 found.append(
                     ProcessRecord(Role.BORGLET, f"task of {record.name}", child.pid,
-                                  child.create_time(), "", "")
+                                  child.create_time(), "", "", start_ticks=proctime.start_ticks(child.pid))
                 )  # fmt: skip
             except psutil.NoSuchProcess:
                 pass

@@ -73,7 +73,7 @@ def etcd_records(cluster: EtcdCluster) -> tuple[ProcessRecord, ...]:
     """The started members of `cluster` as records of the cell file."""
     # Without a command: etcd members are brought back by EtcdCluster from its own state file.
     return tuple(
-        ProcessRecord(Role.ETCD, m.name, m.pid, m.create_time, url, str(cluster.log_path(i)))
+        ProcessRecord(Role.ETCD, m.name, m.pid, m.create_time, url, str(cluster.log_path(i)), start_ticks=m.start_ticks)
         for i, (m, url) in enumerate(zip(cluster.members, cluster.client_urls, strict=True))
         if m.pid is not None and m.create_time is not None
     )

@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import requests
 
-from reference import cpuweight, pki
+from reference import cpuweight, pki, proctime
 from reference.ports import free_ports
 from reference.store.etcdbin import EtcdClusterError, find_etcd_binary, why_exited
 from reference.store.tls import StoreTLS
@@ -51,9 +51,11 @@ class Member:
     client_port: int
     peer_port: int
     pid: int | None = None
-    # The process's start time guards against killing an unrelated process that reused
-    # the pid after this member died.
+    # The process's start guards against killing an unrelated process that reused the pid
+    # after this member died: in ticks since boot (reference/proctime.py), which no step of
+    # the wall clock moves; create_time, the wall clock's, for a file written without them.
     create_time: float | None = None
+    start_ticks: int | None = None
 
 
 def initial_cluster_flag(members: list[Member], host: str, scheme: str = "http") -> str:
@@ -208,7 +210,7 @@ class EtcdCluster:
         _wait_gone(alive, 5.0)
         self._reap_all()
         for m in self.members:
-            m.pid = m.create_time = None
+            m.pid = m.create_time = m.start_ticks = None
         self._save()
 
     def kill_member(self, i: int, sig: int = signal.SIGKILL, timeout: float = 10.0) -> None:
@@ -220,7 +222,7 @@ class EtcdCluster:
         if _wait_gone([proc], timeout):
             raise EtcdClusterError(f"member {i} (pid {proc.pid}) ignored signal {sig}")
         self._reap(i)
-        self.members[i].pid = self.members[i].create_time = None
+        self.members[i].pid = self.members[i].create_time = self.members[i].start_ticks = None
         self._save()
 
     def pause_member(self, i: int) -> None:
@@ -444,6 +446,7 @@ class EtcdCluster:
         cpuweight.weigh_session(popen.pid, cpuweight.CONTROL_PLANE_NICE)
         self.members[i].pid = popen.pid
         self.members[i].create_time = psutil.Process(popen.pid).create_time()
+        self.members[i].start_ticks = proctime.start_ticks(popen.pid)
 
     def _process(self, i: int) -> psutil.Process | None:
         """Member `i`'s live process, or None if it is gone (or the pid was reused)."""
@@ -455,7 +458,10 @@ class EtcdCluster:
             return None
         try:
             proc = psutil.Process(m.pid)
-            if m.create_time is not None and abs(proc.create_time() - m.create_time) > 0.01:
+            if m.start_ticks is not None:
+                if not proctime.is_started_at(m.pid, m.start_ticks):
+                    return None
+            elif m.create_time is not None and abs(proc.create_time() - m.create_time) > 0.01:
                 return None
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return None

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from reference import proctime
 from reference.borglet import containers, decisions, processes
 from reference.borglet.cgroups import CgroupTree
 from reference.borglet.isolation import CgroupIsolation, RlimitIsolation, Sample
@@ -155,7 +156,7 @@ class FakeEngine:
             self.parents[cid] = cgroup_parent
         proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
         self.boxes[cid] = (spec.task_id, proc)
-        return containers.Started(cid, proc.pid, processes.create_time(proc.pid))
+        return containers.Started(cid, proc.pid, proctime.start_ticks(proc.pid))
 
     def exit_status(self, cid):
         proc = self.boxes[cid][1]
@@ -163,7 +164,7 @@ class FakeEngine:
 
     def owned(self):
         return [
-            containers.Found(tid, containers.Started(cid, p.pid, processes.create_time(p.pid)))
+            containers.Found(tid, containers.Started(cid, p.pid, proctime.start_ticks(p.pid)))
             for cid, (tid, p) in self.boxes.items() if p.poll() is None
         ]  # fmt: skip
 

@@ -49,9 +49,10 @@ def test_the_started_phase_is_decided_once_by_the_health_check() -> None:
     assert table.take().save  # the write-ahead before any spawn
     plain, checked = table.tasks["j/0#0"], table.tasks["j/1#0"]
     assert (plain.port, checked.port) == (40000, 40001) and plain.launching
-    table.launched(plain, 11, 90.0, 100.0)
-    table.launched(checked, 12, None, 100.0)
+    table.launched(plain, 11, 9000, 100.0, started_at=90.0)  # its start: 9000 ticks since boot, 90.0 on the wall clock
+    table.launched(checked, 12, None, 100.0)  # no start read: now
     assert (plain.phase, plain.healthy, plain.started_at, plain.launching) == ("RUNNING", None, 90.0, False)
+    assert (plain.start_ticks, checked.start_ticks) == (9000, None)
     assert (checked.phase, checked.healthy, checked.started_at) == ("STARTING", False, 100.0)
     assert checked.next_probe_at == 100.0 + FIRST_PROBE_DELAY_S
     assert table.probes_due(100.0) == [] and table.probes_due(100.2) == [checked]

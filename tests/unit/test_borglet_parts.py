@@ -98,7 +98,7 @@ def test_sync_request_parses_the_protocol_example():
 
 def test_task_record_round_trips_through_the_table(tmp_path):
     task = Task(spec=TaskSpec.model_validate(SPEC), key=sanitize(SPEC["task_id"]))
-    task.pid, task.port, task.create_time, task.restarts = 1234, 4000, 1.5, 2
+    task.pid, task.port, task.start_ticks, task.restarts = 1234, 4000, 150, 2
     task.group = {"memory": "/sys/fs/cgroup/memory/x"}
     path = str(tmp_path / "tasks.json")
     store.save(path, {"epoch": 3, "tasks": {SPEC["task_id"]: task.to_record()}})
@@ -106,7 +106,7 @@ def test_task_record_round_trips_through_the_table(tmp_path):
     again = Task.from_record(table["tasks"][SPEC["task_id"]])
     assert table["epoch"] == 3
     assert again.report(1.0) == task.report(1.0)
-    assert (again.group, again.create_time, again.spec) == (task.group, 1.5, task.spec)
+    assert (again.group, again.start_ticks, again.spec) == (task.group, 150, task.spec)
 
 
 def test_store_load_of_a_missing_table_is_empty(tmp_path):

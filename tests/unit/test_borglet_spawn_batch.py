@@ -60,7 +60,7 @@ def test_every_other_task_of_a_batch_starts_when_some_cannot_spawn(tmp_path, mon
                 assert task.pid is None and task.reason is not None and task.reason.startswith("spawn: "), task
                 assert not task.launching
             else:
-                assert task.phase == "RUNNING" and processes.is_same_process(task.pid, task.create_time), task
+                assert task.phase == "RUNNING" and processes.is_same_process(task.pid, task.start_ticks), task
         for i, (_, named) in BAD.items():
             assert named in (tasks[i].reason or ""), tasks[i].reason
         assert "injected" in (tasks[INJECTED].reason or "")

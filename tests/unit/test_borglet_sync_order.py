@@ -134,7 +134,7 @@ def test_a_process_spawned_before_a_crash_is_adopted_not_started_again(tmp_path)
     assert processes.marked_processes(str(tmp_path)) == {"a/j/0#0@0": [pid]}
     # The table as a crash right after the spawn left it: launching, no pid yet.
     record = task.to_record()
-    record.update(pid=None, create_time=None, launching=True, state="QUEUED", started_at=0.0)
+    record.update(pid=None, start_ticks=None, launching=True, state="QUEUED", started_at=0.0)
     store.save(borglet.table_path, {"epoch": 1, "fence": {"epoch": 1, "seq": 1, "revision": 10},
                                     "tasks": {"a/j/0#0@0": record}, "tombstones": {}})  # fmt: skip
     borglet.tasks.clear()  # the crashed borglet's memory is gone; its process is not
@@ -146,7 +146,7 @@ def test_a_process_spawned_before_a_crash_is_adopted_not_started_again(tmp_path)
         # The port was chosen before the write-ahead, so the adopted task keeps the one its
         # process listens on; its start time is the process's.
         assert adopted.port == task.port and adopted.port > 0
-        assert adopted.started_at == pytest.approx(processes.create_time(pid))
+        assert adopted.started_at == pytest.approx(processes.start_time(pid))
         restarted.sync(request(2, spec("a/j/0#0@0"), revision=10))
         assert restarted.start_queued() == 0
         assert processes.marked_processes(str(tmp_path)) == {"a/j/0#0@0": [pid]}
