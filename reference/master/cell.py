@@ -193,61 +193,114 @@ def borglet_task_id(tid: TaskId, info: TaskInfo) -> str:
     return format_task_id(tid, info.placement)
 
 
-class Tracked(MutableMapping[Any, Any]):
-    """A dict-like map over a base dict that it copies only on its first write (most drafts
-    write a few entries, or none, of maps that hold every task of the cell), and that
-    remembers which keys were written or removed."""
+_MISSING = object()  # not in a Tracked map's overlay: its base says
+_GONE = object()  # removed by the Tracked map's writes
 
-    __slots__ = ("data", "_own", "written")
+
+class Tracked(MutableMapping[Any, Any]):
+    """A dict-like map over a base map that it never copies, and that remembers which keys
+    were written or removed (`written`).
+
+    A write goes to an overlay of the entries written (a removed one as a mark), and a read
+    looks there before the base. A Tracked map made over another takes that one's base and a
+    copy of its overlay, so each change of a writer's group costs the entries the group wrote,
+    not the size of the cell: the draft's maps hold every task of the cell, and a copy of the
+    whole map on a draft's first write cost the leader 8% of its CPU under arrivals at 10,000
+    machines (docs/decisions.md). Iteration follows a dict copied and changed the same way:
+    the base's order, new keys after it in the order they came, a key removed and set again
+    moved to the end."""
+
+    __slots__ = ("_base", "_over", "_readded", "_size", "written")
 
     def __init__(self, base: Mapping[Any, Any]) -> None:
-        self.data: dict[Any, Any] = base.data if isinstance(base, Tracked) else base  # type: ignore[assignment]
-        self._own = False
+        if isinstance(base, Tracked):
+            self._base: Mapping[Any, Any] = base._base
+            self._over: dict[Any, Any] = dict(base._over)
+            self._readded: set[Any] = set(base._readded)  # base keys removed, then set again
+            self._size = base._size
+        else:
+            self._base, self._over, self._readded, self._size = base, {}, set(), len(base)
         self.written: set[Any] = set()
 
-    def _mine(self) -> dict[Any, Any]:
-        if not self._own:
-            self.data, self._own = dict(self.data), True
-        return self.data
+    @property
+    def data(self) -> Mapping[Any, Any]:
+        """The map as one dict (the base itself while nothing was written): a copy of the
+        whole map otherwise, for a caller that keeps it (the Fauxmaster's next cell)."""
+        return self._base if not self._over else dict(self.items())
 
     def __getitem__(self, key: Any) -> Any:
-        return self.data[key]
+        value = self._over.get(key, _MISSING)
+        if value is _MISSING:
+            return self._base[key]
+        if value is _GONE:
+            raise KeyError(key)
+        return value
 
     def get(self, key: Any, default: Any = None) -> Any:
-        return self.data.get(key, default)
+        value = self._over.get(key, _MISSING)
+        if value is _MISSING:
+            return self._base.get(key, default)
+        return default if value is _GONE else value
 
     def __contains__(self, key: object) -> bool:
-        return key in self.data
+        value = self._over.get(key, _MISSING)
+        return key in self._base if value is _MISSING else value is not _GONE
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.data)
+        if not self._over:
+            return iter(self._base)  # nothing written: the base's own iterator, at C speed
+        return self._merged()
+
+    def _merged(self) -> Iterator[Any]:
+        over, readded = self._over, self._readded
+        for key in self._base:
+            value = over.get(key, _MISSING)
+            if value is _MISSING or (value is not _GONE and key not in readded):
+                yield key
+        for key, value in over.items():
+            if value is not _GONE and (key in readded or key not in self._base):
+                yield key
 
     def __len__(self) -> int:
-        return len(self.data)
+        return self._size
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self.written.add(key)
-        self._mine()[key] = value
+        was = self._over.get(key, _MISSING)
+        if was is _GONE:
+            del self._over[key]  # set again after its removal: it moves to the end, as in a dict
+            if key in self._base:
+                self._readded.add(key)
+            self._size += 1
+        elif was is _MISSING and key not in self._base:
+            self._size += 1
+        self._over[key] = value
 
     def __delitem__(self, key: Any) -> None:
         self.written.add(key)
-        del self._mine()[key]
+        if key not in self:
+            raise KeyError(key)
+        self._over[key] = _GONE
+        self._size -= 1
 
     def pop(self, key: Any, *default: Any) -> Any:
         self.written.add(key)
-        if key not in self.data:
+        if key not in self:
             if default:
                 return default[0]
             raise KeyError(key)
-        return self._mine().pop(key)
+        value = self[key]
+        self._over[key] = _GONE
+        self._size -= 1
+        return value
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Tracked):
-            other = other.data
-        return self.data == other
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return dict(self.items()) == dict(other.items())
 
     def __repr__(self) -> str:
-        return f"Tracked({self.data!r})"
+        return f"Tracked({dict(self.items())!r})"
 
 
 def changed_keys(before: FMap[Any, Any], after: FMap[Any, Any]) -> set[Any]:

@@ -143,7 +143,7 @@ def test_draft_tracks_dead_tasks_of_a_killed_job() -> None:
     assert key in d.job_keys
 
 
-def test_tracked_copies_its_base_only_on_the_first_write() -> None:
+def test_tracked_never_copies_its_base() -> None:
     from reference.master.cell import Tracked
 
     base = {1: "a", 2: "b"}
@@ -151,14 +151,55 @@ def test_tracked_copies_its_base_only_on_the_first_write() -> None:
     assert t.data is base and t[1] == "a" and t.get(3) is None and 2 in t and len(t) == 2
     assert t.pop(3, None) is None and 3 in t.written and t.data is base  # nothing to remove
     t[3] = "c"
-    assert t.data is not base and base == {1: "a", 2: "b"} and t == {1: "a", 2: "b", 3: "c"}
+    assert base == {1: "a", 2: "b"} and t == {1: "a", 2: "b", 3: "c"} and t._base is base
     del t[1]
     t.setdefault(4, "d")
-    assert t.written == {1, 3, 4} and dict(t) == {2: "b", 3: "c", 4: "d"}
-    chained = Tracked(t)  # a draft made from the last draft of a group
-    assert chained.data is t.data
+    assert t.written == {1, 3, 4} and dict(t) == {2: "b", 3: "c", 4: "d"} and t._base is base
+    chained = Tracked(t)  # a draft made from the last draft of a group: the same base, no copy
+    assert chained._base is base and dict(chained) == dict(t) and chained.written == set()
     chained.pop(2)
-    assert 2 in t and 2 not in chained and chained.written == {2}
+    assert 2 in t and 2 not in chained and chained.written == {2} and base == {1: "a", 2: "b"}
+
+
+def test_tracked_reads_and_iterates_as_a_copied_dict_changed_the_same_way() -> None:
+    # The model: a dict copied from the base at each draft and changed by the same writes.
+    # Random writes, removals (of present and absent keys), pops, set-agains after removal and
+    # drafts chained on drafts: every read, the length and the iteration order agree, and the
+    # base is never changed.
+    import random
+
+    from reference.master.cell import Tracked
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        base = {k: f"b{k}" for k in rng.sample(range(40), 25)}
+        frozen = dict(base)
+        tracked: Tracked = Tracked(base)
+        model = dict(base)
+        for step in range(300):
+            if rng.random() < 0.05:
+                tracked, model = Tracked(tracked), dict(model)  # the next draft of a group
+            key, op = rng.randrange(50), rng.random()
+            if op < 0.45:
+                tracked[key] = model[key] = f"v{step}"
+            elif op < 0.6:
+                if key in model:
+                    del tracked[key]
+                    del model[key]
+                else:
+                    with pytest.raises(KeyError):
+                        del tracked[key]
+            elif op < 0.75:
+                assert tracked.pop(key, None) == model.pop(key, None)
+            elif op < 0.8:
+                assert tracked.setdefault(key, "d") == model.setdefault(key, "d")
+            probe = rng.randrange(50)
+            assert tracked.get(probe) == model.get(probe) and (probe in tracked) == (probe in model)
+            assert len(tracked) == len(model)
+            if step % 10 == 0:
+                assert list(tracked) == list(model) and list(tracked.items()) == list(model.items())
+        assert list(tracked) == list(model) and dict(tracked.data) == model and tracked == model
+        assert base == frozen
 
 
 # --- Draft.changed: one row per kind of change ----------------------------------------------------
