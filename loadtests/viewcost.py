@@ -9,7 +9,7 @@ milliseconds (median of the batches): the whole view; the C-level copies `_build
 runtime-info maps (tasks, machines, jobs) and of the spec's task map (`_successor`); and, for
 the carried alternative (a view as the last view's dict plus the keys changed since, read
 through a Python `Mapping`), what it adds to one scan of the task infos, to 1,000 reads of
-one task each and to the copy a writer's draft makes on its first write, beside a plain dict. Issue 43 weighs the two with these figures
+one task each and to the copy a writer's draft made on its first write (it no longer copies), beside a plain dict. Issue 43 weighs the two with these figures
 (docs/decisions.md).
 """
 
@@ -130,7 +130,8 @@ def run(tasks: int, machines: int, batch: int, batches: int = 20) -> dict[str, A
         "scan_carried_ms": _ms(lambda: [v for v in carried.values()], 5),
         "reads_1000_dict_ms": _ms(lambda: [infos.get(t) for t in probe]),
         "reads_1000_carried_ms": _ms(lambda: [carried.get(t) for t in probe]),
-        # A writer's draft copies the task infos on its first write (`cell.Tracked`).
+        # What a writer's draft's first write cost when it copied the task infos (`cell.Tracked`
+        # before it wrote over its base instead; the figure stays for the decision it was made for).
         "draft_copy_carried_ms": _ms(lambda: dict(carried), 5),
     }  # fmt: skip
 

@@ -277,11 +277,7 @@ class Tracked(MutableMapping[Any, Any]):
         self._over[key] = value
 
     def __delitem__(self, key: Any) -> None:
-        self.written.add(key)
-        if key not in self:
-            raise KeyError(key)
-        self._over[key] = _GONE
-        self._size -= 1
+        self.pop(key)
 
     def pop(self, key: Any, *default: Any) -> Any:
         self.written.add(key)
